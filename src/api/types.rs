@@ -1,0 +1,239 @@
+//! Value types of the engine API: attributes, directory entries, flags.
+//! Plain data; no behaviour beyond small conversions.
+
+/// An inode number. [`ROOT_INO`] is the root directory.
+pub type Ino = u64;
+
+/// The root directory's inode number (the same as FUSE's root id).
+pub const ROOT_INO: Ino = 1;
+
+/// Longest name of a directory entry, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX: usize = 1023;
+
+/// A point in time: seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+/// The kind of an inode, from the `S_IFMT` bits of its mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
+}
+
+impl FileType {
+    /// The type of a mode, or `None` when the `S_IFMT` bits name no type.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => Some(FileType::Regular),
+            libc::S_IFDIR => Some(FileType::Directory),
+            libc::S_IFLNK => Some(FileType::Symlink),
+            libc::S_IFIFO => Some(FileType::Fifo),
+            libc::S_IFCHR => Some(FileType::CharDevice),
+            libc::S_IFBLK => Some(FileType::BlockDevice),
+            libc::S_IFSOCK => Some(FileType::Socket),
+            _ => None,
+        }
+    }
+
+    /// The `S_IFMT` bits of this type.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// One-byte code stored in directory entries (the `DT_*` values).
+    pub fn dirent_code(self) -> u8 {
+        match self {
+            FileType::Regular => libc::DT_REG,
+            FileType::Directory => libc::DT_DIR,
+            FileType::Symlink => libc::DT_LNK,
+            FileType::Fifo => libc::DT_FIFO,
+            FileType::CharDevice => libc::DT_CHR,
+            FileType::BlockDevice => libc::DT_BLK,
+            FileType::Socket => libc::DT_SOCK,
+        }
+    }
+
+    /// Inverse of [`FileType::dirent_code`].
+    pub fn from_dirent_code(code: u8) -> Option<FileType> {
+        match code {
+            libc::DT_REG => Some(FileType::Regular),
+            libc::DT_DIR => Some(FileType::Directory),
+            libc::DT_LNK => Some(FileType::Symlink),
+            libc::DT_FIFO => Some(FileType::Fifo),
+            libc::DT_CHR => Some(FileType::CharDevice),
+            libc::DT_BLK => Some(FileType::BlockDevice),
+            libc::DT_SOCK => Some(FileType::Socket),
+            _ => None,
+        }
+    }
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileType,
+    /// Full mode including the `S_IFMT` type bits.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: u64,
+    /// Blocks of storage the file holds, in 512-byte units.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub btime: Timespec,
+    /// The volume's block size.
+    pub blksize: u32,
+}
+
+/// Which attributes a [`crate::Fs::setattr`] changes; `None` leaves one alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the type bits are ignored).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncate or extend to this size (regular files only).
+    pub size: Option<u64>,
+    pub atime: Option<Timespec>,
+    pub mtime: Option<Timespec>,
+    /// Explicit ctime; when `None` a change sets ctime to now.
+    pub ctime: Option<Timespec>,
+}
+
+/// One entry returned by [`crate::Fs::readdir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub kind: FileType,
+    pub name: Vec<u8>,
+    /// Position to pass to `readdir` to continue after this entry.
+    pub next: u64,
+}
+
+/// Volume statistics, as `statfs` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Inodes in use.
+    pub files: u64,
+    /// Inode numbers still available.
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// Flags of [`crate::Fs::rename`] (`renameat2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the target exists.
+    pub noreplace: bool,
+    /// Atomically swap source and target; both must exist.
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    /// From the kernel's `RENAME_*` bits; unknown bits give EINVAL.
+    pub fn from_bits(bits: u32) -> Option<RenameFlags> {
+        const NOREPLACE: u32 = 1;
+        const EXCHANGE: u32 = 2;
+        if bits & !(NOREPLACE | EXCHANGE) != 0 {
+            return None;
+        }
+        Some(RenameFlags {
+            noreplace: bits & NOREPLACE != 0,
+            exchange: bits & EXCHANGE != 0,
+        })
+    }
+}
+
+/// How [`crate::Fs::setxattr`] treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrMode {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with EEXIST if it exists (`XATTR_CREATE`).
+    Create,
+    /// Fail with ENODATA if it does not exist (`XATTR_REPLACE`).
+    Replace,
+}
+
+/// Options of [`crate::Fs::format`].
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    /// Owner of the root directory.
+    pub root_uid: u32,
+    pub root_gid: u32,
+    /// Permission bits of the root directory.
+    pub root_mode: u32,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: 0o755,
+        }
+    }
+}
+
+/// Options of [`crate::Fs::open`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Refuse every change with EROFS; nothing is ever written.
+    pub read_only: bool,
+    /// Commit a delta once this many bytes of file data are dirty.
+    pub dirty_limit: u64,
+    /// Unify once the log holds this many blocks.
+    pub unify_log_blocks: u64,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            read_only: false,
+            dirty_limit: 64 << 20,
+            unify_log_blocks: 256,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Image file or block device (stub).

@@ -1,0 +1,119 @@
+//! Error values for every layer: POSIX errors that the API returns to callers,
+//! and structural errors (corruption, I/O) that carry the block they concern.
+//!
+//! Bad input never panics: decoders return `Error::Corrupt` naming the block and
+//! field, and the API maps it to `EIO` for callers that only speak errno.
+
+use std::fmt;
+
+/// A POSIX error number, as the kernel would return it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
+
+    /// The symbolic name (`ENOENT`), for messages and test output.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::EIO => "EIO",
+            libc::EEXIST => "EEXIST",
+            libc::EXDEV => "EXDEV",
+            libc::ENOTDIR => "ENOTDIR",
+            libc::EISDIR => "EISDIR",
+            libc::EINVAL => "EINVAL",
+            libc::EFBIG => "EFBIG",
+            libc::ENOSPC => "ENOSPC",
+            libc::EMLINK => "EMLINK",
+            libc::ERANGE => "ERANGE",
+            libc::ENAMETOOLONG => "ENAMETOOLONG",
+            libc::ENOTEMPTY => "ENOTEMPTY",
+            libc::ENODATA => "ENODATA",
+            libc::EROFS => "EROFS",
+            libc::ENOTSUP => "ENOTSUP",
+            libc::EBUSY => "EBUSY",
+            _ => "E?",
+        }
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let msg = std::io::Error::from_raw_os_error(self.0);
+        write!(f, "{} ({})", self.name(), msg)
+    }
+}
+
+/// Every failure the engine can report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A POSIX error for the operation (ENOENT, EEXIST, ...).
+    #[error("{0}")]
+    Posix(Errno),
+    /// A metadata or log block failed validation. `block` is its address.
+    #[error("corrupt block {block}: {what}")]
+    Corrupt { block: u64, what: String },
+    /// The image is not a tux3 volume or cannot be used at all.
+    #[error("{0}")]
+    BadImage(String),
+    /// The device failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The errno a POSIX caller should see for this error.
+    pub fn errno(&self) -> Errno {
+        match self {
+            Error::Posix(e) => *e,
+            Error::Corrupt { .. } | Error::BadImage(_) | Error::Io(_) => Errno::EIO,
+        }
+    }
+
+    /// A corruption error for `block`.
+    pub fn corrupt(block: u64, what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            block,
+            what: what.into(),
+        }
+    }
+}
+
+impl From<Errno> for Error {
+    fn from(e: Errno) -> Error {
+        Error::Posix(e)
+    }
+}
+
+/// Result type of the whole crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shorthand: `Err(Error::Posix(errno))`.
+pub fn err<T>(e: Errno) -> Result<T> {
+    Err(Error::Posix(e))
+}

@@ -1,0 +1,2 @@
+//! On-disk structures (stub).
+pub mod superblock;
