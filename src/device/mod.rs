@@ -14,9 +14,9 @@ pub mod recording;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-// pub use file::FileDevice;
+pub use file::FileDevice;
 pub use memory::MemDevice;
-// pub use recording::{RecordedOp, RecordingDevice};
+pub use recording::{RecordedOp, RecordingDevice};
 
 /// Block storage. Addresses are block numbers; buffers are exactly one block
 /// (`block_size()` bytes) or a whole number of blocks for the `_many` calls.
