@@ -87,7 +87,7 @@ pub(crate) fn check_range(
     len: usize,
 ) -> std::io::Result<u64> {
     let bs = block_size as usize;
-    if len == 0 || len % bs != 0 {
+    if len == 0 || !len.is_multiple_of(bs) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("I/O of {len} bytes is not a whole number of {bs}-byte blocks"),
