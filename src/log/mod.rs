@@ -1,1 +1,21 @@
-//! Log (stub).
+//! Log: the records a delta commit writes instead of rewriting parents and
+//! bitmaps, the log blocks that carry them, and the chain reader that finds
+//! every committed delta since the last unify.
+//!
+//! The log is a forward chain. Each block names the address reserved for
+//! the block after it, carries a sequence number one above its predecessor
+//! and the checksum of its predecessor, and the last block of a delta has
+//! the COMMIT flag. Recovery follows the chain from the head named in the
+//! superblock until a block fails any check: that is the end of the log, and
+//! a delta counts only if its COMMIT block was reached. No superblock write
+//! is needed per delta.
+//!
+//! Calls only the device layer.
+
+pub mod block;
+pub mod chain;
+pub mod record;
+
+pub use block::LogBlock;
+pub use chain::{read_chain, Chain, Tail};
+pub use record::Record;

@@ -1,0 +1,116 @@
+//! Log block layout:
+//!
+//! ```text
+//! 0   header(16): magic "T3LG", crc32c, own address
+//! 16  u64 seq        one above the previous block of the chain
+//! 24  u64 next       address reserved for the next log block
+//! 32  u64 delta      delta number this block belongs to
+//! 40  u32 prev_crc   checksum field of the previous block (0 for the head)
+//! 44  u16 flags      1 = COMMIT: last block of its delta
+//! 46  u16 used       bytes of records that follow
+//! 48  u64 nonce      random per mount session
+//! 56  records
+//! ```
+
+use super::record::Record;
+use crate::error::{Error, Result};
+use crate::structures::codec::{begin, seal, verify, Reader, Writer};
+
+pub const MAGIC: u32 = u32::from_le_bytes(*b"T3LG");
+pub const HEADER: usize = 56;
+pub const FLAG_COMMIT: u16 = 1;
+
+/// A decoded log block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogBlock {
+    pub addr: u64,
+    pub seq: u64,
+    pub next: u64,
+    pub delta: u64,
+    pub prev_crc: u32,
+    pub commit: bool,
+    pub nonce: u64,
+    pub records: Vec<Record>,
+    /// The block's own checksum (the next block's `prev_crc`).
+    pub crc: u32,
+}
+
+/// Bytes of records one block holds.
+pub fn capacity(bs: usize) -> usize {
+    bs - HEADER
+}
+
+impl LogBlock {
+    /// Encode; returns the image. `self.crc` is ignored and computed.
+    pub fn encode(&self, bs: usize) -> Vec<u8> {
+        let mut body = Writer::default();
+        for r in &self.records {
+            r.encode(&mut body);
+        }
+        assert!(body.len() <= capacity(bs), "log block overfilled");
+        let mut w = begin(MAGIC, self.addr, bs);
+        w.u64(self.seq);
+        w.u64(self.next);
+        w.u64(self.delta);
+        w.u32(self.prev_crc);
+        w.u16(if self.commit { FLAG_COMMIT } else { 0 });
+        w.u16(body.len() as u16);
+        w.u64(self.nonce);
+        w.bytes(&body.buf);
+        seal(w, bs)
+    }
+
+    /// Decode and validate the block read from `addr`.
+    pub fn decode(b: &[u8], addr: u64) -> Result<LogBlock> {
+        verify(b, addr, MAGIC, "log block")?;
+        let crc = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let mut r = Reader::at(b, 16, addr);
+        let seq = r.u64("log seq")?;
+        let next = r.u64("log next")?;
+        let delta = r.u64("log delta")?;
+        let prev_crc = r.u32("log prev crc")?;
+        let flags = r.u16("log flags")?;
+        let used = r.u16("log used")? as usize;
+        let nonce = r.u64("log nonce")?;
+        if used > capacity(b.len()) {
+            return Err(Error::corrupt(addr, format!("log block: {used} bytes of records do not fit")));
+        }
+        let body = r.bytes(used, "log records")?;
+        let mut rr = Reader::new(body, addr);
+        let mut records = Vec::new();
+        while rr.remaining() > 0 {
+            records.push(Record::decode(&mut rr)?);
+        }
+        Ok(LogBlock { addr, seq, next, delta, prev_crc, commit: flags & FLAG_COMMIT != 0, nonce, records, crc })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let lb = LogBlock {
+            addr: 9,
+            seq: 77,
+            next: 10,
+            delta: 3,
+            prev_crc: 0xdead,
+            commit: true,
+            nonce: 5,
+            records: vec![
+                Record::Balloc { start: 10, count: 1 },
+                Record::LeafMap { tree: 0, sep: 0, addr: 12 },
+                Record::LeafUnmap { tree: 4, sep: 99 },
+                Record::Drop { tree: 4 },
+                Record::Bfree { start: 3, count: 2 },
+            ],
+            crc: 0,
+        };
+        let b = lb.encode(1024);
+        let d = LogBlock::decode(&b, 9).unwrap();
+        assert_eq!(d.records, lb.records);
+        assert_eq!((d.seq, d.next, d.delta, d.prev_crc, d.commit, d.nonce), (77, 10, 3, 0xdead, true, 5));
+    }
+}

@@ -1,0 +1,229 @@
+//! Inode attributes as stored in the inode table: a list of optional,
+//! variable-length attributes, each `tag u8, length u16, body`. Absent
+//! attributes take their default (zero); unknown tags are corruption.
+//!
+//! | tag | attribute | body |
+//! |-----|-----------|------|
+//! | 1 | mode     | mode u32, uid u32, gid u32, nlink u32 |
+//! | 2 | size     | bytes u64 |
+//! | 3 | times    | atime, mtime, ctime, btime: each sec i64 + nsec u32 |
+//! | 4 | rdev     | u64 |
+//! | 5 | parent   | directory's parent inode u64 |
+//! | 6 | root     | data tree's unified root: address u64, depth u8 |
+//! | 7 | xattr    | name length u8, name, value (the rest) |
+//! | 8 | blocks   | data blocks held u64 |
+
+use super::codec::{Reader, Writer};
+use super::superblock::Root;
+use crate::api::types::Timespec;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+const TAG_MODE: u8 = 1;
+const TAG_SIZE: u8 = 2;
+const TAG_TIMES: u8 = 3;
+const TAG_RDEV: u8 = 4;
+const TAG_PARENT: u8 = 5;
+const TAG_ROOT: u8 = 6;
+const TAG_XATTR: u8 = 7;
+const TAG_BLOCKS: u8 = 8;
+
+/// Bytes the fixed attributes can take at most (all present).
+pub const FIXED_ATTRS_MAX: usize = (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8);
+
+/// Cost of one xattr in the inode record: tag, length, name length, name, value.
+pub fn xattr_cost(name: &[u8], value: &[u8]) -> usize {
+    4 + name.len() + value.len()
+}
+
+/// Attributes of one inode.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InodeAttrs {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub btime: Timespec,
+    pub rdev: u64,
+    /// Parent directory (directories only).
+    pub parent: u64,
+    /// Unified root of the data tree (extents or directory entries).
+    pub root: Root,
+    /// Data blocks held.
+    pub blocks: u64,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl InodeAttrs {
+    /// Total cost of the xattrs, as counted against the per-inode limit.
+    pub fn xattr_bytes(&self) -> usize {
+        self.xattrs.iter().map(|(n, v)| xattr_cost(n, v)).sum()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(TAG_MODE);
+        w.u16(16);
+        w.u32(self.mode);
+        w.u32(self.uid);
+        w.u32(self.gid);
+        w.u32(self.nlink);
+        if self.size != 0 {
+            w.u8(TAG_SIZE);
+            w.u16(8);
+            w.u64(self.size);
+        }
+        w.u8(TAG_TIMES);
+        w.u16(48);
+        for t in [self.atime, self.mtime, self.ctime, self.btime] {
+            w.i64(t.sec);
+            w.u32(t.nsec);
+        }
+        if self.rdev != 0 {
+            w.u8(TAG_RDEV);
+            w.u16(8);
+            w.u64(self.rdev);
+        }
+        if self.parent != 0 {
+            w.u8(TAG_PARENT);
+            w.u16(8);
+            w.u64(self.parent);
+        }
+        if self.root.addr != 0 {
+            w.u8(TAG_ROOT);
+            w.u16(9);
+            w.u64(self.root.addr);
+            w.u8(self.root.depth);
+        }
+        if self.blocks != 0 {
+            w.u8(TAG_BLOCKS);
+            w.u16(8);
+            w.u64(self.blocks);
+        }
+        for (name, value) in &self.xattrs {
+            w.u8(TAG_XATTR);
+            w.u16((1 + name.len() + value.len()) as u16);
+            w.u8(name.len() as u8);
+            w.bytes(name);
+            w.bytes(value);
+        }
+        w.buf
+    }
+
+    /// Decode the record of inode `ino` found in itable leaf `block`.
+    pub fn decode(b: &[u8], ino: u64, block: u64) -> Result<InodeAttrs> {
+        let mut a = InodeAttrs::default();
+        let mut r = Reader::new(b, block);
+        let mut seen_mode = false;
+        let bad = |what: String| Error::corrupt(block, format!("inode {ino}: {what}"));
+        while r.remaining() > 0 {
+            let tag = r.u8("attribute tag")?;
+            let len = r.u16("attribute length")? as usize;
+            let body = r.bytes(len, "attribute body")?;
+            let mut br = Reader::new(body, block);
+            let need = |n: usize| {
+                if len == n {
+                    Ok(())
+                } else {
+                    Err(bad(format!("attribute {tag} has length {len}, expected {n}")))
+                }
+            };
+            match tag {
+                TAG_MODE => {
+                    need(16)?;
+                    a.mode = br.u32("mode")?;
+                    a.uid = br.u32("uid")?;
+                    a.gid = br.u32("gid")?;
+                    a.nlink = br.u32("nlink")?;
+                    seen_mode = true;
+                }
+                TAG_SIZE => {
+                    need(8)?;
+                    a.size = br.u64("size")?;
+                }
+                TAG_TIMES => {
+                    need(48)?;
+                    let mut t = [Timespec::default(); 4];
+                    for x in t.iter_mut() {
+                        x.sec = br.i64("time seconds")?;
+                        x.nsec = br.u32("time nanoseconds")?;
+                        if x.nsec >= 1_000_000_000 {
+                            return Err(bad(format!("time nanoseconds {}", x.nsec)));
+                        }
+                    }
+                    [a.atime, a.mtime, a.ctime, a.btime] = t;
+                }
+                TAG_RDEV => {
+                    need(8)?;
+                    a.rdev = br.u64("rdev")?;
+                }
+                TAG_PARENT => {
+                    need(8)?;
+                    a.parent = br.u64("parent")?;
+                }
+                TAG_ROOT => {
+                    need(9)?;
+                    a.root = Root {
+                        addr: br.u64("root address")?,
+                        depth: br.u8("root depth")?,
+                    };
+                    if a.root.depth > 16 {
+                        return Err(bad(format!("data tree depth {}", a.root.depth)));
+                    }
+                }
+                TAG_BLOCKS => {
+                    need(8)?;
+                    a.blocks = br.u64("blocks")?;
+                }
+                TAG_XATTR => {
+                    let n = br.u8("xattr name length")? as usize;
+                    let name = br.bytes(n, "xattr name")?.to_vec();
+                    let value = br.bytes(br.remaining(), "xattr value")?.to_vec();
+                    if name.is_empty() {
+                        return Err(bad("empty xattr name".into()));
+                    }
+                    a.xattrs.insert(name, value);
+                }
+                _ => return Err(bad(format!("unknown attribute tag {tag}"))),
+            }
+        }
+        if !seen_mode {
+            return Err(bad("no mode attribute".into()));
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut a = InodeAttrs {
+            mode: 0o100644,
+            uid: 1,
+            gid: 2,
+            nlink: 3,
+            size: 1 << 40,
+            rdev: 7,
+            parent: 9,
+            root: Root { addr: 77, depth: 2 },
+            blocks: 12,
+            ..Default::default()
+        };
+        a.mtime = Timespec { sec: -5, nsec: 999_999_999 };
+        a.xattrs.insert(b"user.x".to_vec(), b"value".to_vec());
+        a.xattrs.insert(b"user.empty".to_vec(), Vec::new());
+        let b = a.encode();
+        assert_eq!(InodeAttrs::decode(&b, 5, 100).unwrap(), a);
+        assert!(b.len() <= FIXED_ATTRS_MAX + a.xattr_bytes());
+        for cut in 0..b.len() {
+            let _ = InodeAttrs::decode(&b[..cut], 5, 100);
+        }
+    }
+}
