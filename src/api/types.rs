@@ -10,8 +10,8 @@ pub const ROOT_INO: Ino = 1;
 /// Longest name of a directory entry, in bytes.
 pub const NAME_MAX: usize = 255;
 
-/// Longest symlink target, in bytes.
-pub const SYMLINK_MAX: usize = 1023;
+/// Longest symlink target, in bytes (PATH_MAX - 1).
+pub const SYMLINK_MAX: usize = 4095;
 
 /// A point in time: seconds and nanoseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
@@ -154,9 +154,10 @@ pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
     pub blocks_free: u64,
-    /// Inodes in use.
+    /// Inodes the volume could hold (inodes are allocated dynamically, so
+    /// this is the block count, as on Btrfs).
     pub files: u64,
-    /// Inode numbers still available.
+    /// Inodes that could still be created.
     pub files_free: u64,
     pub name_max: u32,
 }

@@ -1,9 +1,111 @@
-//! mkfs: write an empty volume.
-use crate::api::types::FormatOptions;
+//! mkfs: write an empty volume — a unified image with no log.
+//!
+//! Layout of a new volume: blocks 0 and 1 superblocks, then the bitmap
+//! blocks, then the bitmap file's extent leaf, the inode-table leaf holding
+//! the root directory, and the reserved log head (zeroed). Everything after
+//! that is free.
+
+use super::alloc::Allocator;
+use super::BITMAP_INO;
+use crate::api::types::{FormatOptions, Timespec, ROOT_INO};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::structures::btree::{Tree, TreeKind};
+use crate::structures::inode::InodeAttrs;
+use crate::structures::superblock::{Superblock, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::structures::{bitmap, extent};
+
+/// Smallest volume mkfs accepts, in blocks.
+pub const MIN_BLOCKS: u64 = 64;
 
 /// Write a fresh volume to `dev`.
-pub fn format(_dev: &dyn Device, _opts: &FormatOptions) -> Result<()> {
-    todo!()
+pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
+    let bs = dev.block_size() as usize;
+    let blocks = dev.block_count();
+    if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&(bs as u32)) || !bs.is_power_of_two() {
+        return Err(Error::BadImage(format!(
+            "block size {bs} is not a power of two between {MIN_BLOCK_SIZE} and {MAX_BLOCK_SIZE}"
+        )));
+    }
+    if blocks < MIN_BLOCKS {
+        return Err(Error::BadImage(format!(
+            "device too small: {blocks} blocks of {bs} bytes, at least {MIN_BLOCKS} needed"
+        )));
+    }
+    let nbitmap = bitmap::blocks_needed(bs, blocks);
+    let mut alloc = Allocator::new(blocks, bs);
+    alloc.apply_alloc(0, 2);
+    alloc.apply_alloc(2, nbitmap);
+    let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
+
+    // The bitmap file: one extent over its blocks.
+    let mut bitmap_tree = Tree::new_empty(BITMAP_INO, TreeKind::Extents);
+    extent::map(&mut bitmap_tree, dev, 0, 2, nbitmap)?;
+    let mut maps = Vec::new();
+    let mut freed = Vec::new();
+    let bitmap_root = {
+        let a = &mut alloc;
+        let mut f = || a.alloc_one(2);
+        bitmap_tree.flush_leaves(bs, &mut f, &mut writes, &mut maps)?;
+        bitmap_tree.flush_branches(bs, &mut f, &mut writes, &mut freed)?
+    };
+
+    // The inode table with the root directory.
+    let now = Timespec::now();
+    let root = InodeAttrs {
+        mode: libc::S_IFDIR | (opts.root_mode & 0o7777),
+        uid: opts.root_uid,
+        gid: opts.root_gid,
+        nlink: 2,
+        parent: ROOT_INO,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        btime: now,
+        ..InodeAttrs::default()
+    };
+    let mut itable = Tree::new_empty(0, TreeKind::Itable);
+    itable.insert(dev, ROOT_INO, root.encode())?;
+    let itable_root = {
+        let a = &mut alloc;
+        let mut f = || a.alloc_one(2);
+        itable.flush_leaves(bs, &mut f, &mut writes, &mut maps)?;
+        itable.flush_branches(bs, &mut f, &mut writes, &mut freed)?
+    };
+
+    // The log head: reserved and zeroed so no stale block can pass for it.
+    let log_head = alloc.alloc_one(2)?;
+    writes.push((log_head, vec![0u8; bs]));
+    for index in 0..nbitmap {
+        let addr = 2 + index;
+        writes.push((addr, bitmap::encode(addr, index, &alloc.bits(index, bs), bs)));
+    }
+    for (addr, image) in &writes {
+        dev.write(*addr, image)?;
+    }
+    dev.flush()?;
+
+    let seed = super::nonce();
+    let sb = Superblock {
+        block_size: bs as u32,
+        block_count: blocks,
+        seq: 0,
+        volume_id: seed,
+        itable: itable_root,
+        bitmap: bitmap_root,
+        bitmap_blocks: nbitmap,
+        log_head,
+        // Sequence numbers start at a random point so that log blocks left
+        // by an older volume on the same device never match.
+        log_seq: (seed >> 16) | 1,
+        next_delta: 1,
+        created: now.sec,
+        unifies: 0,
+    };
+    dev.write(0, &sb.encode())?;
+    let mut sb1 = sb.clone();
+    sb1.seq = 1;
+    dev.write(1, &sb1.encode())?;
+    dev.flush()?;
+    Ok(())
 }

@@ -1,3 +1,204 @@
-//! Backend: everything that changes media. Delta commit, unify, the block
-//! allocator, and mkfs. Calls structures, log and device.
+//! Backend: everything that changes media — delta commit, unify, the block
+//! allocator, the log writer, mkfs — and mount-time replay, which reads the
+//! media and rebuilds the cache without writing.
+//!
+//! Calls cache (to flush cached inodes), structures, log and device.
+
+pub mod alloc;
+pub mod commit;
+pub mod logwriter;
 pub mod mkfs;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::log::{read_chain, Record};
+use crate::structures::btree::{Tree, TreeKind};
+use crate::structures::superblock::Superblock;
+use crate::structures::{bitmap, extent};
+use alloc::Allocator;
+use logwriter::LogWriter;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Inode number of the bitmap file. Its attributes live in the superblock
+/// (root of its extent tree, size in blocks), not in the inode table.
+pub const BITMAP_INO: u64 = 2;
+/// First inode number handed to files.
+pub const FIRST_INO: u64 = 16;
+
+/// Counters of backend work, for the API's `stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Delta commits since open.
+    pub deltas: u64,
+    /// Unifies since open.
+    pub unifies: u64,
+    /// Log blocks since the last unify.
+    pub log_blocks: u64,
+    /// Deltas replayed at open.
+    pub replayed_deltas: u64,
+}
+
+/// Changes to one file tree found in the log, applied when its inode loads.
+#[derive(Debug, Default, Clone)]
+pub struct TreeReplay {
+    /// The tree was dropped (inode freed) since the unify: start empty.
+    pub reset: bool,
+    /// LeafMap (Some(addr)) and LeafUnmap (None) by sep, in log order.
+    pub ops: Vec<(u64, Option<u64>)>,
+}
+
+/// The media side of a mounted volume.
+pub struct Backend {
+    pub dev: Arc<dyn Device>,
+    pub sb: Superblock,
+    pub bs: usize,
+    pub alloc: Allocator,
+    pub itable: Tree,
+    /// Extent tree of the bitmap file.
+    pub bitmap: Tree,
+    pub log: LogWriter,
+    /// The delta the frontend is filling now.
+    pub delta: u64,
+    /// Records of the current delta made by operations (tree drops).
+    pub records: Vec<Record>,
+    pub stats: Stats,
+    pub read_only: bool,
+}
+
+pub(crate) fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+impl Backend {
+    /// Read the superblock and bitmap, then replay the log: bitmap records
+    /// and inode-table changes are applied at once; file-tree changes are
+    /// returned for the cache to apply. Writes nothing.
+    pub fn open(dev: Arc<dyn Device>, read_only: bool) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        let sb = Superblock::load(dev.as_ref())?;
+        let bs = dev.block_size() as usize;
+        if sb.block_size as usize != bs {
+            return Err(Error::BadImage(format!(
+                "volume block size is {}, the device was opened with {bs}",
+                sb.block_size
+            )));
+        }
+        let need = bitmap::blocks_needed(bs, sb.block_count);
+        if sb.bitmap_blocks != need {
+            return Err(Error::corrupt(
+                sb.home(),
+                format!("superblock: bitmap has {} blocks, the volume needs {need}", sb.bitmap_blocks),
+            ));
+        }
+        let mut alloc = Allocator::new(sb.block_count, bs);
+        let mut bitmap_tree = Tree::open(BITMAP_INO, TreeKind::Extents, sb.bitmap);
+        let mut buf = vec![0u8; bs];
+        for index in 0..sb.bitmap_blocks {
+            let e = extent::lookup(&mut bitmap_tree, dev.as_ref(), index)?.ok_or_else(|| {
+                Error::corrupt(sb.bitmap.addr, format!("bitmap file has a hole at block {index}"))
+            })?;
+            let addr = e.pblock + (index - e.lblock);
+            if addr >= sb.block_count {
+                return Err(Error::corrupt(sb.bitmap.addr, format!("bitmap block {index} maps outside the volume")));
+            }
+            dev.read(addr, &mut buf)?;
+            alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
+        }
+        alloc.dirty.clear();
+
+        let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
+        let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq)?;
+        let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
+        let mut delta = sb.next_delta;
+        for d in &chain.deltas {
+            let at = d.blocks.first().copied().unwrap_or(0);
+            for r in &d.records {
+                let bad = |what: String| Error::corrupt(at, format!("log of delta {}: {what}", d.delta));
+                let in_volume = |a: u64| a >= 2 && a < sb.block_count;
+                match *r {
+                    Record::Balloc { start, count } => {
+                        if !alloc.apply_alloc(start, count as u64) {
+                            return Err(bad(format!("balloc {start}+{count} outside the volume")));
+                        }
+                    }
+                    Record::Bfree { start, count } => {
+                        if !alloc.apply_free(start, count as u64) {
+                            return Err(bad(format!("bfree {start}+{count} outside the volume")));
+                        }
+                    }
+                    Record::LeafMap { tree, sep, addr } => {
+                        if !in_volume(addr) {
+                            return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
+                        }
+                        if tree == 0 {
+                            itable.map_leaf(dev.as_ref(), sep, addr)?;
+                        } else {
+                            trees.entry(tree).or_default().ops.push((sep, Some(addr)));
+                        }
+                    }
+                    Record::LeafUnmap { tree, sep } => {
+                        if tree == 0 {
+                            itable.unmap_leaf(dev.as_ref(), sep)?;
+                        } else {
+                            trees.entry(tree).or_default().ops.push((sep, None));
+                        }
+                    }
+                    Record::Drop { tree } => {
+                        trees.insert(tree, TreeReplay { reset: true, ops: Vec::new() });
+                    }
+                }
+            }
+            delta = delta.max(d.delta + 1);
+        }
+        let log = LogWriter {
+            tail: chain.tail,
+            nonce: nonce(),
+            since_unify: chain.blocks().collect(),
+        };
+        let stats = Stats {
+            log_blocks: log.since_unify.len() as u64,
+            replayed_deltas: chain.deltas.len() as u64,
+            ..Stats::default()
+        };
+        Ok((
+            Backend {
+                dev,
+                sb,
+                bs,
+                alloc,
+                itable,
+                bitmap: bitmap_tree,
+                log,
+                delta,
+                records: Vec::new(),
+                stats,
+                read_only,
+            },
+            trees,
+        ))
+    }
+
+    /// Apply replayed changes to a freshly opened file tree.
+    pub fn replay_tree(&self, tree: &mut Tree, replay: &TreeReplay) -> Result<()> {
+        for (sep, addr) in &replay.ops {
+            match addr {
+                Some(a) => tree.map_leaf(self.dev.as_ref(), *sep, *a)?,
+                None => tree.unmap_leaf(self.dev.as_ref(), *sep)?,
+            }
+        }
+        Ok(())
+    }
+
+    pub fn device(&self) -> &dyn Device {
+        self.dev.as_ref()
+    }
+}

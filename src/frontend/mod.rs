@@ -1,47 +1,261 @@
-//! Frontend (stub).
-#![allow(unused_variables)]
+//! Frontend: every POSIX operation, run in cache. A [`Volume`] holds the
+//! backend (media side) and the inode cache; operations change cached
+//! inodes, directory and extent trees and dirty pages, all tagged with the
+//! current delta, and never write to the device themselves. Deltas end on
+//! sync/fsync, on dirty-memory pressure (`dirty_limit`) and at close; the
+//! log is unified once it holds `unify_log_blocks` blocks.
+//!
+//! Calls the backend (commit, replay) and the cache; uses structures for
+//! tree operations.
+
+mod file;
+mod namespace;
+mod xattr;
+
 use crate::api::types::*;
+use crate::backend::{Backend, FIRST_INO};
+use crate::cache::{Inode, InodeCache};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{err, Errno, Error, Result};
+use crate::structures::btree::Tree;
+use crate::structures::inode::{InodeAttrs, FIXED_ATTRS_MAX};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Engine statistics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub deltas: u64,
-    pub unifies: u64,
-    pub log_blocks: u64,
+pub use crate::backend::Stats;
+
+/// Largest file size: 2^40 blocks or 2^63-1 bytes, whichever is smaller.
+pub fn max_file_size(bs: u64) -> u64 {
+    (bs << 40).min(i64::MAX as u64)
 }
 
+/// A mounted volume: backend plus cache.
 pub struct Volume {
-    dev: Arc<dyn Device>,
+    be: Backend,
+    cache: InodeCache,
+    opts: OpenOptions,
+    /// Bytes of dirty file data in the current delta.
+    dirty_bytes: u64,
+    /// Blocks promised to the current delta's data and metadata.
+    reserved: u64,
+    /// Where the last inode allocated near each directory went.
+    ino_cursor: HashMap<Ino, Ino>,
+    /// A commit failed: refuse further changes rather than risk the image.
+    failed: bool,
 }
 
 impl Volume {
-    pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> { todo!() }
-    pub fn close(self) -> Result<()> { todo!() }
-    pub fn device(&self) -> &dyn Device { self.dev.as_ref() }
-    pub fn stats(&self) -> Stats { todo!() }
-    pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> { todo!() }
-    pub fn getattr(&mut self, ino: Ino) -> Result<Attr> { todo!() }
-    pub fn setattr(&mut self, ino: Ino, set: &SetAttr) -> Result<Attr> { todo!() }
-    pub fn mknod(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> { todo!() }
-    pub fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> { todo!() }
-    pub fn readlink(&mut self, ino: Ino) -> Result<Vec<u8>> { todo!() }
-    pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> { todo!() }
-    pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<()> { todo!() }
-    pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<()> { todo!() }
-    pub fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> Result<()> { todo!() }
-    pub fn read(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> { todo!() }
-    pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> { todo!() }
-    pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> { todo!() }
-    pub fn statfs(&mut self) -> Result<StatFs> { todo!() }
-    pub fn getxattr(&mut self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> { todo!() }
-    pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> { todo!() }
-    pub fn listxattr(&mut self, ino: Ino) -> Result<Vec<Vec<u8>>> { todo!() }
-    pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> Result<()> { todo!() }
-    pub fn fsync(&mut self, ino: Ino, datasync: bool) -> Result<()> { todo!() }
-    pub fn sync(&mut self) -> Result<()> { todo!() }
-    pub fn unify(&mut self) -> Result<()> { todo!() }
-    pub fn xattr_space(&self) -> usize { todo!() }
+    /// Open the volume on `dev` and replay its log into cache.
+    pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> {
+        let (be, replays) = Backend::open(dev, opts.read_only)?;
+        let mut v = Volume {
+            be,
+            cache: InodeCache::default(),
+            opts,
+            dirty_bytes: 0,
+            reserved: 0,
+            ino_cursor: HashMap::new(),
+            failed: false,
+        };
+        // File trees changed since the unify: rebuild their branches in cache.
+        let mut ids: Vec<_> = replays.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let dev = v.be.dev.clone();
+            let Some(raw) = v.be.itable.get(dev.as_ref(), id)? else { continue };
+            let attrs = InodeAttrs::decode(&raw, id, 0)?;
+            let mut inode = Inode::new(id, attrs);
+            let replay = &replays[&id];
+            if replay.reset {
+                inode.tree = Tree::open(id, inode.tree.kind, Default::default());
+            }
+            v.be.replay_tree(&mut inode.tree, replay)?;
+            v.cache.map.insert(id, inode);
+        }
+        // The root must be a directory, or nothing else can be trusted.
+        let root = v.inode(ROOT_INO)?;
+        if !root.is_dir() {
+            return Err(Error::corrupt(v.be.sb.itable.addr, "root inode is not a directory"));
+        }
+        Ok(v)
+    }
+
+    /// Commit everything and release the device.
+    pub fn close(mut self) -> Result<()> {
+        if !self.be.read_only && !self.failed {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    pub fn device(&self) -> &dyn Device {
+        self.be.dev.as_ref()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.be.stats
+    }
+
+    fn bs(&self) -> u64 {
+        self.be.bs as u64
+    }
+
+    /// The cached inode `ino`, loading it from the inode table.
+    fn inode(&mut self, ino: Ino) -> Result<&mut Inode> {
+        if !self.cache.map.contains_key(&ino) {
+            if ino < ROOT_INO || (ino > ROOT_INO && ino < FIRST_INO) {
+                return err(Errno::ENOENT);
+            }
+            let dev = self.be.dev.clone();
+            let raw = self.be.itable.get(dev.as_ref(), ino)?.ok_or(Error::Posix(Errno::ENOENT))?;
+            let attrs = InodeAttrs::decode(&raw, ino, 0)?;
+            self.cache.map.insert(ino, Inode::new(ino, attrs));
+        }
+        self.cache.map.get_mut(&ino).ok_or(Error::Posix(Errno::ENOENT))
+    }
+
+    /// The cached directory `ino`, or ENOTDIR.
+    fn dir(&mut self, ino: Ino) -> Result<&mut Inode> {
+        let d = self.inode(ino)?;
+        if !d.is_dir() {
+            return err(Errno::ENOTDIR);
+        }
+        Ok(d)
+    }
+
+    /// Mark `ino` changed in the current delta.
+    fn touch(&mut self, ino: Ino) {
+        let delta = self.be.delta;
+        if let Some(i) = self.cache.map.get_mut(&ino) {
+            i.delta = delta;
+        }
+        self.cache.dirty.insert(ino);
+    }
+
+    /// Refuse changes on a read-only or failed volume; reserve `blocks` of
+    /// space for the change (committing first if pinned frees could help).
+    fn begin_change(&mut self, blocks: u64) -> Result<()> {
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        if self.failed {
+            return err(Errno::EIO);
+        }
+        if self.spare() < blocks {
+            self.commit(false)?;
+            if self.spare() < blocks {
+                return err(Errno::ENOSPC);
+            }
+        }
+        self.reserved += blocks;
+        Ok(())
+    }
+
+    /// Blocks still free for new changes after every promise and the
+    /// metadata a commit and a unify may need.
+    fn spare(&self) -> u64 {
+        let slack = 24 + 2 * self.be.sb.bitmap_blocks + self.be.log.since_unify.len() as u64 / 8;
+        self.be.alloc.available().saturating_sub(self.reserved + slack)
+    }
+
+    /// Whether the current delta holds any change.
+    fn delta_dirty(&self) -> bool {
+        !self.cache.dirty.is_empty()
+            || !self.be.records.is_empty()
+            || self.be.itable.has_dirty_leaves()
+            || !self.be.alloc.delta_frees.is_empty()
+    }
+
+    /// End the current delta: commit it (and unify when asked or when the
+    /// log has grown past its limit).
+    fn commit(&mut self, unify: bool) -> Result<()> {
+        if self.failed {
+            return err(Errno::EIO);
+        }
+        if !unify && !self.delta_dirty() {
+            return Ok(());
+        }
+        let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
+        let r = self.be.commit(&mut self.cache, unify);
+        if let Err(e) = r {
+            self.failed = true;
+            return Err(e);
+        }
+        self.dirty_bytes = 0;
+        self.reserved = 0;
+        Ok(())
+    }
+
+    /// Commit if dirty data passed the limit.
+    fn maybe_commit(&mut self) -> Result<()> {
+        if self.dirty_bytes > self.opts.dirty_limit {
+            self.commit(false)?;
+        }
+        Ok(())
+    }
+
+    pub fn sync(&mut self) -> Result<()> {
+        if self.be.read_only {
+            return Ok(());
+        }
+        self.commit(false)
+    }
+
+    pub fn fsync(&mut self, ino: Ino, _datasync: bool) -> Result<()> {
+        self.inode(ino)?;
+        self.sync()
+    }
+
+    pub fn unify(&mut self) -> Result<()> {
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        self.commit(true)
+    }
+
+    pub fn getattr(&mut self, ino: Ino) -> Result<Attr> {
+        let bs = self.be.bs as u32;
+        Ok(self.inode(ino)?.attr(bs))
+    }
+
+    pub fn statfs(&mut self) -> Result<StatFs> {
+        let free = self.spare();
+        Ok(StatFs {
+            block_size: self.be.bs as u32,
+            blocks: self.be.sb.block_count,
+            blocks_free: free,
+            files: self.be.sb.block_count,
+            files_free: free,
+            name_max: NAME_MAX as u32,
+        })
+    }
+
+    /// Largest total xattr cost per inode (see `inode::xattr_cost`).
+    pub fn xattr_space(&self) -> usize {
+        Tree::max_value(self.be.bs) - FIXED_ATTRS_MAX
+    }
+
+    /// A free inode number near `parent`.
+    fn alloc_ino(&mut self, parent: Ino) -> Result<Ino> {
+        let dev = self.be.dev.clone();
+        let mut c = self.ino_cursor.get(&parent).copied().unwrap_or(parent.max(FIRST_INO - 1)) + 1;
+        loop {
+            if c >= (1 << 48) {
+                c = FIRST_INO;
+            }
+            if c < FIRST_INO {
+                c = FIRST_INO;
+            }
+            if self.cache.map.contains_key(&c) {
+                c += 1;
+                continue;
+            }
+            match self.be.itable.next(dev.as_ref(), c)? {
+                Some((k, _)) if k == c => c += 1,
+                _ => break,
+            }
+        }
+        self.ino_cursor.insert(parent, c);
+        Ok(c)
+    }
 }

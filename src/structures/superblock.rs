@@ -18,7 +18,7 @@
 //! 56  u8  itable root depth (+7 pad)
 //! ```
 
-use super::codec::{block_crc, Reader, Writer};
+use super::codec::{Reader, Writer};
 use crate::device::Device;
 use crate::error::{Error, Result};
 
@@ -80,7 +80,7 @@ impl Superblock {
         w.u64(0);
         let mut b = w.buf;
         b.resize(self.block_size as usize, 0);
-        let crc = block_crc(&b);
+        let crc = crc_superblock(&b);
         b[8..12].copy_from_slice(&crc.to_le_bytes());
         b
     }

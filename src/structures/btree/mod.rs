@@ -2,7 +2,7 @@
 pub mod node;
 pub mod tree;
 
-pub use node::TreeKind;
+pub use node::{Node, TreeKind};
 pub use tree::Tree;
 #[cfg(test)]
 mod tests;

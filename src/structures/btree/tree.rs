@@ -315,10 +315,12 @@ impl Tree {
                 }
             }
         }
-        match &self.root {
-            Some(Slot::Mem(n)) => rec(n),
-            _ => false,
-        }
+        let root_moved = self.root.as_ref().map_or(0, |s| s.addr()) != self.unified.addr;
+        root_moved
+            || match &self.root {
+                Some(Slot::Mem(n)) => rec(n),
+                _ => false,
+            }
     }
 
     /// True if the next delta commit has leaves to write.

@@ -1,0 +1,298 @@
+//! Block allocator: the whole free-space bitmap in memory, the changes of
+//! the current delta (logged as Balloc/Bfree records at commit), and the
+//! pinned set: blocks freed but still referenced by the durable image.
+//!
+//! Invariant A1: a block is handed out only if its bit is clear and it is
+//! not pinned, so no allocation ever overwrites a block that the durable
+//! image (last unify + committed log) still references.
+//! Invariant A2: pins are released only after the commit that freed the
+//! block is durable (`unpin_delta`).
+
+use crate::error::{err, Errno, Result};
+use crate::structures::bitmap;
+use std::collections::BTreeSet;
+
+pub struct Allocator {
+    /// 1 bit per block: in use.
+    used: Vec<u64>,
+    /// 1 bit per block: freed in an uncommitted or not-yet-durable delta.
+    pinned: Vec<u64>,
+    blocks: u64,
+    /// Blocks whose bit is clear and that are not pinned.
+    available: u64,
+    /// Bits clear (free in the persisted sense, pinned or not).
+    free: u64,
+    bits_per_block: u64,
+    /// Bitmap blocks whose bits changed since the last unify.
+    pub dirty: BTreeSet<u64>,
+    /// Allocations and frees of the current delta, for the log.
+    pub delta_allocs: Vec<(u64, u64)>,
+    pub delta_frees: Vec<(u64, u64)>,
+    /// Frees still pinned after the current delta's records were taken
+    /// (released once the commit is durable).
+    committing_frees: Vec<(u64, u64)>,
+}
+
+fn get(v: &[u64], b: u64) -> bool {
+    v[(b / 64) as usize] & (1 << (b % 64)) != 0
+}
+fn set(v: &mut [u64], b: u64, on: bool) {
+    let w = &mut v[(b / 64) as usize];
+    if on {
+        *w |= 1 << (b % 64)
+    } else {
+        *w &= !(1 << (b % 64))
+    }
+}
+
+impl Allocator {
+    /// An allocator for `blocks` blocks, all free.
+    pub fn new(blocks: u64, block_size: usize) -> Allocator {
+        let words = blocks.div_ceil(64) as usize;
+        Allocator {
+            used: vec![0; words],
+            pinned: vec![0; words],
+            blocks,
+            available: blocks,
+            free: blocks,
+            bits_per_block: bitmap::bits_per_block(block_size),
+            dirty: BTreeSet::new(),
+            delta_allocs: Vec::new(),
+            delta_frees: Vec::new(),
+            committing_frees: Vec::new(),
+        }
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    /// Blocks that can be allocated now.
+    pub fn available(&self) -> u64 {
+        self.available
+    }
+    /// Blocks free in the persisted sense (including pinned ones).
+    pub fn free(&self) -> u64 {
+        self.free
+    }
+    pub fn is_used(&self, b: u64) -> bool {
+        b < self.blocks && get(&self.used, b)
+    }
+    pub fn is_pinned(&self, b: u64) -> bool {
+        b < self.blocks && get(&self.pinned, b)
+    }
+
+    /// Load bitmap block `index`'s bit bytes (at open).
+    pub fn load_bits(&mut self, index: u64, bits: &[u8]) {
+        let first = index * self.bits_per_block;
+        for (i, byte) in bits.iter().enumerate() {
+            if *byte == 0 {
+                continue;
+            }
+            for j in 0..8 {
+                let b = first + (i * 8 + j) as u64;
+                if byte & (1 << j) != 0 && b < self.blocks && !get(&self.used, b) {
+                    set(&mut self.used, b, true);
+                    self.free -= 1;
+                    self.available -= 1;
+                }
+            }
+        }
+    }
+
+    /// Bit bytes of bitmap block `index` (for writing it).
+    pub fn bits(&self, index: u64, block_size: usize) -> Vec<u8> {
+        let mut out = vec![0u8; block_size - bitmap::HEADER];
+        let first = index * self.bits_per_block;
+        for (i, byte) in out.iter_mut().enumerate() {
+            for j in 0..8 {
+                let b = first + (i * 8 + j) as u64;
+                if b < self.blocks && get(&self.used, b) {
+                    *byte |= 1 << j;
+                }
+            }
+        }
+        out
+    }
+
+    fn mark(&mut self, start: u64, count: u64, on: bool) {
+        for b in start..start + count {
+            set(&mut self.used, b, on);
+            self.dirty.insert(b / self.bits_per_block);
+        }
+    }
+
+    /// Replay or mkfs: mark `[start, start+count)` in use. Errors (as
+    /// corruption of `log_block`) if out of range.
+    pub fn apply_alloc(&mut self, start: u64, count: u64) -> bool {
+        if start.checked_add(count).is_none_or(|e| e > self.blocks) {
+            return false;
+        }
+        for b in start..start + count {
+            if !get(&self.used, b) {
+                set(&mut self.used, b, true);
+                self.dirty.insert(b / self.bits_per_block);
+                self.free -= 1;
+                if !get(&self.pinned, b) {
+                    self.available -= 1;
+                }
+            }
+        }
+        true
+    }
+
+    /// Replay: mark `[start, start+count)` free (not pinned: the delta that
+    /// freed them is durable).
+    pub fn apply_free(&mut self, start: u64, count: u64) -> bool {
+        if start.checked_add(count).is_none_or(|e| e > self.blocks) {
+            return false;
+        }
+        for b in start..start + count {
+            if get(&self.used, b) {
+                set(&mut self.used, b, false);
+                self.dirty.insert(b / self.bits_per_block);
+                self.free += 1;
+                self.available += 1;
+            }
+        }
+        true
+    }
+
+    /// Allocate up to `want` contiguous blocks near `goal` (at least one).
+    /// The allocation is recorded for the log unless `logged` is false.
+    pub fn alloc(&mut self, goal: u64, want: u64, logged: bool) -> Result<(u64, u64)> {
+        if self.available == 0 || want == 0 {
+            return err(Errno::ENOSPC);
+        }
+        let n = self.blocks;
+        let goal = if goal >= n { 2 } else { goal.max(2) };
+        let mut b = goal;
+        let mut wrapped = false;
+        loop {
+            if b >= n {
+                if wrapped {
+                    return err(Errno::ENOSPC);
+                }
+                wrapped = true;
+                b = 2;
+            }
+            if wrapped && b >= goal {
+                return err(Errno::ENOSPC);
+            }
+            // Skip full words quickly.
+            let w = (b / 64) as usize;
+            if b % 64 == 0 && (self.used[w] | self.pinned[w]) == u64::MAX {
+                b += 64;
+                continue;
+            }
+            if !get(&self.used, b) && !get(&self.pinned, b) {
+                let mut len = 1;
+                while len < want && b + len < n && !get(&self.used, b + len) && !get(&self.pinned, b + len) {
+                    len += 1;
+                }
+                self.mark(b, len, true);
+                self.free -= len;
+                self.available -= len;
+                if logged {
+                    self.delta_allocs.push((b, len));
+                }
+                return Ok((b, len));
+            }
+            b += 1;
+        }
+    }
+
+    /// Allocate one block near `goal`.
+    pub fn alloc_one(&mut self, goal: u64) -> Result<u64> {
+        Ok(self.alloc(goal, 1, true)?.0)
+    }
+
+    /// Free `[start, start+count)`: clear the bits now, pin them until the
+    /// current delta is durable (A2).
+    pub fn free_range(&mut self, start: u64, count: u64) {
+        debug_assert!(start + count <= self.blocks);
+        for b in start..start + count {
+            debug_assert!(get(&self.used, b), "double free of block {b}");
+            if get(&self.used, b) {
+                set(&mut self.used, b, false);
+                set(&mut self.pinned, b, true);
+                self.dirty.insert(b / self.bits_per_block);
+                self.free += 1;
+            }
+        }
+        self.delta_frees.push((start, count));
+    }
+
+    /// Take this delta's changes as coalesced (allocs, frees) for the log;
+    /// the frees stay pinned until [`Allocator::unpin_committed`].
+    pub fn take_delta(&mut self) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+        let allocs = coalesce(std::mem::take(&mut self.delta_allocs));
+        let frees = coalesce(std::mem::take(&mut self.delta_frees));
+        self.committing_frees.extend_from_slice(&frees);
+        (allocs, frees)
+    }
+
+    /// The commit that took the last delta is durable: release its pins.
+    pub fn unpin_committed(&mut self) {
+        for (s, c) in std::mem::take(&mut self.committing_frees) {
+            for b in s..s + c {
+                if get(&self.pinned, b) {
+                    set(&mut self.pinned, b, false);
+                    if !get(&self.used, b) {
+                        self.available += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bitmap block holding block `b`'s bit.
+    pub fn index_of(&self, b: u64) -> u64 {
+        b / self.bits_per_block
+    }
+}
+
+/// Sort and merge adjacent ranges.
+pub fn coalesce(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (s, c) in v {
+        match out.last_mut() {
+            Some((ls, lc)) if *ls + *lc == s && *lc + c <= u32::MAX as u64 => *lc += c,
+            _ => out.push((s, c)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freed_blocks_stay_pinned_until_durable() {
+        let mut a = Allocator::new(100, 1024);
+        a.apply_alloc(0, 2);
+        let (s, n) = a.alloc(10, 5, true).unwrap();
+        assert_eq!((s, n), (10, 5));
+        a.free_range(10, 5);
+        // Pinned: the next allocation must not reuse them.
+        assert_eq!(a.alloc(10, 1, true).unwrap().0, 15);
+        let (allocs, frees) = a.take_delta();
+        assert_eq!(allocs, vec![(10, 6)]);
+        assert_eq!(frees, vec![(10, 5)]);
+        assert_eq!(a.alloc(10, 1, true).unwrap().0, 16);
+        a.unpin_committed();
+        assert_eq!(a.alloc(10, 1, true).unwrap().0, 10);
+    }
+
+    #[test]
+    fn exhaustion_is_enospc() {
+        let mut a = Allocator::new(10, 1024);
+        a.apply_alloc(0, 2);
+        for _ in 0..8 {
+            a.alloc_one(0).unwrap();
+        }
+        assert_eq!(a.alloc_one(0).unwrap_err().errno(), Errno::ENOSPC);
+        assert_eq!(a.available(), 0);
+    }
+}

@@ -1,0 +1,281 @@
+//! Delta commit and unify, as a sequence of named steps.
+//!
+//! Delta commit (the common case):
+//!   1. `write_data`    allocate and write dirty data pages; map extents
+//!   2. `flush_files`   write dirty leaves of file trees; collect leaf-map records
+//!   3. `store_inodes`  encode dirty inodes into the inode table
+//!   4. `flush_itable`  write dirty inode-table leaves; collect records
+//!   5. `write_log`     data and leaves, FLUSH, commit block, FLUSH
+//!      (the commit block is "the real commit": the delta exists on media
+//!      exactly when it can be read back with a valid checksum)
+//!   6. `retire`        release pinned frees, advance the delta number
+//!
+//! Unify replaces step 5: after writing leaves it also writes every changed
+//! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
+//! superblock naming the new roots and a fresh log head, FLUSH. The old log
+//! and old branches are freed (pinned until the superblock is durable).
+
+use super::{Backend, BITMAP_INO};
+use crate::cache::InodeCache;
+use crate::error::Result;
+use crate::log::{Record, Tail};
+use crate::structures::{bitmap, extent};
+use std::collections::BTreeMap;
+
+/// Blocks to write in this commit: (address, image).
+type Writes = Vec<(u64, Vec<u8>)>;
+
+impl Backend {
+    /// Commit the current delta; with `unify`, also unify.
+    pub fn commit(&mut self, cache: &mut InodeCache, unify: bool) -> Result<()> {
+        debug_assert!(!self.read_only);
+        let mut writes: Writes = Vec::new();
+        let mut records = std::mem::take(&mut self.records);
+        self.write_data(cache, &mut writes)?;
+        self.flush_files(cache, unify, &mut writes, &mut records)?;
+        self.store_inodes(cache)?;
+        self.flush_itable(&mut writes, &mut records)?;
+        if unify {
+            self.unify_tail(&mut writes)?;
+        } else {
+            self.write_log(writes, records)?;
+        }
+        self.retire(cache);
+        Ok(())
+    }
+
+    /// Step 1: allocate each run of dirty pages contiguously near the file's
+    /// goal, write it, and map it in the file's extent tree.
+    fn write_data(&mut self, cache: &mut InodeCache, writes: &mut Writes) -> Result<()> {
+        let dev = self.dev.clone();
+        for ino in cache.dirty.iter() {
+            let Some(inode) = cache.map.get_mut(ino) else { continue };
+            let pages = inode.pages.take();
+            let mut i = 0;
+            while i < pages.len() {
+                // A run of consecutive logical blocks.
+                let mut j = i + 1;
+                while j < pages.len() && pages[j].0 == pages[j - 1].0 + 1 {
+                    j += 1;
+                }
+                while i < j {
+                    let goal = if inode.goal != 0 { inode.goal } else { self.goal_for(*ino) };
+                    let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
+                    let lblock = pages[i].0;
+                    let mut buf = Vec::with_capacity(n as usize * self.bs);
+                    for (_, p) in &pages[i..i + n as usize] {
+                        buf.extend_from_slice(&p.data);
+                    }
+                    writes.push((start, buf));
+                    let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n)?;
+                    let freed_blocks: u64 = freed.iter().map(|f| f.1).sum();
+                    for (s, c) in freed {
+                        self.alloc.free_range(s, c);
+                    }
+                    inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
+                    inode.goal = start + n;
+                    i += n as usize;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Default goal for a file with no data yet: spread inodes over the volume.
+    fn goal_for(&self, ino: u64) -> u64 {
+        let n = self.sb.block_count;
+        2 + (ino.wrapping_mul(0x9E37_79B9) % (n.saturating_sub(2).max(1))) / 64 * 64
+    }
+
+    /// Step 2: write dirty leaves of file trees (and, when unifying, their
+    /// changed branches, updating each inode's unified root).
+    fn flush_files(&mut self, cache: &mut InodeCache, unify: bool, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
+        let bs = self.bs;
+        let inos: Vec<u64> = if unify {
+            let mut v: Vec<u64> = cache
+                .map
+                .iter()
+                .filter(|(i, n)| cache.dirty.contains(i) || n.tree.needs_unify())
+                .map(|(i, _)| *i)
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            cache.dirty.iter().copied().collect()
+        };
+        for ino in inos {
+            let Some(inode) = cache.map.get_mut(&ino) else { continue };
+            let tree = &mut inode.tree;
+            for sep in tree.unmaps.drain(..) {
+                records.push(Record::LeafUnmap { tree: ino, sep });
+            }
+            let mut maps = Vec::new();
+            let alloc = &mut self.alloc;
+            let goal = inode.goal;
+            let mut next_goal = goal;
+            tree.flush_leaves(bs, &mut || { let b = alloc.alloc_one(next_goal)?; next_goal = b + 1; Ok(b) }, writes, &mut maps)?;
+            for (sep, addr) in maps {
+                records.push(Record::LeafMap { tree: ino, sep, addr });
+            }
+            for b in tree.freed.drain(..) {
+                self.alloc.free_range(b, 1);
+            }
+            if unify {
+                let mut freed = Vec::new();
+                let alloc = &mut self.alloc;
+                let root = tree.flush_branches(bs, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
+                for b in freed {
+                    self.alloc.free_range(b, 1);
+                }
+                if inode.attrs.root != root {
+                    inode.attrs.root = root;
+                    cache.dirty.insert(ino);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3: encode every dirty inode into the inode table.
+    fn store_inodes(&mut self, cache: &mut InodeCache) -> Result<()> {
+        let dev = self.dev.clone();
+        for ino in cache.dirty.iter() {
+            if let Some(inode) = cache.map.get(ino) {
+                self.itable.insert(dev.as_ref(), *ino, inode.attrs.encode())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 4: write dirty inode-table leaves.
+    fn flush_itable(&mut self, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
+        for sep in self.itable.unmaps.drain(..) {
+            records.push(Record::LeafUnmap { tree: 0, sep });
+        }
+        let mut maps = Vec::new();
+        let alloc = &mut self.alloc;
+        let mut goal = 2;
+        self.itable.flush_leaves(self.bs, &mut || { let b = alloc.alloc_one(goal)?; goal = b + 1; Ok(b) }, writes, &mut maps)?;
+        for (sep, addr) in maps {
+            records.push(Record::LeafMap { tree: 0, sep, addr });
+        }
+        for b in self.itable.freed.drain(..) {
+            self.alloc.free_range(b, 1);
+        }
+        Ok(())
+    }
+
+    /// Step 5: write data and leaves, flush, write the commit block, flush.
+    fn write_log(&mut self, mut writes: Writes, mut records: Vec<Record>) -> Result<()> {
+        let (allocs, frees) = self.alloc.take_delta();
+        records.extend(allocs.iter().map(|&(s, c)| Record::Balloc { start: s, count: c as u32 }));
+        records.extend(frees.iter().map(|&(s, c)| Record::Bfree { start: s, count: c as u32 }));
+        let images = self.log.write_delta(&mut self.alloc, &records, self.delta, self.bs)?;
+        writes.extend(images.body);
+        self.write_all(writes)?;
+        self.dev.flush()?;
+        self.dev.write(images.commit.0, &images.commit.1)?;
+        self.dev.flush()?;
+        self.stats.log_blocks = self.log.since_unify.len() as u64;
+        Ok(())
+    }
+
+    /// Unify after steps 1-4: branches, bitmap, superblock.
+    fn unify_tail(&mut self, writes: &mut Writes) -> Result<()> {
+        let bs = self.bs;
+        // The inode table's changed branches.
+        let mut freed = Vec::new();
+        let alloc = &mut self.alloc;
+        self.sb.itable = self.itable.flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        // The old log is no longer needed once the superblock is durable; its
+        // reserved next block becomes the new head.
+        freed.append(&mut self.log.since_unify);
+        for b in freed {
+            self.alloc.free_range(b, 1);
+        }
+        let relocated = self.relocate_bitmap(writes)?;
+        for (index, addr) in &relocated {
+            writes.push((*addr, bitmap::encode(*addr, *index, &self.alloc.bits(*index, bs), bs)));
+        }
+        self.alloc.dirty.clear();
+        let _ = self.alloc.take_delta();
+        self.write_all(std::mem::take(writes))?;
+        self.dev.flush()?;
+        let mut sb = self.sb.clone();
+        sb.seq += 1;
+        sb.log_head = self.log.tail.next;
+        sb.log_seq = self.log.tail.seq;
+        sb.next_delta = self.delta + 1;
+        sb.unifies += 1;
+        self.dev.write(sb.home(), &sb.encode())?;
+        self.dev.flush()?;
+        self.sb = sb;
+        self.log.tail = Tail { next: self.sb.log_head, seq: self.sb.log_seq, prev_crc: 0 };
+        self.stats.unifies += 1;
+        self.stats.log_blocks = 0;
+        Ok(())
+    }
+
+    /// Give every changed bitmap block a new address, updating the bitmap
+    /// file's extent tree, until allocation stops changing further bitmap
+    /// blocks (each block relocates at most once, so this ends).
+    fn relocate_bitmap(&mut self, writes: &mut Writes) -> Result<BTreeMap<u64, u64>> {
+        let dev = self.dev.clone();
+        let bs = self.bs;
+        let mut relocated: BTreeMap<u64, u64> = BTreeMap::new();
+        loop {
+            let todo: Vec<u64> = self.alloc.dirty.iter().filter(|i| !relocated.contains_key(i)).copied().collect();
+            if todo.is_empty() && !self.bitmap.needs_unify() {
+                break;
+            }
+            for index in todo {
+                let goal = extent::lookup(&mut self.bitmap, dev.as_ref(), index)?.map_or(2, |e| e.pblock);
+                let addr = self.alloc.alloc_one(goal)?;
+                for (s, c) in extent::map(&mut self.bitmap, dev.as_ref(), index, addr, 1)? {
+                    self.alloc.free_range(s, c);
+                }
+                relocated.insert(index, addr);
+            }
+            let mut maps = Vec::new();
+            let alloc = &mut self.alloc;
+            self.bitmap.flush_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
+            let mut freed: Vec<u64> = self.bitmap.freed.drain(..).collect();
+            self.bitmap.unmaps.clear();
+            let alloc = &mut self.alloc;
+            self.sb.bitmap = self.bitmap.flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+            for b in freed {
+                self.alloc.free_range(b, 1);
+            }
+        }
+        debug_assert_eq!(self.bitmap.id, BITMAP_INO);
+        Ok(relocated)
+    }
+
+    /// Write blocks in address order, merging neighbours into one request.
+    pub(crate) fn write_all(&self, mut writes: Writes) -> Result<()> {
+        writes.sort_by_key(|w| w.0);
+        let mut i = 0;
+        while i < writes.len() {
+            let start = writes[i].0;
+            let mut buf = std::mem::take(&mut writes[i].1);
+            let mut next = start + (buf.len() / self.bs) as u64;
+            let mut j = i + 1;
+            while j < writes.len() && writes[j].0 == next && buf.len() < (1 << 20) {
+                next += (writes[j].1.len() / self.bs) as u64;
+                buf.extend_from_slice(&writes[j].1);
+                j += 1;
+            }
+            self.dev.write(start, &buf)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Step 6: the delta is durable — release its pins, start the next one.
+    fn retire(&mut self, cache: &mut InodeCache) {
+        self.alloc.unpin_committed();
+        cache.dirty.clear();
+        self.delta += 1;
+        self.stats.deltas += 1;
+    }
+}

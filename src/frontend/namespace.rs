@@ -1,0 +1,388 @@
+//! Namespace operations: lookup, create (mknod, mkdir, symlink), link,
+//! unlink, rmdir, rename and readdir. Directory entries live in each
+//! directory's hashed tree (structures/dirent.rs).
+
+use super::Volume;
+use crate::api::types::*;
+use crate::error::{err, Errno, Error, Result};
+use crate::log::Record;
+use crate::structures::btree::Node;
+use crate::structures::dirent::{self, Dirent, COLLISIONS};
+use crate::structures::extent;
+use crate::structures::inode::InodeAttrs;
+
+/// Check a name for a new entry.
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+        return err(Errno::EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+impl Volume {
+    /// Find `name` in directory `dir`: (position key, entry).
+    pub(super) fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
+        if name.len() > NAME_MAX {
+            return err(Errno::ENAMETOOLONG);
+        }
+        let dev = self.be.dev.clone();
+        let d = self.dir(dir)?;
+        let base = dirent::key_base(name);
+        let mut at = base;
+        while let Some((k, v)) = d.tree.next(dev.as_ref(), at)? {
+            if k >= base + COLLISIONS {
+                break;
+            }
+            let e = Dirent::decode(&v, k, d.tree.unified.addr)?;
+            if e.name == name {
+                return Ok(Some((k, e)));
+            }
+            at = k + 1;
+        }
+        Ok(None)
+    }
+
+    /// Add an entry; the name must not exist.
+    fn add_entry(&mut self, dir: Ino, e: Dirent) -> Result<()> {
+        let dev = self.be.dev.clone();
+        let d = self.dir(dir)?;
+        let base = dirent::key_base(&e.name);
+        let mut key = base;
+        while let Some((k, _)) = d.tree.next(dev.as_ref(), key)? {
+            if k != key {
+                break;
+            }
+            key += 1;
+            if key >= base + COLLISIONS {
+                return err(Errno::ENOSPC);
+            }
+        }
+        d.tree.insert(dev.as_ref(), key, e.encode())?;
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        self.touch(dir);
+        Ok(())
+    }
+
+    fn remove_entry(&mut self, dir: Ino, key: u64) -> Result<()> {
+        let dev = self.be.dev.clone();
+        let d = self.dir(dir)?;
+        d.tree.remove(dev.as_ref(), key)?;
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        self.touch(dir);
+        Ok(())
+    }
+
+    fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
+        let dev = self.be.dev.clone();
+        Ok(self.dir(ino)?.tree.next(dev.as_ref(), 0)?.is_none())
+    }
+
+    pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        let bs = self.be.bs as u32;
+        if name == b"." {
+            return Ok(self.dir(parent)?.attr(bs));
+        }
+        if name == b".." {
+            let up = self.dir(parent)?.attrs.parent;
+            return self.getattr(up);
+        }
+        match self.find(parent, name)? {
+            Some((_, e)) => self.getattr(e.ino),
+            None => err(Errno::ENOENT),
+        }
+    }
+
+    /// Create a node of type `mode & S_IFMT` (not a symlink).
+    pub fn mknod(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+        let kind = FileType::from_mode(mode).ok_or(Error::Posix(Errno::EINVAL))?;
+        if kind == FileType::Symlink {
+            return err(Errno::EINVAL);
+        }
+        let ino = self.new_inode(parent, name, mode, rdev, uid, gid)?;
+        self.getattr(ino)
+    }
+
+    /// Common part of every create: checks, inode, entry, link counts.
+    fn new_inode(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Ino> {
+        self.dir(parent)?;
+        check_name(name)?;
+        if self.find(parent, name)?.is_some() {
+            return err(Errno::EEXIST);
+        }
+        self.begin_change(3)?;
+        let kind = FileType::from_mode(mode).ok_or(Error::Posix(Errno::EINVAL))?;
+        let is_dir = kind == FileType::Directory;
+        let ino = self.alloc_ino(parent)?;
+        let now = Timespec::now();
+        let keep_rdev = matches!(kind, FileType::CharDevice | FileType::BlockDevice);
+        let attrs = InodeAttrs {
+            mode: kind.mode_bits() | (mode & 0o7777),
+            uid,
+            gid,
+            nlink: if is_dir { 2 } else { 1 },
+            rdev: if keep_rdev { rdev } else { 0 },
+            parent: if is_dir { parent } else { 0 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+            btime: now,
+            ..InodeAttrs::default()
+        };
+        let mut inode = crate::cache::Inode::new(ino, attrs);
+        inode.delta = self.be.delta;
+        if is_dir {
+            inode.tree = crate::structures::btree::Tree::new_empty(ino, inode.tree.kind);
+        }
+        self.cache.map.insert(ino, inode);
+        self.touch(ino);
+        self.add_entry(parent, Dirent { ino, kind, name: name.to_vec() })?;
+        if is_dir {
+            self.dir(parent)?.attrs.nlink += 1;
+        }
+        Ok(ino)
+    }
+
+    pub fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        if target.is_empty() || target.contains(&0) {
+            return err(Errno::EINVAL);
+        }
+        if target.len() > SYMLINK_MAX {
+            return err(Errno::ENAMETOOLONG);
+        }
+        let ino = self.new_inode(parent, name, libc::S_IFLNK | 0o777, 0, uid, gid)?;
+        self.write_data(ino, 0, target)?;
+        self.getattr(ino)
+    }
+
+    pub fn readlink(&mut self, ino: Ino) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.kind() != FileType::Symlink {
+            return err(Errno::EINVAL);
+        }
+        let size = i.attrs.size as usize;
+        self.read_data(ino, 0, size)
+    }
+
+    pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        if self.inode(ino)?.is_dir() {
+            return err(Errno::EPERM);
+        }
+        self.dir(newparent)?;
+        check_name(newname)?;
+        if self.find(newparent, newname)?.is_some() {
+            return err(Errno::EEXIST);
+        }
+        if self.inode(ino)?.attrs.nlink >= u32::MAX - 1 {
+            return err(Errno::EMLINK);
+        }
+        self.begin_change(2)?;
+        let kind = self.inode(ino)?.kind();
+        self.add_entry(newparent, Dirent { ino, kind, name: newname.to_vec() })?;
+        let i = self.inode(ino)?;
+        i.attrs.nlink += 1;
+        i.attrs.ctime = Timespec::now();
+        self.touch(ino);
+        self.getattr(ino)
+    }
+
+    pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.dir(parent)?;
+        if name == b"." || name == b".." {
+            return err(Errno::EISDIR);
+        }
+        let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        if e.kind == FileType::Directory {
+            return err(Errno::EISDIR);
+        }
+        self.begin_change(2)?;
+        self.remove_entry(parent, key)?;
+        self.drop_link(e.ino)
+    }
+
+    pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.dir(parent)?;
+        if name == b"." {
+            return err(Errno::EINVAL);
+        }
+        if name == b".." {
+            return err(Errno::ENOTEMPTY);
+        }
+        let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        if e.kind != FileType::Directory {
+            return err(Errno::ENOTDIR);
+        }
+        if !self.is_empty_dir(e.ino)? {
+            return err(Errno::ENOTEMPTY);
+        }
+        self.begin_change(2)?;
+        self.remove_entry(parent, key)?;
+        self.dir(parent)?.attrs.nlink -= 1;
+        self.free_inode(e.ino)
+    }
+
+    /// One name of `ino` is gone: drop its link count, free it at zero.
+    fn drop_link(&mut self, ino: Ino) -> Result<()> {
+        let i = self.inode(ino)?;
+        i.attrs.nlink = i.attrs.nlink.saturating_sub(1);
+        i.attrs.ctime = Timespec::now();
+        if i.attrs.nlink == 0 {
+            return self.free_inode(ino);
+        }
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Free an inode: its tree's blocks, its data, its inode-table record.
+    pub(super) fn free_inode(&mut self, ino: Ino) -> Result<()> {
+        let dev = self.be.dev.clone();
+        self.inode(ino)?;
+        let Some(mut inode) = self.cache.map.remove(&ino) else { return Ok(()) };
+        self.cache.dirty.remove(&ino);
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let is_extents = !inode.is_dir();
+        if is_extents {
+            for e in extent::all(&mut inode.tree, dev.as_ref())? {
+                blocks.push((e.pblock, e.count));
+            }
+        }
+        inode.tree.visit(dev.as_ref(), &mut |addr, _, _, _: &Node| {
+            if addr != 0 {
+                blocks.push((addr, 1));
+            }
+            Ok(())
+        })?;
+        blocks.extend(inode.tree.freed.iter().map(|&b| (b, 1)));
+        for (s, c) in blocks {
+            self.be.alloc.free_range(s, c);
+        }
+        self.dirty_bytes = self.dirty_bytes.saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
+        self.be.records.push(Record::Drop { tree: ino });
+        self.be.itable.remove(dev.as_ref(), ino)?;
+        Ok(())
+    }
+
+    /// Is `ancestor` equal to `ino` or above it in the tree?
+    fn is_ancestor(&mut self, ancestor: Ino, mut ino: Ino) -> Result<bool> {
+        for _ in 0..4096 {
+            if ino == ancestor {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            ino = self.dir(ino)?.attrs.parent;
+        }
+        Err(Error::corrupt(0, format!("directory {ino}: parent chain does not reach the root")))
+    }
+
+    pub fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> Result<()> {
+        if flags.noreplace && flags.exchange {
+            return err(Errno::EINVAL);
+        }
+        self.dir(parent)?;
+        self.dir(newparent)?;
+        if name == b"." || name == b".." || newname == b"." || newname == b".." {
+            return err(Errno::EINVAL);
+        }
+        check_name(newname)?;
+        let (skey, src) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        let target = self.find(newparent, newname)?;
+        let src_dir = src.kind == FileType::Directory;
+        if src_dir && parent != newparent && self.is_ancestor(src.ino, newparent)? {
+            return err(Errno::EINVAL);
+        }
+        if flags.exchange {
+            let (tkey, tgt) = target.ok_or(Error::Posix(Errno::ENOENT))?;
+            let tgt_dir = tgt.kind == FileType::Directory;
+            if tgt_dir && parent != newparent && self.is_ancestor(tgt.ino, parent)? {
+                return err(Errno::EINVAL);
+            }
+            if src.ino == tgt.ino {
+                return Ok(());
+            }
+            self.begin_change(4)?;
+            self.remove_entry(parent, skey)?;
+            self.remove_entry(newparent, tkey)?;
+            self.add_entry(parent, Dirent { ino: tgt.ino, kind: tgt.kind, name: name.to_vec() })?;
+            self.add_entry(newparent, Dirent { ino: src.ino, kind: src.kind, name: newname.to_vec() })?;
+            if parent != newparent {
+                self.reparent(src.ino, parent, newparent)?;
+                self.reparent(tgt.ino, newparent, parent)?;
+            }
+            self.changed(src.ino)?;
+            return self.changed(tgt.ino);
+        }
+        if let Some((_, t)) = &target {
+            if t.ino == src.ino {
+                return Ok(());
+            }
+            if flags.noreplace {
+                return err(Errno::EEXIST);
+            }
+            let tgt_dir = t.kind == FileType::Directory;
+            if src_dir && !tgt_dir {
+                return err(Errno::ENOTDIR);
+            }
+            if !src_dir && tgt_dir {
+                return err(Errno::EISDIR);
+            }
+            if tgt_dir && !self.is_empty_dir(t.ino)? {
+                return err(Errno::ENOTEMPTY);
+            }
+        }
+        self.begin_change(4)?;
+        if let Some((tkey, t)) = target {
+            self.remove_entry(newparent, tkey)?;
+            if t.kind == FileType::Directory {
+                self.dir(newparent)?.attrs.nlink -= 1;
+                self.free_inode(t.ino)?;
+            } else {
+                self.drop_link(t.ino)?;
+            }
+        }
+        self.remove_entry(parent, skey)?;
+        self.add_entry(newparent, Dirent { ino: src.ino, kind: src.kind, name: newname.to_vec() })?;
+        if parent != newparent {
+            self.reparent(src.ino, parent, newparent)?;
+        }
+        self.changed(src.ino)
+    }
+
+    /// A directory moved from `from` to `to`: fix its parent and link counts.
+    fn reparent(&mut self, ino: Ino, from: Ino, to: Ino) -> Result<()> {
+        if !self.inode(ino)?.is_dir() {
+            return Ok(());
+        }
+        self.dir(ino)?.attrs.parent = to;
+        self.touch(ino);
+        self.dir(from)?.attrs.nlink -= 1;
+        self.dir(to)?.attrs.nlink += 1;
+        Ok(())
+    }
+
+    /// ctime update of a renamed inode.
+    fn changed(&mut self, ino: Ino) -> Result<()> {
+        self.inode(ino)?.attrs.ctime = Timespec::now();
+        self.touch(ino);
+        Ok(())
+    }
+
+    pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let dev = self.be.dev.clone();
+        let d = self.dir(ino)?;
+        let leaf = d.tree.unified.addr;
+        let mut out = Vec::new();
+        for (k, v) in d.tree.range(dev.as_ref(), pos, u64::MAX, max)? {
+            let e = Dirent::decode(&v, k, leaf)?;
+            out.push(DirEntry { ino: e.ino, kind: e.kind, name: e.name, next: k + 1 });
+        }
+        Ok(out)
+    }
+}
