@@ -185,7 +185,12 @@ impl Volume {
                 _ => return err(Errno::EINVAL),
             }
         }
-        self.begin_change(3)?;
+        let old_size = self.inode(ino)?.attrs.size;
+        if set.size.is_some_and(|s| s < old_size) {
+            self.begin_release(3)?;
+        } else {
+            self.begin_change(3)?;
+        }
         let now = Timespec::now();
         if let Some(size) = set.size {
             self.truncate(ino, size)?;

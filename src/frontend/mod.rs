@@ -135,6 +135,18 @@ impl Volume {
     /// Refuse changes on a read-only or failed volume; reserve `blocks` of
     /// space for the change (committing first if pinned frees could help).
     fn begin_change(&mut self, blocks: u64) -> Result<()> {
+        self.reserve(blocks, false)
+    }
+
+    /// Like `begin_change`, for changes that free space (unlink, rmdir,
+    /// truncate): they may use half of the metadata slack, so a full volume
+    /// can always be emptied.
+    fn begin_release(&mut self, blocks: u64) -> Result<()> {
+        self.reserve(blocks, true)
+    }
+
+    fn reserve(&mut self, blocks: u64, releases: bool) -> Result<()> {
+        let blocks = if releases { blocks.saturating_sub(self.slack() / 2) } else { blocks };
         if self.be.read_only {
             return err(Errno::EROFS);
         }
@@ -154,8 +166,12 @@ impl Volume {
     /// Blocks still free for new changes after every promise and the
     /// metadata a commit and a unify may need.
     fn spare(&self) -> u64 {
-        let slack = 24 + 2 * self.be.sb.bitmap_blocks + self.be.log.since_unify.len() as u64 / 8;
-        self.be.alloc.available().saturating_sub(self.reserved + slack)
+        self.be.alloc.available().saturating_sub(self.reserved + self.slack())
+    }
+
+    /// Blocks kept back for the metadata of commits and unify.
+    fn slack(&self) -> u64 {
+        24 + 2 * self.be.sb.bitmap_blocks + self.be.log.since_unify.len() as u64 / 8
     }
 
     /// Whether the current delta holds any change.

@@ -201,7 +201,7 @@ impl Volume {
         if e.kind == FileType::Directory {
             return err(Errno::EISDIR);
         }
-        self.begin_change(2)?;
+        self.begin_release(2)?;
         self.remove_entry(parent, key)?;
         self.drop_link(e.ino)
     }
@@ -221,7 +221,7 @@ impl Volume {
         if !self.is_empty_dir(e.ino)? {
             return err(Errno::ENOTEMPTY);
         }
-        self.begin_change(2)?;
+        self.begin_release(2)?;
         self.remove_entry(parent, key)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.free_inode(e.ino)

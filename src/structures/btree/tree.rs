@@ -151,7 +151,9 @@ impl Tree {
     /// Insert or replace `key`. `value` must be at most [`Tree::max_value`].
     pub fn insert(&mut self, dev: &dyn Device, key: u64, value: Vec<u8>) -> Result<()> {
         let bs = dev.block_size() as usize;
-        assert!(value.len() <= Tree::max_value(bs), "btree value of {} bytes", value.len());
+        if value.len() > Tree::max_value(bs) {
+            return Err(Error::Posix(crate::error::Errno::ENOSPC));
+        }
         if self.root.is_none() {
             self.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
                 addr: 0,
@@ -166,7 +168,7 @@ impl Tree {
             return Ok(());
         };
         let splits = insert_rec(load(slot, &cx, depth)?, &cx, bs, key, value)?;
-        self.grow(splits, bs);
+        self.grow(splits, bs, true);
         Ok(())
     }
 
@@ -186,8 +188,9 @@ impl Tree {
         Ok(v)
     }
 
-    /// New root levels for pieces split off the root.
-    fn grow(&mut self, mut splits: Splits, bs: usize) {
+    /// New root levels for pieces split off the root. `leaves_dirty`: the
+    /// split came from a leaf change (not from replay).
+    fn grow(&mut self, mut splits: Splits, bs: usize, leaves_dirty: bool) {
         while !splits.is_empty() {
             let Some(old) = self.root.take() else { return };
             let level = self.depth + 1;
@@ -202,7 +205,7 @@ impl Tree {
                 addr: 0,
                 level,
                 dirty: true,
-                leaves_dirty: true,
+                leaves_dirty,
                 children,
             };
             splits = split_branch(&mut b, bs);
@@ -220,7 +223,7 @@ impl Tree {
             match &self.root {
                 Some(_) if sep != 0 => {
                     let splits = vec![(sep, Node::Leaf(disk_leaf_placeholder()))];
-                    self.grow(splits, bs);
+                    self.grow(splits, bs, false);
                     // Replace the placeholder with the on-disk address.
                     return self.map_leaf(dev, sep, addr);
                 }
@@ -235,7 +238,7 @@ impl Tree {
             return Ok(());
         };
         let (splits, _) = map_rec(load(slot, &cx, depth)?, &cx, bs, sep, addr)?;
-        self.grow(splits, bs);
+        self.grow(splits, bs, false);
         Ok(())
     }
 
@@ -515,7 +518,7 @@ fn split_branch(b: &mut Branch, bs: usize) -> Splits {
                 addr: 0,
                 level: b.level,
                 dirty: true,
-                leaves_dirty: true,
+                leaves_dirty: b.leaves_dirty,
                 children: rest,
             }),
         ));
