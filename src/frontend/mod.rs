@@ -40,6 +40,8 @@ pub struct Volume {
     reserved: u64,
     /// Where the last inode allocated near each directory went.
     ino_cursor: HashMap<Ino, Ino>,
+    /// Highest inode number given out since open.
+    max_ino: Ino,
     /// A commit failed: refuse further changes rather than risk the image.
     failed: bool,
 }
@@ -55,6 +57,7 @@ impl Volume {
             dirty_bytes: 0,
             reserved: 0,
             ino_cursor: HashMap::new(),
+            max_ino: 0,
             failed: false,
         };
         // File trees changed since the unify: rebuild their branches in cache.
@@ -251,26 +254,34 @@ impl Volume {
         Tree::max_value(self.be.bs) - FIXED_ATTRS_MAX
     }
 
-    /// A free inode number near `parent`.
+    /// A free inode number near `parent`: the next few numbers after the
+    /// last one given out near it; if those are taken (a dense region), the
+    /// first number past the end of the inode table.
     fn alloc_ino(&mut self, parent: Ino) -> Result<Ino> {
         let dev = self.be.dev.clone();
-        let mut c = self.ino_cursor.get(&parent).copied().unwrap_or(parent.max(FIRST_INO - 1)) + 1;
-        loop {
-            if c >= (1 << 48) {
-                c = FIRST_INO;
-            }
-            if c < FIRST_INO {
-                c = FIRST_INO;
-            }
-            if self.cache.map.contains_key(&c) {
-                c += 1;
-                continue;
-            }
-            match self.be.itable.next(dev.as_ref(), c)? {
-                Some((k, _)) if k == c => c += 1,
-                _ => break,
+        let start = self.ino_cursor.get(&parent).copied().unwrap_or(parent).max(FIRST_INO - 1) + 1;
+        let mut found = None;
+        for c in start..start + 8 {
+            if !self.cache.map.contains_key(&c) && self.be.itable.get(dev.as_ref(), c)?.is_none() {
+                found = Some(c);
+                break;
             }
         }
+        let c = match found {
+            Some(c) => c,
+            None => {
+                let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
+                let mut c = last.max(self.max_ino).max(FIRST_INO - 1) + 1;
+                while self.cache.map.contains_key(&c) {
+                    c += 1;
+                }
+                c
+            }
+        };
+        if c >= 1 << 48 {
+            return err(Errno::ENOSPC);
+        }
+        self.max_ino = self.max_ino.max(c);
         self.ino_cursor.insert(parent, c);
         Ok(c)
     }
