@@ -77,7 +77,7 @@ impl Volume {
     pub fn read(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         match self.inode(ino)?.kind() {
             FileType::Directory => return err(Errno::EISDIR),
-            FileType::Regular | FileType::Symlink => {}
+            FileType::Regular => {}
             _ => return err(Errno::EINVAL),
         }
         self.read_data(ino, offset, size)

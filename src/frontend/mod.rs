@@ -10,6 +10,7 @@
 
 mod file;
 mod namespace;
+mod repair;
 mod xattr;
 
 use crate::api::types::*;

@@ -13,11 +13,11 @@ use crate::structures::inode::InodeAttrs;
 
 /// Check a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-        return err(Errno::EINVAL);
-    }
     if name.len() > NAME_MAX {
         return err(Errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+        return err(Errno::EINVAL);
     }
     Ok(())
 }
@@ -25,11 +25,11 @@ fn check_name(name: &[u8]) -> Result<()> {
 impl Volume {
     /// Find `name` in directory `dir`: (position key, entry).
     pub(super) fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
+        let dev = self.be.dev.clone();
+        let d = self.dir(dir)?;
         if name.len() > NAME_MAX {
             return err(Errno::ENAMETOOLONG);
         }
-        let dev = self.be.dev.clone();
-        let d = self.dir(dir)?;
         let base = dirent::key_base(name);
         let mut at = base;
         while let Some((k, v)) = d.tree.next(dev.as_ref(), at)? {
@@ -85,14 +85,6 @@ impl Volume {
     }
 
     pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> {
-        let bs = self.be.bs as u32;
-        if name == b"." {
-            return Ok(self.dir(parent)?.attr(bs));
-        }
-        if name == b".." {
-            let up = self.dir(parent)?.attrs.parent;
-            return self.getattr(up);
-        }
         match self.find(parent, name)? {
             Some((_, e)) => self.getattr(e.ino),
             None => err(Errno::ENOENT),
@@ -150,7 +142,10 @@ impl Volume {
     }
 
     pub fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
-        if target.is_empty() || target.contains(&0) {
+        if target.is_empty() {
+            return err(Errno::ENOENT);
+        }
+        if target.contains(&0) {
             return err(Errno::EINVAL);
         }
         if target.len() > SYMLINK_MAX {
@@ -171,13 +166,14 @@ impl Volume {
     }
 
     pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
-        if self.inode(ino)?.is_dir() {
-            return err(Errno::EPERM);
-        }
+        self.inode(ino)?;
         self.dir(newparent)?;
         check_name(newname)?;
         if self.find(newparent, newname)?.is_some() {
             return err(Errno::EEXIST);
+        }
+        if self.inode(ino)?.is_dir() {
+            return err(Errno::EPERM);
         }
         if self.inode(ino)?.attrs.nlink >= u32::MAX - 1 {
             return err(Errno::EMLINK);
@@ -194,9 +190,6 @@ impl Volume {
 
     pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
         self.dir(parent)?;
-        if name == b"." || name == b".." {
-            return err(Errno::EISDIR);
-        }
         let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         if e.kind == FileType::Directory {
             return err(Errno::EISDIR);
@@ -208,12 +201,6 @@ impl Volume {
 
     pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
         self.dir(parent)?;
-        if name == b"." {
-            return err(Errno::EINVAL);
-        }
-        if name == b".." {
-            return err(Errno::ENOTEMPTY);
-        }
         let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         if e.kind != FileType::Directory {
             return err(Errno::ENOTDIR);
@@ -258,7 +245,7 @@ impl Volume {
             }
             Ok(())
         })?;
-        blocks.extend(inode.tree.freed.iter().map(|&b| (b, 1)));
+        blocks.extend(inode.tree.freed.iter().chain(inode.tree.retired.iter()).map(|&b| (b, 1)));
         for (s, c) in blocks {
             self.be.alloc.free_range(s, c);
         }
@@ -287,23 +274,33 @@ impl Volume {
             return err(Errno::EINVAL);
         }
         self.dir(parent)?;
-        self.dir(newparent)?;
-        if name == b"." || name == b".." || newname == b"." || newname == b".." {
-            return err(Errno::EINVAL);
+        if name.len() > NAME_MAX {
+            return err(Errno::ENAMETOOLONG);
         }
+        self.dir(newparent)?;
         check_name(newname)?;
+        // The order of checks follows Linux's renameat2.
         let (skey, src) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         let target = self.find(newparent, newname)?;
-        let src_dir = src.kind == FileType::Directory;
-        if src_dir && parent != newparent && self.is_ancestor(src.ino, newparent)? {
-            return err(Errno::EINVAL);
+        if flags.noreplace && target.is_some() {
+            return err(Errno::EEXIST);
         }
-        if flags.exchange {
-            let (tkey, tgt) = target.ok_or(Error::Posix(Errno::ENOENT))?;
-            let tgt_dir = tgt.kind == FileType::Directory;
-            if tgt_dir && parent != newparent && self.is_ancestor(tgt.ino, parent)? {
+        if flags.exchange && target.is_none() {
+            return err(Errno::ENOENT);
+        }
+        if parent != newparent {
+            if src.kind == FileType::Directory && self.is_ancestor(src.ino, newparent)? {
                 return err(Errno::EINVAL);
             }
+            if let Some((_, t)) = &target {
+                if t.kind == FileType::Directory && self.is_ancestor(t.ino, parent)? {
+                    return err(if flags.exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                }
+            }
+        }
+        let src_dir = src.kind == FileType::Directory;
+        if flags.exchange {
+            let Some((tkey, tgt)) = target else { return err(Errno::ENOENT) };
             if src.ino == tgt.ino {
                 return Ok(());
             }
@@ -322,9 +319,6 @@ impl Volume {
         if let Some((_, t)) = &target {
             if t.ino == src.ino {
                 return Ok(());
-            }
-            if flags.noreplace {
-                return err(Errno::EEXIST);
             }
             let tgt_dir = t.kind == FileType::Directory;
             if src_dir && !tgt_dir {

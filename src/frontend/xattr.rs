@@ -8,10 +8,7 @@ use crate::error::{err, Errno, Result};
 use crate::structures::inode::xattr_cost;
 
 fn check_xattr_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() {
-        return err(Errno::EINVAL);
-    }
-    if name.len() > NAME_MAX {
+    if name.is_empty() || name.len() > NAME_MAX {
         return err(Errno::ERANGE);
     }
     Ok(())

@@ -37,6 +37,9 @@ pub struct Tree {
     pub unmaps: Vec<u64>,
     /// Blocks no longer referenced once the current delta is durable.
     pub freed: Vec<u64>,
+    /// Branch addresses of the unified image no longer in the tree; freed
+    /// by the next unify (which stops referencing them).
+    pub retired: Vec<u64>,
 }
 
 /// Read-only context for loading nodes.
@@ -61,6 +64,7 @@ impl Tree {
             unified: root,
             unmaps: Vec::new(),
             freed: Vec::new(),
+            retired: Vec::new(),
         }
     }
 
@@ -252,7 +256,14 @@ impl Tree {
         let Some(slot) = self.root.as_mut() else {
             return Ok(());
         };
-        unmap_rec(load(slot, &cx, depth)?, &cx, sep)?;
+        if let Unmapped::Empty = unmap_rec(load(slot, &cx, depth)?, &cx, sep, &mut self.retired)? {
+            if let Some(old) = self.root.take() {
+                if old.addr() != 0 {
+                    self.retired.push(old.addr());
+                }
+            }
+            self.depth = 0;
+        }
         Ok(())
     }
 
@@ -292,6 +303,7 @@ impl Tree {
         out: &mut Vec<(u64, Vec<u8>)>,
         freed: &mut Vec<u64>,
     ) -> Result<Root> {
+        freed.append(&mut self.retired);
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
             if let Node::Branch(b) = n.as_mut() {
                 write_branches(b, bs, self.id, self.kind, alloc, out, freed)?;
@@ -320,6 +332,7 @@ impl Tree {
         }
         let root_moved = self.root.as_ref().map_or(0, |s| s.addr()) != self.unified.addr;
         root_moved
+            || !self.retired.is_empty()
             || match &self.root {
                 Some(Slot::Mem(n)) => rec(n),
                 _ => false,
@@ -611,32 +624,57 @@ fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<
     Ok((split_branch(b, bs), up))
 }
 
-/// Replay removal of the leaf with separator `sep`; returns a risen first sep.
-fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64) -> Result<Option<u64>> {
+/// What replay removal did to a node.
+enum Unmapped {
+    /// Nothing to report upward.
+    Same,
+    /// The node's first sep rose to this value (T1).
+    FirstSep(u64),
+    /// The node lost its last child and must leave its parent.
+    Empty,
+}
+
+/// Replay removal of the leaf with separator `sep`. A branch left without
+/// children leaves its parent too (its on-disk address goes to `retired`,
+/// freed at the next unify): replay may group leaves differently from the
+/// tree that logged the change, so a leaf that had siblings there may be
+/// alone here.
+fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Result<Unmapped> {
     let Node::Branch(b) = node else {
-        return Ok(None);
+        return Ok(Unmapped::Same);
     };
     let i = b.child_index(sep);
-    if b.level == 1 {
-        if b.children.len() > 1 && b.children[i].sep == sep {
-            b.children.remove(i);
-            b.dirty = true;
-            if i == 0 {
-                return Ok(Some(b.children[0].sep));
+    let result = if b.level == 1 {
+        if b.children[i].sep != sep {
+            return Ok(Unmapped::Same);
+        }
+        b.children.remove(i);
+        Unmapped::Same
+    } else {
+        let level = b.level - 1;
+        match unmap_rec(load(&mut b.children[i].slot, cx, level)?, cx, sep, retired)? {
+            Unmapped::Same => return Ok(Unmapped::Same),
+            Unmapped::FirstSep(s) => {
+                b.children[i].sep = s;
+                Unmapped::Same
+            }
+            Unmapped::Empty => {
+                let gone = b.children.remove(i);
+                if gone.slot.addr() != 0 {
+                    retired.push(gone.slot.addr());
+                }
+                Unmapped::Same
             }
         }
-        return Ok(None);
+    };
+    b.dirty = true;
+    if b.children.is_empty() {
+        return Ok(Unmapped::Empty);
     }
-    let level = b.level - 1;
-    let first = unmap_rec(load(&mut b.children[i].slot, cx, level)?, cx, sep)?;
-    if let Some(s) = first {
-        b.children[i].sep = s;
-        b.dirty = true;
-        if i == 0 {
-            return Ok(Some(s));
-        }
+    if i == 0 {
+        return Ok(Unmapped::FirstSep(b.children[0].sep));
     }
-    Ok(None)
+    Ok(result)
 }
 
 struct LeafWriter<'a> {
