@@ -59,7 +59,7 @@ impl Backend {
                     j += 1;
                 }
                 while i < j {
-                    let goal = if inode.goal != 0 { inode.goal } else { self.goal_for(*ino) };
+                    let goal = if inode.goal != 0 { inode.goal } else { self.data_cursor };
                     let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
                     let lblock = pages[i].0;
                     let mut buf = Vec::with_capacity(n as usize * self.bs);
@@ -74,17 +74,12 @@ impl Backend {
                     }
                     inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
                     inode.goal = start + n;
+                    self.data_cursor = start + n;
                     i += n as usize;
                 }
             }
         }
         Ok(())
-    }
-
-    /// Default goal for a file with no data yet: spread inodes over the volume.
-    fn goal_for(&self, ino: u64) -> u64 {
-        let n = self.sb.block_count;
-        2 + (ino.wrapping_mul(0x9E37_79B9) % (n.saturating_sub(2).max(1))) / 64 * 64
     }
 
     /// Step 2: write dirty leaves of file trees (and, when unifying, their

@@ -64,6 +64,9 @@ pub struct Backend {
     pub records: Vec<Record>,
     pub stats: Stats,
     pub read_only: bool,
+    /// Where the last new file's data went: the goal for the next new file,
+    /// so files written together lie together.
+    pub data_cursor: u64,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -182,6 +185,7 @@ impl Backend {
                 records: Vec::new(),
                 stats,
                 read_only,
+                data_cursor: 2,
             },
             trees,
         ))
