@@ -225,7 +225,7 @@ impl Allocator {
 
     /// Take this delta's changes as coalesced (allocs, frees) for the log;
     /// the frees stay pinned until [`Allocator::unpin_committed`].
-    pub fn take_delta(&mut self) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    pub fn take_delta(&mut self) -> DeltaChanges {
         let allocs = coalesce(std::mem::take(&mut self.delta_allocs));
         let frees = coalesce(std::mem::take(&mut self.delta_frees));
         self.committing_frees.extend_from_slice(&frees);
@@ -251,6 +251,9 @@ impl Allocator {
         b / self.bits_per_block
     }
 }
+
+/// Block ranges (start, count) a delta allocated and freed.
+pub type DeltaChanges = (Vec<(u64, u64)>, Vec<(u64, u64)>);
 
 /// Sort and merge adjacent ranges.
 pub fn coalesce(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {

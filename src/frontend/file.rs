@@ -150,7 +150,7 @@ impl Volume {
         let old = self.inode(ino)?.attrs.size;
         if size < old {
             let keep = size.div_ceil(bs);
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 // Zero the tail of the last kept block (F1).
                 let lblock = size / bs;
                 let mut b = self.block(ino, lblock)?;

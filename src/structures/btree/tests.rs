@@ -57,7 +57,9 @@ proptest! {
         let mut model = BTreeMap::new();
         let mut committed = BTreeMap::new();
         let mut base = t.unified;
-        let mut log: Vec<(Vec<u64>, Vec<(u64, u64)>)> = Vec::new();
+        // Per commit: the unmapped seps, then the (sep, address) maps.
+        type Logged = (Vec<u64>, Vec<(u64, u64)>);
+        let mut log: Vec<Logged> = Vec::new();
         for op in ops {
             match op {
                 Op::Insert(k, n) => {
