@@ -1,1 +1,5 @@
-fn main() {}
+//! The `tux3` command: everything lives in the library's `cli` module.
+
+fn main() -> std::process::ExitCode {
+    tux3::cli::main()
+}
