@@ -64,7 +64,9 @@ impl fmt::Debug for Errno {
 
 impl fmt::Display for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let msg = std::io::Error::from_raw_os_error(self.0);
+        let msg = std::io::Error::from_raw_os_error(self.0).to_string();
+        // io::Error appends " (os error N)"; the name already says which.
+        let msg = msg.split(" (os error").next().unwrap_or("");
         write!(f, "{} ({})", self.name(), msg)
     }
 }
