@@ -220,7 +220,10 @@ impl Allocator {
                 self.free += 1;
             }
         }
-        self.delta_frees.push((start, count));
+        // Log only what lies inside the volume: replay rejects anything else.
+        if start < end {
+            self.delta_frees.push((start, end - start));
+        }
     }
 
     /// Take this delta's changes as coalesced (allocs, frees) for the log;

@@ -59,7 +59,10 @@ impl Inode {
             gid: a.gid,
             rdev: a.rdev,
             size: a.size,
-            blocks: (a.blocks + self.pages.len() as u64) * (blksize as u64 / 512),
+            blocks: a
+                .blocks
+                .saturating_add(self.pages.len() as u64)
+                .saturating_mul(blksize as u64 / 512),
             atime: a.atime,
             mtime: a.mtime,
             ctime: a.ctime,

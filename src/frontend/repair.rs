@@ -48,7 +48,10 @@ impl Volume {
     pub(crate) fn repair_mark_used(&mut self, start: u64, count: u64) -> Result<()> {
         self.repair_begin()?;
         if !self.be.alloc.apply_alloc(start, count) {
-            return Err(Error::corrupt(start, format!("{count} blocks outside the volume")));
+            return Err(Error::corrupt(
+                start,
+                format!("{count} blocks outside the volume"),
+            ));
         }
         self.be.alloc.delta_allocs.push((start, count));
         Ok(())
