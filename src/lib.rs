@@ -17,9 +17,9 @@
 //! on-disk format.
 
 pub mod api;
-pub mod cli;
 pub mod backend;
 pub mod cache;
+pub mod cli;
 pub mod device;
 pub mod error;
 pub mod frontend;

@@ -79,10 +79,7 @@ fn dates_in_utc_and_with_offsets() {
     assert_eq!(format_time(t(951_782_400), 0), "2000-02-29 00:00");
     assert_eq!(format_time(t(1_700_000_000), 0), "2023-11-14 22:13");
     assert_eq!(format_time(t(1_700_000_000), 3600), "2023-11-14 23:13");
-    assert_eq!(
-        format_time(t(1_700_000_000), -23 * 3600),
-        "2023-11-13 23:13"
-    );
+    assert_eq!(format_time(t(1_700_000_000), -23 * 3600), "2023-11-13 23:13");
     assert_eq!(format_time(t(-1), 0), "1969-12-31 23:59");
     assert_eq!(format_time(t(4_102_444_800), 0), "2100-01-01 00:00");
 }
@@ -111,12 +108,7 @@ proptest! {
 
 #[test]
 fn path_components() {
-    let v = |p: &[u8]| {
-        split_path(p)
-            .into_iter()
-            .map(|c| c.to_vec())
-            .collect::<Vec<_>>()
-    };
+    let v = |p: &[u8]| split_path(p).into_iter().map(|c| c.to_vec()).collect::<Vec<_>>();
     assert!(v(b"/").is_empty());
     assert!(v(b"").is_empty());
     assert!(v(b"/./.").is_empty());
@@ -124,34 +116,20 @@ fn path_components() {
         v(b"/a//b/./c/"),
         vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
     );
-    assert_eq!(
-        v(b"a/../b"),
-        vec![b"a".to_vec(), b"..".to_vec(), b"b".to_vec()]
-    );
+    assert_eq!(v(b"a/../b"), vec![b"a".to_vec(), b"..".to_vec(), b"b".to_vec()]);
 }
 
 #[test]
 fn command_lines_parse() {
-    let cli = Cli::try_parse_from([
-        "tux3",
-        "mkfs",
-        "--size",
-        "4G",
-        "--from",
-        "/usr/include",
-        "img",
-    ])
-    .expect("mkfs");
+    let cli =
+        Cli::try_parse_from(["tux3", "mkfs", "--size", "4G", "--from", "/usr/include", "img"]).expect("mkfs");
     assert_eq!(cli.command.name(), "mkfs");
     let Command::Mkfs(a) = cli.command else {
         panic!("not mkfs")
     };
     assert_eq!(a.size, Some(4 << 30));
     assert_eq!(a.block_size, 4096);
-    assert_eq!(
-        a.from.as_deref(),
-        Some(std::path::Path::new("/usr/include"))
-    );
+    assert_eq!(a.from.as_deref(), Some(std::path::Path::new("/usr/include")));
 
     let cli = Cli::try_parse_from(["tux3", "mkfs", "-b", "1024", "img"]).expect("mkfs -b");
     let Command::Mkfs(a) = cli.command else {
@@ -170,8 +148,7 @@ fn command_lines_parse() {
     assert!(a.long && a.recursive && !a.paths);
     assert_eq!(a.path, "/");
 
-    let cli =
-        Cli::try_parse_from(["tux3", "ls", "-R", "--paths", "img", "/usr"]).expect("ls --paths");
+    let cli = Cli::try_parse_from(["tux3", "ls", "-R", "--paths", "img", "/usr"]).expect("ls --paths");
     let Command::Ls(a) = cli.command else {
         panic!("not ls")
     };

@@ -127,9 +127,7 @@ fn sample_tree(root: &Path) {
     fs::create_dir(root.join("empty")).expect("mkdir");
     fs::write(root.join("small.txt"), b"hello, tux3\n").expect("write");
     fs::write(root.join("empty.txt"), b"").expect("write");
-    let big: Vec<u8> = (0..3_000_000u32)
-        .map(|i| (i * 7 + i / 4096) as u8)
-        .collect();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
     fs::write(root.join("dir/big.bin"), &big).expect("write");
     let sparse = fs::File::create(root.join("dir/sparse")).expect("create");
     sparse.set_len(5 << 20).expect("set_len");
@@ -267,10 +265,7 @@ fn mkfs_from_a_tree_round_trips() {
     assert_eq!(small.ctime, ts(host.ctime(), host.ctime_nsec()));
     assert_eq!(small.nlink, 2);
     if has_xattr {
-        assert_eq!(
-            vol.getxattr(small.ino, b"user.color").expect("xattr"),
-            b"blue"
-        );
+        assert_eq!(vol.getxattr(small.ino, b"user.color").expect("xattr"), b"blue");
     }
 }
 
@@ -280,15 +275,7 @@ fn set_xattr(path: &Path, name: &str, value: &[u8]) -> bool {
     let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
     let n = std::ffi::CString::new(name).expect("name");
     // SAFETY: valid C strings and a buffer of `value.len()` bytes.
-    unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        ) == 0
-    }
+    unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) == 0 }
 }
 
 #[test]

@@ -11,7 +11,14 @@ fn enospc_then_delete_gives_space_back() {
     let mem = Arc::new(MemDevice::new(4096, 2048)); // 8 MiB
     let dev: Arc<dyn Device> = mem.clone();
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let fs = Fs::open(dev.clone(), OpenOptions { dirty_limit: 1 << 20, ..OpenOptions::default() }).unwrap();
+    let fs = Fs::open(
+        dev.clone(),
+        OpenOptions {
+            dirty_limit: 1 << 20,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
     let keep = fs.create(ROOT_INO, b"keep", 0o644, 0, 0).unwrap();
     let precious: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 256) as u8).collect();
     fs.write(keep.ino, 0, &precious).unwrap();

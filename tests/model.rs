@@ -304,12 +304,7 @@ fn model_large_directory() {
         }
     }
     for (n, &count) in &seen {
-        assert_eq!(
-            count,
-            1,
-            "readdir returned {:?} {count} times",
-            N(n.clone())
-        );
+        assert_eq!(count, 1, "readdir returned {:?} {count} times", N(n.clone()));
         assert!(
             initial.contains(n) || added.contains(n),
             "readdir returned unknown {:?}",

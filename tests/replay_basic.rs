@@ -30,7 +30,9 @@ fn write_sync_reopen_unify_crash() {
     fs.sync().unwrap();
     drop(fs); // crash after sync: everything is there
     let fs = open(&dev);
-    let f2 = fs.lookup(fs.lookup(ROOT_INO, b"dir").unwrap().ino, b"file").unwrap();
+    let f2 = fs
+        .lookup(fs.lookup(ROOT_INO, b"dir").unwrap().ino, b"file")
+        .unwrap();
     assert_eq!(f2.ino, f.ino);
     assert_eq!(f2.size, (5 << 30) + 8);
     assert_eq!(fs.read(f.ino, 0, 100_000).unwrap(), data);
@@ -40,12 +42,14 @@ fn write_sync_reopen_unify_crash() {
     assert_eq!(fs.readlink(l.ino).unwrap(), b"dir/file");
     // Unify, then change more and crash without sync: the change is lost.
     fs.unify().unwrap();
-    fs.rename(d.ino, b"file", ROOT_INO, b"moved", RenameFlags::default()).unwrap();
+    fs.rename(d.ino, b"file", ROOT_INO, b"moved", RenameFlags::default())
+        .unwrap();
     drop(fs);
     let fs = open(&dev);
     assert_eq!(fs.lookup(ROOT_INO, b"moved").unwrap_err().errno(), Errno::ENOENT);
     assert_eq!(fs.read(f.ino, 0, 100_000).unwrap(), data);
-    fs.rename(d.ino, b"file", ROOT_INO, b"moved", RenameFlags::default()).unwrap();
+    fs.rename(d.ino, b"file", ROOT_INO, b"moved", RenameFlags::default())
+        .unwrap();
     fs.close().unwrap();
     let fs = open(&dev);
     assert_eq!(fs.lookup(ROOT_INO, b"moved").unwrap().ino, f.ino);
@@ -60,7 +64,10 @@ fn write_sync_reopen_unify_crash() {
 #[test]
 fn many_files_across_unifies() {
     let (_mem, dev) = fresh(16384);
-    let opts = OpenOptions { unify_log_blocks: 4, ..OpenOptions::default() };
+    let opts = OpenOptions {
+        unify_log_blocks: 4,
+        ..OpenOptions::default()
+    };
     let fs = Fs::open(dev.clone(), opts.clone()).unwrap();
     for round in 0..20u32 {
         for i in 0..200u32 {

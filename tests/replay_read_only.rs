@@ -26,7 +26,10 @@ fn open_close_unchanged(mem: &Arc<MemDevice>) {
         fs.getattr(last.ino).unwrap();
         pos = last.next;
     }
-    assert!(fs.stats().replayed_deltas > 0, "the log must hold deltas to replay");
+    assert!(
+        fs.stats().replayed_deltas > 0,
+        "the log must hold deltas to replay"
+    );
     fs.close().unwrap();
     let c1 = dev.counters();
     assert_eq!(c1.blocks_written, c0.blocks_written, "open/close wrote blocks");
@@ -41,7 +44,9 @@ fn replay_never_writes() {
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     for i in 0..50u32 {
-        let a = fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        let a = fs
+            .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0)
+            .unwrap();
         fs.write(a.ino, 0, &vec![i as u8; 5000]).unwrap();
         if i % 10 == 0 {
             fs.sync().unwrap();

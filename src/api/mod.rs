@@ -102,7 +102,14 @@ impl Fs {
     }
 
     /// Rename `parent/name` to `newparent/newname` (`renameat2` semantics).
-    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> Result<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         self.volume.lock().rename(parent, name, newparent, newname, flags)
     }
 

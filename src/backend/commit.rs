@@ -49,7 +49,9 @@ impl Backend {
     fn write_data(&mut self, cache: &mut InodeCache, writes: &mut Writes) -> Result<()> {
         let dev = self.dev.clone();
         for ino in cache.dirty.iter() {
-            let Some(inode) = cache.map.get_mut(ino) else { continue };
+            let Some(inode) = cache.map.get_mut(ino) else {
+                continue;
+            };
             let pages = inode.pages.take();
             let mut i = 0;
             while i < pages.len() {
@@ -59,7 +61,11 @@ impl Backend {
                     j += 1;
                 }
                 while i < j {
-                    let goal = if inode.goal != 0 { inode.goal } else { self.data_cursor };
+                    let goal = if inode.goal != 0 {
+                        inode.goal
+                    } else {
+                        self.data_cursor
+                    };
                     let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
                     let lblock = pages[i].0;
                     let mut buf = Vec::with_capacity(n as usize * self.bs);
@@ -84,7 +90,13 @@ impl Backend {
 
     /// Step 2: write dirty leaves of file trees (and, when unifying, their
     /// changed branches, updating each inode's unified root).
-    fn flush_files(&mut self, cache: &mut InodeCache, unify: bool, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
+    fn flush_files(
+        &mut self,
+        cache: &mut InodeCache,
+        unify: bool,
+        writes: &mut Writes,
+        records: &mut Vec<Record>,
+    ) -> Result<()> {
         let bs = self.bs;
         let inos: Vec<u64> = if unify {
             let mut v: Vec<u64> = cache
@@ -99,7 +111,9 @@ impl Backend {
             cache.dirty.iter().copied().collect()
         };
         for ino in inos {
-            let Some(inode) = cache.map.get_mut(&ino) else { continue };
+            let Some(inode) = cache.map.get_mut(&ino) else {
+                continue;
+            };
             let tree = &mut inode.tree;
             for sep in tree.unmaps.drain(..) {
                 records.push(Record::LeafUnmap { tree: ino, sep });
@@ -108,7 +122,16 @@ impl Backend {
             let alloc = &mut self.alloc;
             let goal = inode.goal;
             let mut next_goal = goal;
-            tree.flush_leaves(bs, &mut || { let b = alloc.alloc_one(next_goal)?; next_goal = b + 1; Ok(b) }, writes, &mut maps)?;
+            tree.flush_leaves(
+                bs,
+                &mut || {
+                    let b = alloc.alloc_one(next_goal)?;
+                    next_goal = b + 1;
+                    Ok(b)
+                },
+                writes,
+                &mut maps,
+            )?;
             for (sep, addr) in maps {
                 records.push(Record::LeafMap { tree: ino, sep, addr });
             }
@@ -150,7 +173,16 @@ impl Backend {
         let mut maps = Vec::new();
         let alloc = &mut self.alloc;
         let mut goal = 2;
-        self.itable.flush_leaves(self.bs, &mut || { let b = alloc.alloc_one(goal)?; goal = b + 1; Ok(b) }, writes, &mut maps)?;
+        self.itable.flush_leaves(
+            self.bs,
+            &mut || {
+                let b = alloc.alloc_one(goal)?;
+                goal = b + 1;
+                Ok(b)
+            },
+            writes,
+            &mut maps,
+        )?;
         for (sep, addr) in maps {
             records.push(Record::LeafMap { tree: 0, sep, addr });
         }
@@ -163,9 +195,17 @@ impl Backend {
     /// Step 5: write data and leaves, flush, write the commit block, flush.
     fn write_log(&mut self, mut writes: Writes, mut records: Vec<Record>) -> Result<()> {
         let (allocs, frees) = self.alloc.take_delta();
-        records.extend(allocs.iter().map(|&(s, c)| Record::Balloc { start: s, count: c as u32 }));
-        records.extend(frees.iter().map(|&(s, c)| Record::Bfree { start: s, count: c as u32 }));
-        let images = self.log.write_delta(&mut self.alloc, &records, self.delta, self.bs)?;
+        records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
+            start: s,
+            count: c as u32,
+        }));
+        records.extend(frees.iter().map(|&(s, c)| Record::Bfree {
+            start: s,
+            count: c as u32,
+        }));
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, &records, self.delta, self.bs)?;
         writes.extend(images.body);
         self.write_all(writes)?;
         self.dev.flush()?;
@@ -181,7 +221,9 @@ impl Backend {
         // The inode table's changed branches.
         let mut freed = Vec::new();
         let alloc = &mut self.alloc;
-        self.sb.itable = self.itable.flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        self.sb.itable = self
+            .itable
+            .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
         // The old log is no longer needed once the superblock is durable; its
         // reserved next block becomes the new head.
         freed.append(&mut self.log.since_unify);
@@ -190,7 +232,10 @@ impl Backend {
         }
         let relocated = self.relocate_bitmap(writes)?;
         for (index, addr) in &relocated {
-            writes.push((*addr, bitmap::encode(*addr, *index, &self.alloc.bits(*index, bs), bs)));
+            writes.push((
+                *addr,
+                bitmap::encode(*addr, *index, &self.alloc.bits(*index, bs), bs),
+            ));
         }
         self.alloc.dirty.clear();
         let _ = self.alloc.take_delta();
@@ -205,7 +250,11 @@ impl Backend {
         self.dev.write(sb.home(), &sb.encode())?;
         self.dev.flush()?;
         self.sb = sb;
-        self.log.tail = Tail { next: self.sb.log_head, seq: self.sb.log_seq, prev_crc: 0 };
+        self.log.tail = Tail {
+            next: self.sb.log_head,
+            seq: self.sb.log_seq,
+            prev_crc: 0,
+        };
         self.stats.unifies += 1;
         self.stats.log_blocks = 0;
         Ok(())
@@ -219,7 +268,13 @@ impl Backend {
         let bs = self.bs;
         let mut relocated: BTreeMap<u64, u64> = BTreeMap::new();
         loop {
-            let todo: Vec<u64> = self.alloc.dirty.iter().filter(|i| !relocated.contains_key(i)).copied().collect();
+            let todo: Vec<u64> = self
+                .alloc
+                .dirty
+                .iter()
+                .filter(|i| !relocated.contains_key(i))
+                .copied()
+                .collect();
             if todo.is_empty() && !self.bitmap.needs_unify() {
                 break;
             }
@@ -233,11 +288,14 @@ impl Backend {
             }
             let mut maps = Vec::new();
             let alloc = &mut self.alloc;
-            self.bitmap.flush_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
+            self.bitmap
+                .flush_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
             let mut freed: Vec<u64> = self.bitmap.freed.drain(..).collect();
             self.bitmap.unmaps.clear();
             let alloc = &mut self.alloc;
-            self.sb.bitmap = self.bitmap.flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+            self.sb.bitmap =
+                self.bitmap
+                    .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
             for b in freed {
                 self.alloc.free_range(b, 1);
             }

@@ -25,7 +25,13 @@ pub struct LogImages {
 
 impl LogWriter {
     /// Encode `records` of `delta` as a chain of blocks.
-    pub fn write_delta(&mut self, alloc: &mut Allocator, records: &[Record], delta: u64, bs: usize) -> Result<LogImages> {
+    pub fn write_delta(
+        &mut self,
+        alloc: &mut Allocator,
+        records: &[Record],
+        delta: u64,
+        bs: usize,
+    ) -> Result<LogImages> {
         const RESERVE: usize = 13; // the Balloc of the next block
         let cap = capacity(bs) - RESERVE;
         let mut groups: Vec<Vec<Record>> = vec![Vec::new()];
@@ -45,7 +51,10 @@ impl LogWriter {
         for (i, mut group) in groups.into_iter().enumerate() {
             let addr = self.tail.next;
             let next = alloc.alloc(addr + 1, 1, false)?.0;
-            group.push(Record::Balloc { start: next, count: 1 });
+            group.push(Record::Balloc {
+                start: next,
+                count: 1,
+            });
             let lb = LogBlock {
                 addr,
                 seq: self.tail.seq,
@@ -59,7 +68,11 @@ impl LogWriter {
             };
             let image = lb.encode(bs);
             let crc = u32::from_le_bytes([image[4], image[5], image[6], image[7]]);
-            self.tail = Tail { next, seq: self.tail.seq + 1, prev_crc: crc };
+            self.tail = Tail {
+                next,
+                seq: self.tail.seq + 1,
+                prev_crc: crc,
+            };
             self.since_unify.push(addr);
             images.push((addr, image));
         }

@@ -99,7 +99,10 @@ impl Backend {
         if sb.bitmap_blocks != need {
             return Err(Error::corrupt(
                 sb.home(),
-                format!("superblock: bitmap has {} blocks, the volume needs {need}", sb.bitmap_blocks),
+                format!(
+                    "superblock: bitmap has {} blocks, the volume needs {need}",
+                    sb.bitmap_blocks
+                ),
             ));
         }
         let mut alloc = Allocator::new(sb.block_count, bs);
@@ -111,7 +114,10 @@ impl Backend {
             })?;
             let addr = e.pblock + (index - e.lblock);
             if addr >= sb.block_count {
-                return Err(Error::corrupt(sb.bitmap.addr, format!("bitmap block {index} maps outside the volume")));
+                return Err(Error::corrupt(
+                    sb.bitmap.addr,
+                    format!("bitmap block {index} maps outside the volume"),
+                ));
             }
             dev.read(addr, &mut buf)?;
             alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
@@ -156,7 +162,13 @@ impl Backend {
                         }
                     }
                     Record::Drop { tree } => {
-                        trees.insert(tree, TreeReplay { reset: true, ops: Vec::new() });
+                        trees.insert(
+                            tree,
+                            TreeReplay {
+                                reset: true,
+                                ops: Vec::new(),
+                            },
+                        );
                     }
                 }
             }

@@ -61,11 +61,7 @@ pub fn format_time(ts: Timespec, utc_offset: i64) -> String {
     let days = t.div_euclid(86_400);
     let secs = t.rem_euclid(86_400);
     let (y, m, d) = civil_date(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
-        secs / 3600,
-        secs % 3600 / 60
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
 }
 
 /// Seconds east of UTC of the local time zone at instant `sec`.

@@ -49,10 +49,7 @@ pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
         text.push_str(line);
         text.push('\n');
     }
-    let counts = format!(
-        "{} inodes, {} blocks used",
-        report.inodes, report.blocks_used
-    );
+    let counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
     let target = args.target.display();
     let (summary, code) = if !report.problems.is_empty() {
         let s = format!(
@@ -62,10 +59,7 @@ pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
         );
         (s, EXIT_ERRORS_LEFT)
     } else if !report.repaired.is_empty() {
-        let s = format!(
-            "{target}: {} problems repaired; {counts}",
-            report.repaired.len()
-        );
+        let s = format!("{target}: {} problems repaired; {counts}", report.repaired.len());
         (s, EXIT_REPAIRED)
     } else {
         (format!("{target}: clean, {counts}"), EXIT_CLEAN)

@@ -82,14 +82,7 @@ fn host_xattr(path: &CString, name: &CString) -> io::Result<Option<Vec<u8>>> {
         }
         let mut buf = vec![0u8; n as usize];
         // SAFETY: `buf` is valid for `buf.len()` bytes.
-        let m = unsafe {
-            libc::lgetxattr(
-                path.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
+        let m = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         if m >= 0 {
             buf.truncate(m as usize);
             return Ok(Some(buf));

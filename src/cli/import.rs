@@ -149,10 +149,8 @@ impl Importer<'_> {
         let attrs = match host_xattrs(host) {
             Ok(a) => a,
             Err(e) => {
-                self.report.warn(format!(
-                    "{}: extended attributes not read: {e}",
-                    host.display()
-                ));
+                self.report
+                    .warn(format!("{}: extended attributes not read: {e}", host.display()));
                 self.stats.xattrs_skipped += 1;
                 return Ok(());
             }
@@ -210,10 +208,8 @@ impl Importer<'_> {
         let meta = fs::symlink_metadata(&host).map_err(|e| host_err(&host, e))?;
         let key = (meta.dev(), meta.ino());
         if Some(key) == self.skip {
-            self.report.warn(format!(
-                "{}: the target image itself; not copied",
-                host.display()
-            ));
+            self.report
+                .warn(format!("{}: the target image itself; not copied", host.display()));
             return Ok(());
         }
         let fs = self.fs;
@@ -290,9 +286,8 @@ pub fn import_tree(
 ) -> Result<ImportStats, CliError> {
     let bar = progress.then(|| {
         let bar = ProgressBar::new(count_entries(src));
-        let style =
-            ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} files")
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let style = ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} files")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar
     });

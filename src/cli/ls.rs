@@ -78,12 +78,7 @@ fn long_row(fs: &Fs, attr: &Attr, name: &[u8]) -> crate::Result<Row> {
 /// Write rows with their columns aligned (counts right, ids left).
 fn write_rows(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
     let w = |f: fn(&Row) -> &String| rows.iter().map(|r| f(r).len()).max().unwrap_or(0);
-    let (wn, wu, wg, ws) = (
-        w(|r| &r.nlink),
-        w(|r| &r.uid),
-        w(|r| &r.gid),
-        w(|r| &r.size),
-    );
+    let (wn, wu, wg, ws) = (w(|r| &r.nlink), w(|r| &r.uid), w(|r| &r.gid), w(|r| &r.size));
     for r in rows {
         write!(
             out,
@@ -153,11 +148,7 @@ impl<W: Write> Lister<'_, W> {
             self.out.write_all(b":\n").map_err(stdout_error)?;
             let entries = self.read(ino, &shown)?;
             self.entries(&entries)?;
-            for e in entries
-                .iter()
-                .rev()
-                .filter(|e| e.kind == FileType::Directory)
-            {
+            for e in entries.iter().rev().filter(|e| e.kind == FileType::Directory) {
                 stack.push((e.ino, join(&shown, &e.name)));
             }
         }

@@ -65,14 +65,14 @@ fn prepare_target(target: &Path, size: Option<u64>) -> Result<bool, CliError> {
             len = size;
         }
         if len == 0 {
-            return Err(CliError::new(format!(
-                "{shown}: the file is empty; give --size"
-            )));
+            return Err(CliError::new(format!("{shown}: the file is empty; give --size")));
         }
         Ok(false)
     } else if kind.is_block_device() {
         if size.is_some() {
-            eprintln!("tux3 mkfs: warning: {shown}: --size is ignored for a block device; using the whole device");
+            eprintln!(
+                "tux3 mkfs: warning: {shown}: --size is ignored for a block device; using the whole device"
+            );
         }
         Ok(false)
     } else {
@@ -110,8 +110,7 @@ pub fn run(args: &MkfsArgs) -> Result<u8, CliError> {
 fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, CliError> {
     let target = &args.target;
     let shown = target.display().to_string();
-    let file_dev =
-        FileDevice::open(target, args.block_size, true).map_err(|e| CliError::at(&shown, e))?;
+    let file_dev = FileDevice::open(target, args.block_size, true).map_err(|e| CliError::at(&shown, e))?;
     let dev: Arc<dyn Device> = Arc::new(file_dev);
     if dev.block_count() == 0 {
         return Err(CliError::new(format!(
@@ -126,8 +125,7 @@ fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, Cl
         opts.root_gid = meta.gid();
         opts.root_mode = meta.mode() & 0o7777;
     }
-    crate::Fs::format(Arc::clone(&dev), &opts)
-        .map_err(|e| CliError::at(format!("{shown}: format"), e))?;
+    crate::Fs::format(Arc::clone(&dev), &opts).map_err(|e| CliError::at(format!("{shown}: format"), e))?;
 
     let mut stats = None;
     if let Some((dir, _)) = source {

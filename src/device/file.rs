@@ -59,12 +59,7 @@ impl FileDevice {
         Self::open_with(path, block_size, writable, direct)
     }
 
-    fn open_with(
-        path: &Path,
-        block_size: u32,
-        writable: bool,
-        direct: bool,
-    ) -> io::Result<FileDevice> {
+    fn open_with(path: &Path, block_size: u32, writable: bool, direct: bool) -> io::Result<FileDevice> {
         let mut opts = OpenOptions::new();
         opts.read(true).write(writable);
         if direct {
@@ -100,10 +95,7 @@ impl FileDevice {
 }
 
 fn not_file_error() -> io::Error {
-    io::Error::new(
-        ErrorKind::InvalidInput,
-        "not a regular file or block device",
-    )
+    io::Error::new(ErrorKind::InvalidInput, "not a regular file or block device")
 }
 
 /// Size in bytes of the block device open on `file` (BLKGETSIZE64).
@@ -127,13 +119,7 @@ fn block_device_size(file: &File) -> io::Result<u64> {
 fn sector_size(file: &File) -> io::Result<u32> {
     let mut sector: libc::c_int = 0;
     // SAFETY: BLKSSZGET writes one int through the pointer, which is valid.
-    let rc = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            libc::BLKSSZGET,
-            &mut sector as *mut libc::c_int,
-        )
-    };
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut sector as *mut libc::c_int) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -152,8 +138,7 @@ impl AlignedBuf {
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr)
-            .ok_or_else(|| io::Error::new(ErrorKind::OutOfMemory, "bounce buffer"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::new(ErrorKind::OutOfMemory, "bounce buffer"))?;
         Ok(AlignedBuf { ptr, layout })
     }
     fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {

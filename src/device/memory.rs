@@ -45,7 +45,12 @@ impl Device for MemDevice {
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let data = self.data.read();
-        let n = check_range(self.block_size, data.len() as u64 / self.block_size as u64, block, buf.len())?;
+        let n = check_range(
+            self.block_size,
+            data.len() as u64 / self.block_size as u64,
+            block,
+            buf.len(),
+        )?;
         let start = (block * self.block_size as u64) as usize;
         buf.copy_from_slice(&data[start..start + buf.len()]);
         self.counters.on_read(n);
@@ -53,7 +58,12 @@ impl Device for MemDevice {
     }
     fn write(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
         let mut data = self.data.write();
-        let n = check_range(self.block_size, data.len() as u64 / self.block_size as u64, block, buf.len())?;
+        let n = check_range(
+            self.block_size,
+            data.len() as u64 / self.block_size as u64,
+            block,
+            buf.len(),
+        )?;
         let start = (block * self.block_size as u64) as usize;
         data[start..start + buf.len()].copy_from_slice(buf);
         self.counters.on_write(n);

@@ -80,12 +80,7 @@ impl Counters {
 }
 
 /// Check that an I/O request lies on the device and is whole blocks.
-pub(crate) fn check_range(
-    block_size: u32,
-    block_count: u64,
-    block: u64,
-    len: usize,
-) -> std::io::Result<u64> {
+pub(crate) fn check_range(block_size: u32, block_count: u64, block: u64, len: usize) -> std::io::Result<u64> {
     let bs = block_size as usize;
     if len == 0 || !len.is_multiple_of(bs) {
         return Err(std::io::Error::new(
@@ -98,7 +93,10 @@ pub(crate) fn check_range(
         Some(end) if end <= block_count => Ok(n),
         _ => Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-            format!("blocks {block}..{} lie beyond the device end ({block_count} blocks)", block.saturating_add(n)),
+            format!(
+                "blocks {block}..{} lie beyond the device end ({block_count} blocks)",
+                block.saturating_add(n)
+            ),
         )),
     }
 }

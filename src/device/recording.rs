@@ -178,9 +178,7 @@ mod tests {
         let dev = RecordingDevice::new(mem.clone());
         for i in 0..20u64 {
             let n = 1 + (i % 3) as usize;
-            let data: Vec<u8> = (0..n * BS as usize)
-                .map(|j| (i as usize * 7 + j) as u8)
-                .collect();
+            let data: Vec<u8> = (0..n * BS as usize).map(|j| (i as usize * 7 + j) as u8).collect();
             dev.write((i * 5) % (8 - n as u64 + 1), &data).unwrap();
             if i % 4 == 0 {
                 dev.flush().unwrap();

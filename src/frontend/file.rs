@@ -100,7 +100,9 @@ impl Volume {
     /// Put `data` at `offset` into dirty pages and extend the size.
     pub(super) fn write_data(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs();
-        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= max_file_size(bs));
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= max_file_size(bs));
         let Some(end) = end else { return err(Errno::EFBIG) };
         let first = offset / bs;
         let last = (end - 1) / bs;

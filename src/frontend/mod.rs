@@ -66,7 +66,9 @@ impl Volume {
         ids.sort_unstable();
         for id in ids {
             let dev = v.be.dev.clone();
-            let Some(raw) = v.be.itable.get(dev.as_ref(), id)? else { continue };
+            let Some(raw) = v.be.itable.get(dev.as_ref(), id)? else {
+                continue;
+            };
             let attrs = InodeAttrs::decode(&raw, id, 0)?;
             let mut inode = Inode::new(id, attrs);
             let replay = &replays[&id];
@@ -79,7 +81,10 @@ impl Volume {
         // The root must be a directory, or nothing else can be trusted.
         let root = v.inode(ROOT_INO)?;
         if !root.is_dir() {
-            return Err(Error::corrupt(v.be.sb.itable.addr, "root inode is not a directory"));
+            return Err(Error::corrupt(
+                v.be.sb.itable.addr,
+                "root inode is not a directory",
+            ));
         }
         Ok(v)
     }
@@ -111,7 +116,11 @@ impl Volume {
                 return err(Errno::ENOENT);
             }
             let dev = self.be.dev.clone();
-            let raw = self.be.itable.get(dev.as_ref(), ino)?.ok_or(Error::Posix(Errno::ENOENT))?;
+            let raw = self
+                .be
+                .itable
+                .get(dev.as_ref(), ino)?
+                .ok_or(Error::Posix(Errno::ENOENT))?;
             let attrs = InodeAttrs::decode(&raw, ino, 0)?;
             self.cache.map.insert(ino, Inode::new(ino, attrs));
         }
@@ -150,7 +159,11 @@ impl Volume {
     }
 
     fn reserve(&mut self, blocks: u64, releases: bool) -> Result<()> {
-        let blocks = if releases { blocks.saturating_sub(self.slack() / 2) } else { blocks };
+        let blocks = if releases {
+            blocks.saturating_sub(self.slack() / 2)
+        } else {
+            blocks
+        };
         if self.be.read_only {
             return err(Errno::EROFS);
         }
@@ -170,7 +183,10 @@ impl Volume {
     /// Blocks still free for new changes after every promise and the
     /// metadata a commit and a unify may need.
     fn spare(&self) -> u64 {
-        self.be.alloc.available().saturating_sub(self.reserved + self.slack())
+        self.be
+            .alloc
+            .available()
+            .saturating_sub(self.reserved + self.slack())
     }
 
     /// Blocks kept back for the metadata of commits and unify.
@@ -260,7 +276,13 @@ impl Volume {
     /// first number past the end of the inode table.
     fn alloc_ino(&mut self, parent: Ino) -> Result<Ino> {
         let dev = self.be.dev.clone();
-        let start = self.ino_cursor.get(&parent).copied().unwrap_or(parent).max(FIRST_INO - 1) + 1;
+        let start = self
+            .ino_cursor
+            .get(&parent)
+            .copied()
+            .unwrap_or(parent)
+            .max(FIRST_INO - 1)
+            + 1;
         let mut found = None;
         for c in start..start + 8 {
             if !self.cache.map.contains_key(&c) && self.be.itable.get(dev.as_ref(), c)?.is_none() {

@@ -92,7 +92,15 @@ impl Volume {
     }
 
     /// Create a node of type `mode & S_IFMT` (not a symlink).
-    pub fn mknod(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+    pub fn mknod(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         let kind = FileType::from_mode(mode).ok_or(Error::Posix(Errno::EINVAL))?;
         if kind == FileType::Symlink {
             return err(Errno::EINVAL);
@@ -102,7 +110,15 @@ impl Volume {
     }
 
     /// Common part of every create: checks, inode, entry, link counts.
-    fn new_inode(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Ino> {
+    fn new_inode(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Ino> {
         self.dir(parent)?;
         check_name(name)?;
         if self.find(parent, name)?.is_some() {
@@ -134,7 +150,14 @@ impl Volume {
         }
         self.cache.map.insert(ino, inode);
         self.touch(ino);
-        self.add_entry(parent, Dirent { ino, kind, name: name.to_vec() })?;
+        self.add_entry(
+            parent,
+            Dirent {
+                ino,
+                kind,
+                name: name.to_vec(),
+            },
+        )?;
         if is_dir {
             self.dir(parent)?.attrs.nlink += 1;
         }
@@ -180,7 +203,14 @@ impl Volume {
         }
         self.begin_change(2)?;
         let kind = self.inode(ino)?.kind();
-        self.add_entry(newparent, Dirent { ino, kind, name: newname.to_vec() })?;
+        self.add_entry(
+            newparent,
+            Dirent {
+                ino,
+                kind,
+                name: newname.to_vec(),
+            },
+        )?;
         let i = self.inode(ino)?;
         i.attrs.nlink += 1;
         i.attrs.ctime = Timespec::now();
@@ -230,7 +260,9 @@ impl Volume {
     pub(super) fn free_inode(&mut self, ino: Ino) -> Result<()> {
         let dev = self.be.dev.clone();
         self.inode(ino)?;
-        let Some(mut inode) = self.cache.map.remove(&ino) else { return Ok(()) };
+        let Some(mut inode) = self.cache.map.remove(&ino) else {
+            return Ok(());
+        };
         self.cache.dirty.remove(&ino);
         let mut blocks: Vec<(u64, u64)> = Vec::new();
         let is_extents = !inode.is_dir();
@@ -245,11 +277,20 @@ impl Volume {
             }
             Ok(())
         })?;
-        blocks.extend(inode.tree.freed.iter().chain(inode.tree.retired.iter()).map(|&b| (b, 1)));
+        blocks.extend(
+            inode
+                .tree
+                .freed
+                .iter()
+                .chain(inode.tree.retired.iter())
+                .map(|&b| (b, 1)),
+        );
         for (s, c) in blocks {
             self.be.alloc.free_range(s, c);
         }
-        self.dirty_bytes = self.dirty_bytes.saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
+        self.dirty_bytes = self
+            .dirty_bytes
+            .saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
         self.be.records.push(Record::Drop { tree: ino });
         self.be.itable.remove(dev.as_ref(), ino)?;
         Ok(())
@@ -266,10 +307,20 @@ impl Volume {
             }
             ino = self.dir(ino)?.attrs.parent;
         }
-        Err(Error::corrupt(0, format!("directory {ino}: parent chain does not reach the root")))
+        Err(Error::corrupt(
+            0,
+            format!("directory {ino}: parent chain does not reach the root"),
+        ))
     }
 
-    pub fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> Result<()> {
+    pub fn rename(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return err(Errno::EINVAL);
         }
@@ -294,21 +345,41 @@ impl Volume {
             }
             if let Some((_, t)) = &target {
                 if t.kind == FileType::Directory && self.is_ancestor(t.ino, parent)? {
-                    return err(if flags.exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                    return err(if flags.exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    });
                 }
             }
         }
         let src_dir = src.kind == FileType::Directory;
         if flags.exchange {
-            let Some((tkey, tgt)) = target else { return err(Errno::ENOENT) };
+            let Some((tkey, tgt)) = target else {
+                return err(Errno::ENOENT);
+            };
             if src.ino == tgt.ino {
                 return Ok(());
             }
             self.begin_change(4)?;
             self.remove_entry(parent, skey)?;
             self.remove_entry(newparent, tkey)?;
-            self.add_entry(parent, Dirent { ino: tgt.ino, kind: tgt.kind, name: name.to_vec() })?;
-            self.add_entry(newparent, Dirent { ino: src.ino, kind: src.kind, name: newname.to_vec() })?;
+            self.add_entry(
+                parent,
+                Dirent {
+                    ino: tgt.ino,
+                    kind: tgt.kind,
+                    name: name.to_vec(),
+                },
+            )?;
+            self.add_entry(
+                newparent,
+                Dirent {
+                    ino: src.ino,
+                    kind: src.kind,
+                    name: newname.to_vec(),
+                },
+            )?;
             if parent != newparent {
                 self.reparent(src.ino, parent, newparent)?;
                 self.reparent(tgt.ino, newparent, parent)?;
@@ -342,7 +413,14 @@ impl Volume {
             }
         }
         self.remove_entry(parent, skey)?;
-        self.add_entry(newparent, Dirent { ino: src.ino, kind: src.kind, name: newname.to_vec() })?;
+        self.add_entry(
+            newparent,
+            Dirent {
+                ino: src.ino,
+                kind: src.kind,
+                name: newname.to_vec(),
+            },
+        )?;
         if parent != newparent {
             self.reparent(src.ino, parent, newparent)?;
         }
@@ -375,7 +453,12 @@ impl Volume {
         let mut out = Vec::new();
         for (k, v) in d.tree.range(dev.as_ref(), pos, u64::MAX, max)? {
             let e = Dirent::decode(&v, k, leaf)?;
-            out.push(DirEntry { ino: e.ino, kind: e.kind, name: e.name, next: k + 1 });
+            out.push(DirEntry {
+                ino: e.ino,
+                kind: e.kind,
+                name: e.name,
+                next: k + 1,
+            });
         }
         Ok(out)
     }

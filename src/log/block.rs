@@ -73,7 +73,10 @@ impl LogBlock {
         let used = r.u16("log used")? as usize;
         let nonce = r.u64("log nonce")?;
         if used > capacity(b.len()) {
-            return Err(Error::corrupt(addr, format!("log block: {used} bytes of records do not fit")));
+            return Err(Error::corrupt(
+                addr,
+                format!("log block: {used} bytes of records do not fit"),
+            ));
         }
         let body = r.bytes(used, "log records")?;
         let mut rr = Reader::new(body, addr);
@@ -81,7 +84,17 @@ impl LogBlock {
         while rr.remaining() > 0 {
             records.push(Record::decode(&mut rr)?);
         }
-        Ok(LogBlock { addr, seq, next, delta, prev_crc, commit: flags & FLAG_COMMIT != 0, nonce, records, crc })
+        Ok(LogBlock {
+            addr,
+            seq,
+            next,
+            delta,
+            prev_crc,
+            commit: flags & FLAG_COMMIT != 0,
+            nonce,
+            records,
+            crc,
+        })
     }
 }
 
@@ -101,7 +114,11 @@ mod tests {
             nonce: 5,
             records: vec![
                 Record::Balloc { start: 10, count: 1 },
-                Record::LeafMap { tree: 0, sep: 0, addr: 12 },
+                Record::LeafMap {
+                    tree: 0,
+                    sep: 0,
+                    addr: 12,
+                },
                 Record::LeafUnmap { tree: 4, sep: 99 },
                 Record::Drop { tree: 4 },
                 Record::Bfree { start: 3, count: 2 },
@@ -111,6 +128,9 @@ mod tests {
         let b = lb.encode(1024);
         let d = LogBlock::decode(&b, 9).unwrap();
         assert_eq!(d.records, lb.records);
-        assert_eq!((d.seq, d.next, d.delta, d.prev_crc, d.commit, d.nonce), (77, 10, 3, 0xdead, true, 5));
+        assert_eq!(
+            (d.seq, d.next, d.delta, d.prev_crc, d.commit, d.nonce),
+            (77, 10, 3, 0xdead, true, 5)
+        );
     }
 }

@@ -42,11 +42,19 @@ impl Chain {
 /// Read the chain starting at `head`, whose first block must carry `seq`.
 pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
     let bs = dev.block_size() as usize;
-    let mut tail = Tail { next: head, seq, prev_crc: 0 };
+    let mut tail = Tail {
+        next: head,
+        seq,
+        prev_crc: 0,
+    };
     let mut deltas = Vec::new();
     let mut pending: Vec<Record> = Vec::new();
     let mut pending_blocks = Vec::new();
-    let mut at = Tail { next: head, seq, prev_crc: 0 };
+    let mut at = Tail {
+        next: head,
+        seq,
+        prev_crc: 0,
+    };
     let mut buf = vec![0u8; bs];
     let end;
     loop {
@@ -58,7 +66,10 @@ pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
         let lb = match LogBlock::decode(&buf, at.next) {
             Ok(lb) => lb,
             Err(e) => {
-                end = format!("block {} (seq {}) is not a log block of this chain: {e}", at.next, at.seq);
+                end = format!(
+                    "block {} (seq {}) is not a log block of this chain: {e}",
+                    at.next, at.seq
+                );
                 break;
             }
         };
@@ -71,7 +82,11 @@ pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
         }
         pending.extend_from_slice(&lb.records);
         pending_blocks.push(lb.addr);
-        at = Tail { next: lb.next, seq: lb.seq + 1, prev_crc: lb.crc };
+        at = Tail {
+            next: lb.next,
+            seq: lb.seq + 1,
+            prev_crc: lb.crc,
+        };
         if lb.commit {
             deltas.push(LoggedDelta {
                 delta: lb.delta,

@@ -66,15 +66,26 @@ impl Record {
     pub fn decode(r: &mut Reader) -> Result<Record> {
         let t = r.u8("record type")?;
         Ok(match t {
-            1 => Record::Balloc { start: r.u64("balloc start")?, count: r.u32("balloc count")? },
-            2 => Record::Bfree { start: r.u64("bfree start")?, count: r.u32("bfree count")? },
+            1 => Record::Balloc {
+                start: r.u64("balloc start")?,
+                count: r.u32("balloc count")?,
+            },
+            2 => Record::Bfree {
+                start: r.u64("bfree start")?,
+                count: r.u32("bfree count")?,
+            },
             3 => Record::LeafMap {
                 tree: r.u64("leafmap tree")?,
                 sep: r.u64("leafmap sep")?,
                 addr: r.u64("leafmap address")?,
             },
-            4 => Record::LeafUnmap { tree: r.u64("leafunmap tree")?, sep: r.u64("leafunmap sep")? },
-            5 => Record::Drop { tree: r.u64("drop tree")? },
+            4 => Record::LeafUnmap {
+                tree: r.u64("leafunmap tree")?,
+                sep: r.u64("leafunmap sep")?,
+            },
+            5 => Record::Drop {
+                tree: r.u64("drop tree")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         })
     }

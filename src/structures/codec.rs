@@ -133,7 +133,11 @@ pub fn begin(magic: u32, address: u64, size: usize) -> Writer {
 /// Pad `w` to `size` bytes and store the checksum. Panics if the content
 /// overflows the block: callers size their content first (our invariant).
 pub fn seal(mut w: Writer, size: usize) -> Vec<u8> {
-    assert!(w.len() <= size, "block content {} exceeds block size {size}", w.len());
+    assert!(
+        w.len() <= size,
+        "block content {} exceeds block size {size}",
+        w.len()
+    );
     w.buf.resize(size, 0);
     let crc = block_crc(&w.buf);
     w.buf[4..8].copy_from_slice(&crc.to_le_bytes());

@@ -51,11 +51,17 @@ impl Dirent {
         let name = r.bytes(r.remaining(), "dirent name")?.to_vec();
         let kind = FileType::from_dirent_code(code)
             .ok_or_else(|| r.bad(format!("dirent at position {key:#x}: unknown type {code}")))?;
-        if name.is_empty() || name.len() > crate::api::types::NAME_MAX || name.contains(&b'/') || name.contains(&0) {
+        if name.is_empty()
+            || name.len() > crate::api::types::NAME_MAX
+            || name.contains(&b'/')
+            || name.contains(&0)
+        {
             return Err(r.bad(format!("dirent at position {key:#x}: invalid name")));
         }
         if key >> 16 != hash(&name) {
-            return Err(r.bad(format!("dirent at position {key:#x}: name does not hash to its position")));
+            return Err(r.bad(format!(
+                "dirent at position {key:#x}: name does not hash to its position"
+            )));
         }
         Ok(Dirent { ino, kind, name })
     }
@@ -75,7 +81,11 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let d = Dirent { ino: 42, kind: FileType::Symlink, name: b"name".to_vec() };
+        let d = Dirent {
+            ino: 42,
+            kind: FileType::Symlink,
+            name: b"name".to_vec(),
+        };
         let key = key_base(b"name") | 3;
         assert_eq!(Dirent::decode(&d.encode(), key, 9).unwrap(), d);
         assert!(Dirent::decode(&d.encode(), key_base(b"other"), 9).is_err());

@@ -33,7 +33,11 @@ pub fn decode(lblock: u64, v: &[u8], block: u64) -> Result<Extent> {
     if count == 0 || r.remaining() != 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
     }
-    Ok(Extent { lblock, pblock, count })
+    Ok(Extent {
+        lblock,
+        pblock,
+        count,
+    })
 }
 
 fn get(t: &mut Tree, dev: &dyn Device, found: Option<(u64, Vec<u8>)>) -> Result<Option<Extent>> {
@@ -132,15 +136,34 @@ mod tests {
         let mut t = Tree::new_empty(9, TreeKind::Extents);
         assert!(map(&mut t, &dev, 0, 100, 10).unwrap().is_empty());
         assert!(map(&mut t, &dev, 10, 110, 5).unwrap().is_empty());
-        assert_eq!(all(&mut t, &dev).unwrap(), vec![Extent { lblock: 0, pblock: 100, count: 15 }]);
+        assert_eq!(
+            all(&mut t, &dev).unwrap(),
+            vec![Extent {
+                lblock: 0,
+                pblock: 100,
+                count: 15
+            }]
+        );
         let freed = map(&mut t, &dev, 3, 500, 2).unwrap();
         assert_eq!(freed, vec![(103, 2)]);
         assert_eq!(
             all(&mut t, &dev).unwrap(),
             vec![
-                Extent { lblock: 0, pblock: 100, count: 3 },
-                Extent { lblock: 3, pblock: 500, count: 2 },
-                Extent { lblock: 5, pblock: 105, count: 10 },
+                Extent {
+                    lblock: 0,
+                    pblock: 100,
+                    count: 3
+                },
+                Extent {
+                    lblock: 3,
+                    pblock: 500,
+                    count: 2
+                },
+                Extent {
+                    lblock: 5,
+                    pblock: 105,
+                    count: 10
+                },
             ]
         );
         let freed = punch(&mut t, &dev, 4, 1 << 40).unwrap();

@@ -216,7 +216,10 @@ mod tests {
             blocks: 12,
             ..Default::default()
         };
-        a.mtime = Timespec { sec: -5, nsec: 999_999_999 };
+        a.mtime = Timespec {
+            sec: -5,
+            nsec: 999_999_999,
+        };
         a.xattrs.insert(b"user.x".to_vec(), b"value".to_vec());
         a.xattrs.insert(b"user.empty".to_vec(), Vec::new());
         let b = a.encode();

@@ -4,10 +4,10 @@
 //! here is untrusted input: decoders check bounds and name the block.
 //!
 //! Calls only the device layer (to load btree nodes).
+pub mod bitmap;
 pub mod btree;
 pub mod codec;
-pub mod superblock;
-pub mod inode;
 pub mod dirent;
 pub mod extent;
-pub mod bitmap;
+pub mod inode;
+pub mod superblock;

@@ -97,25 +97,46 @@ impl Superblock {
         // The checksum helper zeroes bytes 4..8; the superblock keeps its crc at 8..12.
         let actual = crc_superblock(&copy);
         if stored != actual {
-            return Err(Error::corrupt(addr, format!("superblock: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")));
+            return Err(Error::corrupt(
+                addr,
+                format!("superblock: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"),
+            ));
         }
         let version = r.u32("version")?;
         if version != VERSION {
-            return Err(Error::corrupt(addr, format!("superblock: format version {version}, this program reads {VERSION}")));
+            return Err(Error::corrupt(
+                addr,
+                format!("superblock: format version {version}, this program reads {VERSION}"),
+            ));
         }
         let block_size = r.u32("block size")?;
         if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) {
-            return Err(Error::corrupt(addr, format!("superblock: invalid block size {block_size}")));
+            return Err(Error::corrupt(
+                addr,
+                format!("superblock: invalid block size {block_size}"),
+            ));
         }
         if b.len() != block_size as usize {
-            return Err(Error::corrupt(addr, format!("superblock: block size {block_size} differs from the device's {}", b.len())));
+            return Err(Error::corrupt(
+                addr,
+                format!(
+                    "superblock: block size {block_size} differs from the device's {}",
+                    b.len()
+                ),
+            ));
         }
         let _flags = r.u32("flags")?;
         let block_count = r.u64("block count")?;
         let seq = r.u64("sequence")?;
         let volume_id = r.u64("volume id")?;
-        let itable = Root { addr: r.u64("itable root")?, depth: depth(&mut r, addr, "itable depth")? };
-        let bitmap = Root { addr: r.u64("bitmap root")?, depth: depth(&mut r, addr, "bitmap depth")? };
+        let itable = Root {
+            addr: r.u64("itable root")?,
+            depth: depth(&mut r, addr, "itable depth")?,
+        };
+        let bitmap = Root {
+            addr: r.u64("bitmap root")?,
+            depth: depth(&mut r, addr, "bitmap depth")?,
+        };
         let sb = Superblock {
             block_size,
             block_count,
@@ -130,9 +151,16 @@ impl Superblock {
             created: r.i64("created")?,
             unifies: r.u64("unify count")?,
         };
-        for (what, a) in [("itable root", sb.itable.addr), ("bitmap root", sb.bitmap.addr), ("log head", sb.log_head)] {
+        for (what, a) in [
+            ("itable root", sb.itable.addr),
+            ("bitmap root", sb.bitmap.addr),
+            ("log head", sb.log_head),
+        ] {
             if a < 2 || a >= block_count {
-                return Err(Error::corrupt(addr, format!("superblock: {what} {a} outside the volume (2..{block_count})")));
+                return Err(Error::corrupt(
+                    addr,
+                    format!("superblock: {what} {a} outside the volume (2..{block_count})"),
+                ));
             }
         }
         Ok(sb)
@@ -143,7 +171,10 @@ impl Superblock {
     pub fn load(dev: &dyn Device) -> Result<Superblock> {
         let bs = dev.block_size() as usize;
         if dev.block_count() < 2 {
-            return Err(Error::BadImage(format!("image is truncated: {} blocks, a volume needs at least 2", dev.block_count())));
+            return Err(Error::BadImage(format!(
+                "image is truncated: {} blocks, a volume needs at least 2",
+                dev.block_count()
+            )));
         }
         let mut best: Option<Superblock> = None;
         let mut errors = Vec::new();
@@ -159,7 +190,12 @@ impl Superblock {
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        let sb = best.ok_or_else(|| Error::BadImage(format!("not a tux3 volume: no valid superblock ({})", errors.join("; "))))?;
+        let sb = best.ok_or_else(|| {
+            Error::BadImage(format!(
+                "not a tux3 volume: no valid superblock ({})",
+                errors.join("; ")
+            ))
+        })?;
         if sb.block_count > dev.block_count() {
             return Err(Error::BadImage(format!(
                 "image is truncated: the superblock says {} blocks, the device has {}",
@@ -179,7 +215,10 @@ impl Superblock {
 fn depth(r: &mut Reader, addr: u64, what: &str) -> Result<u8> {
     let d = r.u64(what)?;
     if d > 16 {
-        return Err(Error::corrupt(addr, format!("superblock: {what} {d} is implausible")));
+        return Err(Error::corrupt(
+            addr,
+            format!("superblock: {what} {d} is implausible"),
+        ));
     }
     Ok(d as u8)
 }

@@ -276,10 +276,7 @@ pub fn resolve(op: &Op, m: &Model) -> Action {
         } => {
             let (uid, gid) = owner(o);
             let len = 1 + len as usize % tux3::SYMLINK_MAX;
-            let target = pattern(seed | 1, 0, len)
-                .iter()
-                .map(|b| b'a' + b % 26)
-                .collect();
+            let target = pattern(seed | 1, 0, len).iter().map(|b| b'a' + b % 26).collect();
             Action::Symlink {
                 dir: dir(d),
                 name: new_name(name),
@@ -372,10 +369,7 @@ pub fn resolve(op: &Op, m: &Model) -> Action {
                 gid: Some(gid),
                 ..SetAttr::default()
             };
-            Action::SetAttr {
-                ino: any(node),
-                set,
-            }
+            Action::SetAttr { ino: any(node), set }
         }
         Op::Utimes { node, atime, mtime } => {
             let ts = |s: u32| Timespec {
@@ -387,10 +381,7 @@ pub fn resolve(op: &Op, m: &Model) -> Action {
                 mtime: Some(ts(mtime)),
                 ..SetAttr::default()
             };
-            Action::SetAttr {
-                ino: any(node),
-                set,
-            }
+            Action::SetAttr { ino: any(node), set }
         }
         Op::SetXattr {
             node,

@@ -109,9 +109,7 @@ pub fn engine_apply(fs: &Fs, a: &Action, notes: &mut Vec<String>) -> R<Outcome> 
             len,
             seed,
         } => errno(fs.write(*ino, *offset, &pattern(*seed, *offset, *len))).map(O::Count),
-        Action::Read { ino, offset, len } => {
-            errno(fs.read(*ino, *offset, *len)).map(|b| O::Bytes(N(b)))
-        }
+        Action::Read { ino, offset, len } => errno(fs.read(*ino, *offset, *len)).map(|b| O::Bytes(N(b))),
         Action::SetAttr { ino, set } => {
             let r = errno(fs.setattr(*ino, set))?;
             if set.atime.is_some_and(|t| t != r.atime) || set.mtime.is_some_and(|t| t != r.mtime) {
@@ -138,10 +136,7 @@ pub fn engine_apply(fs: &Fs, a: &Action, notes: &mut Vec<String>) -> R<Outcome> 
         Action::Statfs => {
             let s = errno(fs.statfs())?;
             if s.blocks_free > s.blocks {
-                notes.push(format!(
-                    "statfs: {} free of {} blocks",
-                    s.blocks_free, s.blocks
-                ));
+                notes.push(format!("statfs: {} free of {} blocks", s.blocks_free, s.blocks));
             }
             Ok(O::Statfs {
                 block_size: s.block_size,
@@ -160,10 +155,7 @@ fn differ(e: &R<Outcome>, m: &R<Outcome>) -> String {
     if let (Ok(Outcome::Bytes(x)), Ok(Outcome::Bytes(y))) = (e, m) {
         let first = x.0.iter().zip(&y.0).position(|(a, b)| a != b);
         return match first {
-            Some(i) => format!(
-                "bytes differ first at {i}: engine {} model {}",
-                x.0[i], y.0[i]
-            ),
+            Some(i) => format!("bytes differ first at {i}: engine {} model {}", x.0[i], y.0[i]),
             None => format!("engine returned {} bytes, model {}", x.0.len(), y.0.len()),
         };
     }
@@ -256,10 +248,7 @@ impl Harness {
     /// The failure report: what went wrong and the last actions before it.
     fn fail(&self, what: String) -> String {
         let skip = self.trace.len().saturating_sub(80);
-        let mut s = format!(
-            "{what}\nafter {} actions (last ones shown):\n",
-            self.trace.len()
-        );
+        let mut s = format!("{what}\nafter {} actions (last ones shown):\n", self.trace.len());
         for (i, a) in self.trace.iter().enumerate().skip(skip) {
             s += &format!("  {i:4}: {a:?}\n");
         }
@@ -272,8 +261,7 @@ impl Harness {
             let a = resolve(op, &self.model);
             self.step(&a)?;
             if i % 16 == 15 {
-                self.check_attrs(&self.model.inos())
-                    .map_err(|e| self.fail(e))?;
+                self.check_attrs(&self.model.inos()).map_err(|e| self.fail(e))?;
             }
         }
         self.check_tree()
@@ -303,9 +291,7 @@ impl Harness {
         let new_ino = match (&e, a.creates()) {
             (Ok(Outcome::Attr(v)), true) => {
                 if self.model.inodes.contains_key(&v.ino) {
-                    return Err(
-                        self.fail(format!("engine gave new inode the live number {}", v.ino))
-                    );
+                    return Err(self.fail(format!("engine gave new inode the live number {}", v.ino)));
                 }
                 v.ino
             }
@@ -354,13 +340,9 @@ impl Harness {
             self.durable = self.model.clone();
         }
         let d: Arc<dyn Device> = self.dev.clone();
-        let fs =
-            Fs::open(d, self.opts.clone()).map_err(|e| format!("reopen (crash {crash}): {e}"))?;
+        let fs = Fs::open(d, self.opts.clone()).map_err(|e| format!("reopen (crash {crash}): {e}"))?;
         if fs.xattr_space() != self.model.xattr_space {
-            return Err(format!(
-                "xattr_space changed to {} on reopen",
-                fs.xattr_space()
-            ));
+            return Err(format!("xattr_space changed to {} on reopen", fs.xattr_space()));
         }
         self.fs = Some(fs);
         Ok(())
@@ -384,8 +366,8 @@ impl Harness {
             return Ok(());
         };
         let want = self.model.readdir(dir).unwrap();
-        let got = engine_readdir(self.fs(), dir, 1000, want.len())
-            .map_err(|e| format!("readdir({dir}): {e:?}"))?;
+        let got =
+            engine_readdir(self.fs(), dir, 1000, want.len()).map_err(|e| format!("readdir({dir}): {e:?}"))?;
         if got != want {
             let g: BTreeSet<_> = got
                 .iter()

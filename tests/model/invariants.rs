@@ -27,10 +27,7 @@ impl Model {
                 }
             }
             if n.is_dir() && n.nlink != 2 + subdirs {
-                return Err(format!(
-                    "dir {ino}: nlink {} with {subdirs} subdirs",
-                    n.nlink
-                ));
+                return Err(format!("dir {ino}: nlink {} with {subdirs} subdirs", n.nlink));
             }
             if !n.entries.is_empty() && !n.is_dir() {
                 return Err(format!("non-dir {ino} has entries"));

@@ -153,10 +153,7 @@ impl Action {
     pub fn creates(&self) -> bool {
         matches!(
             self,
-            Action::Create { .. }
-                | Action::Mkdir { .. }
-                | Action::Mknod { .. }
-                | Action::Symlink { .. }
+            Action::Create { .. } | Action::Mkdir { .. } | Action::Mknod { .. } | Action::Symlink { .. }
         )
     }
 

@@ -8,9 +8,7 @@
 //! parent checks, then name checks, then existence, then type checks.
 
 use std::collections::BTreeMap;
-use tux3::{
-    Errno, FileType, Ino, RenameFlags, SetAttr, XattrMode, NAME_MAX, ROOT_INO, SYMLINK_MAX,
-};
+use tux3::{Errno, FileType, Ino, RenameFlags, SetAttr, XattrMode, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 
 /// Granule of the sparse file data map.
 pub const CHUNK: u64 = 4096;
@@ -119,10 +117,7 @@ impl Inode {
             let idx = pos / CHUNK;
             let within = (pos % CHUNK) as usize;
             let n = (CHUNK as usize - within).min(data.len() - done);
-            let chunk = self
-                .data
-                .entry(idx)
-                .or_insert_with(|| vec![0; CHUNK as usize]);
+            let chunk = self.data.entry(idx).or_insert_with(|| vec![0; CHUNK as usize]);
             chunk[within..within + n].copy_from_slice(&data[done..done + n]);
             done += n;
         }
@@ -162,8 +157,7 @@ pub fn check_new_name(name: &[u8]) -> R<()> {
     if name.len() > NAME_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
-    {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -184,10 +178,7 @@ impl Model {
         root.parent = ROOT_INO;
         let mut inodes = BTreeMap::new();
         inodes.insert(ROOT_INO, root);
-        Model {
-            inodes,
-            xattr_space,
-        }
+        Model { inodes, xattr_space }
     }
 
     pub fn node(&self, ino: Ino) -> R<&Inode> {
@@ -463,9 +454,7 @@ impl Model {
             match (src_dir, dst_dir) {
                 (true, false) => return Err(Errno::ENOTDIR),
                 (false, true) => return Err(Errno::EISDIR),
-                (true, true) if !self.inodes[&dst].entries.is_empty() => {
-                    return Err(Errno::ENOTEMPTY)
-                }
+                (true, true) if !self.inodes[&dst].entries.is_empty() => return Err(Errno::ENOTEMPTY),
                 _ => {}
             }
             if dst_dir {
@@ -542,11 +531,7 @@ impl Model {
     }
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> R<Vec<u8>> {
-        self.node(ino)?
-            .xattrs
-            .get(name)
-            .cloned()
-            .ok_or(Errno::ENODATA)
+        self.node(ino)?.xattrs.get(name).cloned().ok_or(Errno::ENODATA)
     }
 
     pub fn listxattr(&self, ino: Ino) -> R<Vec<Vec<u8>>> {

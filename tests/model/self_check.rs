@@ -66,23 +66,13 @@ fn mkdir(dir: Ino, name: &str) -> Action {
         gid: 0,
     }
 }
-fn rename(
-    dir: Ino,
-    name: &str,
-    newdir: Ino,
-    newname: &str,
-    noreplace: bool,
-    exchange: bool,
-) -> Action {
+fn rename(dir: Ino, name: &str, newdir: Ino, newname: &str, noreplace: bool, exchange: bool) -> Action {
     Action::Rename {
         dir,
         name: n(name),
         newdir,
         newname: n(newname),
-        flags: RenameFlags {
-            noreplace,
-            exchange,
-        },
+        flags: RenameFlags { noreplace, exchange },
     }
 }
 fn truncate(ino: Ino, size: u64) -> Action {
@@ -280,13 +270,7 @@ fn model_self_check_links() {
         },
         Err(Errno::ENOENT),
     );
-    t.expect(
-        Action::Unlink {
-            dir: d,
-            name: n("f"),
-        },
-        OK,
-    );
+    t.expect(Action::Unlink { dir: d, name: n("f") }, OK);
     assert_eq!(t.nlink(f), 1);
     t.expect(
         Action::Unlink {
@@ -346,30 +330,18 @@ fn model_self_check_rename() {
         (rename(R1, "f2", R1, "h", false, true), OK),
         (rename(R1, "e", R1, "f3", false, false), Err(Errno::ENOTDIR)),
         (rename(R1, "f3", R1, "e", false, false), Err(Errno::EISDIR)),
-        (
-            rename(R1, "e", R1, "d1", false, false),
-            Err(Errno::ENOTEMPTY),
-        ),
+        (rename(R1, "e", R1, "d1", false, false), Err(Errno::ENOTEMPTY)),
         (rename(R1, "d1", d1, "x", false, false), Err(Errno::EINVAL)),
         (
             rename(R1, "d1", t.ino(d1, "sub"), "x", false, false),
             Err(Errno::EINVAL),
         ),
-        (
-            rename(d1, "f1", R1, "d1", false, false),
-            Err(Errno::ENOTEMPTY),
-        ),
+        (rename(d1, "f1", R1, "d1", false, false), Err(Errno::ENOTEMPTY)),
         (rename(d1, "f1", R1, "d1", false, true), Err(Errno::EINVAL)),
         (rename(R1, "f3", R1, "f2", true, false), Err(Errno::EEXIST)),
-        (
-            rename(R1, "f3", R1, "nothing", false, true),
-            Err(Errno::ENOENT),
-        ),
+        (rename(R1, "f3", R1, "nothing", false, true), Err(Errno::ENOENT)),
         (rename(R1, "f3", R1, "", false, false), Err(Errno::EINVAL)),
-        (
-            rename(R1, "f3", 9999, "x", false, false),
-            Err(Errno::ENOENT),
-        ),
+        (rename(R1, "f3", 9999, "x", false, false), Err(Errno::ENOENT)),
         (rename(R1, "f3", f2, "x", false, false), Err(Errno::ENOTDIR)),
     ];
     for (a, want) in table {
@@ -395,10 +367,7 @@ fn model_self_check_rename() {
     assert_eq!((t.nlink(f2), t.ino(R1, "h")), (1, f3));
     // Directory moves across parents.
     t.expect(rename(R1, "f3", d2, "moved", false, false), OK);
-    assert_eq!(
-        (t.nlink(R1), t.nlink(d2), t.m.inodes[&e].parent),
-        (4, 3, d2)
-    );
+    assert_eq!((t.nlink(R1), t.nlink(d2), t.m.inodes[&e].parent), (4, 3, d2));
 }
 
 #[test]
@@ -414,10 +383,7 @@ fn model_self_check_data() {
         seed,
     };
     let read = |ino, offset, len| Action::Read { ino, offset, len };
-    assert_eq!(
-        t.run(write(f, 5 * GIB + 10, 5000, 3)),
-        Ok(Outcome::Count(5000))
-    );
+    assert_eq!(t.run(write(f, 5 * GIB + 10, 5000, 3)), Ok(Outcome::Count(5000)));
     assert_eq!(t.m.view(f).size, Some(5 * GIB + 5010));
     assert!(
         t.m.inodes[&f].data.len() <= 3,
@@ -443,10 +409,7 @@ fn model_self_check_data() {
     t.expect(truncate(f, 5 * GIB + 100), OK);
     t.expect(truncate(f, 5 * GIB + 4000), OK);
     let tail = bytes(t.run(read(f, 5 * GIB, 4000)));
-    assert_eq!(
-        &tail[10..100],
-        &super::ops::pattern(3, 5 * GIB + 10, 90)[..]
-    );
+    assert_eq!(&tail[10..100], &super::ops::pattern(3, 5 * GIB + 10, 90)[..]);
     assert!(
         tail[100..].iter().all(|&b| b == 0),
         "truncate down then up reads zeros"
@@ -539,9 +502,7 @@ fn model_self_check_random() {
             let a = resolve(o, &t.m);
             match a {
                 Action::Crash => t.m = durable.clone(),
-                Action::Sync | Action::Unify | Action::Reopen | Action::Fsync { .. } => {
-                    durable = t.m.clone()
-                }
+                Action::Sync | Action::Unify | Action::Reopen | Action::Fsync { .. } => durable = t.m.clone(),
                 _ => {}
             }
             let _ = t.run(a);

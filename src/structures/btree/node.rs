@@ -170,14 +170,7 @@ pub fn branch_capacity(block_size: usize) -> usize {
 
 /// Decode and validate a node read from `addr`. `level` is the level the
 /// parent expects (0 = leaf); `block_count` bounds child addresses.
-pub fn decode(
-    b: &[u8],
-    addr: u64,
-    owner: u64,
-    kind: TreeKind,
-    level: u8,
-    block_count: u64,
-) -> Result<Node> {
+pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_count: u64) -> Result<Node> {
     let what = kind.name();
     let magic = if level == 0 { LEAF_MAGIC } else { BRANCH_MAGIC };
     let node_kind = if level == 0 { "leaf" } else { "branch" };
@@ -194,7 +187,10 @@ pub fn decode(
     if got_kind != kind as u8 {
         return Err(Error::corrupt(
             addr,
-            format!("{what} {node_kind}: tree kind {got_kind}, expected {}", kind as u8),
+            format!(
+                "{what} {node_kind}: tree kind {got_kind}, expected {}",
+                kind as u8
+            ),
         ));
     }
     let got_level = r.u8("level")?;

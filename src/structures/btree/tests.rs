@@ -113,6 +113,9 @@ fn prev_and_range() {
     assert_eq!(t.prev(&dev, 100).unwrap().unwrap().0, 100);
     assert_eq!(t.next(&dev, 101).unwrap().unwrap().0, 102);
     let r = t.range(&dev, 10, 20, 100).unwrap();
-    assert_eq!(r.iter().map(|e| e.0).collect::<Vec<_>>(), vec![10, 12, 14, 16, 18]);
+    assert_eq!(
+        r.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![10, 12, 14, 16, 18]
+    );
     assert!(t.depth() >= 1);
 }

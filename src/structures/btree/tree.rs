@@ -17,8 +17,7 @@
 //! the same leaf. Leaf splits, leaf removal and replay all preserve T1.
 
 use super::node::{
-    branch_capacity, decode, Branch, Child, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD,
-    NODE_HEADER,
+    branch_capacity, decode, Branch, Child, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD, NODE_HEADER,
 };
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -128,13 +127,7 @@ impl Tree {
     }
 
     /// Entries with keys in `from..to`, at most `max` of them.
-    pub fn range(
-        &mut self,
-        dev: &dyn Device,
-        from: u64,
-        to: u64,
-        max: usize,
-    ) -> Result<Vec<(u64, Vec<u8>)>> {
+    pub fn range(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut out = Vec::new();
         let mut at = from;
         while out.len() < max && at < to {
@@ -326,7 +319,9 @@ impl Tree {
                 Node::Branch(b) => {
                     b.dirty
                         || b.leaves_dirty
-                        || b.children.iter().any(|c| matches!(&c.slot, Slot::Mem(n) if rec(n)))
+                        || b.children
+                            .iter()
+                            .any(|c| matches!(&c.slot, Slot::Mem(n) if rec(n)))
                 }
             }
         }
@@ -379,7 +374,10 @@ fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     if let Slot::Disk(addr) = *slot {
         let count = cx.dev.block_count();
         if addr < 2 || addr >= count {
-            return Err(Error::corrupt(addr, format!("{} node address outside the volume", cx.kind.name())));
+            return Err(Error::corrupt(
+                addr,
+                format!("{} node address outside the volume", cx.kind.name()),
+            ));
         }
         let mut b = vec![0u8; cx.dev.block_size() as usize];
         cx.dev.read(addr, &mut b)?;
@@ -547,7 +545,12 @@ struct Events<'a> {
 
 /// Remove `key`; returns the value and, if the first sep of `node` rose
 /// (its first child was removed), the new first sep (invariant T1).
-fn remove_rec(node: &mut Node, cx: &Ctx, key: u64, ev: &mut Events) -> Result<(Option<Vec<u8>>, Option<u64>)> {
+fn remove_rec(
+    node: &mut Node,
+    cx: &Ctx,
+    key: u64,
+    ev: &mut Events,
+) -> Result<(Option<Vec<u8>>, Option<u64>)> {
     match node {
         Node::Leaf(l) => match l.entries.binary_search_by_key(&key, |(k, _)| *k) {
             Ok(i) => {
@@ -602,7 +605,13 @@ fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<
         if b.children.get(pos).is_some_and(|c| c.sep == sep) {
             b.children[pos].slot = Slot::Disk(addr);
         } else {
-            b.children.insert(pos, Child { sep, slot: Slot::Disk(addr) });
+            b.children.insert(
+                pos,
+                Child {
+                    sep,
+                    slot: Slot::Disk(addr),
+                },
+            );
             if pos == 0 {
                 first = Some(sep);
             }
@@ -619,7 +628,13 @@ fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<
         }
     }
     for (n, (s, node)) in splits.into_iter().enumerate() {
-        b.children.insert(i + 1 + n, Child { sep: s, slot: Slot::Mem(Box::new(node)) });
+        b.children.insert(
+            i + 1 + n,
+            Child {
+                sep: s,
+                slot: Slot::Mem(Box::new(node)),
+            },
+        );
     }
     Ok((split_branch(b, bs), up))
 }
@@ -700,7 +715,8 @@ impl LeafWriter<'_> {
                 if l.addr != 0 {
                     self.freed.push(l.addr);
                 }
-                self.out.push((new, l.encode(new, self.owner, self.kind, self.bs)));
+                self.out
+                    .push((new, l.encode(new, self.owner, self.kind, self.bs)));
                 l.addr = new;
                 l.dirty = false;
                 self.maps.push((sep, new));
