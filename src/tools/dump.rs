@@ -43,7 +43,7 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
     let c = dev.counters();
     let _ = writeln!(
         out,
-        "\ndevice\n  {} blocks read in {} requests, {} blocks written in {} requests, {} flushes\n",
+        "\ndevice\n  {} blocks read in {} requests, {} blocks written in {} requests, {} flushes",
         c.blocks_read, c.reads, c.blocks_written, c.writes, c.flushes
     );
     Ok(out)
