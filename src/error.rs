@@ -29,6 +29,7 @@ impl Errno {
     pub const EROFS: Errno = Errno(libc::EROFS);
     pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
     pub const EBUSY: Errno = Errno(libc::EBUSY);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
 
     /// The symbolic name (`ENOENT`), for messages and test output.
     pub fn name(self) -> &'static str {
@@ -51,6 +52,7 @@ impl Errno {
             libc::EROFS => "EROFS",
             libc::ENOTSUP => "ENOTSUP",
             libc::EBUSY => "EBUSY",
+            libc::ENXIO => "ENXIO",
             _ => "E?",
         }
     }

@@ -113,6 +113,24 @@ impl Fs {
         self.volume.lock().rename(parent, name, newparent, newname, flags)
     }
 
+    /// A file was opened: while any handle is open, removing its last name
+    /// keeps the inode (an orphan) until the last [`Fs::release_handle`].
+    pub fn open_handle(&self, ino: Ino) -> Result<()> {
+        self.volume.lock().open_handle(ino)
+    }
+
+    /// A handle of `ino` was closed; frees an orphan after its last handle.
+    pub fn release_handle(&self, ino: Ino) -> Result<()> {
+        self.volume.lock().release_handle(ino)
+    }
+
+    /// `lseek` with `SEEK_DATA` (`data`) or `SEEK_HOLE`: the first offset at
+    /// or after `offset` that holds data (or lies in a hole). ENXIO past the
+    /// end of file.
+    pub fn seek_data(&self, ino: Ino, offset: u64, data: bool) -> Result<u64> {
+        self.volume.lock().seek_data(ino, offset, data)
+    }
+
     /// Read up to `size` bytes at `offset`; short only at end of file.
     pub fn read(&self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         self.volume.lock().read(ino, offset, size)

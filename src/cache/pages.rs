@@ -40,6 +40,11 @@ impl PageMap {
         Arc::make_mut(&mut page.data)
     }
 
+    /// First dirty page after `lblock`.
+    pub fn next_after(&self, lblock: u64) -> Option<u64> {
+        self.pages.range(lblock + 1..).next().map(|(k, _)| *k)
+    }
+
     /// Drop pages at or beyond `lblock` (truncate). Returns how many.
     pub fn truncate(&mut self, lblock: u64) -> usize {
         let gone = self.pages.split_off(&lblock);

@@ -9,6 +9,7 @@
 //! tree operations.
 
 mod file;
+mod handles;
 mod namespace;
 mod repair;
 mod xattr;
@@ -45,6 +46,10 @@ pub struct Volume {
     max_ino: Ino,
     /// A commit failed: refuse further changes rather than risk the image.
     failed: bool,
+    /// Open handles per inode.
+    handles: HashMap<Ino, u32>,
+    /// Inodes with no name left, alive while a handle is open.
+    orphans: std::collections::HashSet<Ino>,
 }
 
 impl Volume {
@@ -60,6 +65,8 @@ impl Volume {
             ino_cursor: HashMap::new(),
             max_ino: 0,
             failed: false,
+            handles: HashMap::new(),
+            orphans: Default::default(),
         };
         // File trees changed since the unify: rebuild their branches in cache.
         let mut ids: Vec<_> = replays.keys().copied().collect();

@@ -250,6 +250,11 @@ impl Volume {
         i.attrs.nlink = i.attrs.nlink.saturating_sub(1);
         i.attrs.ctime = Timespec::now();
         if i.attrs.nlink == 0 {
+            if self.is_open(ino) {
+                self.orphans.insert(ino);
+                self.touch(ino);
+                return Ok(());
+            }
             return self.free_inode(ino);
         }
         self.touch(ino);
