@@ -20,6 +20,9 @@ pub use types::*;
 /// delta, exactly as a crash would; nothing committed is lost.
 pub struct Fs {
     volume: Mutex<Volume>,
+    /// Serializes commits: held from freeze to finish, so fsyncs arriving
+    /// while a commit is in flight wait and then share the next one.
+    commit: Mutex<()>,
 }
 
 impl Fs {
@@ -33,6 +36,7 @@ impl Fs {
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Fs> {
         Ok(Fs {
             volume: Mutex::new(Volume::open(dev, opts)?),
+            commit: Mutex::new(()),
         })
     }
 
@@ -139,7 +143,11 @@ impl Fs {
     /// Write `data` at `offset`, extending the file as needed. Returns the
     /// number of bytes written (all of them, or an error).
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        self.volume.lock().write(ino, offset, data)
+        let n = self.volume.lock().write(ino, offset, data)?;
+        if self.volume.lock().over_dirty_limit() {
+            self.commit(false)?;
+        }
+        Ok(n)
     }
 
     /// Entries of directory `ino` from position `pos` (0 = start), at most
@@ -177,18 +185,35 @@ impl Fs {
 
     /// Make `ino`'s data (and, unless `datasync`, its metadata) durable.
     /// In this version it commits the whole current delta.
-    pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
-        self.volume.lock().fsync(ino, datasync)
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
+        self.volume.lock().getattr(ino)?;
+        self.commit(false)
     }
 
     /// Commit the current delta and wait until it is durable.
     pub fn sync(&self) -> Result<()> {
-        self.volume.lock().sync()
+        self.commit(false)
     }
 
     /// Commit and then unify: write all retained metadata and restart the log.
     pub fn unify(&self) -> Result<()> {
-        self.volume.lock().unify()
+        if self.volume.lock().is_read_only() {
+            return Err(crate::error::Error::Posix(crate::error::Errno::EROFS));
+        }
+        self.commit(true)
+    }
+
+    /// Freeze the delta under the volume lock, write it without the lock
+    /// (other operations go on in the next delta meanwhile), then finish.
+    /// Callers that find nothing to commit return at once: everything before
+    /// them is durable, because commits are serialized.
+    fn commit(&self, unify: bool) -> Result<()> {
+        let _serial = self.commit.lock();
+        let Some(mut job) = self.volume.lock().freeze(unify)? else {
+            return Ok(());
+        };
+        let r = job.write();
+        self.volume.lock().finish(job, r)
     }
 
     /// Largest total size of one inode's extended attributes, in bytes

@@ -1,14 +1,21 @@
-//! Delta commit and unify, as a sequence of named steps.
+//! Delta commit and unify, as a sequence of named steps, in three phases so
+//! that device I/O runs without the volume lock:
+//!
+//! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
+//!   encode every block to write, and start the next delta;
+//! * [`CommitJob::write`] (no lock): the I/O and the flushes;
+//! * [`Backend::finish`] (volume lock held): the delta is durable.
 //!
 //! Delta commit (the common case):
 //!   1. `write_data`    allocate and write dirty data pages; map extents
 //!   2. `flush_files`   write dirty leaves of file trees; collect leaf-map records
 //!   3. `store_inodes`  encode dirty inodes into the inode table
 //!   4. `flush_itable`  write dirty inode-table leaves; collect records
-//!   5. `write_log`     data and leaves, FLUSH, commit block, FLUSH
-//!      (the commit block is "the real commit": the delta exists on media
-//!      exactly when it can be read back with a valid checksum)
-//!   6. `retire`        release pinned frees, advance the delta number
+//!   5. `log_images`    encode the log blocks; then, in `CommitJob::write`:
+//!      data and leaves, FLUSH, commit block, FLUSH (the commit block is "the
+//!      real commit": the delta exists on media exactly when it can be read
+//!      back with a valid checksum)
+//!   6. `finish`        release pinned frees
 //!
 //! Unify replaces step 5: after writing leaves it also writes every changed
 //! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
@@ -17,30 +24,104 @@
 
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
+use crate::device::Device;
 use crate::error::Result;
 use crate::log::{Record, Tail};
+use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Blocks to write in this commit: (address, image).
 type Writes = Vec<(u64, Vec<u8>)>;
 
+/// A frozen delta: every block it writes, encoded, and the block that makes
+/// it durable. Holding a job means the volume lock is free for the frontend.
+pub struct CommitJob {
+    dev: Arc<dyn Device>,
+    bs: usize,
+    /// The delta this job makes durable.
+    pub delta: u64,
+    /// Data, leaves, (for unify: branches and bitmap blocks), log body.
+    writes: Writes,
+    /// The commit block (delta commit) or the superblock (unify).
+    last: (u64, Vec<u8>),
+    /// The superblock the unify installs.
+    unified: Option<Superblock>,
+    /// Inodes whose pages are under writeback in this job.
+    pub inodes: Vec<u64>,
+}
+
+impl CommitJob {
+    /// Do the I/O: everything, FLUSH, the commit block or superblock, FLUSH
+    /// (invariants L1 and U1).
+    pub fn write(&mut self) -> Result<()> {
+        write_all(self.dev.as_ref(), self.bs, std::mem::take(&mut self.writes))?;
+        self.dev.flush()?;
+        self.dev.write(self.last.0, &self.last.1)?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    pub fn is_unify(&self) -> bool {
+        self.unified.is_some()
+    }
+}
+
 impl Backend {
-    /// Commit the current delta; with `unify`, also unify.
-    pub fn commit(&mut self, cache: &mut InodeCache, unify: bool) -> Result<()> {
+    /// Freeze the current delta into a job (and, with `unify`, unify); the
+    /// next delta starts at once.
+    pub fn prepare(&mut self, cache: &mut InodeCache, unify: bool) -> Result<CommitJob> {
         debug_assert!(!self.read_only);
         let mut writes: Writes = Vec::new();
         let mut records = std::mem::take(&mut self.records);
+        let inodes: Vec<u64> = cache.dirty.iter().copied().collect();
         self.write_data(cache, &mut writes)?;
         self.flush_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
         self.flush_itable(&mut writes, &mut records)?;
-        if unify {
-            self.unify_tail(&mut writes)?;
+        let (last, unified) = if unify {
+            let sb = self.unify_images(&mut writes)?;
+            ((sb.home(), sb.encode()), Some(sb))
         } else {
-            self.write_log(writes, records)?;
+            (self.log_images(&mut writes, records)?, None)
+        };
+        let job = CommitJob {
+            dev: self.dev.clone(),
+            bs: self.bs,
+            delta: self.delta,
+            writes,
+            last,
+            unified,
+            inodes,
+        };
+        cache.dirty.clear();
+        self.delta += 1;
+        Ok(job)
+    }
+
+    /// The job's I/O completed: the delta is durable. Release the pins of
+    /// its frees (A2) and install its superblock.
+    pub fn finish(&mut self, job: &CommitJob) {
+        self.alloc.unpin_committed();
+        if let Some(sb) = &job.unified {
+            self.sb = sb.clone();
+            self.stats.unifies += 1;
         }
-        self.retire(cache);
+        self.stats.deltas += 1;
+        self.stats.log_blocks = self.log.since_unify.len() as u64;
+    }
+
+    /// Prepare, write and finish in one go (the caller holds everything).
+    pub fn commit(&mut self, cache: &mut InodeCache, unify: bool) -> Result<()> {
+        let mut job = self.prepare(cache, unify)?;
+        job.write()?;
+        self.finish(&job);
+        for ino in &job.inodes {
+            if let Some(i) = cache.map.get_mut(ino) {
+                i.pages.end_writeback();
+            }
+        }
         Ok(())
     }
 
@@ -52,7 +133,7 @@ impl Backend {
             let Some(inode) = cache.map.get_mut(ino) else {
                 continue;
             };
-            let pages = inode.pages.take();
+            let pages = inode.pages.start_writeback();
             let mut i = 0;
             while i < pages.len() {
                 // A run of consecutive logical blocks.
@@ -70,7 +151,7 @@ impl Backend {
                     let lblock = pages[i].0;
                     let mut buf = Vec::with_capacity(n as usize * self.bs);
                     for (_, p) in &pages[i..i + n as usize] {
-                        buf.extend_from_slice(&p.data);
+                        buf.extend_from_slice(p);
                     }
                     writes.push((start, buf));
                     let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n)?;
@@ -192,8 +273,10 @@ impl Backend {
         Ok(())
     }
 
-    /// Step 5: write data and leaves, flush, write the commit block, flush.
-    fn write_log(&mut self, mut writes: Writes, mut records: Vec<Record>) -> Result<()> {
+    /// Step 5: allocations and frees become records; encode the log
+    /// blocks. The body goes with the other writes; the commit block is
+    /// returned to be written last.
+    fn log_images(&mut self, writes: &mut Writes, mut records: Vec<Record>) -> Result<(u64, Vec<u8>)> {
         let (allocs, frees) = self.alloc.take_delta();
         records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
             start: s,
@@ -207,16 +290,12 @@ impl Backend {
             .log
             .write_delta(&mut self.alloc, &records, self.delta, self.bs)?;
         writes.extend(images.body);
-        self.write_all(writes)?;
-        self.dev.flush()?;
-        self.dev.write(images.commit.0, &images.commit.1)?;
-        self.dev.flush()?;
-        self.stats.log_blocks = self.log.since_unify.len() as u64;
-        Ok(())
+        Ok(images.commit)
     }
 
-    /// Unify after steps 1-4: branches, bitmap, superblock.
-    fn unify_tail(&mut self, writes: &mut Writes) -> Result<()> {
+    /// Unify after steps 1-4: branches and bitmap blocks join the writes;
+    /// returns the superblock that names them and the new log head.
+    fn unify_images(&mut self, writes: &mut Writes) -> Result<Superblock> {
         let bs = self.bs;
         // The inode table's changed branches.
         let mut freed = Vec::new();
@@ -239,25 +318,18 @@ impl Backend {
         }
         self.alloc.dirty.clear();
         let _ = self.alloc.take_delta();
-        self.write_all(std::mem::take(writes))?;
-        self.dev.flush()?;
         let mut sb = self.sb.clone();
         sb.seq += 1;
         sb.log_head = self.log.tail.next;
         sb.log_seq = self.log.tail.seq;
         sb.next_delta = self.delta + 1;
         sb.unifies += 1;
-        self.dev.write(sb.home(), &sb.encode())?;
-        self.dev.flush()?;
-        self.sb = sb;
         self.log.tail = Tail {
-            next: self.sb.log_head,
-            seq: self.sb.log_seq,
+            next: sb.log_head,
+            seq: sb.log_seq,
             prev_crc: 0,
         };
-        self.stats.unifies += 1;
-        self.stats.log_blocks = 0;
-        Ok(())
+        Ok(sb)
     }
 
     /// Give every changed bitmap block a new address, updating the bitmap
@@ -303,32 +375,24 @@ impl Backend {
         debug_assert_eq!(self.bitmap.id, BITMAP_INO);
         Ok(relocated)
     }
+}
 
-    /// Write blocks in address order, merging neighbours into one request.
-    pub(crate) fn write_all(&self, mut writes: Writes) -> Result<()> {
-        writes.sort_by_key(|w| w.0);
-        let mut i = 0;
-        while i < writes.len() {
-            let start = writes[i].0;
-            let mut buf = std::mem::take(&mut writes[i].1);
-            let mut next = start + (buf.len() / self.bs) as u64;
-            let mut j = i + 1;
-            while j < writes.len() && writes[j].0 == next && buf.len() < (1 << 20) {
-                next += (writes[j].1.len() / self.bs) as u64;
-                buf.extend_from_slice(&writes[j].1);
-                j += 1;
-            }
-            self.dev.write(start, &buf)?;
-            i = j;
+/// Write blocks in address order, merging neighbours into one request.
+fn write_all(dev: &dyn Device, bs: usize, mut writes: Writes) -> Result<()> {
+    writes.sort_by_key(|w| w.0);
+    let mut i = 0;
+    while i < writes.len() {
+        let start = writes[i].0;
+        let mut buf = std::mem::take(&mut writes[i].1);
+        let mut next = start + (buf.len() / bs) as u64;
+        let mut j = i + 1;
+        while j < writes.len() && writes[j].0 == next && buf.len() < (1 << 20) {
+            next += (writes[j].1.len() / bs) as u64;
+            buf.extend_from_slice(&writes[j].1);
+            j += 1;
         }
-        Ok(())
+        dev.write(start, &buf)?;
+        i = j;
     }
-
-    /// Step 6: the delta is durable — release its pins, start the next one.
-    fn retire(&mut self, cache: &mut InodeCache) {
-        self.alloc.unpin_committed();
-        cache.dirty.clear();
-        self.delta += 1;
-        self.stats.deltas += 1;
-    }
+    Ok(())
 }

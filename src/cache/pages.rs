@@ -1,5 +1,9 @@
-//! Dirty data pages of one file: block-sized buffers keyed by logical block,
-//! each tagged with the delta that last changed it.
+//! Data pages of one file: block-sized buffers keyed by logical block, each
+//! tagged with the delta that last changed it. A page is *dirty* (belongs to
+//! the open delta) or under *writeback* (frozen into a commit whose I/O is in
+//! flight; it stays readable here until the commit is durable). Writing a
+//! page under writeback forks it: the commit keeps its `Arc`, the frontend
+//! gets a copy (DESIGN.md "block forking").
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,50 +14,87 @@ pub struct Page {
     pub data: Arc<Vec<u8>>,
     /// Delta in which the page was last changed.
     pub delta: u64,
+    /// Frozen into an in-flight commit and not changed since.
+    pub writeback: bool,
 }
 
-/// The dirty pages of one file.
+/// The cached pages of one file.
 #[derive(Default)]
 pub struct PageMap {
     pages: BTreeMap<u64, Page>,
+    dirty: usize,
 }
 
 impl PageMap {
+    /// No dirty page.
     pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
+        self.dirty == 0
     }
+    /// Number of dirty pages.
     pub fn len(&self) -> usize {
-        self.pages.len()
+        self.dirty
     }
+    /// The page at `lblock`, dirty or under writeback.
     pub fn get(&self, lblock: u64) -> Option<&Page> {
         self.pages.get(&lblock)
+    }
+    /// Whether the page at `lblock` is dirty.
+    pub fn is_dirty(&self, lblock: u64) -> bool {
+        self.pages.get(&lblock).is_some_and(|p| !p.writeback)
     }
 
     /// The page at `lblock` for writing in `delta`, created from `fill` if
     /// absent. A page still shared with a commit is forked, not waited for.
     pub fn page_mut(&mut self, lblock: u64, delta: u64, fill: impl FnOnce() -> Vec<u8>) -> &mut Vec<u8> {
-        let page = self.pages.entry(lblock).or_insert_with(|| Page {
-            data: Arc::new(fill()),
-            delta,
+        let mut created = false;
+        let page = self.pages.entry(lblock).or_insert_with(|| {
+            created = true;
+            Page {
+                data: Arc::new(fill()),
+                delta,
+                writeback: false,
+            }
         });
+        if created || page.writeback {
+            self.dirty += 1;
+        }
+        page.writeback = false;
         page.delta = delta;
         Arc::make_mut(&mut page.data)
     }
 
-    /// First dirty page after `lblock`.
+    /// First cached page after `lblock`.
     pub fn next_after(&self, lblock: u64) -> Option<u64> {
         self.pages.range(lblock + 1..).next().map(|(k, _)| *k)
     }
 
-    /// Drop pages at or beyond `lblock` (truncate). Returns how many.
+    /// Drop pages at or beyond `lblock` (truncate). Returns how many of
+    /// them were dirty.
     pub fn truncate(&mut self, lblock: u64) -> usize {
         let gone = self.pages.split_off(&lblock);
-        gone.len()
+        let n = gone.values().filter(|p| !p.writeback).count();
+        self.dirty -= n;
+        n
     }
 
-    /// Take every dirty page for a commit, in logical order.
-    pub fn take(&mut self) -> Vec<(u64, Page)> {
-        std::mem::take(&mut self.pages).into_iter().collect()
+    /// Freeze every dirty page into a commit: returns them in logical order
+    /// and keeps them here, under writeback, until [`PageMap::end_writeback`].
+    pub fn start_writeback(&mut self) -> Vec<(u64, Arc<Vec<u8>>)> {
+        let mut out = Vec::with_capacity(self.dirty);
+        for (k, p) in self.pages.iter_mut() {
+            if !p.writeback {
+                p.writeback = true;
+                out.push((*k, p.data.clone()));
+            }
+        }
+        self.dirty = 0;
+        out
+    }
+
+    /// The commit is durable: drop the pages it wrote that were not changed
+    /// again meanwhile (the device now holds them).
+    pub fn end_writeback(&mut self) {
+        self.pages.retain(|_, p| !p.writeback);
     }
 }
 
@@ -62,13 +103,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writing_a_page_held_by_a_commit_forks_it() {
+    fn writing_a_page_under_writeback_forks_it() {
         let mut m = PageMap::default();
         m.page_mut(3, 1, || vec![0; 8])[0] = 7;
-        let held = m.get(3).unwrap().data.clone(); // a commit's reference
+        let frozen = m.start_writeback();
+        assert_eq!(m.len(), 0);
+        assert_eq!(m.get(3).unwrap().data[0], 7, "still readable during writeback");
         m.page_mut(3, 2, Vec::new)[0] = 9;
-        assert_eq!(held[0], 7, "the commit's version is unchanged");
-        assert_eq!(m.get(3).unwrap().data[0], 9);
-        assert_eq!(m.get(3).unwrap().delta, 2);
+        assert_eq!(frozen[0].1[0], 7, "the commit's version is unchanged");
+        assert_eq!(m.len(), 1);
+        m.end_writeback();
+        assert_eq!(m.get(3).unwrap().data[0], 9, "the re-dirtied page stays");
+        assert!(m.is_dirty(3));
+    }
+
+    #[test]
+    fn end_writeback_drops_clean_pages() {
+        let mut m = PageMap::default();
+        m.page_mut(1, 1, || vec![1; 8]);
+        m.page_mut(2, 1, || vec![2; 8]);
+        m.start_writeback();
+        m.end_writeback();
+        assert!(m.get(1).is_none() && m.get(2).is_none());
     }
 }

@@ -93,7 +93,6 @@ impl Volume {
             return Ok(0);
         }
         self.write_data(ino, offset, data)?;
-        self.maybe_commit()?;
         Ok(data.len())
     }
 
@@ -107,7 +106,7 @@ impl Volume {
         let first = offset / bs;
         let last = (end - 1) / bs;
         let i = self.inode(ino)?;
-        let new_pages = (first..=last).filter(|b| i.pages.get(*b).is_none()).count() as u64;
+        let new_pages = (first..=last).filter(|b| !i.pages.is_dirty(*b)).count() as u64;
         self.begin_change(new_pages + 2)?;
         let delta = self.be.delta;
         let old_size = self.inode(ino)?.attrs.size;
@@ -121,7 +120,7 @@ impl Volume {
             } else {
                 Some(self.block(ino, lblock)?)
             };
-            let was_clean = self.inode(ino)?.pages.get(lblock).is_none();
+            let was_clean = !self.inode(ino)?.pages.is_dirty(lblock);
             let src = &data[(start + from - offset) as usize..(start + to - offset) as usize];
             let page = self
                 .inode(ino)?
@@ -158,7 +157,7 @@ impl Volume {
                 let mut b = self.block(ino, lblock)?;
                 b[(size % bs) as usize..].fill(0);
                 let delta = self.be.delta;
-                let was_clean = self.inode(ino)?.pages.get(lblock).is_none();
+                let was_clean = !self.inode(ino)?.pages.is_dirty(lblock);
                 *self.inode(ino)?.pages.page_mut(lblock, delta, Vec::new) = b;
                 if was_clean {
                     self.dirty_bytes += bs;

@@ -15,6 +15,7 @@ mod repair;
 mod xattr;
 
 use crate::api::types::*;
+use crate::backend::commit::CommitJob;
 use crate::backend::{Backend, FIRST_INO};
 use crate::cache::{Inode, InodeCache};
 use crate::device::Device;
@@ -46,6 +47,8 @@ pub struct Volume {
     max_ino: Ino,
     /// A commit failed: refuse further changes rather than risk the image.
     failed: bool,
+    /// A frozen delta's I/O is in flight (between `freeze` and `finish`).
+    in_flight: bool,
     /// Open handles per inode.
     handles: HashMap<Ino, u32>,
     /// Inodes with no name left, alive while a handle is open.
@@ -65,6 +68,7 @@ impl Volume {
             ino_cursor: HashMap::new(),
             max_ino: 0,
             failed: false,
+            in_flight: false,
             handles: HashMap::new(),
             orphans: Default::default(),
         };
@@ -210,31 +214,68 @@ impl Volume {
     }
 
     /// End the current delta: commit it (and unify when asked or when the
-    /// log has grown past its limit).
+    /// log has grown past its limit), all under the caller's lock. Does
+    /// nothing while another commit's I/O is in flight.
     fn commit(&mut self, unify: bool) -> Result<()> {
+        if self.in_flight {
+            return Ok(());
+        }
+        let Some(mut job) = self.freeze(unify)? else {
+            return Ok(());
+        };
+        let r = job.write();
+        self.finish(job, r)
+    }
+
+    /// Freeze the current delta into a commit job whose I/O the caller runs
+    /// without holding the volume (then calls [`Volume::finish`]). `None`
+    /// when there is nothing to commit. Only one job may be in flight.
+    pub fn freeze(&mut self, unify: bool) -> Result<Option<CommitJob>> {
+        if self.be.read_only {
+            return Ok(None);
+        }
         if self.failed {
             return err(Errno::EIO);
         }
+        debug_assert!(!self.in_flight, "two commits in flight");
         if !unify && !self.delta_dirty() {
-            return Ok(());
+            return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
-        let r = self.be.commit(&mut self.cache, unify);
-        if let Err(e) = r {
+        match self.be.prepare(&mut self.cache, unify) {
+            Ok(job) => {
+                self.in_flight = true;
+                self.dirty_bytes = 0;
+                self.reserved = 0;
+                Ok(Some(job))
+            }
+            Err(e) => {
+                self.failed = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// The I/O of `job` ended with `result`: on success the delta is
+    /// durable; on failure the volume refuses further changes.
+    pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<()> {
+        self.in_flight = false;
+        if let Err(e) = result {
             self.failed = true;
             return Err(e);
         }
-        self.dirty_bytes = 0;
-        self.reserved = 0;
+        self.be.finish(&job);
+        for ino in &job.inodes {
+            if let Some(i) = self.cache.map.get_mut(ino) {
+                i.pages.end_writeback();
+            }
+        }
         Ok(())
     }
 
-    /// Commit if dirty data passed the limit.
-    fn maybe_commit(&mut self) -> Result<()> {
-        if self.dirty_bytes > self.opts.dirty_limit {
-            self.commit(false)?;
-        }
-        Ok(())
+    /// Dirty data passed the limit: the caller should commit.
+    pub fn over_dirty_limit(&self) -> bool {
+        self.dirty_bytes > self.opts.dirty_limit && !self.in_flight
     }
 
     pub fn sync(&mut self) -> Result<()> {
@@ -244,16 +285,16 @@ impl Volume {
         self.commit(false)
     }
 
-    pub fn fsync(&mut self, ino: Ino, _datasync: bool) -> Result<()> {
-        self.inode(ino)?;
-        self.sync()
-    }
-
+    /// Commit and unify, under the caller's lock.
     pub fn unify(&mut self) -> Result<()> {
         if self.be.read_only {
             return err(Errno::EROFS);
         }
         self.commit(true)
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.be.read_only
     }
 
     pub fn getattr(&mut self, ino: Ino) -> Result<Attr> {
