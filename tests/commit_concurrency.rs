@@ -101,3 +101,27 @@ fn frontend_runs_while_a_commit_is_in_flight() {
     let b = fs.lookup(ROOT_INO, b"b").unwrap();
     assert_eq!(fs.read(b.ino, 0, 100).unwrap(), b"during");
 }
+
+#[test]
+fn deltas_end_by_time() {
+    let mem = Arc::new(MemDevice::new(4096, 4096));
+    let dev: Arc<dyn Device> = mem.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let opts = OpenOptions {
+        commit_interval: Some(Duration::from_millis(20)),
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev.clone(), opts).unwrap();
+    let a = fs.create(ROOT_INO, b"timed", 0o644, 0, 0).unwrap();
+    fs.write(a.ino, 0, b"no sync called").unwrap();
+    // Wait (bounded) for the background thread to commit on its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs.stats().deltas == 0 {
+        assert!(std::time::Instant::now() < deadline, "no delta ended by time");
+        std::thread::yield_now();
+    }
+    drop(fs); // crash: what the timer committed must be there
+    let fs = Fs::open(dev, OpenOptions::default()).unwrap();
+    let a = fs.lookup(ROOT_INO, b"timed").unwrap();
+    assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"no sync called");
+}

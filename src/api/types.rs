@@ -227,6 +227,10 @@ pub struct OpenOptions {
     pub dirty_limit: u64,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,
+    /// End a delta this often (a background thread commits); `None` (the
+    /// library default): only on sync, fsync, dirty pressure and close.
+    /// `tux3 mount` uses 5 seconds (`-o commit=SECONDS`).
+    pub commit_interval: Option<std::time::Duration>,
 }
 
 impl Default for OpenOptions {
@@ -235,6 +239,7 @@ impl Default for OpenOptions {
             read_only: false,
             dirty_limit: 64 << 20,
             unify_log_blocks: 256,
+            commit_interval: None,
         }
     }
 }

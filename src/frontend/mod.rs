@@ -102,6 +102,11 @@ impl Volume {
 
     /// Commit everything and release the device.
     pub fn close(mut self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// Commit everything; the volume stays usable (the caller drops it).
+    pub fn close_in_place(&mut self) -> Result<()> {
         if !self.be.read_only && !self.failed {
             self.sync()?;
         }
@@ -275,7 +280,7 @@ impl Volume {
 
     /// Dirty data passed the limit: the caller should commit.
     pub fn over_dirty_limit(&self) -> bool {
-        self.dirty_bytes > self.opts.dirty_limit && !self.in_flight
+        self.dirty_bytes > self.opts.dirty_limit
     }
 
     pub fn sync(&mut self) -> Result<()> {
