@@ -10,6 +10,7 @@ mod cat;
 mod dump;
 mod format;
 mod fsck;
+mod graph;
 mod host;
 mod image;
 mod import;
@@ -46,6 +47,8 @@ pub enum Command {
     Fsck(fsck::FsckArgs),
     /// Print a report of the volume's structures
     Dump(dump::DumpArgs),
+    /// Draw the volume's disk structure as Graphviz (.dot, .svg or .png)
+    Graph(graph::GraphArgs),
     /// List a directory of a volume (read-only)
     Ls(ls::LsArgs),
     /// Write a regular file of a volume to standard output (read-only)
@@ -61,6 +64,7 @@ impl Command {
             Command::Mkfs(_) => "mkfs",
             Command::Fsck(_) => "fsck",
             Command::Dump(_) => "dump",
+            Command::Graph(_) => "graph",
             Command::Ls(_) => "ls",
             Command::Cat(_) => "cat",
             Command::Readlink(_) => "readlink",
@@ -136,6 +140,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Mkfs(a) => mkfs::run(&a),
         Command::Fsck(a) => fsck::run(&a),
         Command::Dump(a) => dump::run(&a),
+        Command::Graph(a) => graph::run(&a),
         Command::Ls(a) => ls::run(&a),
         Command::Cat(a) => cat::run(&a),
         Command::Readlink(a) => cat::run_readlink(&a),

@@ -3,3 +3,4 @@
 
 pub mod dump;
 pub mod fsck;
+pub mod graph;
