@@ -8,6 +8,7 @@ pub mod types;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
+use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, MutexGuard};
@@ -32,6 +33,10 @@ struct Shared {
     /// Serializes commits: held from freeze to finish, so fsyncs arriving
     /// while a commit is in flight wait and then share the next one.
     commit: Mutex<()>,
+    /// Inodes whose fsync is waiting for the commit lock (group commit).
+    pending_fsyncs: Mutex<std::collections::HashSet<Ino>>,
+    /// `fsync` commits the whole delta (strict ordering).
+    fsync_strict: bool,
 }
 
 /// The background thread that ends deltas by time.
@@ -47,11 +52,41 @@ impl Shared {
     /// them is durable, because commits are serialized.
     fn commit(&self, unify: bool) -> Result<()> {
         let _serial = self.commit.lock();
+        self.commit_locked(unify)
+    }
+
+    /// A full commit; the caller holds the commit lock.
+    fn commit_locked(&self, unify: bool) -> Result<()> {
         let Some(mut job) = self.volume.lock().freeze(unify)? else {
             return Ok(());
         };
         let r = job.write();
         self.volume.lock().finish(job, r)
+    }
+
+    /// fsync with group commit: register, wait for the commit lock; if a
+    /// commit meanwhile took this inode, it is durable (that commit finished
+    /// before the lock was free); otherwise commit every registered inode
+    /// in one fsync commit — one log write and one flush for the group.
+    fn fsync(&self, ino: Ino) -> Result<()> {
+        self.pending_fsyncs.lock().insert(ino);
+        let _serial = self.commit.lock();
+        let group: Vec<Ino> = {
+            let mut pending = self.pending_fsyncs.lock();
+            if !pending.contains(&ino) {
+                return Ok(());
+            }
+            pending.drain().collect()
+        };
+        let plan = self.volume.lock().fsync_plan(&group)?;
+        match plan {
+            FsyncPlan::Nothing => Ok(()),
+            FsyncPlan::Full => self.commit_locked(false),
+            FsyncPlan::Job(mut job) => {
+                let r = job.write();
+                self.volume.lock().finish(*job, r)
+            }
+        }
     }
 }
 
@@ -98,9 +133,12 @@ impl Fs {
     /// cache. Replay writes nothing to the device.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Fs> {
         let interval = opts.commit_interval.filter(|_| !opts.read_only);
+        let fsync_strict = opts.fsync_strict;
         let shared = Arc::new(Shared {
             volume: Mutex::new(Volume::open(dev, opts)?),
             commit: Mutex::new(()),
+            pending_fsyncs: Mutex::new(Default::default()),
+            fsync_strict,
         });
         let flusher = match interval {
             Some(every) => Some(Flusher::start(&shared, every)?),
@@ -260,11 +298,17 @@ impl Fs {
         self.vol().removexattr(ino, name)
     }
 
-    /// Make `ino`'s data (and, unless `datasync`, its metadata) durable.
-    /// In this version it commits the whole current delta.
+    /// Make `ino`'s data and metadata durable. Fast (the default): only
+    /// this inode's changes and the new entry naming it go out, ahead of the
+    /// open delta, with one flush; concurrent fsyncs share one commit. With
+    /// `fsync_strict`, the whole delta commits (strict ordering).
+    /// `datasync` makes no difference: the inode record rides along anyway.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
         self.vol().getattr(ino)?;
-        self.shared.commit(false)
+        if self.shared.fsync_strict {
+            return self.shared.commit(false);
+        }
+        self.shared.fsync(ino)
     }
 
     /// Commit the current delta and wait until it is durable.
@@ -284,6 +328,12 @@ impl Fs {
     /// (each attribute costs its name length + value length + 4).
     pub fn xattr_space(&self) -> usize {
         self.vol().xattr_space()
+    }
+
+    /// Fsyncs waiting to join the next group commit (for tests).
+    #[doc(hidden)]
+    pub fn pending_fsyncs(&self) -> usize {
+        self.shared.pending_fsyncs.lock().len()
     }
 
     /// The device's I/O counters.

@@ -231,6 +231,9 @@ pub struct OpenOptions {
     /// library default): only on sync, fsync, dirty pressure and close.
     /// `tux3 mount` uses 5 seconds (`-o commit=SECONDS`).
     pub commit_interval: Option<std::time::Duration>,
+    /// `fsync` commits the whole delta instead of just the inode
+    /// (`-o fsync=strict`): strict ordering, slower fsync.
+    pub fsync_strict: bool,
 }
 
 impl Default for OpenOptions {
@@ -240,6 +243,7 @@ impl Default for OpenOptions {
             dirty_limit: 64 << 20,
             unify_log_blocks: 256,
             commit_interval: None,
+            fsync_strict: false,
         }
     }
 }

@@ -32,6 +32,12 @@ use crate::structures::{bitmap, extent};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Test-only switch: skip the flush before the commit block, breaking L1,
+/// so the crash harness can show it catches a wrong commit order.
+#[doc(hidden)]
+pub static BREAK_SKIP_FLUSH_BEFORE_COMMIT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Blocks to write in this commit: (address, image).
 type Writes = Vec<(u64, Vec<u8>)>;
 
@@ -48,6 +54,9 @@ pub struct CommitJob {
     last: (u64, Vec<u8>),
     /// The superblock the unify installs.
     unified: Option<Superblock>,
+    /// An fsync commit: only log blocks, which validate each other through
+    /// the chain, so one flush suffices.
+    fsync: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
 }
@@ -57,10 +66,16 @@ impl CommitJob {
     /// (invariants L1 and U1).
     pub fn write(&mut self) -> Result<()> {
         write_all(self.dev.as_ref(), self.bs, std::mem::take(&mut self.writes))?;
-        self.dev.flush()?;
+        if !self.fsync && !BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed) {
+            self.dev.flush()?;
+        }
         self.dev.write(self.last.0, &self.last.1)?;
         self.dev.flush()?;
         Ok(())
+    }
+
+    pub fn is_fsync(&self) -> bool {
+        self.fsync
     }
 
     pub fn is_unify(&self) -> bool {
@@ -93,6 +108,7 @@ impl Backend {
             writes,
             last,
             unified,
+            fsync: false,
             inodes,
         };
         cache.dirty.clear();
@@ -100,9 +116,33 @@ impl Backend {
         Ok(job)
     }
 
+    /// An fsync commit: `records` (inode images, inline data, directory
+    /// entries) in log blocks of the chain, flagged FSYNC. The open delta
+    /// goes on; its full commit will hold the same changes again.
+    pub fn prepare_fsync(&mut self, records: &[Record]) -> Result<CommitJob> {
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
+        Ok(CommitJob {
+            dev: self.dev.clone(),
+            bs: self.bs,
+            delta: self.delta,
+            writes: images.body,
+            last: images.commit,
+            unified: None,
+            fsync: true,
+            inodes: Vec::new(),
+        })
+    }
+
     /// The job's I/O completed: the delta is durable. Release the pins of
     /// its frees (A2) and install its superblock.
     pub fn finish(&mut self, job: &CommitJob) {
+        if job.fsync {
+            self.stats.fsyncs += 1;
+            self.stats.log_blocks = self.log.since_unify.len() as u64;
+            return;
+        }
         self.alloc.unpin_committed();
         if let Some(sb) = &job.unified {
             self.sb = sb.clone();
@@ -288,7 +328,7 @@ impl Backend {
         }));
         let images = self
             .log
-            .write_delta(&mut self.alloc, &records, self.delta, self.bs)?;
+            .write_delta(&mut self.alloc, &records, self.delta, false, self.bs)?;
         writes.extend(images.body);
         Ok(images.commit)
     }

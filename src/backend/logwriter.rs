@@ -30,6 +30,7 @@ impl LogWriter {
         alloc: &mut Allocator,
         records: &[Record],
         delta: u64,
+        fsync: bool,
         bs: usize,
     ) -> Result<LogImages> {
         const RESERVE: usize = 13; // the Balloc of the next block
@@ -43,7 +44,7 @@ impl LogWriter {
             }
             used += r.size();
             if let Some(g) = groups.last_mut() {
-                g.push(*r);
+                g.push(r.clone());
             }
         }
         let n = groups.len();
@@ -62,6 +63,7 @@ impl LogWriter {
                 delta,
                 prev_crc: self.tail.prev_crc,
                 commit: i + 1 == n,
+                fsync,
                 nonce: self.nonce,
                 records: group,
                 crc: 0,

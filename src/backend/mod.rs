@@ -35,8 +35,10 @@ pub struct Stats {
     pub unifies: u64,
     /// Log blocks since the last unify.
     pub log_blocks: u64,
-    /// Deltas replayed at open.
+    /// Deltas replayed at open (full and fsync commits).
     pub replayed_deltas: u64,
+    /// Fsync commits (fast path) since open.
+    pub fsyncs: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.
@@ -46,6 +48,8 @@ pub struct TreeReplay {
     pub reset: bool,
     /// LeafMap (Some(addr)) and LeafUnmap (None) by sep, in log order.
     pub ops: Vec<(u64, Option<u64>)>,
+    /// Entries set by fsync commits at the end of the log, applied last.
+    pub inserts: Vec<(u64, Vec<u8>)>,
 }
 
 /// The media side of a mounted volume.
@@ -64,6 +68,9 @@ pub struct Backend {
     pub records: Vec<Record>,
     pub stats: Stats,
     pub read_only: bool,
+    /// File data found in fsync commits at the end of the log, for the
+    /// cache to hold as dirty pages: (inode, block, offset, bytes).
+    pub replayed_pages: Vec<(u64, u64, usize, Vec<u8>)>,
     /// Where the last new file's data went: the goal for the next new file,
     /// so files written together lie together.
     pub data_cursor: u64,
@@ -127,13 +134,43 @@ impl Backend {
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
         let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq)?;
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
+        let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut delta = sb.next_delta;
-        for d in &chain.deltas {
+        // Fsync commits count only after the last full delta commit: a full
+        // commit holds everything the fsyncs before it described.
+        let last_full = chain.deltas.iter().rposition(|d| !d.fsync);
+        for (n, d) in chain.deltas.iter().enumerate() {
             let at = d.blocks.first().copied().unwrap_or(0);
+            let live_fsync = d.fsync && last_full.is_none_or(|f| n > f);
             for r in &d.records {
                 let bad = |what: String| Error::corrupt(at, format!("log of delta {}: {what}", d.delta));
                 let in_volume = |a: u64| a >= 2 && a < sb.block_count;
                 match *r {
+                    Record::InodeImage { ino, ref attrs } => {
+                        if live_fsync {
+                            crate::structures::inode::InodeAttrs::decode(attrs, ino, at)?;
+                            itable.insert(dev.as_ref(), ino, attrs.clone())?;
+                        }
+                    }
+                    Record::DirentSet { dir, key, ref entry } => {
+                        if live_fsync {
+                            crate::structures::dirent::Dirent::decode(entry, key, at)?;
+                            trees.entry(dir).or_default().inserts.push((key, entry.clone()));
+                        }
+                    }
+                    Record::DataInline {
+                        ino,
+                        lblock,
+                        offset,
+                        ref data,
+                    } => {
+                        if live_fsync {
+                            if offset as usize + data.len() > bs {
+                                return Err(bad(format!("inline data of {} bytes at {offset}", data.len())));
+                            }
+                            pages.push((ino, lblock, offset as usize, data.clone()));
+                        }
+                    }
                     Record::Balloc { start, count } => {
                         if !alloc.apply_alloc(start, count as u64) {
                             return Err(bad(format!("balloc {start}+{count} outside the volume")));
@@ -166,13 +203,13 @@ impl Backend {
                             tree,
                             TreeReplay {
                                 reset: true,
-                                ops: Vec::new(),
+                                ..TreeReplay::default()
                             },
                         );
                     }
                 }
             }
-            delta = delta.max(d.delta + 1);
+            delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }
         let log = LogWriter {
             tail: chain.tail,
@@ -197,6 +234,7 @@ impl Backend {
                 records: Vec::new(),
                 stats,
                 read_only,
+                replayed_pages: pages,
                 data_cursor: 2,
             },
             trees,
@@ -210,6 +248,9 @@ impl Backend {
                 Some(a) => tree.map_leaf(self.dev.as_ref(), *sep, *a)?,
                 None => tree.unmap_leaf(self.dev.as_ref(), *sep)?,
             }
+        }
+        for (key, value) in &replay.inserts {
+            tree.insert(self.dev.as_ref(), *key, value.clone())?;
         }
         Ok(())
     }

@@ -16,6 +16,8 @@ pub struct Page {
     pub delta: u64,
     /// Frozen into an in-flight commit and not changed since.
     pub writeback: bool,
+    /// Its current content is in an fsync commit of the open delta.
+    pub logged: bool,
 }
 
 /// The cached pages of one file.
@@ -53,14 +55,37 @@ impl PageMap {
                 data: Arc::new(fill()),
                 delta,
                 writeback: false,
+                logged: false,
             }
         });
         if created || page.writeback {
             self.dirty += 1;
         }
         page.writeback = false;
+        page.logged = false;
         page.delta = delta;
         Arc::make_mut(&mut page.data)
+    }
+
+    /// Record that the page's current content went out in an fsync commit.
+    pub fn mark_logged(&mut self, lblock: u64) {
+        if let Some(p) = self.pages.get_mut(&lblock) {
+            p.logged = true;
+        }
+    }
+
+    /// Dirty pages not yet in an fsync commit, in logical order.
+    pub fn unlogged(&self) -> Vec<u64> {
+        self.pages
+            .iter()
+            .filter(|(_, p)| !p.writeback && !p.logged)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// First cached page at or after `lblock`.
+    pub fn next_from(&self, lblock: u64) -> Option<u64> {
+        self.pages.range(lblock..).next().map(|(k, _)| *k)
     }
 
     /// First cached page after `lblock`.

@@ -9,6 +9,7 @@
 //! tree operations.
 
 mod file;
+pub mod fsync;
 mod handles;
 mod namespace;
 mod repair;
@@ -49,6 +50,13 @@ pub struct Volume {
     failed: bool,
     /// A frozen delta's I/O is in flight (between `freeze` and `finish`).
     in_flight: bool,
+    /// Something changed since open or since the last freeze (replay alone
+    /// dirties the cache but is already durable in the log).
+    changed: bool,
+    /// Inodes created in the open delta: their new entry (dir, key, entry).
+    new_names: HashMap<Ino, (Ino, u64, Vec<u8>)>,
+    /// Inodes whose names or link counts changed otherwise in the open delta.
+    ns_touched: std::collections::HashSet<Ino>,
     /// Open handles per inode.
     handles: HashMap<Ino, u32>,
     /// Inodes with no name left, alive while a handle is open.
@@ -69,6 +77,9 @@ impl Volume {
             max_ino: 0,
             failed: false,
             in_flight: false,
+            changed: false,
+            new_names: HashMap::new(),
+            ns_touched: Default::default(),
             handles: HashMap::new(),
             orphans: Default::default(),
         };
@@ -88,6 +99,40 @@ impl Volume {
             }
             v.be.replay_tree(&mut inode.tree, replay)?;
             v.cache.map.insert(id, inode);
+        }
+        for (id, r) in &replays {
+            if !r.inserts.is_empty() && v.cache.map.contains_key(id) {
+                v.cache.dirty.insert(*id);
+            }
+        }
+        // File data from fsync commits at the end of the log: dirty pages.
+        let bs = v.be.bs;
+        let mut seen = std::collections::HashSet::new();
+        for (ino, lblock, offset, data) in std::mem::take(&mut v.be.replayed_pages) {
+            let delta = v.be.delta;
+            let Ok(inode) = v.inode(ino) else { continue };
+            let page = inode.pages.page_mut(lblock, delta, || vec![0u8; bs]);
+            // A block's first record in the tail starts from zero (F1).
+            if seen.insert((ino, lblock)) {
+                page.fill(0);
+            }
+            page[offset..offset + data.len()].copy_from_slice(&data);
+            v.cache.dirty.insert(ino);
+            v.dirty_bytes += bs as u64;
+        }
+        // The inode images are final: no page may hold data past the size (F1).
+        for (ino, _) in seen {
+            let Ok(inode) = v.inode(ino) else { continue };
+            let size = inode.attrs.size;
+            inode.pages.truncate(size.div_ceil(bs as u64));
+            let tail = (size % bs as u64) as usize;
+            if tail != 0 {
+                let last = size / bs as u64;
+                if inode.pages.get(last).is_some() {
+                    let delta = v.be.delta;
+                    v.inode(ino)?.pages.page_mut(last, delta, Vec::new)[tail..].fill(0);
+                }
+            }
         }
         // The root must be a directory, or nothing else can be trusted.
         let root = v.inode(ROOT_INO)?;
@@ -154,6 +199,7 @@ impl Volume {
 
     /// Mark `ino` changed in the current delta.
     fn touch(&mut self, ino: Ino) {
+        self.changed = true;
         let delta = self.be.delta;
         if let Some(i) = self.cache.map.get_mut(&ino) {
             i.delta = delta;
@@ -186,6 +232,7 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
+        self.changed = true;
         if self.spare() < blocks {
             self.commit(false)?;
             if self.spare() < blocks {
@@ -243,7 +290,7 @@ impl Volume {
             return err(Errno::EIO);
         }
         debug_assert!(!self.in_flight, "two commits in flight");
-        if !unify && !self.delta_dirty() {
+        if !(unify || self.changed && self.delta_dirty()) {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
@@ -252,6 +299,9 @@ impl Volume {
                 self.in_flight = true;
                 self.dirty_bytes = 0;
                 self.reserved = 0;
+                self.changed = false;
+                self.new_names.clear();
+                self.ns_touched.clear();
                 Ok(Some(job))
             }
             Err(e) => {
@@ -270,6 +320,9 @@ impl Volume {
             return Err(e);
         }
         self.be.finish(&job);
+        if job.is_fsync() {
+            return Ok(());
+        }
         for ino in &job.inodes {
             if let Some(i) = self.cache.map.get_mut(ino) {
                 i.pages.end_writeback();

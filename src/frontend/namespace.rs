@@ -45,8 +45,8 @@ impl Volume {
         Ok(None)
     }
 
-    /// Add an entry; the name must not exist.
-    fn add_entry(&mut self, dir: Ino, e: Dirent) -> Result<()> {
+    /// Add an entry; the name must not exist. Returns its position.
+    fn add_entry(&mut self, dir: Ino, e: Dirent) -> Result<u64> {
         let dev = self.be.dev.clone();
         let d = self.dir(dir)?;
         let base = dirent::key_base(&e.name);
@@ -65,7 +65,7 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        Ok(())
+        Ok(key)
     }
 
     fn remove_entry(&mut self, dir: Ino, key: u64) -> Result<()> {
@@ -150,16 +150,17 @@ impl Volume {
         }
         self.cache.map.insert(ino, inode);
         self.touch(ino);
-        self.add_entry(
-            parent,
-            Dirent {
-                ino,
-                kind,
-                name: name.to_vec(),
-            },
-        )?;
+        let entry = Dirent {
+            ino,
+            kind,
+            name: name.to_vec(),
+        };
+        let encoded = entry.encode();
+        let key = self.add_entry(parent, entry)?;
+        self.new_names.insert(ino, (parent, key, encoded));
         if is_dir {
             self.dir(parent)?.attrs.nlink += 1;
+            self.ns_touched.insert(parent);
         }
         Ok(ino)
     }
@@ -202,6 +203,7 @@ impl Volume {
             return err(Errno::EMLINK);
         }
         self.begin_change(2)?;
+        self.ns_touched.extend([ino, newparent]);
         let kind = self.inode(ino)?.kind();
         self.add_entry(
             newparent,
@@ -225,6 +227,7 @@ impl Volume {
             return err(Errno::EISDIR);
         }
         self.begin_release(2)?;
+        self.ns_touched.extend([parent, e.ino]);
         self.remove_entry(parent, key)?;
         self.drop_link(e.ino)
     }
@@ -239,6 +242,7 @@ impl Volume {
             return err(Errno::ENOTEMPTY);
         }
         self.begin_release(2)?;
+        self.ns_touched.extend([parent, e.ino]);
         self.remove_entry(parent, key)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.free_inode(e.ino)
@@ -367,6 +371,7 @@ impl Volume {
                 return Ok(());
             }
             self.begin_change(4)?;
+            self.ns_touched.extend([parent, newparent, src.ino, tgt.ino]);
             self.remove_entry(parent, skey)?;
             self.remove_entry(newparent, tkey)?;
             self.add_entry(
@@ -408,6 +413,10 @@ impl Volume {
             }
         }
         self.begin_change(4)?;
+        self.ns_touched.extend([parent, newparent, src.ino]);
+        if let Some((_, t)) = &target {
+            self.ns_touched.insert(t.ino);
+        }
         if let Some((tkey, t)) = target {
             self.remove_entry(newparent, tkey)?;
             if t.kind == FileType::Directory {

@@ -6,7 +6,7 @@
 //! 24  u64 next       address reserved for the next log block
 //! 32  u64 delta      delta number this block belongs to
 //! 40  u32 prev_crc   checksum field of the previous block (0 for the head)
-//! 44  u16 flags      1 = COMMIT: last block of its delta
+//! 44  u16 flags      1 = COMMIT: last block of its commit; 2 = FSYNC: an fsync commit
 //! 46  u16 used       bytes of records that follow
 //! 48  u64 nonce      random per mount session
 //! 56  records
@@ -19,6 +19,8 @@ use crate::structures::codec::{begin, seal, verify, Reader, Writer};
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3LG");
 pub const HEADER: usize = 56;
 pub const FLAG_COMMIT: u16 = 1;
+/// The block belongs to an fsync commit (not a full delta).
+pub const FLAG_FSYNC: u16 = 2;
 
 /// A decoded log block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub struct LogBlock {
     pub delta: u64,
     pub prev_crc: u32,
     pub commit: bool,
+    /// Part of an fsync commit rather than a full delta commit.
+    pub fsync: bool,
     pub nonce: u64,
     pub records: Vec<Record>,
     /// The block's own checksum (the next block's `prev_crc`).
@@ -53,7 +57,7 @@ impl LogBlock {
         w.u64(self.next);
         w.u64(self.delta);
         w.u32(self.prev_crc);
-        w.u16(if self.commit { FLAG_COMMIT } else { 0 });
+        w.u16(if self.commit { FLAG_COMMIT } else { 0 } | if self.fsync { FLAG_FSYNC } else { 0 });
         w.u16(body.len() as u16);
         w.u64(self.nonce);
         w.bytes(&body.buf);
@@ -91,6 +95,7 @@ impl LogBlock {
             delta,
             prev_crc,
             commit: flags & FLAG_COMMIT != 0,
+            fsync: flags & FLAG_FSYNC != 0,
             nonce,
             records,
             crc,
@@ -111,6 +116,7 @@ mod tests {
             delta: 3,
             prev_crc: 0xdead,
             commit: true,
+            fsync: false,
             nonce: 5,
             records: vec![
                 Record::Balloc { start: 10, count: 1 },

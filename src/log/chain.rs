@@ -19,6 +19,9 @@ pub struct Tail {
 #[derive(Debug, Clone)]
 pub struct LoggedDelta {
     pub delta: u64,
+    /// An fsync commit (inode images, inline data, entries) rather than a
+    /// full delta commit.
+    pub fsync: bool,
     pub records: Vec<Record>,
     pub blocks: Vec<u64>,
 }
@@ -90,6 +93,7 @@ pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
         if lb.commit {
             deltas.push(LoggedDelta {
                 delta: lb.delta,
+                fsync: lb.fsync,
                 records: std::mem::take(&mut pending),
                 blocks: std::mem::take(&mut pending_blocks),
             });

@@ -8,18 +8,67 @@
 //! | 3 | LeafMap   | tree u64, sep u64, addr u64 | leaf `sep` of `tree` is at `addr` |
 //! | 4 | LeafUnmap | tree u64, sep u64 | leaf `sep` left `tree` |
 //! | 5 | Drop      | tree u64 | forget `tree`'s changes so far: its inode was freed |
+//! | 6 | InodeImage | ino u64, len u16, attributes | (fsync) the inode's whole record |
+//! | 7 | DataInline | ino u64, lblock u64, offset u16, len u16, bytes | (fsync) bytes at `offset` of block `lblock` of the file; a block first named by a DataInline starts zeroed |
+//! | 8 | DirentSet  | dir u64, key u64, len u16, entry | (fsync) a directory entry at position `key` |
+//!
+//! Types 6-8 appear only in fsync commits (log blocks flagged FSYNC). Replay
+//! applies them only when no full delta commit follows them in the chain: a
+//! later full delta already holds everything they describe.
 
 use crate::error::Result;
 use crate::structures::codec::{Reader, Writer};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    Balloc { start: u64, count: u32 },
-    Bfree { start: u64, count: u32 },
-    LeafMap { tree: u64, sep: u64, addr: u64 },
-    LeafUnmap { tree: u64, sep: u64 },
-    Drop { tree: u64 },
+    Balloc {
+        start: u64,
+        count: u32,
+    },
+    Bfree {
+        start: u64,
+        count: u32,
+    },
+    LeafMap {
+        tree: u64,
+        sep: u64,
+        addr: u64,
+    },
+    LeafUnmap {
+        tree: u64,
+        sep: u64,
+    },
+    Drop {
+        tree: u64,
+    },
+    InodeImage {
+        ino: u64,
+        attrs: Vec<u8>,
+    },
+    DataInline {
+        ino: u64,
+        lblock: u64,
+        offset: u16,
+        data: Vec<u8>,
+    },
+    DirentSet {
+        dir: u64,
+        key: u64,
+        entry: Vec<u8>,
+    },
 }
+
+/// Names of the record types, indexed by [`Record::kind`].
+pub const KINDS: [&str; 8] = [
+    "balloc",
+    "bfree",
+    "leafmap",
+    "leafunmap",
+    "drop",
+    "inode",
+    "inline",
+    "dirent",
+];
 
 impl Record {
     /// Encoded size in bytes, by type (the self-describing size table).
@@ -29,11 +78,54 @@ impl Record {
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } => 17,
             Record::Drop { .. } => 9,
+            Record::InodeImage { attrs, .. } => 11 + attrs.len(),
+            Record::DataInline { data, .. } => 21 + data.len(),
+            Record::DirentSet { entry, .. } => 19 + entry.len(),
+        }
+    }
+
+    /// Index of the record's type in [`KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            Record::Balloc { .. } => 0,
+            Record::Bfree { .. } => 1,
+            Record::LeafMap { .. } => 2,
+            Record::LeafUnmap { .. } => 3,
+            Record::Drop { .. } => 4,
+            Record::InodeImage { .. } => 5,
+            Record::DataInline { .. } => 6,
+            Record::DirentSet { .. } => 7,
         }
     }
 
     pub fn encode(&self, w: &mut Writer) {
         match *self {
+            Record::InodeImage { ino, ref attrs } => {
+                w.u8(6);
+                w.u64(ino);
+                w.u16(attrs.len() as u16);
+                w.bytes(attrs);
+            }
+            Record::DataInline {
+                ino,
+                lblock,
+                offset,
+                ref data,
+            } => {
+                w.u8(7);
+                w.u64(ino);
+                w.u64(lblock);
+                w.u16(offset);
+                w.u16(data.len() as u16);
+                w.bytes(data);
+            }
+            Record::DirentSet { dir, key, ref entry } => {
+                w.u8(8);
+                w.u64(dir);
+                w.u64(key);
+                w.u16(entry.len() as u16);
+                w.bytes(entry);
+            }
             Record::Balloc { start, count } => {
                 w.u8(1);
                 w.u64(start);
@@ -86,6 +178,36 @@ impl Record {
             5 => Record::Drop {
                 tree: r.u64("drop tree")?,
             },
+            6 => {
+                let ino = r.u64("inode image ino")?;
+                let n = r.u16("inode image length")? as usize;
+                Record::InodeImage {
+                    ino,
+                    attrs: r.bytes(n, "inode image")?.to_vec(),
+                }
+            }
+            7 => {
+                let ino = r.u64("inline ino")?;
+                let lblock = r.u64("inline block")?;
+                let offset = r.u16("inline offset")?;
+                let n = r.u16("inline length")? as usize;
+                Record::DataInline {
+                    ino,
+                    lblock,
+                    offset,
+                    data: r.bytes(n, "inline data")?.to_vec(),
+                }
+            }
+            8 => {
+                let dir = r.u64("dirent dir")?;
+                let key = r.u64("dirent key")?;
+                let n = r.u16("dirent length")? as usize;
+                Record::DirentSet {
+                    dir,
+                    key,
+                    entry: r.bytes(n, "dirent entry")?.to_vec(),
+                }
+            }
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         })
     }

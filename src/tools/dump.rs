@@ -95,21 +95,21 @@ fn geometry(sb: &Superblock, out: &mut String) {
 }
 
 fn counts(records: &[Record]) -> String {
-    let mut n = [0usize; 5];
+    let mut n = [0usize; crate::log::record::KINDS.len()];
     for r in records {
-        let i = match r {
-            Record::Balloc { .. } => 0,
-            Record::Bfree { .. } => 1,
-            Record::LeafMap { .. } => 2,
-            Record::LeafUnmap { .. } => 3,
-            Record::Drop { .. } => 4,
-        };
-        n[i] += 1;
+        n[r.kind()] += 1;
     }
-    format!(
-        "{} balloc, {} bfree, {} leafmap, {} leafunmap, {} drop",
-        n[0], n[1], n[2], n[3], n[4]
-    )
+    let parts: Vec<String> = n
+        .iter()
+        .zip(crate::log::record::KINDS)
+        .filter(|(c, _)| **c > 0)
+        .map(|(c, k)| format!("{c} {k}"))
+        .collect();
+    if parts.is_empty() {
+        "no records".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn log(dev: &dyn Device, sb: &Superblock, out: &mut String) -> Result<()> {

@@ -21,6 +21,9 @@ pub fn open_opts(unify_log_blocks: u64) -> OpenOptions {
     OpenOptions {
         dirty_limit: u64::MAX,
         unify_log_blocks,
+        // The crash model reverts to the last durability point as a whole,
+        // which is what strict fsync gives; fast fsync has its own tests.
+        fsync_strict: true,
         ..OpenOptions::default()
     }
 }

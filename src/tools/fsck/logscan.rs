@@ -97,8 +97,9 @@ pub(super) fn scan(
     Ok(scan)
 }
 
-/// Delta numbers: at least the superblock's next delta, rising, and the
-/// same in every block of one delta.
+/// Delta numbers: at least the superblock's next delta, rising (fsync
+/// commits carry the number of the open delta, which its full commit
+/// repeats), and the same in every block of one commit.
 fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
     let mut floor = sb.next_delta;
     let mut start = 0;
@@ -127,7 +128,13 @@ fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
                 );
             }
         }
-        floor = lb.delta.saturating_add(1);
+        // An fsync commit belongs to the open delta, whose full commit (the
+        // same number) may follow; a full commit closes its delta.
+        floor = if lb.fsync {
+            lb.delta
+        } else {
+            lb.delta.saturating_add(1)
+        };
         start = i + 1;
     }
 }

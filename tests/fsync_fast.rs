@@ -1,0 +1,225 @@
+//! Scenario: fast fsync. An fsync commits only the inode (and the new entry
+//! naming it) in log blocks of the chain with one flush; concurrent fsyncs
+//! share one commit; a crash keeps what each fsync covered; a later full
+//! delta supersedes the fsync commits; replay of an fsync tail writes nothing.
+
+use crossbeam_channel::bounded;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tux3::device::{CounterSnapshot, Device, MemDevice};
+use tux3::{FormatOptions, Fs, OpenOptions, RenameFlags, ROOT_INO};
+
+fn fresh() -> (Arc<MemDevice>, Arc<dyn Device>) {
+    let mem = Arc::new(MemDevice::new(4096, 8192));
+    let dev: Arc<dyn Device> = mem.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    (mem, dev)
+}
+
+fn open(dev: &Arc<dyn Device>) -> Fs {
+    Fs::open(dev.clone(), OpenOptions::default()).unwrap()
+}
+
+#[test]
+fn small_append_fsync_costs_one_block_and_one_flush() {
+    let (_mem, dev) = fresh();
+    let fs = open(&dev);
+    let f = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap();
+    fs.sync().unwrap();
+    let before = fs.counters();
+    let n = 200u64;
+    for i in 0..n {
+        fs.write(f.ino, i * 1024, &[(i % 251) as u8; 1024]).unwrap();
+        fs.fsync(f.ino, false).unwrap();
+    }
+    let after = fs.counters();
+    let blocks = after.blocks_written - before.blocks_written;
+    let flushes = after.flushes - before.flushes;
+    assert!(blocks <= 2 * n, "{blocks} blocks written for {n} fsyncs");
+    assert_eq!(flushes, n, "one flush per fsync");
+    assert_eq!(fs.stats().fsyncs, n);
+    drop(fs); // crash
+    let fs = open(&dev);
+    let data = fs.read(f.ino, 0, (n * 1024) as usize).unwrap();
+    assert_eq!(data.len() as u64, n * 1024);
+    for i in 0..n as usize {
+        assert!(
+            data[i * 1024..(i + 1) * 1024]
+                .iter()
+                .all(|&b| b == (i % 251) as u8),
+            "record {i}"
+        );
+    }
+}
+
+#[test]
+fn fsync_of_a_new_file_jumps_the_queue() {
+    let (_mem, dev) = fresh();
+    let fs = open(&dev);
+    let other = fs.create(ROOT_INO, b"unrelated", 0o644, 0, 0).unwrap();
+    fs.write(other.ino, 0, b"not synced").unwrap();
+    let f = fs.create(ROOT_INO, b"mail", 0o600, 0, 0).unwrap();
+    fs.write(f.ino, 0, b"delivered").unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    drop(fs);
+    let fs = open(&dev);
+    let g = fs.lookup(ROOT_INO, b"mail").unwrap();
+    assert_eq!(g.ino, f.ino);
+    assert_eq!(g.mode & 0o7777, 0o600);
+    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"delivered");
+    // The unrelated change was not fsynced and did not ride along.
+    assert!(fs.lookup(ROOT_INO, b"unrelated").is_err());
+    let report = tux3::tools::fsck::check(dev.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn full_delta_supersedes_fsync_commits_and_fallbacks_stay_correct() {
+    let (_mem, dev) = fresh();
+    let fs = open(&dev);
+    let f = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
+    fs.write(f.ino, 0, &[1u8; 3000]).unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    // Truncate down (extent-free here) and rewrite; a full commit follows.
+    fs.write(f.ino, 0, &[2u8; 100]).unwrap();
+    fs.setattr(
+        f.ino,
+        &tux3::SetAttr {
+            size: Some(100),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.sync().unwrap();
+    // Rename then fsync: not eligible for the fast path, must still hold.
+    fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", RenameFlags::default())
+        .unwrap();
+    fs.write(f.ino, 100, &[3u8; 10]).unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    drop(fs);
+    let fs = open(&dev);
+    assert!(fs.lookup(ROOT_INO, b"a").is_err());
+    let b = fs.lookup(ROOT_INO, b"b").unwrap();
+    assert_eq!(b.size, 110);
+    let data = fs.read(b.ino, 0, 200).unwrap();
+    assert_eq!(&data[..100], &[2u8; 100][..]);
+    assert_eq!(&data[100..], &[3u8; 10][..]);
+    let report = tux3::tools::fsck::check(dev.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn replaying_an_fsync_tail_writes_nothing_until_changed() {
+    let (mem, dev) = fresh();
+    let fs = open(&dev);
+    let f = fs.create(ROOT_INO, b"x", 0o644, 0, 0).unwrap();
+    fs.write(f.ino, 0, b"tail").unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    drop(fs);
+    let image = mem.image();
+    let fs = open(&dev);
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"tail");
+    fs.close().unwrap();
+    assert!(
+        mem.image() == image,
+        "open/close of an fsync tail changed the image"
+    );
+    // A real change afterwards commits the replayed state for good.
+    let fs = open(&dev);
+    fs.write(f.ino, 4, b"!").unwrap();
+    fs.close().unwrap();
+    let fs = open(&dev);
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"tail!");
+}
+
+/// A device whose first flush, once armed, waits for the test.
+struct Gate {
+    inner: MemDevice,
+    armed: AtomicBool,
+    entered: crossbeam_channel::Sender<()>,
+    release: crossbeam_channel::Receiver<()>,
+}
+
+impl Device for Gate {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+    fn read(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read(b, buf)
+    }
+    fn write(&self, b: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write(b, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(());
+            let _ = self.release.recv();
+        }
+        self.inner.flush()
+    }
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters()
+    }
+}
+
+#[test]
+fn concurrent_fsyncs_share_one_commit() {
+    let (entered_tx, entered_rx) = bounded(1);
+    let (release_tx, release_rx) = bounded(1);
+    let gate = Arc::new(Gate {
+        inner: MemDevice::new(4096, 8192),
+        armed: AtomicBool::new(false),
+        entered: entered_tx,
+        release: release_rx,
+    });
+    let dev: Arc<dyn Device> = gate.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Arc::new(open(&dev));
+    let n = 8;
+    let files: Vec<_> = (0..=n)
+        .map(|i| {
+            fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    fs.sync().unwrap();
+    for &ino in &files {
+        fs.write(ino, 0, &[7u8; 1024]).unwrap();
+    }
+    gate.armed.store(true, Ordering::SeqCst);
+    let first = {
+        let fs = fs.clone();
+        let ino = files[0];
+        std::thread::spawn(move || fs.fsync(ino, false))
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("first fsync never flushed");
+    let before = gate.inner.counters().flushes;
+    let waiters: Vec<_> = files[1..]
+        .iter()
+        .map(|&ino| {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.fsync(ino, false))
+        })
+        .collect();
+    // Wait (bounded) until every waiter has registered for the next commit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs.pending_fsyncs() < n {
+        assert!(std::time::Instant::now() < deadline, "fsyncs never queued");
+        std::thread::yield_now();
+    }
+    release_tx.send(()).unwrap();
+    first.join().unwrap().unwrap();
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    let flushes = gate.inner.counters().flushes - before;
+    // The first commit's flush (released above) plus one for the group.
+    assert_eq!(flushes, 2, "{n} queued fsyncs took {flushes} flushes");
+}
