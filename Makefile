@@ -3,7 +3,11 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CARGO  ?= cargo
 PREFIX ?= /usr/local
+# mount(8) looks for its helper mount.tux3 in /sbin (or /usr/sbin).
+SBINDIR ?= /sbin
 TUX3   := target/release/tux3
+# Cargo cannot put a dot in a binary's name: mount-tux3 installs as mount.tux3.
+MOUNT_HELPER := target/release/mount-tux3
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) src)
 DEMO_IMG := demo/demo.img
@@ -40,6 +44,8 @@ demo: build
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(TUX3) $(DESTDIR)$(PREFIX)/bin/tux3
+	install -d $(DESTDIR)$(SBINDIR)
+	install -m 755 $(MOUNT_HELPER) $(DESTDIR)$(SBINDIR)/mount.tux3
 
 clean:
 	$(CARGO) clean

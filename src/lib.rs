@@ -23,6 +23,7 @@ pub mod cli;
 pub mod device;
 pub mod error;
 pub mod frontend;
+pub mod fuse;
 pub mod log;
 pub mod structures;
 pub mod tools;

@@ -3,7 +3,7 @@
 //!
 //! Calls only the public surface of the crate: [`crate::Fs`] (engine API),
 //! [`crate::device`] (opening and creating images) and [`crate::tools`]
-//! (offline fsck and dump).
+//! (offline fsck and dump), and [`crate::fuse`] (`mount`).
 
 mod args;
 mod cat;
@@ -16,6 +16,8 @@ mod image;
 mod import;
 mod ls;
 mod mkfs;
+pub mod mount;
+mod mount_opts;
 
 pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use format::{civil_date, format_time, mode_string};
@@ -55,6 +57,8 @@ pub enum Command {
     Cat(cat::CatArgs),
     /// Print the target of a symbolic link of a volume (read-only)
     Readlink(cat::ReadlinkArgs),
+    /// Mount a volume through FUSE (in the background unless -f)
+    Mount(mount::MountArgs),
 }
 
 impl Command {
@@ -68,6 +72,7 @@ impl Command {
             Command::Ls(_) => "ls",
             Command::Cat(_) => "cat",
             Command::Readlink(_) => "readlink",
+            Command::Mount(_) => "mount",
         }
     }
 }
@@ -144,6 +149,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Ls(a) => ls::run(&a),
         Command::Cat(a) => cat::run(&a),
         Command::Readlink(a) => cat::run_readlink(&a),
+        Command::Mount(a) => mount::run(&a),
     }
 }
 

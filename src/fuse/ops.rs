@@ -1,0 +1,393 @@
+//! The `fuser::Filesystem` implementation: each FUSE request becomes one call
+//! of the engine API [`crate::Fs`] (see `adapter.rs` for the state and the
+//! shared helpers), and its result becomes the reply.
+//!
+//! Calls only [`crate::Fs`].
+
+use super::adapter::{einval, empty, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
+use super::Tux3Fuse;
+use super::{errno, file_attr, from_system_time, MAX_READAHEAD, MAX_WRITE, TTL};
+use crate::api::types::{RenameFlags as EngineRenameFlags, SetAttr, XattrMode};
+use crate::error::Errno;
+use fuser::{
+    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// The extended attributes that hold POSIX ACLs.
+const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+impl Filesystem for Tux3Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_READAHEAD) {
+            let _ = config.set_max_readahead(max);
+        }
+        // Lookups and readdirs of one directory may run in parallel: the
+        // engine serializes what needs it.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        if self.opts.writeback_cache {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel does not support the FUSE writeback cache"))?;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry: the kernel caches the absence for TTL.
+            Err(e) if e.errno() == Errno::ENOENT => {
+                let mut attr = file_attr(&negative_attr());
+                attr.ino = INodeNo(0);
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            r => self.entry(parent.0, r, reply),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.parents.lock().remove(&ino.0);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(from_system_time),
+        };
+        // Nothing to change (e.g. only a file handle): just report.
+        let r = if set == SetAttr::default() {
+            self.fs.getattr(ino.0)
+        } else {
+            self.fs.setattr(ino.0, &set)
+        };
+        match r {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.owner(req, parent.0).and_then(|(uid, gid, _)| {
+            self.fs
+                .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
+        });
+        self.entry(parent.0, r, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = self
+            .owner(req, parent.0)
+            .and_then(|(uid, gid, sgid)| self.fs.mkdir(parent.0, name.as_bytes(), mode | sgid, uid, gid));
+        self.entry(parent.0, r, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.unlink(parent.0, name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.rmdir(parent.0, name.as_bytes()), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self.owner(req, parent.0).and_then(|(uid, gid, _)| {
+            let target = target.as_os_str().as_bytes();
+            self.fs.symlink(parent.0, link_name.as_bytes(), target, uid, gid)
+        });
+        self.entry(parent.0, r, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = EngineRenameFlags::from_bits(flags.bits())
+            .ok_or_else(einval)
+            .and_then(|f| {
+                self.fs
+                    .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f)
+            });
+        empty(r, reply);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(newparent.0, r, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open_handle(ino.0) {
+            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(self.fs.release_handle(ino.0), reply);
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        empty(self.fs.fsync(ino.0, datasync), reply);
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.fill_dir(ino.0, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        empty(self.fs.fsync(ino.0, datasync), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_free,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        if position != 0 {
+            return reply.error(fuser::Errno::EINVAL);
+        }
+        // Without FUSE_POSIX_ACL the kernel passes ACLs through as plain
+        // xattrs but never enforces them: refuse them rather than store
+        // permissions nobody checks (cp -a then falls back to chmod).
+        if ACL_XATTRS.contains(&name.as_bytes()) {
+            return reply.error(fuser::Errno::EOPNOTSUPP);
+        }
+        empty(self.fs.setxattr(ino.0, name.as_bytes(), value, mode), reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
+            Ok(value) => xattr_reply(&value, size, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(&n);
+                    list.push(0);
+                }
+                xattr_reply(&list, size, reply);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.removexattr(ino.0, name.as_bytes()), reply);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks access itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self
+            .owner(req, parent.0)
+            .and_then(|(uid, gid, _)| self.fs.create(parent.0, name.as_bytes(), mode, uid, gid))
+            .and_then(|attr| self.fs.open_handle(attr.ino).map(|()| attr));
+        match r {
+            Ok(attr) => reply.created(&TTL, &file_attr(&attr), Generation(0), FileHandle(0), OPEN_FLAGS),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and sends
+        // only SEEK_DATA and SEEK_HOLE. ENOSYS makes it stop asking and treat
+        // every file as all data up to its size: right only with the
+        // writeback cache, where the newest data and size may still be in
+        // the kernel and we would answer from stale ones.
+        if self.opts.writeback_cache {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(fuser::Errno::ENXIO);
+        };
+        match self.fs.seek_data(ino.0, offset, data) {
+            Ok(pos) => match i64::try_from(pos) {
+                Ok(pos) => reply.offset(pos),
+                Err(_) => reply.error(fuser::Errno::ENXIO),
+            },
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
