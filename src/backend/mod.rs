@@ -23,6 +23,13 @@ use std::sync::Arc;
 /// Inode number of the bitmap file. Its attributes live in the superblock
 /// (root of its extent tree, size in blocks), not in the inode table.
 pub const BITMAP_INO: u64 = 2;
+/// Delta numbers stay below this (a larger one on disk is corruption).
+pub const MAX_DELTA: u64 = 1 << 62;
+
+fn at_block(d: &crate::log::chain::LoggedDelta) -> u64 {
+    d.blocks.last().copied().unwrap_or(0)
+}
+
 /// First inode number handed to files.
 pub const FIRST_INO: u64 = 16;
 
@@ -208,6 +215,12 @@ impl Backend {
                         );
                     }
                 }
+            }
+            if d.delta >= MAX_DELTA {
+                return Err(Error::corrupt(
+                    at_block(d),
+                    format!("log: delta number {} is implausible", d.delta),
+                ));
             }
             delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }

@@ -185,6 +185,15 @@ impl Volume {
         if i.kind() != FileType::Symlink {
             return err(Errno::EINVAL);
         }
+        if i.attrs.size == 0 || i.attrs.size > SYMLINK_MAX as u64 {
+            return Err(Error::corrupt(
+                i.tree.unified.addr,
+                format!(
+                    "symlink {ino}: target length {} is not 1..={SYMLINK_MAX}",
+                    i.attrs.size
+                ),
+            ));
+        }
         let size = i.attrs.size as usize;
         self.read_data(ino, 0, size)
     }

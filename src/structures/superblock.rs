@@ -151,6 +151,15 @@ impl Superblock {
             created: r.i64("created")?,
             unifies: r.u64("unify count")?,
         };
+        if sb.next_delta >= 1 << 62 || sb.log_seq >= 1 << 62 {
+            return Err(Error::corrupt(
+                addr,
+                format!(
+                    "superblock: next delta {} / log sequence {} implausible",
+                    sb.next_delta, sb.log_seq
+                ),
+            ));
+        }
         for (what, a) in [
             ("itable root", sb.itable.addr),
             ("bitmap root", sb.bitmap.addr),

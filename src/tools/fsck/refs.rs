@@ -75,7 +75,7 @@ fn span(start: u64, count: u64) -> String {
     } else {
         format!(
             "blocks {start}-{} ({count} blocks)",
-            start + count.saturating_sub(1)
+            start.saturating_add(count.saturating_sub(1))
         )
     }
 }
