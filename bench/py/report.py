@@ -1,0 +1,306 @@
+"""docs/BENCHMARKS.md from a run's results: the machine and versions, the
+exact commands, one table per workload with each filesystem's figure and
+tux3's ratio to the best peer, blocks and flushes per fsync, the engine
+without FUSE against tmpfs, and what could not be run.
+"""
+
+import os
+
+from fsetup import EXT4_OPTS, FILESYSTEMS, LABEL, PEERS
+
+WORKLOAD_TEXT = {
+    "syncs": ("Parallel small fsyncs",
+              "T processes each append 1 KiB to their own file and fsync it, N times "
+              "(`TxN`); all start together at a barrier; time from the barrier to the "
+              "last exit. Seconds, lower is better."),
+    "rename": ("Rename cycle",
+               "open(O_CREAT|O_TRUNC) a temp file, write 16,000 bytes, fsync (or not), "
+               "close, rename over the target. Cycles per second, higher is better."),
+    "dbench": ("dbench",
+               "dbench 4 with its NetBench loadfile (client.txt) for a fixed time; `-s` "
+               "opens every file O_SYNC. MB/s as dbench reports it, higher is better."),
+    "fsync-load": ("fsync latency under a background writer",
+                   "Every 100 ms append 4 KiB to a small file and fsync it; p99 latency in "
+                   "ms (lower is better), idle and while another process streams buffered "
+                   "1 MiB writes to a large file (starting writeback every 32 MiB)."),
+    "meta": ("Metadata at scale",
+             "`flat`: create, stat and unlink N empty files in one directory. `tree`: N "
+             "small files (1..4096 bytes) in a two-level tree: create, `find`, read all, "
+             "delete. Caches are dropped before stat, find and read. Operations per "
+             "second, higher is better."),
+    "stream": ("Streaming and random I/O (fio)",
+               "Sequential 1 MiB writes (with a final fsync) and reads (cold cache) of one "
+               "file, MB/s; then 4 KiB random reads and writes (50/50, buffered) over part "
+               "of it for a fixed time, total IOPS. Higher is better."),
+}
+
+
+def fmt(v, unit=""):
+    if v is None or v == "":
+        return "—"
+    if isinstance(v, float):
+        if v >= 1000:
+            return "{:,.0f}".format(v)
+        if v >= 100:
+            return "%.0f" % v
+        if v >= 10:
+            return "%.1f" % v
+        if v >= 0.1:
+            return "%.2f" % v
+        return "%.3g" % v
+    return str(v)
+
+
+def ratio(rows_by_fs, row_t):
+    """tux3 against the best peer, >1 meaning tux3 is better."""
+    t = row_t.get("figure") if row_t else None
+    peers = [(fs, r.get("figure")) for fs, r in rows_by_fs.items()
+             if fs in PEERS and isinstance(r.get("figure"), (int, float)) and not r.get("error")]
+    if not isinstance(t, (int, float)) or not peers or row_t.get("error"):
+        return "—"
+    lower = row_t.get("better") == "lower"
+    best_fs, best = (min if lower else max)(peers, key=lambda p: p[1])
+    if not t or not best:
+        return "—"
+    x = best / t if lower else t / best
+    return "%s× (vs %s)" % (fmt(float(x)), LABEL.get(best_fs, best_fs))
+
+
+def group(rows, workload):
+    """{param: {fs: row}} in first-seen order."""
+    out = {}
+    for r in rows:
+        if r["workload"] == workload:
+            out.setdefault(r["param"], {})[r["fs"]] = r
+    return out
+
+
+def cell(r, key="figure"):
+    if r is None:
+        return "—"
+    if r.get("error"):
+        return "error"
+    return fmt(r.get(key))
+
+
+def workload_table(rows, wl, fss):
+    g = group(rows, wl)
+    if not g:
+        return []
+    unit = next(iter(next(iter(g.values())).values())).get("unit", "")
+    head = "| %s | " % ("parameter (%s)" % unit) + " | ".join(LABEL[f] for f in fss)
+    out = [head + " | tux3 vs best peer |", "|---" * (len(fss) + 2) + "|"]
+    for param, by_fs in g.items():
+        if wl == "stream" and param.startswith("rand"):
+            unit_note = " (IOPS)"
+        else:
+            unit_note = ""
+        out.append("| %s%s | " % (param, unit_note) + " | ".join(cell(by_fs.get(f)) for f in fss)
+                   + " | %s |" % ratio(by_fs, by_fs.get("tux3")))
+    return out
+
+
+def per_fsync_table(rows, wl, fss):
+    g = group(rows, wl)
+    fss = [f for f in fss if f != "tmpfs"]
+    out = []
+    for param, by_fs in g.items():
+        if not any(by_fs.get(f, {}).get("blocks_per_fsync") is not None for f in fss):
+            continue
+        if not out:
+            out = ["| %s: 4 KiB blocks / flushes per fsync | " % wl +
+                   " | ".join(LABEL[f] for f in fss) + " |", "|---" * (len(fss) + 1) + "|"]
+        cells = []
+        for f in fss:
+            r = by_fs.get(f)
+            if not r or r.get("blocks_per_fsync") is None:
+                cells.append("—")
+            else:
+                cells.append("%.2f / %s" % (r["blocks_per_fsync"], fmt(r.get("flushes_per_fsync"))))
+        out.append("| %s | " % param + " | ".join(cells) + " |")
+    return out
+
+
+def latency_table(rows, fss):
+    g = group(rows, "fsync-load")
+    if not g:
+        return []
+    out = ["| filesystem | " + " | ".join("%s p50 / p99 / max (ms)" % p for p in g) +
+           " | writer MB/s |", "|---" * (len(g) + 2) + "|"]
+    for f in fss:
+        cells, wmb = [], "—"
+        for p, by_fs in g.items():
+            r = by_fs.get(f)
+            if not r or r.get("error"):
+                cells.append("—" if not r else "error")
+                continue
+            cells.append("%s / %s / %s" % (fmt(r.get("lat_p50_ms")), fmt(r.get("lat_p99_ms")),
+                                           fmt(r.get("lat_max_ms"))))
+            if r.get("writer_mb_s"):
+                wmb = fmt(r["writer_mb_s"])
+        out.append("| %s | " % LABEL[f] + " | ".join(cells) + " | %s |" % wmb)
+    return out
+
+
+def cpu_table(rows):
+    daemons = [f for f in ("tux3", "fuse2fs") if any(r["fs"] == f and r.get("fs_cpu_s") is not None
+                                                      for r in rows)]
+    if not daemons:
+        return []
+    keys = []
+    for r in rows:
+        k = (r["workload"], r["param"])
+        if r["fs"] in daemons and k not in keys:
+            keys.append(k)
+    out = ["| workload | " + " | ".join("%s CPU s (per op µs)" % d for d in daemons) + " |",
+           "|---" * (len(daemons) + 1) + "|"]
+    for wl, p in keys:
+        cells = []
+        for d in daemons:
+            r = next((x for x in rows if x["fs"] == d and x["workload"] == wl and x["param"] == p), None)
+            if not r or r.get("fs_cpu_s") is None:
+                cells.append("—")
+            else:
+                per = r["fs_cpu_s"] / r["ops"] * 1e6 if r.get("ops") else None
+                cells.append("%s (%s)" % (fmt(r["fs_cpu_s"]), fmt(per)))
+        out.append("| %s %s | " % (wl, p) + " | ".join(cells) + " |")
+    return out
+
+
+def engine_table(rows):
+    out = []
+    for wl, what in (("engine-syncs", "seconds, lower is better"),
+                     ("engine-dbench", "MB/s, higher is better")):
+        g = group(rows, wl)
+        if not g:
+            continue
+        out += ["", "**%s** (%s)" % (wl.replace("engine-", ""), what), "",
+                "| parameter | tux3 engine | tmpfs (system calls) | engine ÷ tmpfs speed | "
+                "engine blocks / flushes per fsync | deltas |",
+                "|---|---|---|---|---|---|"]
+        for p, by in g.items():
+            e, t = by.get("tux3-engine"), by.get("tmpfs-syscalls")
+            sp = "—"
+            if e and t and e.get("figure") and t.get("figure") and not e.get("error"):
+                sp = "%s×" % fmt(float((t["figure"] / e["figure"]) if e.get("better") == "lower"
+                                       else (e["figure"] / t["figure"])))
+            pf = "—"
+            if e and e.get("blocks_per_fsync") is not None:
+                pf = "%.2f / %.2f" % (e["blocks_per_fsync"], e["flushes_per_fsync"])
+            out.append("| %s | %s | %s | %s | %s | %s |" % (p, cell(e), cell(t), sp, pf,
+                                                          fmt(e.get("deltas")) if e else "—"))
+    return out
+
+
+def commands(res):
+    q = res.get("params", {})
+    e = " ".join(EXT4_OPTS)
+    return [
+        "```",
+        "# the run",
+        " ".join(res.get("argv", ["bench/run"])),
+        "# every filesystem: a sparse image, its own loop device with direct I/O",
+        "truncate -s SIZE IMG; losetup --direct-io=on -f --show IMG",
+        "mkfs.ext4 -F -q %s LOOP                    # ext4, and fuse2fs" % e,
+        "mkfs.ext4 -F -q -O fast_commit %s LOOP     # ext4 fast_commit" % e,
+        "mkfs.xfs -f -q LOOP; mkfs.btrfs -f -q LOOP; target/release/tux3 mkfs LOOP",
+        "mount -t ext4|xfs|btrfs LOOP MNT; fuse2fs LOOP MNT; target/release/tux3 mount LOOP MNT",
+        "mount -t tmpfs -o size=SIZE tux3-bench-tmpfs MNT",
+        "# workloads (bench/c/*.c compiled with gcc -O2)",
+        "syncs DIR TASKS STEPS                 # %s" % ", ".join("%dx%d" % tuple(x) for x in q.get("syncs", [])),
+        "rename_cycle DIR %s 16000 1|0 %s" % (q.get("rename_cycles", "N"), q.get("cap") or ""),
+        "dbench -D DIR -t %s -c %s [-s] CLIENTS   # clients %s" % (
+            q.get("dbench_secs"), q.get("loadfile"), q.get("dbench_clients")),
+        "fsync_latency writer FILE %s %s & fsync_latency probe FILE %s 100" % (
+            q.get("writer_bound"), (q.get("lat_secs") or 0) + 2, q.get("lat_secs")),
+        "meta flat DIR %s create|stat|unlink %s; meta tree DIR %s create|read|delete %s; find DIR" % (
+            q.get("meta_flat"), q.get("cap") or "", q.get("meta_tree"), q.get("cap") or ""),
+        "fio --name=seqwrite|seqread --rw=write|read --bs=1M --size=%s --end_fsync=1 --ioengine=psync" % q.get("stream_size"),
+        "fio --name=randrw --rw=randrw --bs=4k --size=%s --time_based --runtime=%s --end_fsync=1" % (
+            q.get("rand_size"), q.get("rand_secs")),
+        "echo 3 > /proc/sys/vm/drop_caches     # after sync -f, before every cold read",
+        "sync -f MNT                           # after every step (its I/O is counted separately)",
+        "bench/engine: tux3-bench-engine syncs|dbench --engine LOOP | --posix TMPFS_DIR ...",
+        "```",
+        "",
+        "Regenerate this page from saved results: "
+        "`bench/run --report-only bench/results/results.json`.",
+        "",
+    ]
+
+
+def write(res, path, plotdir, plots):
+    rows = res["rows"]
+    fss = [f for f in FILESYSTEMS if any(r["fs"] == f for r in rows)]
+    m = res.get("machine", {})
+    quick = ("--quick (a smoke test: small counts, 2 s timed runs, rename and "
+             "metadata steps stopped after %s s where marked ≤N; the numbers are noisy "
+             "and only indicative)" % res.get("params", {}).get("cap"))
+    L = ["# Benchmarks", "",
+         "Generated by `bench/run`%s on %s. Every filesystem runs on its own loop device "
+         "(direct I/O) over a sparse image on the same disk, formatted fresh for each "
+         "workload (in quick mode once), so the block-layer counters are comparable. **tux3 vs best peer** is "
+         "tux3's speed over the best of %s (tmpfs is shown but is no peer): above 1 tux3 is "
+         "faster." % (" " + quick if res.get("quick") else "", m.get("date", "?"),
+                      ", ".join(LABEL[p] for p in PEERS)), ""]
+    L += ["## Machine", "",
+          "| | |", "|---|---|",
+          "| CPU | %s, %s cores |" % (m.get("cpu", "?"), m.get("cores", "?")),
+          "| RAM | %s GiB |" % m.get("ram_gib", "?"),
+          "| kernel | %s |" % m.get("kernel", "?"),
+          "| storage under the scratch dir | %s |" % m.get("storage", "?"),
+          "| date | %s |" % m.get("date", "?")]
+    for k, v in m.get("versions", {}).items():
+        L.append("| %s | %s |" % (k, v))
+    t = res.get("timing", {})
+    if t.get("total_s"):
+        L.append("| run time | %s s%s |" % (t["total_s"], ", of which %s s building bench/engine"
+                                            % t["engine_build_s"] if t.get("engine_build_s") else ""))
+    L += ["", "## How it was run", ""] + commands(res)
+    L += ["Counters come from `/sys/block/loopN/stat` (Documentation/block/stat.rst): write "
+          "I/Os (field 5), sectors written (field 7, shown as 4 KiB blocks), flushes (field "
+          "16). Per-fsync figures count the timed region only; the other counts include the "
+          "`sync -f` after it. Filesystem daemon CPU is utime+stime from /proc/PID/stat.", ""]
+    for wl in ("syncs", "rename", "dbench", "fsync-load", "meta", "stream"):
+        t = workload_table(rows, wl, fss)
+        if not t:
+            continue
+        title, text = WORKLOAD_TEXT[wl]
+        L += ["## %s" % title, "", text, ""] + t + [""]
+        if wl in ("syncs", "rename"):
+            pf = per_fsync_table(rows, wl, fss)
+            if pf:
+                L += pf + [""]
+        if wl == "fsync-load":
+            L += latency_table(rows, fss) + [""]
+        for name in plots:
+            if name.startswith(wl.replace("-", "_")):
+                L += ["![%s](%s)" % (name, os.path.relpath(os.path.join(plotdir, name),
+                                                            os.path.dirname(path))), ""]
+    for name in plots:
+        if name.startswith("per_fsync"):
+            L += ["![blocks and flushes per fsync](%s)" % os.path.relpath(
+                os.path.join(plotdir, name), os.path.dirname(path)), ""]
+    c = cpu_table(rows)
+    if c:
+        L += ["## CPU time of the filesystem daemon", "",
+              "Kernel filesystems have no process of their own to measure.", ""] + c + [""]
+    L += ["## Engine without FUSE vs tmpfs", "",
+          "`bench/engine` links the tux3 library and replays the syncs load (threads instead "
+          "of processes) and dbench's loadfile (same operations, one thread per client) "
+          "through the engine API on a loop device, formatted fresh for each run; the same "
+          "loads run through system calls on tmpfs. The engine's own device counters give "
+          "blocks (4 KiB) and flushes per fsync."]
+    e = engine_table(rows)
+    L += e if e else ["", "Not run."]
+    L += ["", "## Not run, errors and notes", ""]
+    notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]
+    notes += ["- %s / %s / %s: %s" % (r["fs"], r["workload"], r["param"], r["error"])
+              for r in rows if r.get("error")]
+    notes += ["- %s" % n for n in res.get("notes", [])]
+    L += notes or ["None."]
+    L += ["", "Raw results: `bench/results/results.csv` and `results.json` (one row per "
+          "filesystem × workload × parameter); the full command log is `bench/results/run.log`.", ""]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(L))

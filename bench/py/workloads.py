@@ -1,0 +1,308 @@
+"""The workloads. Each takes a Ctx and a mounted filesystem and returns rows,
+one per parameter. `measure` wraps one timed step: it reads the loop
+device's counters and the filesystem daemon's CPU time before and after,
+then runs syncfs and reads the counters again (so a row has the I/O of the
+timed region alone and the I/O including everything it left dirty).
+
+A row's `figure`, `unit` and `better` name the number its report table
+shows for it.
+"""
+
+import json
+import os
+import re
+import time
+
+from util import CmdError, disk_stat, finish, last_json, proc_cpu, run, stat_delta, start
+
+MIB = 1 << 20
+
+
+class Ctx:
+    def __init__(self, quick, bindir, loadfile):
+        self.quick, self.bindir, self.loadfile = quick, bindir, loadfile
+        q = quick
+        # Quick mode is a smoke test that must stay within a few minutes for
+        # all seven filesystems: small counts and short timed runs.
+        self.syncs = [(1, 200), (10, 10), (100, 10)] if q else \
+            [(1, 1000), (10, 10), (100, 10), (1000, 10), (10000, 10)]
+        self.rename_cycles = 1000 if q else 10000
+        self.dbench_clients = [1, 8] if q else [1, 8, 16, 32]
+        self.dbench_secs = 2 if q else 10  # dbench 4 reports nothing for -t 1
+        self.lat_secs = 2 if q else 20
+        self.writer_bound = (512 if q else 4096) * MIB
+        self.meta_flat = 20000 if q else 1000000
+        self.meta_tree = 5000 if q else 100000
+        self.stream_size = 64 * MIB if q else 4096 * MIB
+        self.rand_size = 64 * MIB if q else 1024 * MIB
+        self.rand_secs = 1 if q else 20
+        self.step_timeout = 120 if q else 1800
+        # Quick mode stops each rename and metadata step after this many
+        # seconds (0: never); rates are over the operations done.
+        self.cap = 2 if q else 0
+        # Quick mode formats each filesystem once for all workloads.
+        self.fresh_per_workload = not q
+
+        self.on_row = None  # called with each row as soon as it is measured
+
+    def bin(self, name):
+        return os.path.join(self.bindir, name)
+
+
+def emit(ctx, rows, row):
+    rows.append(row)
+    if ctx.on_row:
+        ctx.on_row(row)
+
+
+def syncfs(m):
+    run(["sync", "-f", m.mnt], timeout=300)
+
+
+def drop_caches(m):
+    syncfs(m)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def measure(ctx, m, workload, param, body, fsyncs=None, sync_after=True):
+    """Run `body()` (returns a dict with at least `seconds`) as one step."""
+    row = {"fs": m.fs, "workload": workload, "param": param, "error": ""}
+    s0, c0 = disk_stat(m.dev), proc_cpu(m.pid)
+    try:
+        res = body()
+    except CmdError as e:
+        res = {"error": str(e)[:400]}
+    s1, c1 = disk_stat(m.dev), proc_cpu(m.pid)
+    if sync_after:
+        try:
+            syncfs(m)
+        except CmdError as e:
+            res.setdefault("error", "syncfs: %s" % str(e)[:200])
+    s2 = disk_stat(m.dev)
+    row.update(res)
+    d, ds = stat_delta(s0, s1), stat_delta(s0, s2)
+    if d:
+        row.update(dev_writes=d["writes"], dev_blocks=d["sectors"] / 8.0,
+                   dev_flushes=d["flushes"], dev_reads=d["reads"],
+                   dev_writes_all=ds["writes"], dev_blocks_all=ds["sectors"] / 8.0,
+                   dev_flushes_all=ds["flushes"])
+    if c0 is not None and c1 is not None:
+        row["fs_cpu_s"] = round(c1 - c0, 3)
+    n = fsyncs if fsyncs is not None else row.get("fsyncs")
+    if d and n:
+        row["fsyncs"] = n
+        row["blocks_per_fsync"] = d["sectors"] / 8.0 / n
+        row["writes_per_fsync"] = d["writes"] / n
+        if d["flushes"] is not None:
+            row["flushes_per_fsync"] = d["flushes"] / n
+    if row.get("ops") and row.get("seconds"):
+        row["ops_per_s"] = row["ops"] / row["seconds"]
+    return row
+
+
+def _json_step(cmd, timeout):
+    rc, out, err = run(cmd, timeout=timeout, check=False)
+    res = last_json(out)
+    if rc != 0:
+        res["error"] = ("exit %d: %s" % (rc, err.strip()[-300:])).strip()
+    return res
+
+
+# ---- syncs ------------------------------------------------------------------
+
+def syncs(ctx, m):
+    rows = []
+    for tasks, steps in ctx.syncs:
+        d = os.path.join(m.mnt, "syncs-%d" % tasks)
+        os.mkdir(d)
+
+        def body():
+            r = _json_step([ctx.bin("syncs"), d, tasks, steps], ctx.step_timeout)
+            r["ops"] = r.get("fsyncs", 0)
+            return r
+        row = measure(ctx, m, "syncs", "%dx%d" % (tasks, steps), body)
+        row.update(tasks=tasks, steps=steps, figure=row.get("seconds"), unit="s", better="lower")
+        emit(ctx, rows, row)
+    return rows
+
+
+# ---- rename cycle -------------------------------------------------------------
+
+def rename(ctx, m):
+    rows = []
+    for do_fsync in (1, 0):
+        d = os.path.join(m.mnt, "rename-%d" % do_fsync)
+        os.mkdir(d)
+        n = ctx.rename_cycles
+
+        def body():
+            r = _json_step([ctx.bin("rename_cycle"), d, n, 16000, do_fsync, ctx.cap],
+                           ctx.step_timeout)
+            r["ops"] = r.get("cycles", 0)
+            if do_fsync:
+                r["fsyncs"] = r["ops"]
+            return r
+        row = measure(ctx, m, "rename", "%s%d x 16000 B, %s" % (
+            "≤" if ctx.cap else "", n, "fsync" if do_fsync else "no fsync"), body)
+        row.update(figure=row.get("ops_per_s"), unit="cycles/s", better="higher")
+        emit(ctx, rows, row)
+    return rows
+
+
+# ---- dbench -------------------------------------------------------------------
+
+def dbench(ctx, m):
+    rows = []
+    for sync in (False, True):
+        for clients in ctx.dbench_clients:
+            d = os.path.join(m.mnt, "dbench")
+            os.makedirs(d, exist_ok=True)
+            cmd = ["dbench", "-D", d, "-t", ctx.dbench_secs, "-c", ctx.loadfile] + \
+                (["-s"] if sync else []) + [clients]
+
+            def body():
+                rc, out, err = run(cmd, timeout=ctx.dbench_secs * 3 + 120, check=False)
+                t = re.search(r"Throughput ([\d.]+) MB/sec.*max_latency=([\d.]+) ms", out)
+                if not t:
+                    raise CmdError("dbench: no result (exit %d): %s" % (rc, (err or out)[-300:]))
+                ops = re.findall(r"^\s*[A-Za-z]+\s+(\d+)\s+[\d.]+\s+[\d.]+\s*$", out, re.M)
+                return {"seconds": ctx.dbench_secs, "mb_s": float(t.group(1)),
+                        "lat_max_ms": float(t.group(2)), "ops": sum(map(int, ops))}
+            row = measure(ctx, m, "dbench", "%d client%s%s" % (clients, "" if clients == 1 else "s",
+                                                               ", -s" if sync else ""), body)
+            row.update(clients=clients, sync=sync, figure=row.get("mb_s"), unit="MB/s",
+                       better="higher")
+            emit(ctx, rows, row)
+    return rows
+
+
+# ---- fsync latency under a background writer ----------------------------------------
+
+def percentile(xs, p):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def fsync_load(ctx, m):
+    rows = []
+    for loaded in (False, True):
+        probe_file = os.path.join(m.mnt, "probe-%d" % loaded)
+        stream_file = os.path.join(m.mnt, "stream")
+
+        def body():
+            writer, r_w = None, {}
+            if loaded:
+                writer = start([ctx.bin("fsync_latency"), "writer", stream_file,
+                                ctx.writer_bound, ctx.lat_secs + 2])
+                time.sleep(0.5)  # let the stream get going
+            try:
+                r = _json_step([ctx.bin("fsync_latency"), "probe", probe_file, ctx.lat_secs, 100],
+                               ctx.lat_secs + ctx.step_timeout)
+            finally:
+                if writer:
+                    try:
+                        _, out, _ = finish(writer, ctx.lat_secs + 60)
+                        r_w = last_json(out)
+                    except CmdError:
+                        pass
+            lat = r.pop("lat_ms", [])
+            r.update(ops=len(lat), seconds=ctx.lat_secs, lat_ms=lat,
+                     lat_p50_ms=percentile(lat, 50), lat_p99_ms=percentile(lat, 99),
+                     lat_max_ms=max(lat) if lat else None)
+            if loaded:
+                r["writer_mb_s"] = r_w.get("bytes", 0) / MIB / max(r_w.get("seconds", 1), 1e-9)
+            return r
+        row = measure(ctx, m, "fsync-load", "with writer" if loaded else "idle", body)
+        row.update(loaded=loaded, figure=row.get("lat_p99_ms"), unit="ms p99", better="lower")
+        emit(ctx, rows, row)
+        try:
+            os.unlink(stream_file)
+        except OSError:
+            pass
+    return rows
+
+
+# ---- metadata at scale --------------------------------------------------------------
+
+def meta(ctx, m):
+    rows = []
+    made = {}
+    steps = [("flat", ctx.meta_flat, p) for p in ("create", "stat", "unlink")] + \
+            [("tree", ctx.meta_tree, p) for p in ("create", "find", "read", "delete")]
+    for kind, n, phase in steps:
+        d = os.path.join(m.mnt, kind)
+        if phase == "create":
+            os.mkdir(d)
+        else:
+            drop_caches(m)  # cold cache: the structure on disk, not the dcache
+        count = made.get(kind, n)
+
+        def body():
+            if phase == "find":
+                t0 = time.monotonic()
+                _, out, _ = run(["find", d], timeout=ctx.step_timeout, quiet=True)
+                return {"seconds": time.monotonic() - t0, "ops": out.count("\n")}
+            r = _json_step([ctx.bin("meta"), kind, d, count, phase, ctx.cap], ctx.step_timeout)
+            if phase == "create":
+                made[kind] = r.get("ops", 0)
+            return r
+        row = measure(ctx, m, "meta", "%s %s %s%d" % (kind, phase, "≤" if ctx.cap else "", n), body)
+        row.update(figure=row.get("ops_per_s"), unit="ops/s", better="higher")
+        emit(ctx, rows, row)
+    return rows
+
+
+# ---- streaming and random I/O with fio ------------------------------------------------
+
+def _fio(ctx, m, name, extra, timeout):
+    cmd = ["fio", "--name=" + name, "--filename=" + os.path.join(m.mnt, "fio.dat"),
+           "--ioengine=psync", "--fallocate=none", "--output-format=json"] + extra
+    rc, out, err = run(cmd, timeout=timeout, check=False)
+    try:
+        j = json.loads(out[out.index("{"):])
+        job = j["jobs"][0]
+    except (ValueError, KeyError, IndexError):
+        raise CmdError("fio %s: exit %d: %s" % (name, rc, (err or out)[-300:]))
+    return job
+
+
+def stream(ctx, m):
+    rows = []
+    size = ctx.stream_size
+    for phase in ("write", "read"):
+        if phase == "read":
+            drop_caches(m)
+
+        def body():
+            job = _fio(ctx, m, "seq" + phase, ["--rw=" + phase, "--bs=1M", "--size=%d" % size,
+                                               "--end_fsync=1"], ctx.step_timeout * 3)
+            io = job[phase]
+            secs = io["runtime"] / 1000.0 or 1e-9
+            return {"seconds": secs, "mb_s": io["io_bytes"] / MIB / secs,
+                    "ops": io["total_ios"]}
+        row = measure(ctx, m, "stream", "seq %s %d MiB" % (phase, size // MIB), body)
+        row.update(figure=row.get("mb_s"), unit="MB/s", better="higher")
+        emit(ctx, rows, row)
+    drop_caches(m)
+
+    def rand():
+        job = _fio(ctx, m, "randrw", ["--rw=randrw", "--bs=4k", "--size=%d" % ctx.rand_size,
+                                      "--time_based", "--runtime=%d" % ctx.rand_secs,
+                                      "--end_fsync=1"], ctx.rand_secs + ctx.step_timeout)
+        return {"seconds": ctx.rand_secs, "read_iops": job["read"]["iops"],
+                "write_iops": job["write"]["iops"],
+                "ops": job["read"]["total_ios"] + job["write"]["total_ios"]}
+    row = measure(ctx, m, "stream", "rand 4k r/w %d MiB" % (ctx.rand_size // MIB), rand)
+    if "read_iops" in row:
+        row["figure"] = row["read_iops"] + row["write_iops"]
+    row.update(unit="IOPS", better="higher")
+    emit(ctx, rows, row)
+    return rows
+
+
+WORKLOADS = {"syncs": syncs, "rename": rename, "dbench": dbench, "fsync-load": fsync_load,
+             "meta": meta, "stream": stream}
+ORDER = ["syncs", "rename", "dbench", "fsync-load", "meta", "stream", "engine"]
