@@ -1,0 +1,271 @@
+//! The recording side of the crash harness: a workload runs through the
+//! `Fs` API on a [`RecordingDevice`] over a [`MemDevice`] holding a freshly
+//! formatted image. For every API call the [`Recorder`] keeps where it
+//! started and ended in the device op log, whether it was a durability point
+//! (sync, fsync, unify, close, or a remount), and the canonical snapshot of
+//! the namespace after it returned.
+//!
+//! Positions are counted from the device's counters (each logged write is
+//! one block, each flush one entry), so no copy of the log is needed per call.
+
+use super::snapshot::Snapshot;
+use crate::api::types::{FormatOptions, Ino, OpenOptions};
+use crate::api::Fs;
+use crate::device::{Device, MemDevice, RecordedOp, RecordingDevice};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// One API call of a workload.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// What was called, with its arguments and result.
+    pub desc: String,
+    /// Device op log length when the call started and when it returned.
+    pub start: usize,
+    pub end: usize,
+    /// Everything before this call returned is promised durable.
+    pub durable: bool,
+    /// The inode an fsync call covers.
+    pub fsynced: Option<Ino>,
+    /// Flushes the call issued (a full commit issues two, a fast fsync one).
+    pub flushes: u64,
+}
+
+impl OpRecord {
+    /// An fsync that did not commit the whole delta (fewer than two
+    /// flushes): only its inode is promised durable, and under a fast fsync
+    /// that inode may be durable ahead of earlier changes.
+    pub fn is_fast_fsync(&self) -> bool {
+        self.fsynced.is_some() && self.flushes < 2
+    }
+}
+
+/// What a finished workload left behind.
+pub struct Recording {
+    pub block_size: u32,
+    /// The formatted image every crash image starts from.
+    pub base: Vec<u8>,
+    /// Every block write and flush, in the order the device saw them.
+    pub log: Vec<RecordedOp>,
+    pub ops: Vec<OpRecord>,
+    /// `snaps[0]` before the first call; `snaps[i + 1]` after call `i`.
+    pub snaps: Vec<Snapshot>,
+    pub fingerprints: Vec<u128>,
+    pub open: OpenOptions,
+}
+
+/// Runs a workload and records it.
+pub struct Recorder {
+    mem: Arc<MemDevice>,
+    dev: Arc<RecordingDevice>,
+    fs: Option<Fs>,
+    base: Vec<u8>,
+    open: OpenOptions,
+    ops: Vec<OpRecord>,
+    snaps: Vec<Snapshot>,
+}
+
+impl Recorder {
+    /// Format a `blocks`-block volume and open it with `open`.
+    pub fn new(block_size: u32, blocks: u64, open: OpenOptions) -> Result<Recorder> {
+        let mem = Arc::new(MemDevice::new(block_size, blocks));
+        Fs::format(mem.clone(), &FormatOptions::default())?;
+        let base = mem.image();
+        let dev = Arc::new(RecordingDevice::new(mem.clone()));
+        let fs = Fs::open(dev.clone(), open.clone())?;
+        let snap = Snapshot::take(&fs)?;
+        Ok(Recorder {
+            mem,
+            dev,
+            fs: Some(fs),
+            base,
+            open,
+            ops: Vec::new(),
+            snaps: vec![snap],
+        })
+    }
+
+    /// Length of the device op log so far.
+    fn pos(&self) -> usize {
+        let c = self.dev.counters();
+        (c.blocks_written + c.flushes) as usize
+    }
+
+    fn flushes(&self) -> u64 {
+        self.dev.counters().flushes
+    }
+
+    /// The mounted volume (between a crash and a remount there is none).
+    pub fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("volume is mounted")
+    }
+
+    /// Run one API call `f`, record it, and return its result. POSIX errors
+    /// are results like any other (recorded in the description); the caller
+    /// decides whether one is expected.
+    pub fn op<T: std::fmt::Debug>(
+        &mut self,
+        desc: impl Into<String>,
+        durable: bool,
+        f: impl FnOnce(&Fs) -> Result<T>,
+    ) -> Result<T> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let r = f(self.fs());
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        let shown = match &r {
+            Ok(v) => format!("{} -> {}", desc.into(), short(&format!("{v:?}"))),
+            Err(e) => format!("{} -> error {e}", desc.into()),
+        };
+        if let Err(e) = &r {
+            if !matches!(e, Error::Posix(_)) {
+                return Err(Error::BadImage(format!("workload call failed: {shown}")));
+            }
+        }
+        self.push(shown, start, end, durable && r.is_ok(), None, flushes)?;
+        r
+    }
+
+    /// `fsync(ino)`: a durability point that names the file it covers.
+    pub fn fsync(&mut self, ino: Ino) -> Result<()> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let r = self.fs().fsync(ino, false);
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        let ok = r.is_ok();
+        let shown = format!("fsync(ino {ino}) -> {r:?}");
+        self.push(shown, start, end, ok, ok.then_some(ino), flushes)?;
+        r
+    }
+
+    fn push(
+        &mut self,
+        desc: String,
+        start: usize,
+        end: usize,
+        durable: bool,
+        fsynced: Option<Ino>,
+        flushes: u64,
+    ) -> Result<()> {
+        let snap = Snapshot::take(self.fs())?;
+        if self.pos() != end {
+            return Err(Error::BadImage(format!(
+                "taking a snapshot wrote to the device after {desc}"
+            )));
+        }
+        self.ops.push(OpRecord {
+            desc,
+            start,
+            end,
+            durable,
+            fsynced,
+            flushes,
+        });
+        self.snaps.push(snap);
+        Ok(())
+    }
+
+    /// Simulate a crash (drop the volume with its uncommitted delta) and
+    /// mount again: replay must write nothing. The remount is recorded as a
+    /// durability point whose snapshot is what replay recovered.
+    pub fn crash_and_remount(&mut self) -> Result<()> {
+        drop(self.fs.take());
+        let start = self.pos();
+        let fs = Fs::open(self.dev.clone(), self.open.clone())?;
+        if self.pos() != start {
+            return Err(Error::BadImage(
+                "replay during remount wrote to the device".into(),
+            ));
+        }
+        self.fs = Some(fs);
+        // What replay recovered must be a state after the last durability
+        // point (later calls may have been committed by dirty pressure).
+        // (After a fast fsync the state may lead; the crash states check it.)
+        let lo = self.ops.iter().rposition(|o| o.durable).map_or(0, |i| i + 1);
+        let fast = self.ops[..]
+            .iter()
+            .rev()
+            .take_while(|o| !o.durable || o.is_fast_fsync())
+            .any(|o| o.is_fast_fsync());
+        let got = Snapshot::take(self.fs())?;
+        if !fast && !self.snaps[lo..].contains(&got) {
+            let diff = got.diff(&self.snaps[lo], 6).join("; ");
+            return Err(Error::BadImage(format!(
+                "remount after a crash recovered no state since the last durability point: {diff}"
+            )));
+        }
+        let stats = self.fs().stats();
+        self.push(
+            format!("crash and remount (replayed {} deltas)", stats.replayed_deltas),
+            start,
+            start,
+            true,
+            None,
+            0,
+        )
+    }
+
+    /// `Fs::close` (commits everything), then mount again so the workload
+    /// may go on. Recorded as one durability point.
+    pub fn close_and_remount(&mut self) -> Result<()> {
+        let (start, f0) = (self.pos(), self.flushes());
+        self.fs.take().expect("mounted").close()?;
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        self.fs = Some(Fs::open(self.dev.clone(), self.open.clone())?);
+        if self.pos() != end {
+            return Err(Error::BadImage("remount after close wrote to the device".into()));
+        }
+        self.push("close and remount".into(), start, end, true, None, flushes)
+    }
+
+    /// Close the volume (a durability point) and return the recording.
+    pub fn finish(mut self) -> Result<Recording> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let fs = self.fs.take().expect("mounted");
+        let snap = Snapshot::take(&fs)?;
+        fs.close()?;
+        let end = self.pos();
+        self.ops.push(OpRecord {
+            desc: "close".into(),
+            start,
+            end,
+            durable: true,
+            fsynced: None,
+            flushes: self.flushes() - f0,
+        });
+        self.snaps.push(snap);
+        let log = self.dev.take_ops();
+        // The log must reproduce the device exactly.
+        let mut check = self.base.clone();
+        crate::device::recording::apply(&log, &mut check, self.mem.block_size());
+        if check != self.mem.image() {
+            return Err(Error::BadImage(
+                "recorded log does not reproduce the device".into(),
+            ));
+        }
+        let fingerprints = self.snaps.iter().map(Snapshot::fingerprint).collect();
+        Ok(Recording {
+            block_size: self.mem.block_size(),
+            base: self.base,
+            log,
+            ops: self.ops,
+            snaps: self.snaps,
+            fingerprints,
+            open: self.open,
+        })
+    }
+}
+
+/// A result shown in at most 60 characters.
+fn short(s: &str) -> String {
+    if s.len() <= 60 {
+        s.to_string()
+    } else {
+        let mut end = 57;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    }
+}
