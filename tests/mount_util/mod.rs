@@ -1,0 +1,313 @@
+//! Helpers shared by the tests/mount_*.rs tests that go through a real FUSE
+//! mount: skip without root or /dev/fuse, poll with deadlines (never sleep
+//! as synchronisation), and a guard that unmounts (lazily as a last resort)
+//! on every path. Server stderr goes to a file, never a pipe.
+#![allow(dead_code)]
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TUX3: &str = env!("CARGO_BIN_EXE_tux3");
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Root and /dev/fuse, or a note saying why the test does nothing.
+pub fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("note: skipping the mount test: it needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+/// Poll `done` every 20 ms until it holds or the deadline passes.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `mnt` (canonical) is listed in /proc/mounts.
+pub fn is_mounted(mnt: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let want = mnt.to_string_lossy();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_ref()))
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn is_gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .map(|r| r.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+    }
+}
+
+/// The mount server of `img` on `mnt`: the process whose command line names
+/// both (the paths are unique to one test).
+pub fn server_pid(img: &Path, mnt: &Path) -> Option<i32> {
+    let img = img.as_os_str().as_bytes();
+    let mnt = mnt.as_os_str().as_bytes();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        let names = |p: &[u8]| args.iter().any(|a| *a == p);
+        if args.first().is_some_and(|a| a.ends_with(b"tux3")) && names(img) && names(mnt) && !is_gone(pid) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// A temporary directory with an image and a mount point.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub img: PathBuf,
+    pub mnt: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Fixture {
+    /// A fresh sparse volume of `size` (`256M`, `32M`, ...).
+    pub fn new(size: &str) -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().canonicalize().expect("canonical tempdir");
+        let img = base.join("img");
+        let mnt = base.join("mnt");
+        fs::create_dir(&mnt).expect("mkdir mnt");
+        let st = Command::new(TUX3)
+            .args(["mkfs", "--size", size])
+            .arg(&img)
+            .stdout(Stdio::null())
+            .status()
+            .expect("run mkfs");
+        assert!(st.success(), "mkfs failed");
+        let log = base.join("server.log");
+        Fixture { dir, img, mnt, log }
+    }
+
+    /// Stderr of the commands and of the server (a file: the server keeps it
+    /// open, so it must not be a pipe we wait on).
+    pub fn log_file(&self) -> fs::File {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open log")
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `tux3 mount [opts] IMG MNT` in daemon mode: live when it returns.
+    pub fn mount(&self, opts: &[&str]) -> Mounted<'_> {
+        let st = Command::new(TUX3)
+            .arg("mount")
+            .args(opts)
+            .arg(&self.img)
+            .arg(&self.mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log_file())
+            .status()
+            .expect("run tux3 mount");
+        assert!(st.success(), "tux3 mount failed: {}", self.log_text());
+        assert!(is_mounted(&self.mnt), "not mounted after mount returned");
+        let pid = server_pid(&self.img, &self.mnt).expect("the mount server is running");
+        Mounted {
+            fx: self,
+            pid,
+            child: None,
+        }
+    }
+
+    /// `tux3 mount -f [opts] IMG MNT` as our child; returns once live.
+    pub fn mount_foreground(&self, opts: &[&str]) -> Mounted<'_> {
+        let mut child: Child = Command::new(TUX3)
+            .args(["mount", "-f"])
+            .args(opts)
+            .arg(&self.img)
+            .arg(&self.mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log_file())
+            .spawn()
+            .expect("spawn tux3 mount -f");
+        let mut exited = None;
+        wait_until("the foreground mount", || {
+            if let Ok(Some(st)) = child.try_wait() {
+                exited = Some(st);
+                return true;
+            }
+            is_mounted(&self.mnt)
+        });
+        assert!(
+            exited.is_none(),
+            "tux3 mount -f exited with {exited:?}: {}",
+            self.log_text()
+        );
+        let pid = child.id() as i32;
+        Mounted {
+            fx: self,
+            pid,
+            child: Some(child),
+        }
+    }
+
+    /// The exit code of `tux3 fsck IMG` and its output.
+    pub fn fsck_code(&self) -> (Option<i32>, String) {
+        let out = Command::new(TUX3)
+            .arg("fsck")
+            .arg(&self.img)
+            .output()
+            .expect("run fsck");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    }
+
+    /// `tux3 fsck IMG` is clean (exit 0).
+    pub fn fsck(&self) {
+        let (code, text) = self.fsck_code();
+        assert_eq!(code, Some(0), "fsck: {text}");
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+/// A live mount; dropping it unmounts (lazily if it must) and reaps a
+/// foreground server.
+pub struct Mounted<'a> {
+    pub fx: &'a Fixture,
+    pub pid: i32,
+    pub child: Option<Child>,
+}
+
+impl Mounted<'_> {
+    /// `umount MNT`, then wait until the server has closed the volume and
+    /// exited.
+    pub fn unmount(mut self) {
+        let st = Command::new("umount")
+            .arg(&self.fx.mnt)
+            .status()
+            .expect("run umount");
+        assert!(st.success(), "umount failed");
+        self.wait_gone();
+    }
+
+    /// SIGKILL the server (no unmount, no commit), detach the dead mount
+    /// (`umount -l`: the kernel aborts the connection when the server's
+    /// /dev/fuse descriptors close) and wait until it is gone.
+    pub fn kill9(mut self) {
+        // SAFETY: signalling our own server process.
+        assert_eq!(unsafe { libc::kill(self.pid, libc::SIGKILL) }, 0);
+        wait_until("the killed server to die", || {
+            self.reap();
+            is_gone(self.pid)
+        });
+        let st = Command::new("umount")
+            .arg("-l")
+            .arg(&self.fx.mnt)
+            .status()
+            .expect("run umount -l");
+        assert!(st.success(), "umount -l failed");
+        wait_until("the dead mount to go away", || !is_mounted(&self.fx.mnt));
+    }
+
+    fn reap(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+            }
+        }
+    }
+
+    fn wait_gone(&mut self) {
+        wait_until("the mount to go away", || !is_mounted(&self.fx.mnt));
+        let pid = self.pid;
+        wait_until("the server to exit", || {
+            self.reap();
+            is_gone(pid)
+        });
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        let mnt = &self.fx.mnt;
+        if is_mounted(mnt) {
+            let _ = Command::new("umount").arg(mnt).stderr(Stdio::null()).status();
+        }
+        if is_mounted(mnt) {
+            let _ = Command::new("umount").arg("-l").arg(mnt).status();
+        }
+        if let Some(mut child) = self.child.take() {
+            // Give it until the deadline to close the volume, then kill it.
+            let start = Instant::now();
+            while start.elapsed() < DEADLINE {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in path")
+}
+
+/// The errno of the last failed libc call.
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A small deterministic generator (xorshift64*), seeded per worker.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
