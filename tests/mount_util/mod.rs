@@ -66,7 +66,7 @@ pub fn server_pid(img: &Path, mnt: &Path) -> Option<i32> {
             continue;
         };
         let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        let names = |p: &[u8]| args.iter().any(|a| *a == p);
+        let names = |p: &[u8]| args.contains(&p);
         if args.first().is_some_and(|a| a.ends_with(b"tux3")) && names(img) && names(mnt) && !is_gone(pid) {
             return Some(pid);
         }
