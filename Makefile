@@ -20,13 +20,15 @@ build:
 
 # Unit, model and integration tests (the mount tests need root and
 # /dev/fuse), lints, formatting, the import check, and the POSIX suite through
-# a real tux3 mount and on tmpfs and ext4 (scripts/posix-all.sh, root).
+# a real tux3 mount and on tmpfs and ext4 (scripts/posix-all.sh, root), and
+# cp -a + diff -r of the sample tree through a mount and a remount (root).
 test: build
 	$(CARGO) test --release --workspace
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
 	TUX3=$(TUX3) scripts/check-import.sh $(SAMPLE)
 	TUX3=$(TUX3) scripts/posix-all.sh
+	TUX3=$(TUX3) scripts/cp-diff.sh $(SAMPLE)
 
 # Through a real mount: install what is missing (fuse3, graphviz), format
 # demo/demo.img, copy $(SAMPLE) in, check every file's sha256 through the
