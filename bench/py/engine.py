@@ -67,7 +67,7 @@ def run_all(ctx, env, root, results, show):
             for c in ctx.dbench_clients:
                 runs.append(("dbench", "%d client%s%s" % (c, "" if c == 1 else "s",
                                                           ", -s" if sync else ""),
-                             ["--clients", c, "--seconds", ctx.dbench_secs,
+                             ["--clients", c, "--seconds", ctx.engine_dbench_secs,
                               "--loadfile", ctx.loadfile] + (["--sync"] if sync else [])))
         n = 0
         for load, param, args in runs:
@@ -81,7 +81,7 @@ def run_all(ctx, env, root, results, show):
                     where = ["--posix", d]
                 row = {"fs": "tux3-engine" if kind == "engine" else "tmpfs-syscalls",
                        "workload": "engine-" + load, "param": param, "error": ""}
-                timeout = ctx.step_timeout + (ctx.dbench_secs if load == "dbench" else 0)
+                timeout = ctx.step_timeout + (ctx.engine_dbench_secs if load == "dbench" else 0)
                 try:
                     rc, out, err = util.run([binary, load] + where + args, timeout=timeout, check=False)
                     res = last_json(out)

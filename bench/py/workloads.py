@@ -37,9 +37,11 @@ class Ctx:
         self.rand_size = 64 * MIB if q else 1024 * MIB
         self.rand_secs = 1 if q else 20
         self.step_timeout = 120 if q else 1800
-        # Quick mode stops each rename and metadata step after this many
-        # seconds (0: never); rates are over the operations done.
-        self.cap = 2 if q else 0
+        # Each rename and metadata step stops after this many seconds (a
+        # million entries in one directory is quadratic on some filesystems);
+        # rates are over the operations done.
+        self.cap = 2 if q else 600
+        self.engine_dbench_secs = 1 if q else 10
         # Quick mode formats each filesystem once for all workloads.
         self.fresh_per_workload = not q
 
