@@ -57,6 +57,10 @@ pub struct Volume {
     new_names: HashMap<Ino, (Ino, u64, Vec<u8>)>,
     /// Inodes whose names or link counts changed otherwise in the open delta.
     ns_touched: std::collections::HashSet<Ino>,
+    /// Inode numbers freed since open: never handed out again in this
+    /// session, because a FUSE kernel may still know the old inode by that
+    /// number until it forgets it (nodeids must not be reused meanwhile).
+    freed_inos: std::collections::HashSet<Ino>,
     /// Open handles per inode.
     handles: HashMap<Ino, u32>,
     /// Inodes with no name left, alive while a handle is open.
@@ -80,6 +84,7 @@ impl Volume {
             changed: false,
             new_names: HashMap::new(),
             ns_touched: Default::default(),
+            freed_inos: Default::default(),
             handles: HashMap::new(),
             orphans: Default::default(),
         };
@@ -391,7 +396,10 @@ impl Volume {
             + 1;
         let mut found = None;
         for c in start..start + 8 {
-            if !self.cache.map.contains_key(&c) && self.be.itable.get(dev.as_ref(), c)?.is_none() {
+            if !self.cache.map.contains_key(&c)
+                && !self.freed_inos.contains(&c)
+                && self.be.itable.get(dev.as_ref(), c)?.is_none()
+            {
                 found = Some(c);
                 break;
             }
@@ -401,7 +409,7 @@ impl Volume {
             None => {
                 let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
                 let mut c = last.max(self.max_ino).max(FIRST_INO - 1) + 1;
-                while self.cache.map.contains_key(&c) {
+                while self.cache.map.contains_key(&c) || self.freed_inos.contains(&c) {
                     c += 1;
                 }
                 c

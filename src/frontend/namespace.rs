@@ -310,6 +310,7 @@ impl Volume {
             .dirty_bytes
             .saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
         self.be.records.push(Record::Drop { tree: ino });
+        self.freed_inos.insert(ino);
         self.be.itable.remove(dev.as_ref(), ino)?;
         Ok(())
     }
