@@ -11,7 +11,7 @@ MOUNT_HELPER := target/release/mount-tux3
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) src)
 
-.PHONY: all build test demo install clean
+.PHONY: all build test demo install clean bench bench-quick fuzz
 
 all: build
 
@@ -45,3 +45,17 @@ install: build
 clean:
 	$(CARGO) clean
 	rm -rf demo
+
+# Benchmarks against ext4, XFS, Btrfs, fuse2fs and tmpfs on loop devices (root);
+# results in bench/results/, report in docs/BENCHMARKS.md. BENCH_ARGS e.g. --fs tux3,ext4
+bench: build
+	bench/run $(BENCH_ARGS)
+
+bench-quick: build
+	bench/run --quick $(BENCH_ARGS)
+
+# Fuzz open, fsck and log replay over mutated images (nightly + cargo-fuzz);
+# FUZZ_SECONDS in total, split over the three targets.
+FUZZ_SECONDS ?= 600
+fuzz:
+	fuzz/run.sh $(FUZZ_SECONDS)
