@@ -45,6 +45,9 @@ pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
     for line in &report.repaired {
         text.push_str(&format!("repaired: {line}\n"));
     }
+    for line in &report.notes {
+        text.push_str(&format!("note: {line}\n"));
+    }
     for line in &report.problems {
         text.push_str(line);
         text.push('\n');

@@ -44,6 +44,9 @@ pub struct FsckReport {
     pub problems: Vec<String>,
     /// One line per problem repaired.
     pub repaired: Vec<String>,
+    /// Observations that are not problems: what a crash can leave (a torn
+    /// block at the end of the log), for the record.
+    pub notes: Vec<String>,
     /// Counts for the summary line.
     pub inodes: u64,
     pub blocks_used: u64,
@@ -71,6 +74,8 @@ pub(crate) enum Fix {
 #[derive(Default)]
 pub(crate) struct Findings {
     pub problems: Vec<String>,
+    /// Not problems: see [`FsckReport::notes`].
+    pub notes: Vec<String>,
     /// Each repair with the problem line it repairs.
     pub fixes: Vec<(Fix, String)>,
     /// Problems no fix repairs.
@@ -173,6 +178,7 @@ fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
     pass.findings.finish();
     FsckReport {
         problems: pass.findings.problems,
+        notes: pass.findings.notes,
         repaired,
         inodes: pass.inodes,
         blocks_used: pass.blocks_used,

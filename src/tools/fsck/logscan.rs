@@ -156,18 +156,27 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
     own.copy_from_slice(&raw[8..16]);
     if magic == LOG_MAGIC && u64::from_le_bytes(own) == x {
         if let Err(e) = LogBlock::decode(&raw, x) {
-            f.problem(
-                "log",
-                format!(
-                    "block {x}: log block (seq {seq} expected) is damaged ({e}); the log \
-                     ends before it, so any delta committed in or after it is lost \
-                     (unless a crash tore its write)"
-                ),
-            );
+            // A crash can tear the write of the block after the last commit
+            // (its first sectors land): exactly this picture. Nothing durable
+            // is lost then, so it is a note, not a problem.
+            f.notes.push(format!(
+                "block {x}: the log ends at a torn or damaged log block (seq {seq} expected: {e}); \
+                 a crash during its write leaves this"
+            ));
             return;
         }
     }
-    if let Some((c, deltas, last)) = continuation(dev, x, seq, &raw, is_free) {
+    if let Some((c, deltas, last, fsync)) = continuation(dev, x, seq, &raw, is_free) {
+        if fsync {
+            // An fsync commit is written with one flush, so a crash can land
+            // its later blocks but not an earlier one (L1 is not its rule):
+            // replay stops at the gap, and that fsync had not returned.
+            f.notes.push(format!(
+                "block {x}: the log ends at a gap inside an fsync commit that goes on at \
+                 block {c}; a crash during that fsync leaves this"
+            ));
+            return;
+        }
         f.problem(
             "log",
             format!(
@@ -181,24 +190,28 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
 }
 
 /// A committed continuation of the chain after the stopped block `x`:
-/// (its first block, number of commits, last delta).
+/// (its first block, number of commits, last delta, whether the first commit
+/// found is an fsync commit).
 fn continuation(
     dev: &dyn Device,
     x: u64,
     seq: u64,
     raw: &[u8],
     is_free: &dyn Fn(u64) -> bool,
-) -> Option<(u64, usize, u64)> {
+) -> Option<(u64, usize, u64, bool)> {
     let n = dev.block_count();
     let bs = dev.block_size() as usize;
-    let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64)> {
+    let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64, bool)> {
         let lb = LogBlock::decode(image, c).ok()?;
         if lb.seq != seq.checked_add(1)? {
             return None;
         }
         let (blocks, _, _) = follow(dev, c, lb.seq, None);
         let commits: Vec<&LogBlock> = blocks.iter().filter(|b| b.commit).collect();
-        commits.last().map(|last| (c, commits.len(), last.delta))
+        let first_fsync = commits.first().is_some_and(|b| b.fsync);
+        commits
+            .last()
+            .map(|last| (c, commits.len(), last.delta, first_fsync))
     };
     // The stopped block's own pointer, if that field survived.
     let mut next = [0u8; 8];
