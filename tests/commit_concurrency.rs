@@ -3,63 +3,25 @@
 //! lookup, write, create and read all complete — and the data written during
 //! the commit lands in the next delta, not lost, not torn.
 
-use crossbeam_channel::{bounded, Receiver, Sender};
-use std::sync::atomic::{AtomicBool, Ordering};
+mod gate;
+
+use crossbeam_channel::bounded;
 use std::sync::Arc;
 use std::time::Duration;
-use tux3::device::{CounterSnapshot, Device, MemDevice};
+use tux3::device::{Device, MemDevice};
 use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
-
-/// A device whose flushes, once armed, stop until the test lets them go.
-struct GatedDevice {
-    inner: MemDevice,
-    armed: AtomicBool,
-    entered: Sender<()>,
-    release: Receiver<()>,
-}
-
-impl Device for GatedDevice {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.inner.block_count()
-    }
-    fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(block, buf)
-    }
-    fn write(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.inner.write(block, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            let _ = self.entered.send(());
-            let _ = self.release.recv();
-        }
-        self.inner.flush()
-    }
-    fn counters(&self) -> CounterSnapshot {
-        self.inner.counters()
-    }
-}
 
 #[test]
 fn frontend_runs_while_a_commit_is_in_flight() {
-    let (entered_tx, entered_rx) = bounded(1);
-    let (release_tx, release_rx) = bounded(1);
-    let gated = Arc::new(GatedDevice {
-        inner: MemDevice::new(4096, 8192),
-        armed: AtomicBool::new(false),
-        entered: entered_tx,
-        release: release_rx,
-    });
+    let (gated, entered_rx, release_tx) = gate::gated(8192);
+    let gated = Arc::new(gated);
     let dev: Arc<dyn Device> = gated.clone();
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
     let fs = Arc::new(Fs::open(dev.clone(), OpenOptions::default()).unwrap());
     let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
     fs.write(a.ino, 0, &[1u8; 10000]).unwrap();
 
-    gated.armed.store(true, Ordering::SeqCst);
+    gated.arm();
     let syncer = {
         let fs = fs.clone();
         std::thread::spawn(move || fs.sync())

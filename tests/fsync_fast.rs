@@ -3,11 +3,11 @@
 //! share one commit; a crash keeps what each fsync covered; a later full
 //! delta supersedes the fsync commits; replay of an fsync tail writes nothing.
 
-use crossbeam_channel::bounded;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod gate;
+
 use std::sync::Arc;
 use std::time::Duration;
-use tux3::device::{CounterSnapshot, Device, MemDevice};
+use tux3::device::{Device, MemDevice};
 use tux3::{FormatOptions, Fs, OpenOptions, RenameFlags, ROOT_INO};
 
 fn fresh() -> (Arc<MemDevice>, Arc<dyn Device>) {
@@ -133,49 +133,10 @@ fn replaying_an_fsync_tail_writes_nothing_until_changed() {
     assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"tail!");
 }
 
-/// A device whose first flush, once armed, waits for the test.
-struct Gate {
-    inner: MemDevice,
-    armed: AtomicBool,
-    entered: crossbeam_channel::Sender<()>,
-    release: crossbeam_channel::Receiver<()>,
-}
-
-impl Device for Gate {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn block_count(&self) -> u64 {
-        self.inner.block_count()
-    }
-    fn read(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(b, buf)
-    }
-    fn write(&self, b: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.inner.write(b, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            let _ = self.entered.send(());
-            let _ = self.release.recv();
-        }
-        self.inner.flush()
-    }
-    fn counters(&self) -> CounterSnapshot {
-        self.inner.counters()
-    }
-}
-
 #[test]
 fn concurrent_fsyncs_share_one_commit() {
-    let (entered_tx, entered_rx) = bounded(1);
-    let (release_tx, release_rx) = bounded(1);
-    let gate = Arc::new(Gate {
-        inner: MemDevice::new(4096, 8192),
-        armed: AtomicBool::new(false),
-        entered: entered_tx,
-        release: release_rx,
-    });
+    let (gate, entered_rx, release_tx) = gate::gated(8192);
+    let gate = Arc::new(gate);
     let dev: Arc<dyn Device> = gate.clone();
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
     let fs = Arc::new(open(&dev));
@@ -191,7 +152,7 @@ fn concurrent_fsyncs_share_one_commit() {
     for &ino in &files {
         fs.write(ino, 0, &[7u8; 1024]).unwrap();
     }
-    gate.armed.store(true, Ordering::SeqCst);
+    gate.arm();
     let first = {
         let fs = fs.clone();
         let ino = files[0];
