@@ -71,8 +71,11 @@ impl Volume {
             return Ok(false);
         }
         let new_name = self.new_names.get(&ino).cloned();
-        if let Some((dir, _, _)) = &new_name {
-            if self.new_names.contains_key(dir) || self.ns_touched.contains(dir) {
+        if let Some((dir, key, _)) = &new_name {
+            if self.new_names.contains_key(dir)
+                || self.ns_touched.contains(dir)
+                || self.removed_durable.contains(&(*dir, *key))
+            {
                 return Ok(false);
             }
         }
@@ -109,6 +112,9 @@ impl Volume {
         });
         records.extend(data);
         if let Some((dir, key, entry)) = new_name {
+            // Once logged, the entry is durable: emptying its position later
+            // in this delta must keep later fsyncs off that position.
+            self.added_keys.remove(&(dir, key));
             records.push(Record::DirentSet { dir, key, entry });
             if !dirs.contains(&dir) {
                 dirs.push(dir);

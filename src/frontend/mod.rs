@@ -55,8 +55,13 @@ pub struct Volume {
     changed: bool,
     /// Inodes created in the open delta: their new entry (dir, key, entry).
     new_names: HashMap<Ino, (Ino, u64, Vec<u8>)>,
-    /// Inodes whose names or link counts changed otherwise in the open delta.
+    /// Inodes whose names or link counts changed otherwise in the open
+    /// delta (directories: when their link count changed).
     ns_touched: std::collections::HashSet<Ino>,
+    /// Directory positions filled in the open delta.
+    added_keys: std::collections::HashSet<(Ino, u64)>,
+    /// Directory positions emptied in the open delta that were filled before.
+    removed_durable: std::collections::HashSet<(Ino, u64)>,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
@@ -84,6 +89,8 @@ impl Volume {
             changed: false,
             new_names: HashMap::new(),
             ns_touched: Default::default(),
+            added_keys: Default::default(),
+            removed_durable: Default::default(),
             freed_inos: Default::default(),
             handles: HashMap::new(),
             orphans: Default::default(),
@@ -307,6 +314,8 @@ impl Volume {
                 self.changed = false;
                 self.new_names.clear();
                 self.ns_touched.clear();
+                self.added_keys.clear();
+                self.removed_durable.clear();
                 Ok(Some(job))
             }
             Err(e) => {

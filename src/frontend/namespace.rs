@@ -65,6 +65,7 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
+        self.added_keys.insert((dir, key));
         Ok(key)
     }
 
@@ -76,6 +77,12 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
+        // A position freed in the open delta that the durable image still
+        // uses must not be handed to an fsync commit (it would overwrite
+        // that durable entry at replay).
+        if !self.added_keys.remove(&(dir, key)) {
+            self.removed_durable.insert((dir, key));
+        }
         Ok(())
     }
 
@@ -212,7 +219,7 @@ impl Volume {
             return err(Errno::EMLINK);
         }
         self.begin_change(2)?;
-        self.ns_touched.extend([ino, newparent]);
+        self.ns_touched.insert(ino);
         let kind = self.inode(ino)?.kind();
         self.add_entry(
             newparent,
@@ -236,7 +243,7 @@ impl Volume {
             return err(Errno::EISDIR);
         }
         self.begin_release(2)?;
-        self.ns_touched.extend([parent, e.ino]);
+        self.ns_touched.insert(e.ino);
         self.remove_entry(parent, key)?;
         self.drop_link(e.ino)
     }
@@ -423,9 +430,17 @@ impl Volume {
             }
         }
         self.begin_change(4)?;
-        self.ns_touched.extend([parent, newparent, src.ino]);
+        self.ns_touched.insert(src.ino);
         if let Some((_, t)) = &target {
             self.ns_touched.insert(t.ino);
+        }
+        let dir_moves = src_dir
+            || target
+                .as_ref()
+                .is_some_and(|(_, t)| t.kind == FileType::Directory);
+        if dir_moves {
+            // Link counts of the parents change.
+            self.ns_touched.extend([parent, newparent]);
         }
         if let Some((tkey, t)) = target {
             self.remove_entry(newparent, tkey)?;
