@@ -60,7 +60,8 @@ pub struct Volume {
     ns_touched: std::collections::HashSet<Ino>,
     /// Directory positions filled in the open delta.
     added_keys: std::collections::HashSet<(Ino, u64)>,
-    /// Directory positions emptied in the open delta that were filled before.
+    /// Name hashes (position >> 16) of directory entries that were durable
+    /// (or fsync-logged) and were removed in the open delta.
     removed_durable: std::collections::HashSet<(Ino, u64)>,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that

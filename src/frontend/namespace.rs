@@ -81,7 +81,7 @@ impl Volume {
         // uses must not be handed to an fsync commit (it would overwrite
         // that durable entry at replay).
         if !self.added_keys.remove(&(dir, key)) {
-            self.removed_durable.insert((dir, key));
+            self.removed_durable.insert((dir, key >> 16));
         }
         Ok(())
     }
