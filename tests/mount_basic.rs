@@ -9,217 +9,15 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-const TUX3: &str = env!("CARGO_BIN_EXE_tux3");
+mod mount_util;
+
+use mount_util::*;
+
 const HELPER: &str = env!("CARGO_BIN_EXE_mount-tux3");
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// Root and /dev/fuse, or a note saying why the test does nothing.
-fn can_mount() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("note: skipping the mount test: it needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
-
-/// Poll `done` every 20 ms until it holds or the deadline passes.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether `mnt` (canonical) is listed in /proc/mounts.
-fn is_mounted(mnt: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let want = mnt.to_string_lossy();
-    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_ref()))
-}
-
-/// Whether process `pid` is gone (or a zombie nobody reaped yet).
-fn is_gone(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .map(|r| r.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-    }
-}
-
-/// The mount server of `img` on `mnt`: the process whose command line names
-/// both (the paths are unique to one test).
-fn server_pid(img: &Path, mnt: &Path) -> Option<i32> {
-    let img = img.as_os_str().as_bytes();
-    let mnt = mnt.as_os_str().as_bytes();
-    for e in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        let names = |p: &[u8]| args.iter().any(|a| *a == p || a.ends_with(p));
-        if args
-            .iter()
-            .any(|a| a.ends_with(b"tux3") || a.ends_with(b"mount-tux3"))
-            && names(img)
-            && names(mnt)
-            && !is_gone(pid)
-        {
-            return Some(pid);
-        }
-    }
-    None
-}
-
-/// A temporary directory with an image and a mount point.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    img: PathBuf,
-    mnt: PathBuf,
-    log: PathBuf,
-}
-
-impl Fixture {
-    /// A fresh 256 MiB volume.
-    fn new() -> Fixture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let base = dir.path().canonicalize().expect("canonical tempdir");
-        let img = base.join("img");
-        let mnt = base.join("mnt");
-        fs::create_dir(&mnt).expect("mkdir mnt");
-        let st = Command::new(TUX3)
-            .args(["mkfs", "--size", "256M"])
-            .arg(&img)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run mkfs");
-        assert!(st.success(), "mkfs failed");
-        let log = base.join("server.log");
-        Fixture {
-            _dir: dir,
-            img,
-            mnt,
-            log,
-        }
-    }
-
-    /// Stderr of the commands and of the server (which keeps it open, so
-    /// it must not be a pipe we wait on).
-    fn log_file(&self) -> fs::File {
-        fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("open log")
-    }
-
-    fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `tux3 mount [opts] IMG MNT` in daemon mode: live when it returns.
-    fn mount(&self, opts: &[&str]) -> Mounted<'_> {
-        let st = Command::new(TUX3)
-            .arg("mount")
-            .args(opts)
-            .arg(&self.img)
-            .arg(&self.mnt)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(self.log_file())
-            .status()
-            .expect("run tux3 mount");
-        assert!(st.success(), "tux3 mount failed: {}", self.log_text());
-        self.mounted()
-    }
-
-    /// The guard of a live mount.
-    fn mounted(&self) -> Mounted<'_> {
-        assert!(is_mounted(&self.mnt), "not mounted after mount returned");
-        let pid = server_pid(&self.img, &self.mnt).expect("the mount server is running");
-        Mounted { fx: self, pid }
-    }
-
-    /// `tux3 fsck IMG` is clean.
-    fn fsck(&self) {
-        let out = Command::new(TUX3)
-            .arg("fsck")
-            .arg(&self.img)
-            .output()
-            .expect("run fsck");
-        assert!(
-            out.status.success(),
-            "fsck: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
-    }
-}
-
-/// A live mount; dropping it unmounts (lazily if it must).
-struct Mounted<'a> {
-    fx: &'a Fixture,
-    pid: i32,
-}
-
-impl Mounted<'_> {
-    /// `umount MNT`, then wait until the server has closed the volume and
-    /// exited.
-    fn unmount(self) {
-        let st = Command::new("umount")
-            .arg(&self.fx.mnt)
-            .status()
-            .expect("run umount");
-        assert!(st.success(), "umount failed");
-        self.wait_gone();
-    }
-
-    /// Send `sig` to the server; it must unmount and exit.
-    fn signal(self, sig: libc::c_int) {
-        // SAFETY: signalling our own server process.
-        assert_eq!(unsafe { libc::kill(self.pid, sig) }, 0);
-        self.wait_gone();
-    }
-
-    fn wait_gone(&self) {
-        wait_until("the mount to go away", || !is_mounted(&self.fx.mnt));
-        wait_until("the server to exit", || is_gone(self.pid));
-    }
-}
-
-impl Drop for Mounted<'_> {
-    fn drop(&mut self) {
-        let mnt = &self.fx.mnt;
-        if is_mounted(mnt) {
-            let _ = Command::new("umount").arg(mnt).stderr(Stdio::null()).status();
-        }
-        if is_mounted(mnt) {
-            let _ = Command::new("umount").arg("-l").arg(mnt).status();
-        }
-    }
-}
-
-fn cstr(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).expect("no NUL in path")
-}
 
 fn set_xattr(p: &Path, name: &str, value: &[u8]) -> i32 {
     let (p, n) = (cstr(p), CString::new(name).expect("name"));
@@ -328,7 +126,7 @@ fn mount_operate_umount_remount() {
     if !can_mount() {
         return;
     }
-    let fx = Fixture::new();
+    let fx = Fixture::new("256M");
     let m = fx.mount(&[]);
     populate(&fx);
     m.unmount();
@@ -347,7 +145,7 @@ fn sigterm_unmounts_and_commits() {
     if !can_mount() {
         return;
     }
-    let fx = Fixture::new();
+    let fx = Fixture::new("256M");
     // No periodic commit: only the close at SIGTERM can make the file durable.
     let m = fx.mount(&["-o", "commit=0"]);
     fs::write(fx.path("before-term"), pattern(100_000, 9)).expect("write");
@@ -366,7 +164,7 @@ fn foreground_ends_on_sigint() {
     if !can_mount() {
         return;
     }
-    let fx = Fixture::new();
+    let fx = Fixture::new("256M");
     let mut child: Child = Command::new(TUX3)
         .args(["mount", "-f", "-o", "commit=0"])
         .arg(&fx.img)
@@ -401,7 +199,7 @@ fn helper_mounts_like_mount8() {
     if !can_mount() {
         return;
     }
-    let fx = Fixture::new();
+    let fx = Fixture::new("256M");
     // As mount(8) runs it: SPEC DIR, then flags and options.
     let st = Command::new(HELPER)
         .arg(&fx.img)
@@ -424,7 +222,7 @@ fn missing_image_is_a_one_line_error() {
     if !can_mount() {
         return;
     }
-    let fx = Fixture::new();
+    let fx = Fixture::new("256M");
     let missing = fx.img.with_file_name("no-such-image");
     let st = Command::new(TUX3)
         .arg("mount")

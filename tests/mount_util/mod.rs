@@ -128,6 +128,12 @@ impl Fixture {
             .status()
             .expect("run tux3 mount");
         assert!(st.success(), "tux3 mount failed: {}", self.log_text());
+        self.mounted()
+    }
+
+    /// The guard of a live mount started elsewhere (daemon mode, or mount(8)
+    /// through the helper).
+    pub fn mounted(&self) -> Mounted<'_> {
         assert!(is_mounted(&self.mnt), "not mounted after mount returned");
         let pid = server_pid(&self.img, &self.mnt).expect("the mount server is running");
         Mounted {
@@ -213,6 +219,13 @@ impl Mounted<'_> {
             .status()
             .expect("run umount");
         assert!(st.success(), "umount failed");
+        self.wait_gone();
+    }
+
+    /// Send `sig` to the server; it must unmount and exit.
+    pub fn signal(mut self, sig: libc::c_int) {
+        // SAFETY: signalling our own server process.
+        assert_eq!(unsafe { libc::kill(self.pid, sig) }, 0);
         self.wait_gone();
     }
 
