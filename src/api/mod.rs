@@ -4,16 +4,16 @@
 //! This layer holds no filesystem logic: it takes the volume lock and calls the
 //! frontend (namespace and file operations in cache) or the backend (commit).
 
+mod commit;
 pub mod types;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
-use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::Volume;
-use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
-use parking_lot::{Mutex, MutexGuard};
+pub use commit::FsyncDone;
+use commit::{Shared, Worker};
+use parking_lot::MutexGuard;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 pub use types::*;
 
 /// A mounted tux3 volume.
@@ -24,101 +24,15 @@ pub use types::*;
 /// uncommitted delta, exactly as a crash would; nothing committed is lost.
 pub struct Fs {
     shared: Arc<Shared>,
-    flusher: Option<Flusher>,
-}
-
-/// State shared with the background commit thread.
-struct Shared {
-    volume: Mutex<Volume>,
-    /// Serializes commits: held from freeze to finish, so fsyncs arriving
-    /// while a commit is in flight wait and then share the next one.
-    commit: Mutex<()>,
-    /// Inodes whose fsync is waiting for the commit lock (group commit).
-    pending_fsyncs: Mutex<std::collections::HashSet<Ino>>,
-    /// `fsync` commits the whole delta (strict ordering).
-    fsync_strict: bool,
-}
-
-/// The background thread that ends deltas by time.
-struct Flusher {
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
-}
-
-impl Shared {
-    /// Freeze the delta under the volume lock, write it without the lock
-    /// (other operations go on in the next delta meanwhile), then finish.
-    /// Callers that find nothing to commit return at once: everything before
-    /// them is durable, because commits are serialized.
-    fn commit(&self, unify: bool) -> Result<()> {
-        let _serial = self.commit.lock();
-        self.commit_locked(unify)
-    }
-
-    /// A full commit; the caller holds the commit lock.
-    fn commit_locked(&self, unify: bool) -> Result<()> {
-        let Some(mut job) = self.volume.lock().freeze(unify)? else {
-            return Ok(());
-        };
-        let r = job.write();
-        self.volume.lock().finish(job, r)
-    }
-
-    /// fsync with group commit: register, wait for the commit lock; if a
-    /// commit meanwhile took this inode, it is durable (that commit finished
-    /// before the lock was free); otherwise commit every registered inode
-    /// in one fsync commit — one log write and one flush for the group.
-    fn fsync(&self, ino: Ino) -> Result<()> {
-        self.pending_fsyncs.lock().insert(ino);
-        let _serial = self.commit.lock();
-        let group: Vec<Ino> = {
-            let mut pending = self.pending_fsyncs.lock();
-            if !pending.contains(&ino) {
-                return Ok(());
-            }
-            pending.drain().collect()
-        };
-        let plan = self.volume.lock().fsync_plan(&group)?;
-        match plan {
-            FsyncPlan::Nothing => Ok(()),
-            FsyncPlan::Full => self.commit_locked(false),
-            FsyncPlan::Job(mut job) => {
-                let r = job.write();
-                self.volume.lock().finish(*job, r)
-            }
-        }
-    }
-}
-
-impl Flusher {
-    /// Start the thread; it holds only a weak reference to the volume.
-    fn start(shared: &Arc<Shared>, every: std::time::Duration) -> Result<Flusher> {
-        let (stop, stopped) = bounded::<()>(1);
-        let weak = Arc::downgrade(shared);
-        let thread = std::thread::Builder::new()
-            .name("tux3-commit".into())
-            .spawn(move || loop {
-                if !matches!(stopped.recv_timeout(every), Err(RecvTimeoutError::Timeout)) {
-                    return;
-                }
-                let Some(shared) = weak.upgrade() else { return };
-                if let Err(e) = shared.commit(false) {
-                    tracing::error!("periodic commit failed: {e}");
-                }
-            })?;
-        Ok(Flusher { stop, thread })
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.thread.join();
-    }
+    /// The flusher (when `commit_interval` is set) and the fsync committer
+    /// (when writable); stopped in this order on close or drop.
+    workers: Vec<Worker>,
 }
 
 impl Drop for Fs {
     fn drop(&mut self) {
-        if let Some(f) = self.flusher.take() {
-            f.stop();
+        for w in self.workers.drain(..) {
+            w.stop();
         }
     }
 }
@@ -133,18 +47,20 @@ impl Fs {
     /// cache. Replay writes nothing to the device.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Fs> {
         let interval = opts.commit_interval.filter(|_| !opts.read_only);
+        let writable = !opts.read_only;
         let fsync_strict = opts.fsync_strict;
-        let shared = Arc::new(Shared {
-            volume: Mutex::new(Volume::open(dev, opts)?),
-            commit: Mutex::new(()),
-            pending_fsyncs: Mutex::new(Default::default()),
-            fsync_strict,
-        });
-        let flusher = match interval {
-            Some(every) => Some(Flusher::start(&shared, every)?),
-            None => None,
+        let shared = Arc::new(Shared::new(Volume::open(dev, opts)?, fsync_strict));
+        let mut fs = Fs {
+            shared,
+            workers: Vec::new(),
         };
-        Ok(Fs { shared, flusher })
+        if let Some(every) = interval {
+            fs.workers.push(Worker::flusher(&fs.shared, every)?);
+        }
+        if writable {
+            fs.workers.push(Worker::fsync_committer(&fs.shared)?);
+        }
+        Ok(fs)
     }
 
     fn vol(&self) -> MutexGuard<'_, Volume> {
@@ -153,11 +69,10 @@ impl Fs {
 
     /// Commit everything and release the device.
     pub fn close(mut self) -> Result<()> {
-        if let Some(f) = self.flusher.take() {
-            f.stop();
+        for w in self.workers.drain(..) {
+            w.stop();
         }
-        let _serial = self.shared.commit.lock();
-        self.vol().close_in_place()
+        self.shared.with_commit_lock(|| self.vol().close_in_place())
     }
 
     /// Find `name` in directory `parent`.
@@ -303,12 +218,34 @@ impl Fs {
     /// open delta, with one flush; concurrent fsyncs share one commit. With
     /// `fsync_strict`, the whole delta commits (strict ordering).
     /// `datasync` makes no difference: the inode record rides along anyway.
-    pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
-        self.vol().getattr(ino)?;
-        if self.shared.fsync_strict {
-            return self.shared.commit(false);
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.fsync_then(
+            ino,
+            datasync,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv()
+            .unwrap_or(Err(crate::error::Error::Posix(crate::error::Errno::EIO)))
+    }
+
+    /// [`Fs::fsync`] without waiting: `done` is called with the outcome once
+    /// the commit that covers `ino` is durable (from the fsync committer
+    /// thread), or at once for an unknown inode or a read-only volume. Every
+    /// fsync queued while a commit is in flight joins the next group commit,
+    /// so a server can keep thousands of fsyncs waiting on a few threads.
+    pub fn fsync_then(&self, ino: Ino, _datasync: bool, done: FsyncDone) {
+        let ready = {
+            let mut v = self.vol();
+            v.getattr(ino).map(|_| v.is_read_only())
+        };
+        match ready {
+            Err(e) => done(Err(e)),
+            Ok(true) => done(Ok(())),
+            Ok(false) => self.shared.queue_fsync(ino, done),
         }
-        self.shared.fsync(ino)
     }
 
     /// Commit the current delta and wait until it is durable.
@@ -333,7 +270,7 @@ impl Fs {
     /// Fsyncs waiting to join the next group commit (for tests).
     #[doc(hidden)]
     pub fn pending_fsyncs(&self) -> usize {
-        self.shared.pending_fsyncs.lock().len()
+        self.shared.queued_fsyncs()
     }
 
     /// The device's I/O counters.

@@ -234,7 +234,11 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        empty(self.fs.fsync(ino.0, datasync), reply);
+        // Answered from the fsync committer once durable: this request
+        // thread is free at once, so any number of fsyncs can wait for the
+        // same group commit.
+        self.fs
+            .fsync_then(ino.0, datasync, Box::new(move |r| empty(r, reply)));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -260,7 +264,11 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        empty(self.fs.fsync(ino.0, datasync), reply);
+        // Answered from the fsync committer once durable: this request
+        // thread is free at once, so any number of fsyncs can wait for the
+        // same group commit.
+        self.fs
+            .fsync_then(ino.0, datasync, Box::new(move |r| empty(r, reply)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -1,0 +1,199 @@
+//! Commit scheduling for an open volume: the commit lock that serializes
+//! deltas, the periodic flusher thread, and the fsync committer thread that
+//! turns concurrent fsyncs into group commits.
+//!
+//! May call the frontend (`Volume::freeze`, `fsync_plan`, `finish`) and the
+//! backend's commit jobs; holds the volume lock only to freeze and finish,
+//! never across device I/O.
+
+use super::Ino;
+use crate::error::{Error, Result};
+use crate::frontend::fsync::FsyncPlan;
+use crate::frontend::Volume;
+use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Called once with an fsync's outcome, from the fsync committer thread.
+pub type FsyncDone = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// State shared by the API, the flusher and the fsync committer.
+pub(super) struct Shared {
+    pub(super) volume: Mutex<Volume>,
+    /// Serializes commits: held from freeze to finish, so fsyncs arriving
+    /// while a commit is in flight wait and then share the next one.
+    commit: Mutex<()>,
+    /// Fsyncs waiting for the next group commit.
+    fsyncs: Mutex<FsyncQueue>,
+    /// Signalled when an fsync is queued or the committer must stop.
+    fsync_wake: Condvar,
+    /// `fsync` commits the whole delta (strict ordering).
+    fsync_strict: bool,
+}
+
+#[derive(Default)]
+struct FsyncQueue {
+    waiting: Vec<(Ino, FsyncDone)>,
+    stop: bool,
+}
+
+/// Every waiter of a group gets the group's outcome; errors other than the
+/// first caller's are reduced to their errno (`Error` is not `Clone`).
+fn shared_outcome(r: &Result<()>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(Error::Posix(e.errno())),
+    }
+}
+
+impl Shared {
+    pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
+        Shared {
+            volume: Mutex::new(volume),
+            commit: Mutex::new(()),
+            fsyncs: Mutex::new(FsyncQueue::default()),
+            fsync_wake: Condvar::new(),
+            fsync_strict,
+        }
+    }
+
+    /// Freeze the delta under the volume lock, write it without the lock
+    /// (other operations go on in the next delta meanwhile), then finish.
+    /// Callers that find nothing to commit return at once: everything before
+    /// them is durable, because commits are serialized.
+    pub(super) fn commit(&self, unify: bool) -> Result<()> {
+        let _serial = self.commit.lock();
+        self.commit_locked(unify)
+    }
+
+    /// Hold the commit lock (no commit can start) while `f` runs.
+    pub(super) fn with_commit_lock<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _serial = self.commit.lock();
+        f()
+    }
+
+    /// A full commit; the caller holds the commit lock.
+    fn commit_locked(&self, unify: bool) -> Result<()> {
+        let Some(mut job) = self.volume.lock().freeze(unify)? else {
+            return Ok(());
+        };
+        let r = job.write();
+        self.volume.lock().finish(job, r)
+    }
+
+    /// Queue an fsync of `ino` for the next group commit; `done` is called
+    /// once it is durable (or failed).
+    pub(super) fn queue_fsync(&self, ino: Ino, done: FsyncDone) {
+        self.fsyncs.lock().waiting.push((ino, done));
+        self.fsync_wake.notify_one();
+    }
+
+    /// Fsyncs queued and not yet taken by a commit.
+    pub(super) fn queued_fsyncs(&self) -> usize {
+        self.fsyncs.lock().waiting.len()
+    }
+
+    /// The fsync committer: waits for queued fsyncs, takes the commit lock
+    /// (waiting behind any commit in flight, while more fsyncs queue up),
+    /// then commits every queued inode at once — one log write and one
+    /// flush for the whole group — and answers them all. Batching comes
+    /// only from the commit lock being busy; there is no timed wait.
+    fn run_fsync_committer(&self) {
+        loop {
+            {
+                let mut q = self.fsyncs.lock();
+                while q.waiting.is_empty() && !q.stop {
+                    self.fsync_wake.wait(&mut q);
+                }
+                if q.waiting.is_empty() {
+                    return;
+                }
+            }
+            let serial = self.commit.lock();
+            let group = std::mem::take(&mut self.fsyncs.lock().waiting);
+            let mut inos: Vec<Ino> = group.iter().map(|(ino, _)| *ino).collect();
+            inos.sort_unstable();
+            inos.dedup();
+            let r = self.fsync_group(&inos);
+            drop(serial);
+            for (_, done) in group {
+                done(shared_outcome(&r));
+            }
+        }
+    }
+
+    /// Make `inos` durable; the caller holds the commit lock.
+    fn fsync_group(&self, inos: &[Ino]) -> Result<()> {
+        if self.fsync_strict {
+            return self.commit_locked(false);
+        }
+        let plan = self.volume.lock().fsync_plan(inos)?;
+        match plan {
+            FsyncPlan::Nothing => Ok(()),
+            FsyncPlan::Full => self.commit_locked(false),
+            FsyncPlan::Job(mut job) => {
+                let r = job.write();
+                self.volume.lock().finish(*job, r)
+            }
+        }
+    }
+}
+
+/// A background thread of the volume: the periodic flusher or the fsync
+/// committer. Stopped (and joined) when the `Fs` closes or is dropped.
+pub(super) struct Worker {
+    stop: Box<dyn Fn() + Send + Sync>,
+    thread: JoinHandle<()>,
+}
+
+impl Worker {
+    /// The thread that ends a delta every `every`; it holds only a weak
+    /// reference to the volume.
+    pub(super) fn flusher(shared: &Arc<Shared>, every: std::time::Duration) -> Result<Worker> {
+        let (stop, stopped) = bounded::<()>(1);
+        let weak = Arc::downgrade(shared);
+        let thread = std::thread::Builder::new()
+            .name("tux3-commit".into())
+            .spawn(move || loop {
+                if !matches!(stopped.recv_timeout(every), Err(RecvTimeoutError::Timeout)) {
+                    return;
+                }
+                let Some(shared) = weak.upgrade() else { return };
+                if let Err(e) = shared.commit(false) {
+                    tracing::error!("periodic commit failed: {e}");
+                }
+            })?;
+        let stop: Sender<()> = stop;
+        Ok(Worker {
+            stop: Box::new(move || {
+                let _ = stop.try_send(());
+            }),
+            thread,
+        })
+    }
+
+    /// The fsync committer thread (see [`Shared::run_fsync_committer`]).
+    /// On stop it answers every fsync already queued before it exits.
+    pub(super) fn fsync_committer(shared: &Arc<Shared>) -> Result<Worker> {
+        let run = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("tux3-fsync".into())
+            .spawn(move || run.run_fsync_committer())?;
+        let weak = Arc::downgrade(shared);
+        Ok(Worker {
+            stop: Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.fsyncs.lock().stop = true;
+                    s.fsync_wake.notify_all();
+                }
+            }),
+            thread,
+        })
+    }
+
+    pub(super) fn stop(self) {
+        (self.stop)();
+        let _ = self.thread.join();
+    }
+}
