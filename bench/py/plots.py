@@ -1,4 +1,4 @@
-"""PNG plots of a run (matplotlib, Agg backend): syncs time against task
+"""PNG plots of a run (matplotlib, Agg backend): syncs throughput against task
 count on log axes, fsync latency distributions idle and under a background
 writer, and device blocks and flushes per fsync. Returns the file names
 drawn (in the plot directory).
@@ -30,9 +30,9 @@ def syncs_plot(rows, out):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
     for fs in FILESYSTEMS:
-        pts = sorted((r["tasks"], r["seconds"]) for r in rows
+        pts = sorted((r["tasks"], r["figure"]) for r in rows
                      if r["fs"] == fs and r["workload"] == "syncs" and _ok(r)
-                     and r.get("steps") == 10 and r.get("seconds"))
+                     and r.get("steps") == 10 and r.get("figure"))
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=LABEL[fs], **STYLE[fs])
             drawn = True
@@ -42,8 +42,8 @@ def syncs_plot(rows, out):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tasks (each: 10 x append 1 KiB + fsync)")
-    ax.set_ylabel("seconds (lower is better)")
-    ax.set_title("Parallel fsync: time against task count")
+    ax.set_ylabel("fsyncs per second (higher is better)")
+    ax.set_title("Parallel fsync: throughput against task count")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -11,8 +11,10 @@ from fsetup import EXT4_OPTS, FILESYSTEMS, LABEL, PEERS
 WORKLOAD_TEXT = {
     "syncs": ("Parallel small fsyncs",
               "T processes each append 1 KiB to their own file and fsync it, N times "
-              "(`TxN`); all start together at a barrier; time from the barrier to the "
-              "last exit. Seconds, lower is better."),
+              "(`TxN`); all start together at a barrier. Fsyncs per second from the "
+              "barrier to the last exit, higher is better. A step stops starting fsyncs "
+              "after its cap (see the commands below); a cell marked * is such a step, "
+              "over the fsyncs it did. The seconds table below is the same steps' time."),
     "rename": ("Rename cycle",
                "open(O_CREAT|O_TRUNC) a temp file, write 16,000 bytes, fsync (or not), "
                "close, rename over the target. Cycles per second, higher is better."),
@@ -95,8 +97,16 @@ def workload_table(rows, wl, fss):
             unit_note = " (IOPS)"
         else:
             unit_note = ""
-        out.append("| %s%s | " % (param, unit_note) + " | ".join(cell(by_fs.get(f)) for f in fss)
+        out.append("| %s%s | " % (param, unit_note) + " | ".join(
+            cell(by_fs.get(f)) + ("*" if (by_fs.get(f) or {}).get("capped") else "") for f in fss)
                    + " | %s |" % ratio(by_fs, by_fs.get("tux3")))
+    if wl == "syncs":
+        out += ["", "| %s (seconds) | " % "parameter" + " | ".join(LABEL[f] for f in fss) + " |",
+                "|---" * (len(fss) + 1) + "|"]
+        for param, by_fs in g.items():
+            out.append("| %s | " % param + " | ".join(
+                cell(by_fs.get(f), "seconds") + ("*" if (by_fs.get(f) or {}).get("capped") else "")
+                for f in fss) + " |")
     return out
 
 
@@ -207,7 +217,8 @@ def commands(res):
         "mount -t ext4|xfs|btrfs LOOP MNT; fuse2fs LOOP MNT; target/release/tux3 mount LOOP MNT",
         "mount -t tmpfs -o size=SIZE tux3-bench-tmpfs MNT",
         "# workloads (bench/c/*.c compiled with gcc -O2)",
-        "syncs DIR TASKS STEPS                 # %s" % ", ".join("%dx%d" % tuple(x) for x in q.get("syncs", [])),
+        "syncs DIR TASKS STEPS %s              # %s" % (q.get("syncs_cap") or "", ", ".join(
+            "%dx%d" % tuple(x) for x in q.get("syncs", []))),
         "rename_cycle DIR %s 16000 1|0 %s" % (q.get("rename_cycles", "N"), q.get("cap") or ""),
         "dbench -D DIR -t %s -c %s [-s] CLIENTS   # clients %s" % (
             q.get("dbench_secs"), q.get("loadfile"), q.get("dbench_clients")),
