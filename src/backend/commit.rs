@@ -20,7 +20,11 @@
 //! Unify replaces step 5: after writing leaves it also writes every changed
 //! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
 //! superblock naming the new roots and a fresh log head, FLUSH. The old log
-//! and old branches are freed (pinned until the superblock is durable).
+//! and old branches are freed (pinned until the superblock is durable). If
+//! the orphan list is not empty, the new log does not start empty: its head
+//! is a fresh block holding an FSYNC-flagged commit of the next delta with
+//! one `Orphan` record per orphan, written before the superblock
+//! (`restart_log`), so the list survives the unify.
 
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
@@ -344,11 +348,13 @@ impl Backend {
             .itable
             .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
         // The old log is no longer needed once the superblock is durable; its
-        // reserved next block becomes the new head.
+        // reserved next block becomes the new head (or, with orphans, a
+        // fresh block does).
         freed.append(&mut self.log.since_unify);
         for b in freed {
             self.alloc.free_range(b, 1);
         }
+        let head = self.restart_log(writes)?;
         let relocated = self.relocate_bitmap(writes)?;
         for (index, addr) in &relocated {
             writes.push((
@@ -360,16 +366,45 @@ impl Backend {
         let _ = self.alloc.take_delta();
         let mut sb = self.sb.clone();
         sb.seq += 1;
-        sb.log_head = self.log.tail.next;
-        sb.log_seq = self.log.tail.seq;
+        (sb.log_head, sb.log_seq) = head;
         sb.next_delta = self.delta + 1;
         sb.unifies += 1;
+        Ok(sb)
+    }
+
+    /// Start the log the unify's superblock names; returns its head and the
+    /// sequence number the head carries. Without orphans the head is the old
+    /// chain's reserved next block, still empty. With orphans it is a fresh
+    /// block (free in the old image, so a crash before the superblock lands
+    /// cannot make it extend the old chain; the old reserved block is freed)
+    /// and holds a commit of the next delta, flagged FSYNC because that
+    /// delta stays open, with one `Orphan` record per orphan in ascending
+    /// order. It goes out with the unify's other writes, before the flush
+    /// that precedes the superblock.
+    fn restart_log(&mut self, writes: &mut Writes) -> Result<(u64, u64)> {
+        let old = self.log.tail;
+        if self.orphans.is_empty() {
+            self.log.tail = Tail {
+                next: old.next,
+                seq: old.seq,
+                prev_crc: 0,
+            };
+            return Ok((old.next, old.seq));
+        }
+        let head = self.alloc.alloc_one(old.next)?;
+        self.alloc.free_range(old.next, 1);
         self.log.tail = Tail {
-            next: sb.log_head,
-            seq: sb.log_seq,
+            next: head,
+            seq: old.seq,
             prev_crc: 0,
         };
-        Ok(sb)
+        let records: Vec<Record> = self.orphans.iter().map(|&ino| Record::Orphan { ino }).collect();
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, &records, self.delta + 1, true, self.bs)?;
+        writes.extend(images.body);
+        writes.push(images.commit);
+        Ok((head, old.seq))
     }
 
     /// Give every changed bitmap block a new address, updating the bitmap

@@ -1,6 +1,9 @@
 //! Backend: everything that changes media — delta commit, unify, the block
 //! allocator, the log writer, mkfs — and mount-time replay, which reads the
-//! media and rebuilds the cache without writing.
+//! media and rebuilds the cache without writing. It also keeps the orphan
+//! list (inodes with link count 0 kept alive by open handles): replay
+//! collects it from `Orphan` and `Drop` records, and a unify carries it over
+//! into the restarted log (`commit.rs`, `restart_log`).
 //!
 //! Calls cache (to flush cached inodes), structures, log and device.
 
@@ -17,7 +20,7 @@ use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use alloc::Allocator;
 use logwriter::LogWriter;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Inode number of the bitmap file. Its attributes live in the superblock
@@ -32,6 +35,8 @@ fn at_block(d: &crate::log::chain::LoggedDelta) -> u64 {
 
 /// First inode number handed to files.
 pub const FIRST_INO: u64 = 16;
+/// Inode numbers stay below this.
+pub const INO_LIMIT: u64 = 1 << 48;
 
 /// Counters of backend work, for the API's `stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +51,9 @@ pub struct Stats {
     pub replayed_deltas: u64,
     /// Fsync commits (fast path) since open.
     pub fsyncs: u64,
+    /// Orphans on the durable orphan list at open (a writable open frees
+    /// them in its first delta; a read-only open leaves them).
+    pub replayed_orphans: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.
@@ -81,6 +89,11 @@ pub struct Backend {
     /// Where the last new file's data went: the goal for the next new file,
     /// so files written together lie together.
     pub data_cursor: u64,
+    /// The orphan list as of the open delta: inodes whose link count is 0
+    /// but which an open handle keeps alive. Each entered it with an
+    /// `Orphan` record and leaves it with its `Drop`; a unify re-logs the
+    /// whole list at the head of the new log. After replay: the durable list.
+    pub orphans: BTreeSet<u64>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -142,6 +155,7 @@ impl Backend {
         let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq)?;
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
+        let mut orphans = BTreeSet::new();
         let mut delta = sb.next_delta;
         // Fsync commits count only after the last full delta commit: a full
         // commit holds everything the fsyncs before it described.
@@ -205,7 +219,18 @@ impl Backend {
                             trees.entry(tree).or_default().ops.push((sep, None));
                         }
                     }
+                    // Orphans count in every committed delta, fsync or full:
+                    // a later full commit never un-lists one, only a Drop.
+                    Record::Orphan { ino } => {
+                        if !(FIRST_INO..INO_LIMIT).contains(&ino) {
+                            return Err(bad(format!(
+                                "orphan record names inode {ino}, not a file inode number"
+                            )));
+                        }
+                        orphans.insert(ino);
+                    }
                     Record::Drop { tree } => {
+                        orphans.remove(&tree);
                         trees.insert(
                             tree,
                             TreeReplay {
@@ -232,6 +257,7 @@ impl Backend {
         let stats = Stats {
             log_blocks: log.since_unify.len() as u64,
             replayed_deltas: chain.deltas.len() as u64,
+            replayed_orphans: orphans.len() as u64,
             ..Stats::default()
         };
         Ok((
@@ -249,6 +275,7 @@ impl Backend {
                 read_only,
                 replayed_pages: pages,
                 data_cursor: 2,
+                orphans,
             },
             trees,
         ))

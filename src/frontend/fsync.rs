@@ -11,6 +11,11 @@
 //! open delta, and, if it was created in the open delta, created in a
 //! directory that is itself durable and untouched otherwise. Anything else
 //! falls back to a full delta commit, which is always correct.
+//!
+//! An orphan (link count 0, kept by an open handle) qualifies once its
+//! unlink is durable; its fsync commit carries an `Orphan` record next to
+//! its image, so every commit that writes a link count of 0 for an open
+//! inode also lists it as an orphan.
 
 use super::Volume;
 use crate::api::types::*;
@@ -67,9 +72,12 @@ impl Volume {
 
     /// Append the records that make `ino` durable; false: not eligible.
     fn fsync_records(&mut self, ino: Ino, records: &mut Vec<Record>, dirs: &mut Vec<Ino>) -> Result<bool> {
-        if self.ns_touched.contains(&ino) || self.orphans.contains(&ino) {
+        // Unlinked (or linked) in the open delta: the entry change needs
+        // the full commit; that covers an inode that became an orphan now.
+        if self.ns_touched.contains(&ino) {
             return Ok(false);
         }
+        let orphan = self.be.orphans.contains(&ino);
         let new_name = self.new_names.get(&ino).cloned();
         if let Some((dir, key, _)) = &new_name {
             // A durable entry emptied in this delta under the same name hash
@@ -113,6 +121,9 @@ impl Volume {
             ino,
             attrs: i.attrs.encode(),
         });
+        if orphan {
+            records.push(Record::Orphan { ino });
+        }
         records.extend(data);
         if let Some((dir, key, entry)) = new_name {
             // Once logged, the entry is durable: emptying its position later

@@ -1,11 +1,15 @@
 //! Open handles and orphans: an inode whose last name is removed while a
-//! handle is open stays alive (in cache) until the last handle is released,
-//! so reads and writes through open file descriptors keep working, as POSIX
-//! requires. SEEK_DATA / SEEK_HOLE also live here.
+//! handle is open stays alive until the last handle is released, so reads
+//! and writes through open file descriptors keep working, as POSIX requires.
+//! Such an orphan is on the backend's orphan list (`be.orphans`), which the
+//! log makes durable (`Orphan` records, re-logged by each unify): after a
+//! crash the next writable open frees what the list holds
+//! ([`Volume::free_replayed_orphans`]); a clean close frees them too.
+//! SEEK_DATA / SEEK_HOLE also live here.
 
 use super::Volume;
 use crate::api::types::*;
-use crate::error::{err, Errno, Result};
+use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
 
 impl Volume {
@@ -25,8 +29,42 @@ impl Volume {
         };
         if left == 0 {
             self.handles.remove(&ino);
-            if self.orphans.remove(&ino) && !self.be.read_only {
+            if self.be.orphans.contains(&ino) && !self.be.read_only {
                 self.free_inode(ino)?;
+                self.changed = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every handle ends (the volume closes): free every orphan.
+    pub(super) fn release_all(&mut self) -> Result<()> {
+        self.handles.clear();
+        let orphans: Vec<Ino> = self.be.orphans.iter().copied().collect();
+        for ino in orphans {
+            self.free_inode(ino)?;
+            self.changed = true;
+        }
+        Ok(())
+    }
+
+    /// Free the orphans replay found: nobody can hold them open after a
+    /// mount. They join the first delta (one `Drop` each); until it commits
+    /// they stay on the durable list. An entry that is not a non-directory
+    /// with link count 0 (only damage makes one) is not freed but leaves the
+    /// list; fsck reports it.
+    pub(super) fn free_replayed_orphans(&mut self) -> Result<()> {
+        let listed: Vec<Ino> = self.be.orphans.iter().copied().collect();
+        for ino in listed {
+            let orphan = match self.inode(ino) {
+                Ok(i) => i.attrs.nlink == 0 && !i.is_dir(),
+                Err(Error::Posix(Errno::ENOENT)) => false,
+                Err(e) => return Err(e),
+            };
+            self.be.orphans.remove(&ino);
+            if orphan {
+                self.free_inode(ino)?;
+                self.changed = true;
             }
         }
         Ok(())

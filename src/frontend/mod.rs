@@ -67,10 +67,9 @@ pub struct Volume {
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
     freed_inos: std::collections::HashSet<Ino>,
-    /// Open handles per inode.
+    /// Open handles per inode. (Inodes with no name left that a handle
+    /// keeps alive are the backend's orphan list, `be.orphans`.)
     handles: HashMap<Ino, u32>,
-    /// Inodes with no name left, alive while a handle is open.
-    orphans: std::collections::HashSet<Ino>,
 }
 
 impl Volume {
@@ -94,7 +93,6 @@ impl Volume {
             removed_durable: Default::default(),
             freed_inos: Default::default(),
             handles: HashMap::new(),
-            orphans: Default::default(),
         };
         // File trees changed since the unify: rebuild their branches in cache.
         let mut ids: Vec<_> = replays.keys().copied().collect();
@@ -155,6 +153,11 @@ impl Volume {
                 "root inode is not a directory",
             ));
         }
+        // Orphans of the last session: the handles that kept them alive are
+        // gone. Their frees join the first delta; replay itself wrote nothing.
+        if !v.be.read_only {
+            v.free_replayed_orphans()?;
+        }
         Ok(v)
     }
 
@@ -164,8 +167,10 @@ impl Volume {
     }
 
     /// Commit everything; the volume stays usable (the caller drops it).
+    /// Open handles end here, so orphans are freed first.
     pub fn close_in_place(&mut self) -> Result<()> {
         if !self.be.read_only && !self.failed {
+            self.release_all()?;
             self.sync()?;
         }
         Ok(())

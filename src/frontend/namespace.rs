@@ -215,6 +215,11 @@ impl Volume {
         if self.inode(ino)?.is_dir() {
             return err(Errno::EPERM);
         }
+        // An orphan (no name left, kept by a handle) cannot get a name back,
+        // as in Linux: it stays on the orphan list until freed.
+        if self.inode(ino)?.attrs.nlink == 0 {
+            return err(Errno::ENOENT);
+        }
         if self.inode(ino)?.attrs.nlink >= u32::MAX - 1 {
             return err(Errno::EMLINK);
         }
@@ -271,7 +276,10 @@ impl Volume {
         i.attrs.ctime = Timespec::now();
         if i.attrs.nlink == 0 {
             if self.is_open(ino) {
-                self.orphans.insert(ino);
+                // On the durable orphan list in the same delta that writes
+                // the link count 0, so a crash never leaves it unlisted.
+                self.be.orphans.insert(ino);
+                self.be.records.push(Record::Orphan { ino });
                 self.touch(ino);
                 return Ok(());
             }
@@ -317,6 +325,7 @@ impl Volume {
             .dirty_bytes
             .saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
         self.be.records.push(Record::Drop { tree: ino });
+        self.be.orphans.remove(&ino);
         self.freed_inos.insert(ino);
         self.be.itable.remove(dev.as_ref(), ino)?;
         Ok(())

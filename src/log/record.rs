@@ -11,10 +11,12 @@
 //! | 6 | InodeImage | ino u64, len u16, attributes | (fsync) the inode's whole record |
 //! | 7 | DataInline | ino u64, lblock u64, offset u16, len u16, bytes | (fsync) bytes at `offset` of block `lblock` of the file; a block first named by a DataInline starts zeroed |
 //! | 8 | DirentSet  | dir u64, key u64, len u16, entry | (fsync) a directory entry at position `key` |
+//! | 9 | Orphan     | ino u64 | `ino` has link count 0 but an open handle: on the orphan list until a Drop of `ino` |
 //!
 //! Types 6-8 appear only in fsync commits (log blocks flagged FSYNC). Replay
 //! applies them only when no full delta commit follows them in the chain: a
-//! later full delta already holds everything they describe.
+//! later full delta already holds everything they describe. Orphan records
+//! count in every committed delta, full or fsync, in log order.
 
 use crate::error::Result;
 use crate::structures::codec::{Reader, Writer};
@@ -56,10 +58,13 @@ pub enum Record {
         key: u64,
         entry: Vec<u8>,
     },
+    Orphan {
+        ino: u64,
+    },
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 9] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -68,6 +73,7 @@ pub const KINDS: [&str; 8] = [
     "inode",
     "inline",
     "dirent",
+    "orphan",
 ];
 
 impl Record {
@@ -77,7 +83,7 @@ impl Record {
             Record::Balloc { .. } | Record::Bfree { .. } => 13,
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } => 17,
-            Record::Drop { .. } => 9,
+            Record::Drop { .. } | Record::Orphan { .. } => 9,
             Record::InodeImage { attrs, .. } => 11 + attrs.len(),
             Record::DataInline { data, .. } => 21 + data.len(),
             Record::DirentSet { entry, .. } => 19 + entry.len(),
@@ -95,6 +101,7 @@ impl Record {
             Record::InodeImage { .. } => 5,
             Record::DataInline { .. } => 6,
             Record::DirentSet { .. } => 7,
+            Record::Orphan { .. } => 8,
         }
     }
 
@@ -150,6 +157,10 @@ impl Record {
             Record::Drop { tree } => {
                 w.u8(5);
                 w.u64(tree);
+            }
+            Record::Orphan { ino } => {
+                w.u8(9);
+                w.u64(ino);
             }
         }
     }
@@ -208,6 +219,9 @@ impl Record {
                     entry: r.bytes(n, "dirent entry")?.to_vec(),
                 }
             }
+            9 => Record::Orphan {
+                ino: r.u64("orphan ino")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         })
     }

@@ -13,7 +13,10 @@
 //! 5. replay is read-only: after open, walk, close (no changes) and fsck the
 //!    image is byte for byte what it was, and the device counted 0 blocks
 //!    written and 0 flushes. (A crash during replay therefore leaves the
-//!    same image: it needs no states of its own.)
+//!    same image: it needs no states of its own.) One exception: if the
+//!    crash left orphans (files open and unlinked), the writable mount frees
+//!    them in its first delta, which the close commits; then only the open
+//!    must have written nothing, and fsck checks the image the close left.
 //!
 //! A fast fsync (one that does not commit the whole delta) promises only its
 //! inode, which may then be durable ahead of unrelated earlier changes:
@@ -110,6 +113,8 @@ pub fn check(
     mode: Ordering,
 ) -> Vec<(Promise, String)> {
     let mut out = Vec::new();
+    // Counters right after the open, when the crash left orphans.
+    let mut freed_orphans = None;
     let mem = Arc::new(MemDevice::from_image(rec.block_size, image));
     let dev: Arc<dyn Device> = mem.clone();
     let opts = OpenOptions {
@@ -119,6 +124,9 @@ pub fn check(
     match Fs::open(dev.clone(), opts) {
         Err(e) => out.push((Promise::Integrity, format!("mount failed: {e}"))),
         Ok(fs) => {
+            if fs.stats().replayed_orphans > 0 {
+                freed_orphans = Some(mem.counters());
+            }
             let snap = Snapshot::take(&fs);
             if let Err(e) = fs.close() {
                 out.push((Promise::Integrity, format!("close after mount failed: {e}")));
@@ -146,17 +154,20 @@ pub fn check(
         }
         Ok(_) => {}
     }
-    let c = mem.counters();
+    let (c, what) = match freed_orphans {
+        Some(c) => (c, "mount (before freeing orphans)"),
+        None => (mem.counters(), "mount/close/fsck"),
+    };
     if c.blocks_written != 0 || c.flushes != 0 {
         out.push((
             Promise::ReplayReadOnly,
             format!(
-                "mount/close/fsck wrote {} blocks and issued {} flushes",
+                "{what} wrote {} blocks and issued {} flushes",
                 c.blocks_written, c.flushes
             ),
         ));
     }
-    if !same(&mem.image()) {
+    if freed_orphans.is_none() && !same(&mem.image()) {
         out.push((
             Promise::ReplayReadOnly,
             "mount/close/fsck changed the image".into(),

@@ -484,7 +484,11 @@ fn unify(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
 }
 
 /// Crashes and clean closes inside the recording: the volume is mounted
-/// again (replay must write nothing) and the workload goes on.
+/// again (replay must write nothing) and the workload goes on. Most rounds
+/// leave an orphan behind (a file open and unlinked when the volume goes
+/// down, its unlink committed by a sync or a unify or not at all, sometimes
+/// written and fsynced after the unlink): the next mount or the close must
+/// free it.
 fn remount(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     for round in 0..8 {
         for _ in 0..4 + rng.below(4) {
@@ -508,11 +512,43 @@ fn remount(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                 rec.op("sync", true, |fs| fs.sync())?;
             }
         }
+        if rng.below(4) != 0 {
+            orphan(rec, rng, round)?;
+        }
         if round % 3 == 2 {
             rec.close_and_remount()?;
         } else {
             rec.crash_and_remount()?;
         }
+    }
+    Ok(())
+}
+
+/// Create `/o<round>`, open it and unlink it: an orphan until the handle is
+/// released, which the remount workload never does.
+fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
+    let name = format!("o{round}");
+    let data = fill(rng.next(), 1 + rng.below(9000) as usize);
+    let ino = rec.op(format!("create+write /{name} 0+{}", data.len()), false, |fs| {
+        let a = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)?;
+        fs.write(a.ino, 0, &data)?;
+        Ok(a.ino)
+    })?;
+    rec.op(format!("open /{name}"), false, |fs| fs.open_handle(ino))?;
+    rec.op(format!("unlink /{name} (open)"), false, |fs| {
+        fs.unlink(ROOT_INO, name.as_bytes())
+    })?;
+    match rng.below(3) {
+        0 => rec.op("sync", true, |fs| fs.sync())?,
+        1 => rec.op("unify", true, |fs| fs.unify())?,
+        _ => {}
+    }
+    if rng.below(2) == 0 {
+        let more = fill(rng.next(), 1 + rng.below(6000) as usize);
+        rec.op(format!("write orphan ino {ino} 0+{}", more.len()), false, |fs| {
+            fs.write(ino, 0, &more)
+        })?;
+        rec.fsync(ino)?;
     }
     Ok(())
 }

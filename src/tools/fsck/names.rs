@@ -3,6 +3,9 @@
 //! reachable from the root, a directory has exactly one name and its
 //! `parent` attribute names the directory holding it, and link counts match
 //! (non-directories: one per entry; directories: 2 + subdirectories).
+//! An unnamed inode with link count 0 is fine if the log's orphan list holds
+//! it (a writable mount frees it); every listed orphan must be an existing,
+//! unnamed non-directory with link count 0.
 //!
 //! Works on what `scan` collected; reads nothing. The walk from the root is
 //! iterative with a visited set, so cycles in a damaged namespace end.
@@ -10,7 +13,7 @@
 use super::{Findings, Fix};
 use crate::api::types::{FileType, ROOT_INO};
 use crate::structures::inode::InodeAttrs;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// One directory entry as found in a directory leaf.
 pub(super) struct Entry {
@@ -38,7 +41,13 @@ fn kind_of(a: &InodeAttrs) -> Option<FileType> {
     FileType::from_mode(a.mode)
 }
 
-pub(super) fn check(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], c: Complete, f: &mut Findings) {
+pub(super) fn check(
+    inodes: &BTreeMap<u64, InodeAttrs>,
+    orphans: &BTreeSet<u64>,
+    entries: &[Entry],
+    c: Complete,
+    f: &mut Findings,
+) {
     let is_dir = |ino: u64| {
         inodes
             .get(&ino)
@@ -143,7 +152,19 @@ pub(super) fn check(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], c: Co
             }
         } else if c.dirs && c.itable {
             let want = list.len() as u64;
-            if want == 0 {
+            if orphans.contains(&ino) && want > 0 {
+                f.problem(
+                    "orphan list",
+                    format!(
+                        "inode {ino}: on the orphan list in the log, but named by {} entries: {}",
+                        list.len(),
+                        where_(list)
+                    ),
+                );
+            }
+            if want == 0 && a.nlink == 0 && orphans.contains(&ino) {
+                // A listed orphan: noted by scan, freed at the next mount.
+            } else if want == 0 {
                 f.problem(
                     "orphan",
                     format!(
@@ -158,6 +179,8 @@ pub(super) fn check(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], c: Co
             }
         }
     }
+
+    check_orphan_list(inodes, orphans, c.itable, f);
 
     // Reachability from the root, through directories only.
     if !(c.itable && c.dirs && is_dir(ROOT_INO)) {
@@ -203,6 +226,29 @@ pub(super) fn check(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], c: Co
                 ),
             );
         }
+    }
+}
+
+/// Every inode on the orphan list exists, is no directory and has link
+/// count 0 (whether it is unnamed is checked with the names above).
+fn check_orphan_list(
+    inodes: &BTreeMap<u64, InodeAttrs>,
+    orphans: &BTreeSet<u64>,
+    itable: bool,
+    f: &mut Findings,
+) {
+    for &ino in orphans {
+        let line = match inodes.get(&ino) {
+            None if itable => "is not in the inode table".to_string(),
+            None => continue,
+            Some(a) if kind_of(a) == Some(FileType::Directory) => "is a directory".to_string(),
+            Some(a) if a.nlink != 0 => format!("has link count {}", a.nlink),
+            Some(_) => continue,
+        };
+        f.problem(
+            "orphan list",
+            format!("inode {ino}: on the orphan list in the log, but it {line}"),
+        );
     }
 }
 

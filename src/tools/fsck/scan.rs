@@ -160,6 +160,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
 
     names::check(
         &inodes,
+        &be.orphans,
         &entries,
         Complete {
             itable: itable_ok,
@@ -363,10 +364,19 @@ fn check_inode(
         );
     }
     if a.nlink == 0 {
-        f.problem(
-            "inode",
-            format!("inode {ino}: link count 0 but still in the inode table"),
-        );
+        if be.orphans.contains(&ino) {
+            // Kept alive by a handle when the volume went down: the orphan
+            // list says so, and a writable mount frees it (names.rs checks
+            // the list itself).
+            f.notes.push(format!(
+                "inode {ino}: orphan (open and unlinked at the crash), freed at the next mount"
+            ));
+        } else {
+            f.problem(
+                "inode",
+                format!("inode {ino}: link count 0 but still in the inode table"),
+            );
+        }
     }
     let is_dir = kind == Some(FileType::Directory);
     let tkind = if is_dir {
