@@ -10,7 +10,7 @@ use super::Ino;
 use crate::error::{Error, Result};
 use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::Volume;
-use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, select, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -148,29 +148,44 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// The thread that ends a delta every `every`; it holds only a weak
-    /// reference to the volume.
-    pub(super) fn flusher(shared: &Arc<Shared>, every: std::time::Duration) -> Result<Worker> {
+    /// The thread that ends a delta every `every`, and early when a writer
+    /// wakes it through the returned sender because half the dirty limit is
+    /// dirty (so the next delta fills while this one is written). It holds
+    /// only a weak reference to the volume.
+    pub(super) fn flusher(shared: &Arc<Shared>, every: std::time::Duration) -> Result<(Worker, Sender<()>)> {
         let (stop, stopped) = bounded::<()>(1);
+        let (wake, woken) = bounded::<()>(1);
         let weak = Arc::downgrade(shared);
         let thread = std::thread::Builder::new()
             .name("tux3-commit".into())
             .spawn(move || loop {
-                if !matches!(stopped.recv_timeout(every), Err(RecvTimeoutError::Timeout)) {
-                    return;
-                }
+                let by_time = select! {
+                    recv(stopped) -> _ => return,
+                    recv(woken) -> r => match r {
+                        Ok(()) => false,
+                        Err(_) => return,
+                    },
+                    default(every) => true,
+                };
                 let Some(shared) = weak.upgrade() else { return };
+                // A stale wake-up (the delta was committed meanwhile) is ignored.
+                if !by_time && !shared.volume.lock().wants_commit() {
+                    continue;
+                }
                 if let Err(e) = shared.commit(false) {
-                    tracing::error!("periodic commit failed: {e}");
+                    tracing::error!("background commit failed: {e}");
                 }
             })?;
         let stop: Sender<()> = stop;
-        Ok(Worker {
-            stop: Box::new(move || {
-                let _ = stop.try_send(());
-            }),
-            thread,
-        })
+        Ok((
+            Worker {
+                stop: Box::new(move || {
+                    let _ = stop.try_send(());
+                }),
+                thread,
+            },
+            wake,
+        ))
     }
 
     /// The fsync committer thread (see [`Shared::run_fsync_committer`]).

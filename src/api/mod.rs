@@ -9,7 +9,7 @@ pub mod types;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
-use crate::frontend::Volume;
+use crate::frontend::{Pressure, Volume};
 pub use commit::FsyncDone;
 use commit::{Shared, Worker};
 use parking_lot::MutexGuard;
@@ -20,13 +20,16 @@ pub use types::*;
 ///
 /// `Fs` is `Send + Sync`; operations run in cache under one lock, and a
 /// commit's device I/O runs outside it. A background thread ends a delta
-/// every `commit_interval`. Dropping an `Fs` without [`Fs::close`] loses the
-/// uncommitted delta, exactly as a crash would; nothing committed is lost.
+/// every `commit_interval`, and early under dirty pressure. Dropping an `Fs`
+/// without [`Fs::close`] loses the uncommitted delta, exactly as a crash
+/// would; nothing committed is lost.
 pub struct Fs {
     shared: Arc<Shared>,
     /// The flusher (when `commit_interval` is set) and the fsync committer
     /// (when writable); stopped in this order on close or drop.
     workers: Vec<Worker>,
+    /// Wakes the flusher to commit early (half the dirty limit is dirty).
+    wake_flusher: Option<crossbeam_channel::Sender<()>>,
 }
 
 impl Drop for Fs {
@@ -53,9 +56,12 @@ impl Fs {
         let mut fs = Fs {
             shared,
             workers: Vec::new(),
+            wake_flusher: None,
         };
         if let Some(every) = interval {
-            fs.workers.push(Worker::flusher(&fs.shared, every)?);
+            let (flusher, wake) = Worker::flusher(&fs.shared, every)?;
+            fs.workers.push(flusher);
+            fs.wake_flusher = Some(wake);
         }
         if writable {
             fs.workers.push(Worker::fsync_committer(&fs.shared)?);
@@ -170,14 +176,43 @@ impl Fs {
 
     /// Write `data` at `offset`, extending the file as needed. Returns the
     /// number of bytes written (all of them, or an error).
+    ///
+    /// Backpressure (see [`OpenOptions::dirty_limit`]): a write that would
+    /// take dirty file data past the limit first waits for the commit in
+    /// flight, or commits the open delta itself when none is. ENOSPC while
+    /// a commit is in flight is retried once it is durable (space it pins
+    /// comes back, and the write may then commit to make room).
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        let n = self.vol().write(ino, offset, data)?;
-        // Backpressure: past the dirty limit the writer commits, waiting
-        // first for any commit in flight, so dirty memory stays bounded.
-        if self.vol().over_dirty_limit() {
-            self.shared.commit(false)?;
+        loop {
+            let mut vol = self.vol();
+            match vol.write_pressure(ino, offset, data.len()) {
+                Pressure::Clear => {
+                    let in_flight = vol.commit_in_flight();
+                    let n = match vol.write(ino, offset, data) {
+                        Err(e) if in_flight && e.errno() == crate::error::Errno::ENOSPC => {
+                            drop(vol);
+                            self.shared.with_commit_lock(|| ());
+                            continue;
+                        }
+                        r => r?,
+                    };
+                    let early = vol.wants_commit();
+                    drop(vol);
+                    if let (true, Some(wake)) = (early, &self.wake_flusher) {
+                        let _ = wake.try_send(());
+                    }
+                    return Ok(n);
+                }
+                Pressure::WaitCommit => {
+                    drop(vol);
+                    self.shared.with_commit_lock(|| ());
+                }
+                Pressure::Commit => {
+                    drop(vol);
+                    self.shared.commit(false)?;
+                }
+            }
         }
-        Ok(n)
     }
 
     /// Entries of directory `ino` from position `pos` (0 = start), at most
@@ -278,7 +313,8 @@ impl Fs {
         self.vol().device().counters()
     }
 
-    /// Engine statistics: deltas committed, unifies, log length.
+    /// Engine statistics: deltas committed, unifies, log length, and the
+    /// dirty file data held in memory (open delta and commit in flight).
     pub fn stats(&self) -> crate::frontend::Stats {
         self.vol().stats()
     }

@@ -223,7 +223,18 @@ impl Default for FormatOptions {
 pub struct OpenOptions {
     /// Refuse every change with EROFS; nothing is ever written.
     pub read_only: bool,
-    /// Commit a delta once this many bytes of file data are dirty.
+    /// Bound on dirty file data in memory, in bytes: the open delta's dirty
+    /// pages plus the data a commit in flight still holds (its frozen pages
+    /// stay shared with the cache until durable); [`crate::Fs::stats`]
+    /// reports both. [`crate::Fs::write`] keeps the sum at or below it: a
+    /// write that would pass it first waits for the commit in flight, or
+    /// commits the open delta itself when none is. With a commit thread
+    /// (`commit_interval` set, as `tux3 mount` does) half the limit dirty
+    /// wakes that thread, so the next delta fills while the previous one is
+    /// written; without one, deltas grow to the limit. Not counted: metadata
+    /// blocks and the commit's write staging buffer (up to 1 MiB). Beyond
+    /// it: a single write larger than the limit (it goes through alone) and
+    /// the one block a truncate or symlink may dirty.
     pub dirty_limit: u64,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,

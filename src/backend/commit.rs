@@ -45,6 +45,15 @@ pub static BREAK_SKIP_FLUSH_BEFORE_COMMIT: std::sync::atomic::AtomicBool =
 /// Blocks to write in this commit: (address, image).
 type Writes = Vec<(u64, Vec<u8>)>;
 
+/// Data pages to write: (address, page), one block each. The pages are the
+/// cache's own (`Arc`-shared, not copied): a frontend write to one of them
+/// meanwhile forks it (`PageMap::page_mut`).
+type Pages = Vec<(u64, Arc<Vec<u8>>)>;
+
+/// Largest single device write the commit assembles from neighbouring
+/// blocks (its staging buffer).
+const MAX_MERGE: usize = 1 << 20;
+
 /// A frozen delta: every block it writes, encoded, and the block that makes
 /// it durable. Holding a job means the volume lock is free for the frontend.
 pub struct CommitJob {
@@ -52,7 +61,9 @@ pub struct CommitJob {
     bs: usize,
     /// The delta this job makes durable.
     pub delta: u64,
-    /// Data, leaves, (for unify: branches and bitmap blocks), log body.
+    /// Data pages frozen into this delta, shared with the cache.
+    data: Pages,
+    /// Leaves, (for unify: branches and bitmap blocks), log body.
     writes: Writes,
     /// The commit block (delta commit) or the superblock (unify).
     last: (u64, Vec<u8>),
@@ -63,13 +74,21 @@ pub struct CommitJob {
     fsync: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
+    /// Bytes of file data this job holds until it is dropped: its data
+    /// pages, or an fsync commit's inline copies.
+    data_bytes: u64,
 }
 
 impl CommitJob {
     /// Do the I/O: everything, FLUSH, the commit block or superblock, FLUSH
     /// (invariants L1 and U1).
     pub fn write(&mut self) -> Result<()> {
-        write_all(self.dev.as_ref(), self.bs, std::mem::take(&mut self.writes))?;
+        write_all(
+            self.dev.as_ref(),
+            self.bs,
+            std::mem::take(&mut self.writes),
+            &self.data,
+        )?;
         if !self.fsync && !BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed) {
             self.dev.flush()?;
         }
@@ -85,6 +104,11 @@ impl CommitJob {
     pub fn is_unify(&self) -> bool {
         self.unified.is_some()
     }
+
+    /// Bytes of file data the job holds (for the dirty-memory bound).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
 }
 
 impl Backend {
@@ -93,9 +117,10 @@ impl Backend {
     pub fn prepare(&mut self, cache: &mut InodeCache, unify: bool) -> Result<CommitJob> {
         debug_assert!(!self.read_only);
         let mut writes: Writes = Vec::new();
+        let mut data: Pages = Vec::new();
         let mut records = std::mem::take(&mut self.records);
         let inodes: Vec<u64> = cache.dirty.iter().copied().collect();
-        self.write_data(cache, &mut writes)?;
+        self.write_data(cache, &mut data)?;
         self.flush_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
         self.flush_itable(&mut writes, &mut records)?;
@@ -109,6 +134,8 @@ impl Backend {
             dev: self.dev.clone(),
             bs: self.bs,
             delta: self.delta,
+            data_bytes: (data.len() * self.bs) as u64,
+            data,
             writes,
             last,
             unified,
@@ -127,10 +154,19 @@ impl Backend {
         let images = self
             .log
             .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
+        let data_bytes = records
+            .iter()
+            .map(|r| match r {
+                Record::DataInline { data, .. } => data.len() as u64,
+                _ => 0,
+            })
+            .sum();
         Ok(CommitJob {
             dev: self.dev.clone(),
             bs: self.bs,
             delta: self.delta,
+            data_bytes,
+            data: Vec::new(),
             writes: images.body,
             last: images.commit,
             unified: None,
@@ -170,8 +206,9 @@ impl Backend {
     }
 
     /// Step 1: allocate each run of dirty pages contiguously near the file's
-    /// goal, write it, and map it in the file's extent tree.
-    fn write_data(&mut self, cache: &mut InodeCache, writes: &mut Writes) -> Result<()> {
+    /// goal, queue its pages (shared, not copied), and map it in the file's
+    /// extent tree.
+    fn write_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
         let dev = self.dev.clone();
         for ino in cache.dirty.iter() {
             let Some(inode) = cache.map.get_mut(ino) else {
@@ -193,11 +230,9 @@ impl Backend {
                     };
                     let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
                     let lblock = pages[i].0;
-                    let mut buf = Vec::with_capacity(n as usize * self.bs);
-                    for (_, p) in &pages[i..i + n as usize] {
-                        buf.extend_from_slice(p);
+                    for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
+                        data.push((start + k as u64, p.clone()));
                     }
-                    writes.push((start, buf));
                     let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n)?;
                     let freed_blocks: u64 = freed.iter().map(|f| f.1).sum();
                     for (s, c) in freed {
@@ -452,21 +487,37 @@ impl Backend {
     }
 }
 
-/// Write blocks in address order, merging neighbours into one request.
-fn write_all(dev: &dyn Device, bs: usize, mut writes: Writes) -> Result<()> {
-    writes.sort_by_key(|w| w.0);
+/// Write metadata images and data pages in address order, merging
+/// neighbours into one request of up to [`MAX_MERGE`] bytes (one staging
+/// buffer, reused). A lone image is written from where it lies.
+fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &Pages) -> Result<()> {
+    let mut all: Vec<(u64, &[u8])> = writes
+        .iter()
+        .map(|(a, b)| (*a, b.as_slice()))
+        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
+        .collect();
+    all.sort_by_key(|w| w.0);
+    let mut buf = Vec::new();
     let mut i = 0;
-    while i < writes.len() {
-        let start = writes[i].0;
-        let mut buf = std::mem::take(&mut writes[i].1);
-        let mut next = start + (buf.len() / bs) as u64;
+    while i < all.len() {
+        let start = all[i].0;
+        let mut next = start + (all[i].1.len() / bs) as u64;
+        let mut len = all[i].1.len();
         let mut j = i + 1;
-        while j < writes.len() && writes[j].0 == next && buf.len() < (1 << 20) {
-            next += (writes[j].1.len() / bs) as u64;
-            buf.extend_from_slice(&writes[j].1);
+        while j < all.len() && all[j].0 == next && len < MAX_MERGE {
+            next += (all[j].1.len() / bs) as u64;
+            len += all[j].1.len();
             j += 1;
         }
-        dev.write(start, &buf)?;
+        if j == i + 1 {
+            dev.write(start, all[i].1)?;
+        } else {
+            buf.clear();
+            for (_, b) in &all[i..j] {
+                buf.extend_from_slice(b);
+            }
+            dev.write(start, &buf)?;
+        }
         i = j;
     }
     Ok(())

@@ -38,7 +38,8 @@ pub const FIRST_INO: u64 = 16;
 /// Inode numbers stay below this.
 pub const INO_LIMIT: u64 = 1 << 48;
 
-/// Counters of backend work, for the API's `stats`.
+/// Counters of backend work, and the dirty memory now held, for the API's
+/// `stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Delta commits since open.
@@ -54,6 +55,12 @@ pub struct Stats {
     /// Orphans on the durable orphan list at open (a writable open frees
     /// them in its first delta; a read-only open leaves them).
     pub replayed_orphans: u64,
+    /// Bytes of dirty file data in the open delta (filled by the frontend).
+    pub dirty_bytes: u64,
+    /// Bytes of file data the commit in flight still holds: its frozen
+    /// pages, shared with the cache until it is durable (or an fsync
+    /// commit's inline copies). 0 when no commit is in flight.
+    pub in_flight_bytes: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.

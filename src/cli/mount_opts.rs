@@ -20,7 +20,8 @@ pub struct MountOptions {
     /// `fsync=strict`: fsync commits the whole delta (strict ordering);
     /// `fsync=fast` (the default): just the file, ahead of the delta.
     pub fsync_strict: bool,
-    /// `cache=SIZE`: commit once this much file data is dirty.
+    /// `cache=SIZE`: most dirty file data held in memory, the open delta's
+    /// plus the commit in flight's (`OpenOptions::dirty_limit`).
     pub dirty_limit: Option<u64>,
     /// `commit=SECONDS`: end a delta this often (`commit=0`: never by time,
     /// only on sync, fsync, memory pressure and unmount).

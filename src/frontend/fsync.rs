@@ -67,6 +67,7 @@ impl Volume {
         }
         let job = self.be.prepare_fsync(&records)?;
         self.in_flight = true;
+        self.in_flight_bytes = job.data_bytes();
         Ok(FsyncPlan::Job(Box::new(job)))
     }
 

@@ -33,6 +33,17 @@ pub fn max_file_size(bs: u64) -> u64 {
     (bs << 40).min(i64::MAX as u64)
 }
 
+/// Answer of [`Volume::write_pressure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pressure {
+    /// The write fits within `dirty_limit`.
+    Clear,
+    /// It fits once the commit in flight is durable and lets go of its data.
+    WaitCommit,
+    /// Nothing is in flight: the open delta must be committed first.
+    Commit,
+}
+
 /// A mounted volume: backend plus cache.
 pub struct Volume {
     be: Backend,
@@ -40,6 +51,9 @@ pub struct Volume {
     opts: OpenOptions,
     /// Bytes of dirty file data in the current delta.
     dirty_bytes: u64,
+    /// Bytes of file data the commit in flight still holds (its frozen
+    /// pages, or an fsync commit's inline copies); 0 when none is.
+    in_flight_bytes: u64,
     /// Blocks promised to the current delta's data and metadata.
     reserved: u64,
     /// Where the last inode allocated near each directory went.
@@ -81,6 +95,7 @@ impl Volume {
             cache: InodeCache::default(),
             opts,
             dirty_bytes: 0,
+            in_flight_bytes: 0,
             reserved: 0,
             ino_cursor: HashMap::new(),
             max_ino: 0,
@@ -124,12 +139,15 @@ impl Volume {
             let Ok(inode) = v.inode(ino) else { continue };
             let page = inode.pages.page_mut(lblock, delta, || vec![0u8; bs]);
             // A block's first record in the tail starts from zero (F1).
-            if seen.insert((ino, lblock)) {
+            let first = seen.insert((ino, lblock));
+            if first {
                 page.fill(0);
             }
             page[offset..offset + data.len()].copy_from_slice(&data);
             v.cache.dirty.insert(ino);
-            v.dirty_bytes += bs as u64;
+            if first {
+                v.dirty_bytes += bs as u64;
+            }
         }
         // The inode images are final: no page may hold data past the size (F1).
         for (ino, _) in seen {
@@ -180,8 +198,13 @@ impl Volume {
         self.be.dev.as_ref()
     }
 
+    /// Backend counters, with the dirty file data now in memory.
     pub fn stats(&self) -> Stats {
-        self.be.stats
+        Stats {
+            dirty_bytes: self.dirty_bytes,
+            in_flight_bytes: self.in_flight_bytes,
+            ..self.be.stats
+        }
     }
 
     fn bs(&self) -> u64 {
@@ -315,6 +338,7 @@ impl Volume {
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
                 self.in_flight = true;
+                self.in_flight_bytes = job.data_bytes();
                 self.dirty_bytes = 0;
                 self.reserved = 0;
                 self.changed = false;
@@ -335,6 +359,8 @@ impl Volume {
     /// durable; on failure the volume refuses further changes.
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<()> {
         self.in_flight = false;
+        // The job, with the data it holds, is dropped on return.
+        self.in_flight_bytes = 0;
         if let Err(e) = result {
             self.failed = true;
             return Err(e);
@@ -351,9 +377,51 @@ impl Volume {
         Ok(())
     }
 
-    /// Dirty data passed the limit: the caller should commit.
-    pub fn over_dirty_limit(&self) -> bool {
-        self.dirty_bytes > self.opts.dirty_limit
+    /// What a write of `len` bytes at `offset` of `ino` must wait for so
+    /// that dirty file data — the open delta's plus what the commit in
+    /// flight holds — stays within `dirty_limit`. The write's cost is the
+    /// pages it would newly dirty. A write on a volume holding no dirty
+    /// data always goes (even one larger than the limit).
+    pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
+        let held = self.dirty_bytes + self.in_flight_bytes;
+        if held == 0 || len == 0 {
+            return Pressure::Clear;
+        }
+        let bs = self.bs();
+        let Some(end) = offset.checked_add(len as u64) else {
+            return Pressure::Clear; // the write fails (EFBIG)
+        };
+        let cost = match self.inode(ino) {
+            Ok(i) => ((offset / bs..=(end - 1) / bs)
+                .filter(|b| !i.pages.is_dirty(*b))
+                .count() as u64)
+                .saturating_mul(bs),
+            Err(_) => 0, // the write reports the error
+        };
+        if held.saturating_add(cost) <= self.opts.dirty_limit {
+            Pressure::Clear
+        } else if self.in_flight {
+            Pressure::WaitCommit
+        } else if self.delta_dirty() {
+            // Pages replayed from fsync commits are dirty without a change
+            // since open; the write about to happen is one, so the freeze
+            // must not skip them.
+            self.changed = true;
+            Pressure::Commit
+        } else {
+            Pressure::Clear // nothing a commit could release
+        }
+    }
+
+    /// A commit job (full or fsync) is frozen or writing.
+    pub fn commit_in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// Half the limit is dirty and no commit is in flight: a commit thread
+    /// should take the open delta now, so the next one fills meanwhile.
+    pub fn wants_commit(&self) -> bool {
+        !self.in_flight && self.dirty_bytes > 0 && self.dirty_bytes >= self.opts.dirty_limit / 2
     }
 
     pub fn sync(&mut self) -> Result<()> {
