@@ -24,6 +24,8 @@ build:
 # cp -a + diff -r of the sample tree through a mount and a remount (root).
 test: build
 	$(CARGO) test --release --workspace
+	# The pipeline's debug assertions (P1, P2) run only in a debug build.
+	$(CARGO) test --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
 	TUX3=$(TUX3) scripts/check-import.sh $(SAMPLE)

@@ -47,6 +47,10 @@ impl Volume {
         if self.failed {
             return Err(crate::error::Error::Posix(crate::error::Errno::EIO));
         }
+        debug_assert!(
+            !self.in_flight,
+            "P1: an fsync commit planned while a commit is in flight"
+        );
         let mut records = Vec::new();
         let mut dirs_logged = Vec::new();
         for &ino in inos {

@@ -330,7 +330,7 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
-        debug_assert!(!self.in_flight, "two commits in flight");
+        debug_assert!(!self.in_flight, "P1: a second commit frozen while one is in flight");
         if !(unify || self.changed && self.delta_dirty()) {
             return Ok(None);
         }
@@ -358,6 +358,7 @@ impl Volume {
     /// The I/O of `job` ended with `result`: on success the delta is
     /// durable; on failure the volume refuses further changes.
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<()> {
+        debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
         self.in_flight = false;
         // The job, with the data it holds, is dropped on return.
         self.in_flight_bytes = 0;
