@@ -330,7 +330,10 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
-        debug_assert!(!self.in_flight, "P1: a second commit frozen while one is in flight");
+        debug_assert!(
+            !self.in_flight,
+            "P1: a second commit frozen while one is in flight"
+        );
         if !(unify || self.changed && self.delta_dirty()) {
             return Ok(None);
         }
