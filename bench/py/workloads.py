@@ -29,23 +29,23 @@ class Ctx:
         self.rename_cycles = 1000 if q else 10000
         self.dbench_clients = [1, 8] if q else [1, 8, 16, 32]
         self.dbench_secs = 2 if q else 10  # dbench 4 reports nothing for -t 1
-        self.lat_secs = 2 if q else 20
+        self.lat_secs = 2 if q else 10
         self.writer_bound = (512 if q else 4096) * MIB
         self.meta_flat = 20000 if q else 1000000
         self.meta_tree = 5000 if q else 100000
         self.stream_size = 64 * MIB if q else 4096 * MIB
         self.rand_size = 64 * MIB if q else 1024 * MIB
-        self.rand_secs = 1 if q else 20
+        self.rand_secs = 1 if q else 10
         self.step_timeout = 120 if q else 1800
         # Each rename and metadata step stops after this many seconds (a
         # million entries in one directory is quadratic on some filesystems);
         # rates are over the operations done.
-        self.cap = 2 if q else 30
+        self.cap = 2 if q else 15
         # A syncs step stops starting fsyncs after this many seconds (ext4
         # needs over 10 minutes for 10,000 tasks x 10 here); the figure is
         # fsyncs per second over the fsyncs done, so capped and complete
         # steps compare.
-        self.syncs_cap = 20 if q else 60
+        self.syncs_cap = 20 if q else 30
         self.engine_dbench_secs = 1 if q else 10
         # Quick mode formats each filesystem once for all workloads.
         self.fresh_per_workload = not q
