@@ -14,7 +14,10 @@
 //!   5. `log_images`    encode the log blocks; then, in `CommitJob::write`:
 //!      data and leaves, FLUSH, commit block, FLUSH (the commit block is "the
 //!      real commit": the delta exists on media exactly when it can be read
-//!      back with a valid checksum)
+//!      back with a valid checksum). A small delta (at most
+//!      [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the first FLUSH:
+//!      its log carries a `BlockSum` of those blocks, and replay drops a last
+//!      delta whose blocks do not match (`log::chain`).
 //!   6. `finish`        release pinned frees
 //!
 //! Unify replaces step 5: after writing leaves it also writes every changed
@@ -54,6 +57,12 @@ type Pages = Vec<(u64, Arc<Vec<u8>>)>;
 /// blocks (its staging buffer).
 const MAX_MERGE: usize = 1 << 20;
 
+/// A delta commit writing at most this many data and leaf blocks is written
+/// with one flush, its blocks proven by checksums in its log instead of by
+/// a flush before the commit block. Replay reads them back (only for the
+/// last delta), so the bound also bounds that work.
+pub const SINGLE_FLUSH_BLOCKS: usize = 256;
+
 /// A frozen delta: every block it writes, encoded, and the block that makes
 /// it durable. Holding a job means the volume lock is free for the frontend.
 pub struct CommitJob {
@@ -72,6 +81,9 @@ pub struct CommitJob {
     /// An fsync commit: only log blocks, which validate each other through
     /// the chain, so one flush suffices.
     fsync: bool,
+    /// A small delta commit whose log holds checksums of its other blocks:
+    /// one flush suffices.
+    single_flush: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
     /// Bytes of file data this job holds until it is dropped: its data
@@ -89,7 +101,8 @@ impl CommitJob {
             std::mem::take(&mut self.writes),
             &self.data,
         )?;
-        if !self.fsync && !BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed) {
+        let broken = BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed);
+        if !self.fsync && !self.single_flush && !broken {
             self.dev.flush()?;
         }
         self.dev.write(self.last.0, &self.last.1)?;
@@ -124,6 +137,12 @@ impl Backend {
         self.flush_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
         self.flush_itable(&mut writes, &mut records)?;
+        // With the test switch set, no checksums: the skipped flush must show.
+        let broken = BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed);
+        let single_flush = !unify && !broken && data.len() + writes.len() <= SINGLE_FLUSH_BLOCKS;
+        if single_flush {
+            records.extend(block_sums(self.bs, &writes, &data));
+        }
         let (last, unified) = if unify {
             let sb = self.unify_images(&mut writes)?;
             ((sb.home(), sb.encode()), Some(sb))
@@ -140,6 +159,7 @@ impl Backend {
             last,
             unified,
             fsync: false,
+            single_flush,
             inodes,
         };
         cache.dirty.clear();
@@ -171,6 +191,7 @@ impl Backend {
             last: images.commit,
             unified: None,
             fsync: true,
+            single_flush: false,
             inodes: Vec::new(),
         })
     }
@@ -485,6 +506,27 @@ impl Backend {
         debug_assert_eq!(self.bitmap.id, BITMAP_INO);
         Ok(relocated)
     }
+}
+
+/// `BlockSum` records for the blocks a single-flush commit writes besides
+/// its log: one per block (CRC32C of its image), so a mismatch names the
+/// block.
+fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
+    let all = writes
+        .iter()
+        .map(|(a, b)| (*a, b.as_slice()))
+        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())));
+    let mut out = Vec::new();
+    for (addr, image) in all {
+        for (i, block) in image.chunks(bs).enumerate() {
+            out.push(Record::BlockSum {
+                start: addr + i as u64,
+                count: 1,
+                crc: crc32c::crc32c(block),
+            });
+        }
+    }
+    out
 }
 
 /// Write metadata images and data pages in address order, merging

@@ -236,6 +236,8 @@ impl Backend {
                         }
                         orphans.insert(ino);
                     }
+                    // Checked by the chain reader (the last delta only).
+                    Record::BlockSum { .. } => {}
                     Record::Drop { tree } => {
                         orphans.remove(&tree);
                         trees.insert(

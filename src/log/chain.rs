@@ -1,5 +1,11 @@
 //! The chain reader: follows the log from its head and returns every
 //! committed delta, in order, plus where the next block goes. Reads only.
+//!
+//! A small full commit is written with a single flush: its commit block
+//! lists a CRC32C of every other block it wrote (`BlockSum` records), so a
+//! crash that landed the commit block but not all of them is caught here.
+//! Only the last delta of the chain needs the check: any block after it was
+//! written after its flush returned.
 
 use super::block::LogBlock;
 use super::record::Record;
@@ -33,6 +39,10 @@ pub struct Chain {
     pub tail: Tail,
     /// Why reading stopped (the end of the log), for reports.
     pub end: String,
+    /// A last delta whose commit block landed but not all the blocks its
+    /// checksums name: not part of the volume (a crash cut its
+    /// single-flush commit short). Why, for reports.
+    pub unproven: Option<String>,
 }
 
 impl Chain {
@@ -59,6 +69,8 @@ pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
         prev_crc: 0,
     };
     let mut buf = vec![0u8; bs];
+    // The tail before each committed delta, to step back over the last one.
+    let mut starts = Vec::new();
     let end;
     loop {
         if at.next < 2 || at.next >= dev.block_count() {
@@ -97,8 +109,71 @@ pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
                 records: std::mem::take(&mut pending),
                 blocks: std::mem::take(&mut pending_blocks),
             });
+            starts.push(tail);
             tail = at;
         }
     }
-    Ok(Chain { deltas, tail, end })
+    let mut unproven = None;
+    if let Some(last) = deltas.last() {
+        if let Some(why) = check_sums(dev, last)? {
+            unproven = Some(format!(
+                "log block {}: delta {} is not part of the volume: {why}; a crash during its \
+                 single-flush commit leaves this",
+                last.blocks.last().copied().unwrap_or(0),
+                last.delta
+            ));
+            deltas.pop();
+            tail = starts.pop().unwrap_or(tail);
+        }
+    }
+    Ok(Chain {
+        deltas,
+        tail,
+        end,
+        unproven,
+    })
+}
+
+/// Largest run one `BlockSum` may cover (a commit writes far fewer).
+const MAX_SUM_RUN: u32 = 1 << 16;
+
+/// Check a delta's `BlockSum` records against the blocks on the device:
+/// `None` when they all match (or it has none), else which block differs.
+/// A record outside the volume is damage, not a crash: an error.
+fn check_sums(dev: &dyn Device, d: &LoggedDelta) -> Result<Option<String>> {
+    let bs = dev.block_size() as usize;
+    let at = d.blocks.last().copied().unwrap_or(0);
+    let mut buf = Vec::new();
+    for r in &d.records {
+        let Record::BlockSum { start, count, crc } = *r else {
+            continue;
+        };
+        if count == 0
+            || count > MAX_SUM_RUN
+            || start < 2
+            || start.saturating_add(count as u64) > dev.block_count()
+        {
+            return Err(crate::error::Error::corrupt(
+                at,
+                format!(
+                    "log of delta {}: block checksum for {start}+{count} outside the volume",
+                    d.delta
+                ),
+            ));
+        }
+        buf.resize(count as usize * bs, 0);
+        dev.read(start, &mut buf)?;
+        let got = crc32c::crc32c(&buf);
+        if got != crc {
+            let which = if count == 1 {
+                format!("block {start}")
+            } else {
+                format!("blocks {start}..{}", start + count as u64)
+            };
+            return Ok(Some(format!(
+                "{which} holds checksum {got:#010x}, its commit says {crc:#010x}"
+            )));
+        }
+    }
+    Ok(None)
 }

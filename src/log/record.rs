@@ -12,6 +12,7 @@
 //! | 7 | DataInline | ino u64, lblock u64, offset u16, len u16, bytes | (fsync) bytes at `offset` of block `lblock` of the file; a block first named by a DataInline starts zeroed |
 //! | 8 | DirentSet  | dir u64, key u64, len u16, entry | (fsync) a directory entry at position `key` |
 //! | 9 | Orphan     | ino u64 | `ino` has link count 0 but an open handle: on the orphan list until a Drop of `ino` |
+//! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last delta of the chain) |
 //!
 //! Types 6-8 appear only in fsync commits (log blocks flagged FSYNC). Replay
 //! applies them only when no full delta commit follows them in the chain: a
@@ -61,10 +62,15 @@ pub enum Record {
     Orphan {
         ino: u64,
     },
+    BlockSum {
+        start: u64,
+        count: u32,
+        crc: u32,
+    },
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 10] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -74,6 +80,7 @@ pub const KINDS: [&str; 9] = [
     "inline",
     "dirent",
     "orphan",
+    "blocksum",
 ];
 
 impl Record {
@@ -84,6 +91,7 @@ impl Record {
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } => 17,
             Record::Drop { .. } | Record::Orphan { .. } => 9,
+            Record::BlockSum { .. } => 17,
             Record::InodeImage { attrs, .. } => 11 + attrs.len(),
             Record::DataInline { data, .. } => 21 + data.len(),
             Record::DirentSet { entry, .. } => 19 + entry.len(),
@@ -102,6 +110,7 @@ impl Record {
             Record::DataInline { .. } => 6,
             Record::DirentSet { .. } => 7,
             Record::Orphan { .. } => 8,
+            Record::BlockSum { .. } => 9,
         }
     }
 
@@ -162,6 +171,12 @@ impl Record {
                 w.u8(9);
                 w.u64(ino);
             }
+            Record::BlockSum { start, count, crc } => {
+                w.u8(10);
+                w.u64(start);
+                w.u32(count);
+                w.u32(crc);
+            }
         }
     }
 
@@ -221,6 +236,11 @@ impl Record {
             }
             9 => Record::Orphan {
                 ino: r.u64("orphan ino")?,
+            },
+            10 => Record::BlockSum {
+                start: r.u64("blocksum start")?,
+                count: r.u32("blocksum count")?,
+                crc: r.u32("blocksum crc")?,
             },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         })

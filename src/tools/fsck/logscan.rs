@@ -83,6 +83,9 @@ pub(super) fn scan(
     f: &mut Findings,
 ) -> Result<LogScan> {
     let chain = read_chain(dev, sb.log_head, sb.log_seq)?;
+    if let Some(why) = &chain.unproven {
+        f.notes.push(why.clone());
+    }
     let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(0));
     let committed = chain.blocks().count().min(blocks.len());
     let scan = LogScan {
