@@ -85,6 +85,91 @@ def cell(r, key="figure"):
     return fmt(r.get(key))
 
 
+KERNEL_PEERS = ["ext4", "ext4-fc", "xfs", "btrfs"]
+
+
+def _row(rows, fs, wl, pred):
+    return next((r for r in rows if r["fs"] == fs and r["workload"] == wl and pred(r)
+                 and not r.get("error")), None)
+
+
+def _best(rows, wl, pred, key, lower, peers):
+    got = [(fs, r[key]) for fs in peers
+           for r in [_row(rows, fs, wl, pred)] if r and isinstance(r.get(key), (int, float))]
+    if not got:
+        return None, None
+    return (min if lower else max)(got, key=lambda x: x[1])
+
+
+def fsync_targets(rows):
+    """The fast-fsync targets, each checked against this run's figures."""
+    out = ["| target | tux3 | best peer | ratio | met |", "|---|---|---|---|---|"]
+
+    def line(name, tux, peer, ratio_text, met):
+        out.append("| %s | %s | %s | %s | %s |" % (name, tux, peer, ratio_text,
+                                                   "yes" if met else ("no" if met is not None else "—")))
+    # 1. isolated append+fsync: <= 2 blocks, <= 1 flush per fsync, <= half the best kernel peer's time.
+    one = lambda r: r.get("tasks") == 1
+    t = _row(rows, "tux3", "syncs", one)
+    t = t if t and t.get("ops_per_s") else None
+    bfs, bv = _best(rows, "syncs", one, "ops_per_s", False, KERNEL_PEERS)
+    if t and bv:
+        x = t["ops_per_s"] / bv
+        ok = (t.get("blocks_per_fsync") or 99) <= 2 and (t.get("flushes_per_fsync") or 99) <= 1 and x >= 2
+        line("1x%s append+fsync: ≤ 2 blocks, ≤ 1 flush per fsync, ≥ 2× best kernel peer" % t.get("steps"),
+             "%s fsyncs/s, %.2f blocks, %.3f flushes" % (fmt(t["ops_per_s"]), t.get("blocks_per_fsync") or 0,
+                                                        t.get("flushes_per_fsync") or 0),
+             "%s %s" % (LABEL[bfs], fmt(bv)), "%s×" % fmt(x), ok)
+    # 2. the most tasks: >= 9x the best peer, far fewer flushes than fsyncs, sub-linear scaling.
+    many = [r for r in rows if r["fs"] == "tux3" and r["workload"] == "syncs" and r.get("steps") == 10
+            and not r.get("error") and r.get("ops_per_s")]
+    if many:
+        big = max(many, key=lambda r: r.get("tasks", 0))
+        small = min(many, key=lambda r: r.get("tasks", 0))
+        pred = lambda r, n=big["tasks"]: r.get("tasks") == n and r.get("steps") == 10
+        bfs, bv = _best(rows, "syncs", pred, "ops_per_s", False, PEERS)
+        if bv:
+            x = big["ops_per_s"] / bv
+            line("%dx10 fsyncs: ≥ 9× best peer, flushes ≪ fsyncs" % big["tasks"],
+                 "%s fsyncs/s, %.3f flushes per fsync" % (fmt(big["ops_per_s"]), big.get("flushes_per_fsync") or 0),
+                 "%s %s" % (LABEL[bfs], fmt(bv)), "%s×" % fmt(x),
+                 x >= 9 and (big.get("flushes_per_fsync") or 1) < 0.1)
+        if big is not small and small.get("seconds") and big.get("seconds"):
+            grow = big["seconds"] / small["seconds"]
+            tasks = big["tasks"] / small["tasks"]
+            line("scaling %d → %d tasks sub-linear (time grows less than the task count)" % (
+                small["tasks"], big["tasks"]), "time ×%s for tasks ×%s" % (fmt(grow), fmt(tasks)), "—", "—",
+                grow < tasks)
+    # 3. rename cycle with fsync: at most half the best peer's time.
+    fs_ = lambda r: "no fsync" not in r.get("param", "")
+    t = _row(rows, "tux3", "rename", fs_)
+    bfs, bv = _best(rows, "rename", fs_, "figure", False, PEERS)
+    if t and bv:
+        x = t["figure"] / bv
+        line("rename cycle with fsync: ≥ 2× best peer", "%s cycles/s, %.2f blocks, %.2f flushes per fsync" % (
+            fmt(t["figure"]), t.get("blocks_per_fsync") or 0, t.get("flushes_per_fsync") or 0),
+            "%s %s" % (LABEL[bfs], fmt(bv)), "%s×" % fmt(x), x >= 2)
+    # 4. fsync p99 under a writer at most 3x idle.
+    idle = _row(rows, "tux3", "fsync-load", lambda r: not r.get("loaded"))
+    load = _row(rows, "tux3", "fsync-load", lambda r: r.get("loaded"))
+    if idle and load and idle.get("lat_p99_ms") and load.get("lat_p99_ms"):
+        x = load["lat_p99_ms"] / idle["lat_p99_ms"]
+        bfs, bv = _best(rows, "fsync-load", lambda r: r.get("loaded"), "lat_p99_ms", True, PEERS)
+        line("fsync p99 with a writer ≤ 3× idle p99", "%s ms vs %s ms idle" % (
+            fmt(load["lat_p99_ms"]), fmt(idle["lat_p99_ms"])),
+            "%s %s ms" % (LABEL[bfs], fmt(bv)) if bv else "—", "%s× idle" % fmt(x), x <= 3)
+    # 5. dbench -s with 8, 16, 32 clients: ahead of every peer.
+    for n in (8, 16, 32):
+        pred = lambda r, n=n: r.get("clients") == n and r.get("sync")
+        t = _row(rows, "tux3", "dbench", pred)
+        bfs, bv = _best(rows, "dbench", pred, "figure", False, PEERS)
+        if t and bv:
+            x = t["figure"] / bv
+            line("dbench -s, %d clients: ahead of every peer" % n, "%s MB/s" % fmt(t["figure"]),
+                 "%s %s" % (LABEL[bfs], fmt(bv)), "%s×" % fmt(x), x > 1)
+    return out if len(out) > 2 else []
+
+
 def workload_table(rows, wl, fss):
     g = group(rows, wl)
     if not g:
@@ -294,6 +379,11 @@ def write(res, path, plotdir, plots):
         if name.startswith("per_fsync"):
             L += ["![blocks and flushes per fsync](%s)" % os.path.relpath(
                 os.path.join(plotdir, name), os.path.dirname(path)), ""]
+    ft = fsync_targets(rows)
+    if ft:
+        L += ["## Fast fsync targets", "",
+              "The targets of the fast-fsync design, checked against this run (speeds: higher "
+              "is better; the ratio is tux3 over the best peer).", ""] + ft + [""]
     c = cpu_table(rows)
     if c:
         L += ["## CPU time of the filesystem daemon", "",
