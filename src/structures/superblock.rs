@@ -151,12 +151,13 @@ impl Superblock {
             created: r.i64("created")?,
             unifies: r.u64("unify count")?,
         };
-        if sb.next_delta >= 1 << 62 || sb.log_seq >= 1 << 62 {
+        // Counters that commits and unifies increment: far from overflow.
+        if sb.next_delta >= 1 << 62 || sb.log_seq >= 1 << 62 || sb.seq >= 1 << 62 || sb.unifies >= 1 << 62 {
             return Err(Error::corrupt(
                 addr,
                 format!(
-                    "superblock: next delta {} / log sequence {} implausible",
-                    sb.next_delta, sb.log_seq
+                    "superblock: next delta {} / log sequence {} / sequence {} / unify count {} implausible",
+                    sb.next_delta, sb.log_seq, sb.seq, sb.unifies
                 ),
             ));
         }
