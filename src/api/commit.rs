@@ -176,7 +176,6 @@ impl Worker {
                     tracing::error!("background commit failed: {e}");
                 }
             })?;
-        let stop: Sender<()> = stop;
         Ok((
             Worker {
                 stop: Box::new(move || {

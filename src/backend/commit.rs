@@ -508,16 +508,21 @@ impl Backend {
     }
 }
 
+/// Every block image a commit writes besides its commit block: metadata
+/// images, then data pages, as (address, bytes).
+fn images<'a>(writes: &'a Writes, data: &'a Pages) -> impl Iterator<Item = (u64, &'a [u8])> {
+    writes
+        .iter()
+        .map(|(a, b)| (*a, b.as_slice()))
+        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
+}
+
 /// `BlockSum` records for the blocks a single-flush commit writes besides
 /// its log: one per block (CRC32C of its image), so a mismatch names the
 /// block.
 fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
-    let all = writes
-        .iter()
-        .map(|(a, b)| (*a, b.as_slice()))
-        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())));
     let mut out = Vec::new();
-    for (addr, image) in all {
+    for (addr, image) in images(writes, data) {
         for (i, block) in image.chunks(bs).enumerate() {
             out.push(Record::BlockSum {
                 start: addr + i as u64,
@@ -533,11 +538,7 @@ fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
 /// neighbours into one request of up to [`MAX_MERGE`] bytes (one staging
 /// buffer, reused). A lone image is written from where it lies.
 fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &Pages) -> Result<()> {
-    let mut all: Vec<(u64, &[u8])> = writes
-        .iter()
-        .map(|(a, b)| (*a, b.as_slice()))
-        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
-        .collect();
+    let mut all: Vec<(u64, &[u8])> = images(&writes, data).collect();
     all.sort_by_key(|w| w.0);
     let mut buf = Vec::new();
     let mut i = 0;

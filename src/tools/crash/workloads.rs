@@ -360,13 +360,7 @@ fn large_writes(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             0 => rec.fsync(ino)?,
             1 => {
                 let size = rng.below(size_of(rec, ino) + 1);
-                let set = SetAttr {
-                    size: Some(size),
-                    ..SetAttr::default()
-                };
-                rec.op(format!("truncate ino {ino} to {size}"), false, |fs| {
-                    fs.setattr(ino, &set)
-                })?;
+                truncate(rec, ino, size)?;
             }
             2 => rec.op("sync", true, |fs| fs.sync())?,
             _ => {}
@@ -403,13 +397,7 @@ fn truncate_links(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                     1 => rng.below(size_of(rec, ino) + 1),
                     _ => size_of(rec, ino) + rng.below(50_000),
                 };
-                let set = SetAttr {
-                    size: Some(size),
-                    ..SetAttr::default()
-                };
-                rec.op(format!("truncate ino {ino} to {size}"), false, |fs| {
-                    fs.setattr(ino, &set)
-                })?;
+                truncate(rec, ino, size)?;
             }
             2 => {
                 rec.op(format!("link ino {ino} -> /d/{link}"), false, |fs| {
@@ -550,5 +538,17 @@ fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
         })?;
         rec.fsync(ino)?;
     }
+    Ok(())
+}
+
+/// Truncate (or extend) `ino` to `size` bytes, as one recorded call.
+fn truncate(rec: &mut Recorder, ino: u64, size: u64) -> Result<()> {
+    let set = SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    rec.op(format!("truncate ino {ino} to {size}"), false, |fs| {
+        fs.setattr(ino, &set)
+    })?;
     Ok(())
 }
