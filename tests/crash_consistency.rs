@@ -169,6 +169,12 @@ fn remount() {
 }
 
 #[test]
+fn fsync_ahead() {
+    check("fsync_ahead", 1, 1500, &opts());
+    check("fsync_ahead", 2, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {

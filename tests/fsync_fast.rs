@@ -184,3 +184,70 @@ fn concurrent_fsyncs_share_one_commit() {
     // The first commit's flush (released above) plus one for the group.
     assert_eq!(flushes, 2, "{n} queued fsyncs took {flushes} flushes");
 }
+
+/// An fsync of a file the delta commit in flight holds nothing undurable of
+/// goes ahead of that commit: it completes (one flush) while the commit is
+/// between its data and its log. A crash right then keeps the fsynced data
+/// and loses the unfinished commit's; once the commit lands, both are there.
+#[test]
+fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
+    let (mem, dev) = fresh();
+    let fs = open(&dev);
+    let probe = fs.create(ROOT_INO, b"probe", 0o644, 0, 0).unwrap().ino;
+    let stream = fs.create(ROOT_INO, b"stream", 0o644, 0, 0).unwrap().ino;
+    fs.write(probe, 0, &[1u8; 4096]).unwrap();
+    fs.sync().unwrap();
+    // The next delta: the probe's append is made durable by its fsync; the
+    // stream's 1 MiB is not.
+    fs.write(probe, 4096, &[2u8; 4096]).unwrap();
+    fs.fsync(probe, false).unwrap();
+    fs.write(stream, 0, &vec![7u8; 1 << 20]).unwrap();
+    let deltas = fs.stats().deltas;
+    let mut crash_image = None;
+    fs.sync_with(|| {
+        fs.write(probe, 8192, &[3u8; 4096]).unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let before = fs.counters();
+        fs.fsync_then(
+            probe,
+            false,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        // Safety net only: an fsync that waited for this commit would never
+        // complete here.
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the fsync went ahead of the commit in flight")
+            .unwrap();
+        let after = fs.counters();
+        assert_eq!(after.flushes - before.flushes, 1, "one flush for the fsync");
+        assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
+        crash_image = Some(mem.image());
+    })
+    .unwrap();
+    assert_eq!(fs.stats().deltas, deltas + 1);
+
+    // A crash while the delta commit was between its data and its log.
+    let crashed = Arc::new(MemDevice::from_image(4096, crash_image.unwrap()));
+    let cdev: Arc<dyn Device> = crashed.clone();
+    let report = tux3::tools::fsck::check(cdev.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let c = open(&cdev);
+    let got = c.read(probe, 0, 3 * 4096).unwrap();
+    assert_eq!(got.len(), 3 * 4096, "everything the fsyncs covered");
+    assert!(got[..4096].iter().all(|&b| b == 1));
+    assert!(got[4096..8192].iter().all(|&b| b == 2));
+    assert!(got[8192..].iter().all(|&b| b == 3));
+    assert_eq!(c.getattr(stream).unwrap().size, 0, "the unfinished commit's data is not there");
+    drop(c);
+
+    // A crash after the commit: both.
+    drop(fs);
+    let report = tux3::tools::fsck::check(dev.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let fs = open(&dev);
+    assert_eq!(fs.read(probe, 8192, 4096).unwrap(), vec![3u8; 4096]);
+    assert_eq!(fs.read(stream, 0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
+    assert_eq!(fs.getattr(probe).unwrap().blocks * 512, 3 * 4096, "{:?}", fs.getattr(probe));
+}

@@ -2,9 +2,16 @@
 //! deltas, the periodic flusher thread, and the fsync committer thread that
 //! turns concurrent fsyncs into group commits.
 //!
-//! May call the frontend (`Volume::freeze`, `fsync_plan`, `finish`) and the
-//! backend's commit jobs; holds the volume lock only to freeze and finish,
-//! never across device I/O.
+//! May call the frontend (`Volume::freeze`, `seal`, `fsync_plan`, `finish`)
+//! and the backend's commit jobs; holds the volume lock only to freeze,
+//! seal, plan and finish, never across device I/O.
+//!
+//! Two locks order the commits. `commit` serializes delta commits (held
+//! from freeze to finish). `log` serializes the log's tail: an fsync commit
+//! holds it from plan to finish; a delta commit holds it while it freezes
+//! and from seal to finish (a unify, throughout). So while a delta commit
+//! writes its data, an fsync commit may take the tail ahead of it. When
+//! both are held, `commit` is taken first.
 
 use super::Ino;
 use crate::error::{Error, Result};
@@ -21,9 +28,10 @@ pub type FsyncDone = Box<dyn FnOnce(Result<()>) + Send>;
 /// State shared by the API, the flusher and the fsync committer.
 pub(super) struct Shared {
     pub(super) volume: Mutex<Volume>,
-    /// Serializes commits: held from freeze to finish, so fsyncs arriving
-    /// while a commit is in flight wait and then share the next one.
+    /// Serializes delta commits: held from freeze to finish.
     commit: Mutex<()>,
+    /// Serializes use of the log's tail (see the module comment).
+    log: Mutex<()>,
     /// Fsyncs waiting for the next group commit.
     fsyncs: Mutex<FsyncQueue>,
     /// Signalled when an fsync is queued or the committer must stop.
@@ -52,6 +60,7 @@ impl Shared {
         Shared {
             volume: Mutex::new(volume),
             commit: Mutex::new(()),
+            log: Mutex::new(()),
             fsyncs: Mutex::new(FsyncQueue::default()),
             fsync_wake: Condvar::new(),
             fsync_strict,
@@ -63,22 +72,47 @@ impl Shared {
     /// Callers that find nothing to commit return at once: everything before
     /// them is durable, because commits are serialized.
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
-        let _serial = self.commit.lock();
-        self.commit_locked(unify)
+        self.commit_with(unify, || ())
     }
 
-    /// Hold the commit lock (no commit can start) while `f` runs.
+    /// [`Shared::commit`], running `during` once the delta's data is
+    /// written, before its log: the window in which fsync commits may go
+    /// ahead of it.
+    pub(super) fn commit_with(&self, unify: bool, during: impl FnOnce()) -> Result<()> {
+        let _serial = self.commit.lock();
+        self.commit_locked(unify, during)
+    }
+
+    /// Run `f` once no commit of either kind is in flight (and none can
+    /// start until `f` returns).
     pub(super) fn with_commit_lock<T>(&self, f: impl FnOnce() -> T) -> T {
         let _serial = self.commit.lock();
+        let _log = self.log.lock();
         f()
     }
 
     /// A full commit; the caller holds the commit lock.
-    fn commit_locked(&self, unify: bool) -> Result<()> {
+    fn commit_locked(&self, unify: bool, during: impl FnOnce()) -> Result<()> {
+        let log = self.log.lock();
         let Some(mut job) = self.volume.lock().freeze(unify)? else {
             return Ok(());
         };
-        let r = job.write();
+        // A unify is sealed when frozen: it keeps the log to itself.
+        let log = if job.needs_seal() {
+            drop(log);
+            None
+        } else {
+            Some(log)
+        };
+        let mut r = job.write_data();
+        during();
+        let _log = log.unwrap_or_else(|| self.log.lock());
+        if r.is_ok() {
+            r = self.volume.lock().seal(&mut job);
+        }
+        if r.is_ok() {
+            r = job.write_log();
+        }
         self.volume.lock().finish(job, r)
     }
 
@@ -94,11 +128,11 @@ impl Shared {
         self.fsyncs.lock().waiting.len()
     }
 
-    /// The fsync committer: waits for queued fsyncs, takes the commit lock
-    /// (waiting behind any commit in flight, while more fsyncs queue up),
-    /// then commits every queued inode at once — one log write and one
-    /// flush for the whole group — and answers them all. Batching comes
-    /// only from the commit lock being busy; there is no timed wait.
+    /// The fsync committer: waits for queued fsyncs, then commits every
+    /// queued inode at once — one log write and one flush for the whole
+    /// group — and answers them all. Fsyncs that arrive meanwhile form the
+    /// next group; batching comes only from commits being busy, there is
+    /// no timed wait.
     fn run_fsync_committer(&self) {
         loop {
             {
@@ -110,31 +144,48 @@ impl Shared {
                     return;
                 }
             }
-            let serial = self.commit.lock();
             let group = std::mem::take(&mut self.fsyncs.lock().waiting);
             let mut inos: Vec<Ino> = group.iter().map(|(ino, _)| *ino).collect();
             inos.sort_unstable();
             inos.dedup();
             let r = self.fsync_group(&inos);
-            drop(serial);
             for (_, done) in group {
                 done(shared_outcome(&r));
             }
         }
     }
 
-    /// Make `inos` durable; the caller holds the commit lock.
+    /// Make `inos` durable: by an fsync commit if they qualify — ahead of
+    /// a delta commit writing its data if they need nothing from it — else
+    /// by a full commit (after the one in flight).
     fn fsync_group(&self, inos: &[Ino]) -> Result<()> {
         if self.fsync_strict {
-            return self.commit_locked(false);
+            return self.commit(false);
         }
-        let plan = self.volume.lock().fsync_plan(inos)?;
+        if let Some(r) = self.try_fsync_commit(inos) {
+            return r;
+        }
+        let _serial = self.commit.lock();
+        match self.try_fsync_commit(inos) {
+            Some(r) => r,
+            None => self.commit_locked(false, || ()),
+        }
+    }
+
+    /// An fsync commit of `inos`, if one can serve them now; `None` when
+    /// they need a full commit or the delta commit in flight.
+    fn try_fsync_commit(&self, inos: &[Ino]) -> Option<Result<()>> {
+        let _log = self.log.lock();
+        let plan = match self.volume.lock().fsync_plan(inos) {
+            Ok(plan) => plan,
+            Err(e) => return Some(Err(e)),
+        };
         match plan {
-            FsyncPlan::Nothing => Ok(()),
-            FsyncPlan::Full => self.commit_locked(false),
+            FsyncPlan::Nothing => Some(Ok(())),
+            FsyncPlan::Full | FsyncPlan::Wait => None,
             FsyncPlan::Job(mut job) => {
                 let r = job.write();
-                self.volume.lock().finish(*job, r)
+                Some(self.volume.lock().finish(*job, r))
             }
         }
     }

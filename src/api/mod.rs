@@ -288,6 +288,15 @@ impl Fs {
         self.shared.commit(false)
     }
 
+    /// [`Fs::sync`], calling `during` while the commit is in flight: after
+    /// its data is written, before its log. For tests of what may happen
+    /// meanwhile (an fsync commit may go ahead of it); `during` must not
+    /// wait for this commit.
+    #[doc(hidden)]
+    pub fn sync_with(&self, during: impl FnOnce()) -> Result<()> {
+        self.shared.commit_with(false, during)
+    }
+
     /// Commit and then unify: write all retained metadata and restart the log.
     pub fn unify(&self) -> Result<()> {
         if self.vol().is_read_only() {

@@ -1,9 +1,14 @@
-//! Delta commit and unify, as a sequence of named steps, in three phases so
+//! Delta commit and unify, as a sequence of named steps, in four phases so
 //! that device I/O runs without the volume lock:
 //!
 //! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
 //!   encode every block to write, and start the next delta;
-//! * [`CommitJob::write`] (no lock): the I/O and the flushes;
+//! * [`CommitJob::write_data`] (no lock): data and leaves, and the first
+//!   flush;
+//! * [`Backend::seal`] (volume lock held): encode the log blocks at the log's
+//!   tail as it is now — an fsync commit of the next delta may have taken
+//!   the tail meanwhile, ahead of this one;
+//! * [`CommitJob::write_log`] (no lock): log blocks, commit block, flush;
 //! * [`Backend::finish`] (volume lock held): the delta is durable.
 //!
 //! Delta commit (the common case):
@@ -11,10 +16,12 @@
 //!   2. `flush_files`   write dirty leaves of file trees; collect leaf-map records
 //!   3. `store_inodes`  encode dirty inodes into the inode table
 //!   4. `flush_itable`  write dirty inode-table leaves; collect records
-//!   5. `log_images`    encode the log blocks; then, in `CommitJob::write`:
-//!      data and leaves, FLUSH, commit block, FLUSH (the commit block is "the
-//!      real commit": the delta exists on media exactly when it can be read
-//!      back with a valid checksum). A small delta (at most
+//!   5. `log_records`   allocations and frees become records; then, in
+//!      `CommitJob::write_data`: data and leaves, FLUSH; `seal` encodes the
+//!      log; `CommitJob::write_log`: log blocks and commit block, FLUSH (the
+//!      commit block is "the real commit": the delta exists on media exactly
+//!      when its log can be read back, every block with a valid checksum and
+//!      chained to the one before). A small delta (at most
 //!      [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the first FLUSH:
 //!      its log carries a `BlockSum` of those blocks, and replay drops a last
 //!      delta whose blocks do not match (`log::chain`).
@@ -22,11 +29,12 @@
 //!
 //! Unify replaces step 5: after writing leaves it also writes every changed
 //! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
-//! superblock naming the new roots and a fresh log head, FLUSH. The old log
-//! and old branches are freed (pinned until the superblock is durable). If
-//! the orphan list is not empty, the new log does not start empty: its head
-//! is a fresh block holding an FSYNC-flagged commit of the next delta with
-//! one `Orphan` record per orphan, written before the superblock
+//! superblock naming the new roots and a fresh log head, FLUSH. A unify is
+//! sealed when it is prepared (its superblock names the new log). The old
+//! log and old branches are freed (pinned until the superblock is durable).
+//! If the orphan list is not empty, the new log does not start empty: its
+//! head is a fresh block holding an FSYNC-flagged commit of the next delta
+//! with one `Orphan` record per orphan, written before the superblock
 //! (`restart_log`), so the list survives the unify.
 
 use super::{Backend, BITMAP_INO};
@@ -72,8 +80,13 @@ pub struct CommitJob {
     pub delta: u64,
     /// Data pages frozen into this delta, shared with the cache.
     data: Pages,
-    /// Leaves, (for unify: branches and bitmap blocks), log body.
+    /// Leaves, (for unify: branches, bitmap blocks and the new log's
+    /// head; for an fsync commit: its log body).
     writes: Writes,
+    /// The log's records, until [`Backend::seal`] encodes them.
+    unsealed: Option<Vec<Record>>,
+    /// The log body of a sealed delta commit.
+    log_body: Writes,
     /// The commit block (delta commit) or the superblock (unify).
     last: (u64, Vec<u8>),
     /// The superblock the unify installs.
@@ -92,9 +105,17 @@ pub struct CommitJob {
 }
 
 impl CommitJob {
-    /// Do the I/O: everything, FLUSH, the commit block or superblock, FLUSH
-    /// (invariants L1 and U1).
+    /// All the I/O of a sealed job (an fsync commit or a unify; a delta
+    /// commit is sealed between its two phases).
     pub fn write(&mut self) -> Result<()> {
+        self.write_data()?;
+        self.write_log()
+    }
+
+    /// Phase 1: data pages and leaves (a unify: everything but the
+    /// superblock), then FLUSH, unless checksums prove them (single-flush
+    /// commit) or the job is an fsync commit (invariants L1 and U1).
+    pub fn write_data(&mut self) -> Result<()> {
         write_all(
             self.dev.as_ref(),
             self.bs,
@@ -105,9 +126,31 @@ impl CommitJob {
         if !self.fsync && !self.single_flush && !broken {
             self.dev.flush()?;
         }
+        Ok(())
+    }
+
+    /// Phase 2, once sealed: the log body, the commit block (or the
+    /// superblock), FLUSH. The log blocks need no flush between them: each
+    /// is found only through the one before it.
+    pub fn write_log(&mut self) -> Result<()> {
+        debug_assert!(
+            self.unsealed.is_none(),
+            "a commit's log written before it was sealed"
+        );
+        write_all(
+            self.dev.as_ref(),
+            self.bs,
+            std::mem::take(&mut self.log_body),
+            &[],
+        )?;
         self.dev.write(self.last.0, &self.last.1)?;
         self.dev.flush()?;
         Ok(())
+    }
+
+    /// Its log blocks are still to be encoded ([`Backend::seal`]).
+    pub fn needs_seal(&self) -> bool {
+        self.unsealed.is_some()
     }
 
     pub fn is_fsync(&self) -> bool {
@@ -143,11 +186,11 @@ impl Backend {
         if single_flush {
             records.extend(block_sums(self.bs, &writes, &data));
         }
-        let (last, unified) = if unify {
+        let (last, unified, unsealed) = if unify {
             let sb = self.unify_images(&mut writes)?;
-            ((sb.home(), sb.encode()), Some(sb))
+            ((sb.home(), sb.encode()), Some(sb), None)
         } else {
-            (self.log_images(&mut writes, records)?, None)
+            ((0, Vec::new()), None, Some(self.log_records(records)))
         };
         let job = CommitJob {
             dev: self.dev.clone(),
@@ -156,6 +199,8 @@ impl Backend {
             data_bytes: (data.len() * self.bs) as u64,
             data,
             writes,
+            unsealed,
+            log_body: Vec::new(),
             last,
             unified,
             fsync: false,
@@ -188,12 +233,28 @@ impl Backend {
             data_bytes,
             data: Vec::new(),
             writes: images.body,
+            unsealed: None,
+            log_body: Vec::new(),
             last: images.commit,
             unified: None,
             fsync: true,
             single_flush: false,
             inodes: Vec::new(),
         })
+    }
+
+    /// Encode a delta commit's log blocks at the log's tail (after any
+    /// fsync commit written since it was prepared).
+    pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
+        let Some(records) = job.unsealed.take() else {
+            return Ok(());
+        };
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, &records, job.delta, false, self.bs)?;
+        job.log_body = images.body;
+        job.last = images.commit;
+        Ok(())
     }
 
     /// The job's I/O completed: the delta is durable. Release the pins of
@@ -216,7 +277,9 @@ impl Backend {
     /// Prepare, write and finish in one go (the caller holds everything).
     pub fn commit(&mut self, cache: &mut InodeCache, unify: bool) -> Result<()> {
         let mut job = self.prepare(cache, unify)?;
-        job.write()?;
+        job.write_data()?;
+        self.seal(&mut job)?;
+        job.write_log()?;
         self.finish(&job);
         for ino in &job.inodes {
             if let Some(i) = cache.map.get_mut(ino) {
@@ -373,10 +436,9 @@ impl Backend {
         Ok(())
     }
 
-    /// Step 5: allocations and frees become records; encode the log
-    /// blocks. The body goes with the other writes; the commit block is
-    /// returned to be written last.
-    fn log_images(&mut self, writes: &mut Writes, mut records: Vec<Record>) -> Result<(u64, Vec<u8>)> {
+    /// Step 5: allocations and frees become records, the last of the
+    /// delta's log ([`Backend::seal`] encodes them).
+    fn log_records(&mut self, mut records: Vec<Record>) -> Vec<Record> {
         let (allocs, frees) = self.alloc.take_delta();
         records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
             start: s,
@@ -386,11 +448,7 @@ impl Backend {
             start: s,
             count: c as u32,
         }));
-        let images = self
-            .log
-            .write_delta(&mut self.alloc, &records, self.delta, false, self.bs)?;
-        writes.extend(images.body);
-        Ok(images.commit)
+        records
     }
 
     /// Unify after steps 1-4: branches and bitmap blocks join the writes;
@@ -510,7 +568,7 @@ impl Backend {
 
 /// Every block image a commit writes besides its commit block: metadata
 /// images, then data pages, as (address, bytes).
-fn images<'a>(writes: &'a Writes, data: &'a Pages) -> impl Iterator<Item = (u64, &'a [u8])> {
+fn images<'a>(writes: &'a Writes, data: &'a [(u64, Arc<Vec<u8>>)]) -> impl Iterator<Item = (u64, &'a [u8])> {
     writes
         .iter()
         .map(|(a, b)| (*a, b.as_slice()))
@@ -537,7 +595,7 @@ fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
 /// Write metadata images and data pages in address order, merging
 /// neighbours into one request of up to [`MAX_MERGE`] bytes (one staging
 /// buffer, reused). A lone image is written from where it lies.
-fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &Pages) -> Result<()> {
+fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &[(u64, Arc<Vec<u8>>)]) -> Result<()> {
     let mut all: Vec<(u64, &[u8])> = images(&writes, data).collect();
     all.sort_by_key(|w| w.0);
     let mut buf = Vec::new();

@@ -93,6 +93,9 @@ pub struct Backend {
     /// File data found in fsync commits at the end of the log, for the
     /// cache to hold as dirty pages: (inode, block, offset, bytes).
     pub replayed_pages: Vec<(u64, u64, usize, Vec<u8>)>,
+    /// Inodes whose image came from a live fsync commit, until
+    /// `recount_replayed` has checked their `blocks`.
+    replayed_images: Vec<u64>,
     /// Where the last new file's data went: the goal for the next new file,
     /// so files written together lie together.
     pub data_cursor: u64,
@@ -164,12 +167,21 @@ impl Backend {
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut orphans = BTreeSet::new();
         let mut delta = sb.next_delta;
-        // Fsync commits count only after the last full delta commit: a full
-        // commit holds everything the fsyncs before it described.
-        let last_full = chain.deltas.iter().rposition(|d| !d.fsync);
+        // An fsync commit counts unless a later full commit holds its delta:
+        // that commit holds everything the fsync described. (An fsync
+        // commit written while the previous delta's commit was in flight
+        // carries the next delta's number and stays live after it.)
+        let mut later_full = vec![None::<u64>; chain.deltas.len() + 1];
+        for (n, d) in chain.deltas.iter().enumerate().rev() {
+            later_full[n] = later_full[n + 1].max((!d.fsync).then_some(d.delta));
+        }
+        // Live fsync images apply after every full commit's leaf maps, in
+        // log order: a full commit that follows one rewrites the inode
+        // table's leaves from its own (older) images.
+        let mut images: Vec<(u64, Vec<u8>)> = Vec::new();
         for (n, d) in chain.deltas.iter().enumerate() {
             let at = d.blocks.first().copied().unwrap_or(0);
-            let live_fsync = d.fsync && last_full.is_none_or(|f| n > f);
+            let live_fsync = d.fsync && later_full[n + 1].is_none_or(|f| f < d.delta);
             for r in &d.records {
                 let bad = |what: String| Error::corrupt(at, format!("log of delta {}: {what}", d.delta));
                 let in_volume = |a: u64| a >= 2 && a < sb.block_count;
@@ -177,7 +189,7 @@ impl Backend {
                     Record::InodeImage { ino, ref attrs } => {
                         if live_fsync {
                             crate::structures::inode::InodeAttrs::decode(attrs, ino, at)?;
-                            itable.insert(dev.as_ref(), ino, attrs.clone())?;
+                            images.push((ino, attrs.clone()));
                         }
                     }
                     Record::DirentSet { dir, key, ref entry } => {
@@ -258,6 +270,12 @@ impl Backend {
             }
             delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }
+        let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _)| *ino).collect();
+        for (ino, attrs) in images {
+            itable.insert(dev.as_ref(), ino, attrs)?;
+        }
+        replayed_images.sort_unstable();
+        replayed_images.dedup();
         let log = LogWriter {
             tail: chain.tail,
             nonce: nonce(),
@@ -269,25 +287,62 @@ impl Backend {
             replayed_orphans: orphans.len() as u64,
             ..Stats::default()
         };
-        Ok((
-            Backend {
-                dev,
-                sb,
-                bs,
-                alloc,
-                itable,
-                bitmap: bitmap_tree,
-                log,
-                delta,
-                records: Vec::new(),
-                stats,
-                read_only,
-                replayed_pages: pages,
-                data_cursor: 2,
-                orphans,
-            },
-            trees,
-        ))
+        let mut be = Backend {
+            dev,
+            sb,
+            bs,
+            alloc,
+            itable,
+            bitmap: bitmap_tree,
+            log,
+            delta,
+            records: Vec::new(),
+            stats,
+            read_only,
+            replayed_pages: pages,
+            replayed_images,
+            data_cursor: 2,
+            orphans,
+        };
+        be.recount_replayed(&trees);
+        Ok((be, trees))
+    }
+
+    /// A live fsync image counts the blocks its file held when it was
+    /// logged, which include those of a delta commit that was in flight
+    /// then — and that a crash may have lost. Count what the replayed extent
+    /// tree maps instead (in the replayed inode table; nothing is written).
+    /// A tree that cannot be read is left for fsck to report.
+    fn recount_replayed(&mut self, trees: &HashMap<u64, TreeReplay>) {
+        let dev = self.dev.clone();
+        for ino in std::mem::take(&mut self.replayed_images) {
+            let Ok(Some(raw)) = self.itable.get(dev.as_ref(), ino) else {
+                continue;
+            };
+            let Ok(mut attrs) = crate::structures::inode::InodeAttrs::decode(&raw, ino, 0) else {
+                continue;
+            };
+            let mut inode = crate::cache::Inode::new(ino, attrs.clone());
+            if inode.kind() != crate::api::types::FileType::Regular {
+                continue;
+            }
+            if let Some(r) = trees.get(&ino) {
+                if r.reset {
+                    inode.tree = Tree::open(ino, inode.tree.kind, Default::default());
+                }
+                if self.replay_tree(&mut inode.tree, r).is_err() {
+                    continue;
+                }
+            }
+            let Ok(extents) = extent::all(&mut inode.tree, dev.as_ref()) else {
+                continue;
+            };
+            let mapped: u64 = extents.iter().map(|e| e.count).sum();
+            if mapped != attrs.blocks {
+                attrs.blocks = mapped;
+                let _ = self.itable.insert(dev.as_ref(), ino, attrs.encode());
+            }
+        }
     }
 
     /// Apply replayed changes to a freshly opened file tree.

@@ -17,6 +17,15 @@
 //! its image, so every commit that writes a link count of 0 for an open
 //! inode also lists it as an orphan.
 
+//! An fsync commit may also go ahead of a delta commit in flight, while that
+//! commit writes its data (before it is sealed, `Volume::seal`), when the
+//! delta in flight holds no change to the fsynced inodes (or the directory
+//! of a new name) that an fsync commit has not made durable already: the
+//! fsync commit then depends on nothing the commit in flight writes, and
+//! the commit's log follows it in the chain. Replay keeps such an fsync
+//! commit live after that delta's commit (it carries the next delta's
+//! number). Otherwise the fsync waits for the commit in flight.
+
 use super::Volume;
 use crate::api::types::*;
 use crate::backend::commit::CommitJob;
@@ -34,8 +43,23 @@ pub enum FsyncPlan {
     Nothing,
     /// Their changes need a full delta commit.
     Full,
+    /// The delta commit in flight holds changes of theirs: plan again once
+    /// it is durable.
+    Wait,
     /// An fsync commit, frozen; the caller writes it and calls `finish`.
     Job(Box<CommitJob>),
+}
+
+/// What an fsync commit changes in the volume once it is prepared.
+#[derive(Default)]
+struct Logged {
+    records: Vec<Record>,
+    /// Pages copied into the log: (inode, block).
+    pages: Vec<(Ino, u64)>,
+    /// New directory positions the commit makes durable.
+    keys: Vec<(Ino, u64)>,
+    /// The images it logs.
+    images: Vec<(Ino, Vec<u8>)>,
 }
 
 impl Volume {
@@ -48,43 +72,69 @@ impl Volume {
             return Err(crate::error::Error::Posix(crate::error::Errno::EIO));
         }
         debug_assert!(
-            !self.in_flight,
-            "P1: an fsync commit planned while a commit is in flight"
+            !self.fsync_in_flight,
+            "P1: a second fsync commit planned while one is in flight"
         );
-        let mut records = Vec::new();
-        let mut dirs_logged = Vec::new();
-        for &ino in inos {
-            if !self.cache.dirty.contains(&ino) {
-                continue;
+        if self.in_flight {
+            // Only ahead of a delta commit writing its data, and only when
+            // that commit holds nothing of these inodes not yet durable.
+            let Some(uncovered) = &self.frozen_uncovered else {
+                return Ok(FsyncPlan::Wait);
+            };
+            let waits = |ino: &Ino| {
+                uncovered.contains(ino)
+                    || self.be.orphans.contains(ino)
+                    || self
+                        .new_names
+                        .get(ino)
+                        .is_some_and(|(dir, _, _)| uncovered.contains(dir))
+            };
+            if inos.iter().any(waits) {
+                return Ok(FsyncPlan::Wait);
             }
-            if !self.fsync_records(ino, &mut records, &mut dirs_logged)? {
+        }
+        let dirty: Vec<Ino> = inos
+            .iter()
+            .copied()
+            .filter(|i| self.cache.dirty.contains(i))
+            .collect();
+        for &ino in &dirty {
+            if !self.fsync_eligible(ino)? {
                 return Ok(FsyncPlan::Full);
             }
         }
-        if records.is_empty() {
-            // Only full-commit state may be pending (e.g. a freed inode).
-            return Ok(if inos.iter().any(|i| self.cache.dirty.contains(i)) {
-                FsyncPlan::Full
-            } else {
-                FsyncPlan::Nothing
-            });
+        let mut logged = Logged::default();
+        for &ino in &dirty {
+            self.fsync_records(ino, &mut logged)?;
         }
-        let job = self.be.prepare_fsync(&records)?;
-        self.in_flight = true;
-        self.in_flight_bytes = job.data_bytes();
+        if logged.records.is_empty() {
+            return Ok(FsyncPlan::Nothing);
+        }
+        let job = self.be.prepare_fsync(&logged.records)?;
+        // The records are in the log's tail now: their pages and entries
+        // count as logged.
+        for (ino, lblock) in logged.pages {
+            if let Some(i) = self.cache.map.get_mut(&ino) {
+                i.pages.mark_logged(lblock);
+            }
+        }
+        for key in logged.keys {
+            self.added_keys.remove(&key);
+        }
+        self.fsync_logged.extend(logged.images);
+        self.fsync_in_flight = true;
+        self.in_flight_bytes += job.data_bytes();
         Ok(FsyncPlan::Job(Box::new(job)))
     }
 
-    /// Append the records that make `ino` durable; false: not eligible.
-    fn fsync_records(&mut self, ino: Ino, records: &mut Vec<Record>, dirs: &mut Vec<Ino>) -> Result<bool> {
+    /// Whether `ino`'s pending changes fit an fsync commit.
+    fn fsync_eligible(&mut self, ino: Ino) -> Result<bool> {
         // Unlinked (or linked) in the open delta: the entry change needs
         // the full commit; that covers an inode that became an orphan now.
         if self.ns_touched.contains(&ino) {
             return Ok(false);
         }
-        let orphan = self.be.orphans.contains(&ino);
-        let new_name = self.new_names.get(&ino).cloned();
-        if let Some((dir, key, _)) = &new_name {
+        if let Some((dir, key, _)) = self.new_names.get(&ino) {
             // A durable entry emptied in this delta under the same name hash
             // may be this very name: logging the new entry alone would leave
             // both after replay.
@@ -95,15 +145,19 @@ impl Volume {
                 return Ok(false);
             }
         }
+        let i = self.inode(ino)?;
+        Ok(matches!(i.kind(), FileType::Regular | FileType::Symlink)
+            && !i.tree.has_dirty_leaves()
+            && i.pages.unlogged().len() <= INLINE_PAGES)
+    }
+
+    /// The records that make `ino` durable (it is eligible).
+    fn fsync_records(&mut self, ino: Ino, out: &mut Logged) -> Result<()> {
+        let orphan = self.be.orphans.contains(&ino);
+        let new_name = self.new_names.get(&ino).cloned();
         let bs = self.be.bs as u64;
         let i = self.inode(ino)?;
-        if !matches!(i.kind(), FileType::Regular | FileType::Symlink) || i.tree.has_dirty_leaves() {
-            return Ok(false);
-        }
         let pending = i.pages.unlogged();
-        if pending.len() > INLINE_PAGES {
-            return Ok(false);
-        }
         let size = i.attrs.size;
         let mut data = Vec::new();
         for &lblock in &pending {
@@ -119,31 +173,25 @@ impl Volume {
                 });
             }
         }
-        for &lblock in &pending {
-            i.pages.mark_logged(lblock);
-        }
-        records.push(Record::InodeImage {
-            ino,
-            attrs: i.attrs.encode(),
-        });
+        out.pages.extend(pending.iter().map(|&b| (ino, b)));
+        let attrs = i.attrs.encode();
+        out.images.push((ino, attrs.clone()));
+        out.records.push(Record::InodeImage { ino, attrs });
         if orphan {
-            records.push(Record::Orphan { ino });
+            out.records.push(Record::Orphan { ino });
         }
-        records.extend(data);
+        out.records.extend(data);
         if let Some((dir, key, entry)) = new_name {
             // Once logged, the entry is durable: emptying its position later
             // in this delta must keep later fsyncs off that position.
-            self.added_keys.remove(&(dir, key));
-            records.push(Record::DirentSet { dir, key, entry });
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-                let d = self.inode(dir)?;
-                records.push(Record::InodeImage {
-                    ino: dir,
-                    attrs: d.attrs.encode(),
-                });
+            out.keys.push((dir, key));
+            out.records.push(Record::DirentSet { dir, key, entry });
+            if !out.images.iter().any(|(i, _)| *i == dir) {
+                let attrs = self.inode(dir)?.attrs.encode();
+                out.images.push((dir, attrs.clone()));
+                out.records.push(Record::InodeImage { ino: dir, attrs });
             }
         }
-        Ok(true)
+        Ok(())
     }
 }

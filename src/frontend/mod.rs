@@ -64,6 +64,17 @@ pub struct Volume {
     failed: bool,
     /// A frozen delta's I/O is in flight (between `freeze` and `finish`).
     in_flight: bool,
+    /// An fsync commit's I/O is in flight (between `fsync_plan` and
+    /// `finish`).
+    fsync_in_flight: bool,
+    /// While the delta commit in flight writes its data (frozen, not yet
+    /// sealed; never for a unify): the inodes it changes that no fsync
+    /// commit has made durable already. An fsync commit of inodes outside
+    /// this set may go ahead of that commit (`fsync.rs`).
+    frozen_uncovered: Option<std::collections::HashSet<Ino>>,
+    /// Inode images logged by fsync commits of the open delta, to tell at
+    /// freeze which changes are durable already.
+    fsync_logged: HashMap<Ino, Vec<u8>>,
     /// Something changed since open or since the last freeze (replay alone
     /// dirties the cache but is already durable in the log).
     changed: bool,
@@ -101,6 +112,9 @@ impl Volume {
             max_ino: 0,
             failed: false,
             in_flight: false,
+            fsync_in_flight: false,
+            frozen_uncovered: None,
+            fsync_logged: HashMap::new(),
             changed: false,
             new_names: HashMap::new(),
             ns_touched: Default::default(),
@@ -310,19 +324,23 @@ impl Volume {
     /// log has grown past its limit), all under the caller's lock. Does
     /// nothing while another commit's I/O is in flight.
     fn commit(&mut self, unify: bool) -> Result<()> {
-        if self.in_flight {
+        if self.in_flight || self.fsync_in_flight {
             return Ok(());
         }
         let Some(mut job) = self.freeze(unify)? else {
             return Ok(());
         };
-        let r = job.write();
+        let r = job.write_data();
+        let r = r.and_then(|()| self.seal(&mut job));
+        let r = r.and_then(|()| job.write_log());
         self.finish(job, r)
     }
 
     /// Freeze the current delta into a commit job whose I/O the caller runs
-    /// without holding the volume (then calls [`Volume::finish`]). `None`
-    /// when there is nothing to commit. Only one job may be in flight.
+    /// without holding the volume: [`CommitJob::write_data`], then
+    /// [`Volume::seal`], then [`CommitJob::write_log`], then
+    /// [`Volume::finish`]. `None` when there is nothing to commit. Only one
+    /// job may be in flight when a delta freezes.
     pub fn freeze(&mut self, unify: bool) -> Result<Option<CommitJob>> {
         if self.be.read_only {
             return Ok(None);
@@ -331,17 +349,19 @@ impl Volume {
             return err(Errno::EIO);
         }
         debug_assert!(
-            !self.in_flight,
-            "P1: a second commit frozen while one is in flight"
+            !self.in_flight && !self.fsync_in_flight,
+            "P1: a delta frozen while a commit is in flight"
         );
         if !(unify || self.changed && self.delta_dirty()) {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
+        let uncovered = if unify { None } else { Some(self.uncovered()) };
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
                 self.in_flight = true;
-                self.in_flight_bytes = job.data_bytes();
+                self.frozen_uncovered = uncovered;
+                self.in_flight_bytes += job.data_bytes();
                 self.dirty_bytes = 0;
                 self.reserved = 0;
                 self.changed = false;
@@ -349,6 +369,7 @@ impl Volume {
                 self.ns_touched.clear();
                 self.added_keys.clear();
                 self.removed_durable.clear();
+                self.fsync_logged.clear();
                 Ok(Some(job))
             }
             Err(e) => {
@@ -358,13 +379,50 @@ impl Volume {
         }
     }
 
-    /// The I/O of `job` ended with `result`: on success the delta is
-    /// durable; on failure the volume refuses further changes.
+    /// The dirty inodes of the open delta whose changes are not all durable
+    /// through its fsync commits: not logged by one, or changed since (their
+    /// image differs, they have unlogged pages or tree changes, or their
+    /// names changed).
+    fn uncovered(&self) -> std::collections::HashSet<Ino> {
+        let covered = |ino: &Ino| {
+            let (Some(image), Some(i)) = (self.fsync_logged.get(ino), self.cache.map.get(ino)) else {
+                return false;
+            };
+            !self.ns_touched.contains(ino)
+                && !i.tree.has_dirty_leaves()
+                && i.pages.unlogged().is_empty()
+                && i.attrs.encode() == *image
+        };
+        self.cache.dirty.iter().filter(|i| !covered(i)).copied().collect()
+    }
+
+    /// Between a delta commit's data and its log: encode the log at the
+    /// tail as it is now. From here on no fsync commit may go ahead of it.
+    pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
+        self.frozen_uncovered = None;
+        let r = self.be.seal(job);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    /// The I/O of `job` ended with `result`: on success the delta (or fsync
+    /// commit) is durable; on failure the volume refuses further changes.
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<()> {
-        debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
-        self.in_flight = false;
+        if job.is_fsync() {
+            debug_assert!(
+                self.fsync_in_flight,
+                "P1: an fsync commit finished that was never planned"
+            );
+            self.fsync_in_flight = false;
+        } else {
+            debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
+            self.in_flight = false;
+            self.frozen_uncovered = None;
+        }
         // The job, with the data it holds, is dropped on return.
-        self.in_flight_bytes = 0;
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
         if let Err(e) = result {
             self.failed = true;
             return Err(e);
@@ -404,7 +462,7 @@ impl Volume {
         };
         if held.saturating_add(cost) <= self.opts.dirty_limit {
             Pressure::Clear
-        } else if self.in_flight {
+        } else if self.in_flight || self.fsync_in_flight {
             Pressure::WaitCommit
         } else if self.delta_dirty() {
             // Pages replayed from fsync commits are dirty without a change
@@ -419,7 +477,7 @@ impl Volume {
 
     /// A commit job (full or fsync) is frozen or writing.
     pub fn commit_in_flight(&self) -> bool {
-        self.in_flight
+        self.in_flight || self.fsync_in_flight
     }
 
     /// Half the limit is dirty and no commit is in flight: a commit thread

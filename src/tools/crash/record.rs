@@ -165,6 +165,47 @@ impl Recorder {
         Ok(())
     }
 
+    /// `sync`, running `during` while its commit is in flight (its data
+    /// written, its log not yet): the calls `during` makes through the
+    /// [`Interleaved`] belong to the next delta, and fsync commits among
+    /// them may go ahead of the sync's log. The sync is recorded first, as
+    /// a durability point for the state when it started (its snapshot);
+    /// the calls after it, in order.
+    pub fn sync_interleaved(
+        &mut self,
+        during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let before = Snapshot::take(self.fs())?;
+        let (start, f0) = (self.pos(), self.flushes());
+        let fs = self.fs.as_ref().expect("volume is mounted");
+        let mut inner = Interleaved {
+            fs,
+            dev: &self.dev,
+            ops: Vec::new(),
+            snaps: Vec::new(),
+        };
+        let mut failed = None;
+        let r = fs.sync_with(|| failed = during(&mut inner).err());
+        let (ops, snaps) = (inner.ops, inner.snaps);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let end = self.pos();
+        let inner_flushes: u64 = ops.iter().map(|o| o.flushes).sum();
+        self.ops.push(OpRecord {
+            desc: format!("sync (with {} calls during its commit) -> {r:?}", ops.len()),
+            start,
+            end,
+            durable: r.is_ok(),
+            fsynced: None,
+            flushes: self.flushes() - f0 - inner_flushes,
+        });
+        self.snaps.push(before);
+        self.ops.extend(ops);
+        self.snaps.extend(snaps);
+        r.map_err(|e| Error::BadImage(format!("sync failed: {e}")))
+    }
+
     /// Simulate a crash (drop the volume with its uncommitted delta) and
     /// mount again: replay must write nothing. The remount is recorded as a
     /// durability point whose snapshot is what replay recovered.
@@ -254,6 +295,100 @@ impl Recorder {
             fingerprints,
             open: self.open,
         })
+    }
+}
+
+/// Calls made while a sync's commit is in flight
+/// ([`Recorder::sync_interleaved`]), recorded like [`Recorder::op`] and
+/// [`Recorder::fsync`].
+pub struct Interleaved<'a> {
+    fs: &'a Fs,
+    dev: &'a RecordingDevice,
+    ops: Vec<OpRecord>,
+    snaps: Vec<Snapshot>,
+}
+
+impl Interleaved<'_> {
+    fn pos(&self) -> usize {
+        let c = self.dev.counters();
+        (c.blocks_written + c.flushes) as usize
+    }
+
+    fn record(
+        &mut self,
+        desc: String,
+        start: usize,
+        f0: u64,
+        durable: bool,
+        fsynced: Option<Ino>,
+    ) -> Result<()> {
+        let end = self.pos();
+        let flushes = self.dev.counters().flushes - f0;
+        self.snaps.push(Snapshot::take(self.fs)?);
+        if self.pos() != end {
+            return Err(Error::BadImage(format!(
+                "taking a snapshot wrote to the device after {desc}"
+            )));
+        }
+        self.ops.push(OpRecord {
+            desc,
+            start,
+            end,
+            durable,
+            fsynced,
+            flushes,
+        });
+        Ok(())
+    }
+
+    /// One API call (not a durability point); see [`Recorder::op`].
+    pub fn op<T: std::fmt::Debug>(
+        &mut self,
+        desc: impl Into<String>,
+        f: impl FnOnce(&Fs) -> Result<T>,
+    ) -> Result<T> {
+        let (start, f0) = (self.pos(), self.dev.counters().flushes);
+        let r = f(self.fs);
+        let shown = match &r {
+            Ok(v) => format!("{} -> {}", desc.into(), short(&format!("{v:?}"))),
+            Err(e) => format!("{} -> error {e}", desc.into()),
+        };
+        if let Err(e) = &r {
+            if !matches!(e, Error::Posix(_)) {
+                return Err(Error::BadImage(format!("workload call failed: {shown}")));
+            }
+        }
+        self.record(shown, start, f0, false, None)?;
+        r
+    }
+
+    /// `fsync(ino)`, which must complete while the commit is in flight (an
+    /// fsync commit ahead of it). One that waits for the commit instead
+    /// could never return here: after a minute the workload fails.
+    pub fn fsync(&mut self, ino: Ino) -> Result<()> {
+        let (start, f0) = (self.pos(), self.dev.counters().flushes);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.fs.fsync_then(
+            ino,
+            false,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        let r = rx.recv_timeout(std::time::Duration::from_secs(60)).map_err(|_| {
+            Error::BadImage(format!(
+                "fsync(ino {ino}) during a commit waited for that commit instead of going ahead"
+            ))
+        })?;
+        let ok = r.is_ok();
+        self.record(
+            format!("fsync(ino {ino}) -> {r:?}"),
+            start,
+            f0,
+            ok,
+            ok.then_some(ino),
+        )?;
+        r
     }
 }
 

@@ -19,6 +19,7 @@ pub const NAMES: &[&str] = &[
     "random_mix",
     "unify",
     "remount",
+    "fsync_ahead",
 ];
 
 const BS: u32 = 4096;
@@ -48,6 +49,7 @@ pub fn record(name: &str, seed: u64) -> Result<Recording> {
         "random_mix" => churn(&mut rec, &mut rng, 110, true)?,
         "unify" => unify(&mut rec, &mut rng)?,
         "remount" => remount(&mut rec, &mut rng)?,
+        "fsync_ahead" => fsync_ahead(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()
@@ -537,6 +539,80 @@ fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
             fs.write(ino, 0, &more)
         })?;
         rec.fsync(ino)?;
+    }
+    Ok(())
+}
+
+/// Fsync commits ahead of a delta commit in flight. Each round makes the
+/// volume durable (a sync, sometimes a unify), changes `/a` and fsyncs it
+/// (so the next delta holds nothing of `a` that is not durable already) and
+/// writes `/hot` (which stays undurable), then syncs. While that sync's
+/// commit is in flight, between its data and its log, the round appends to
+/// or overwrites `a` and fsyncs it, creates a file in `/d` (which the delta
+/// in flight leaves alone) and fsyncs it, writes and fsyncs `/b` (untouched
+/// since the round began), and writes `hot` again. Those fsyncs go ahead of
+/// the sync's log; a crash anywhere must keep each one that returned.
+fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
+    let d = rec
+        .op("mkdir /d", false, |fs| fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0))?
+        .ino;
+    let make = |rec: &mut Recorder, name: &str| {
+        rec.op(format!("create /{name}"), false, |fs| {
+            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+        })
+        .map(|a| a.ino)
+    };
+    let (a, b, hot) = (make(rec, "a")?, make(rec, "b")?, make(rec, "hot")?);
+    for round in 0..10u64 {
+        if round % 4 == 3 {
+            rec.op("unify", true, |fs| fs.unify())?;
+        } else {
+            rec.op("sync", true, |fs| fs.sync())?;
+        }
+        let (at, data) = (size_of(rec, a), fill(rng.next(), 1 + rng.below(6000) as usize));
+        rec.op(format!("append ino {a} {at}+{}", data.len()), false, |fs| {
+            fs.write(a, at, &data)
+        })?;
+        rec.fsync(a)?;
+        let data = fill(rng.next(), 1 + rng.below(9000) as usize);
+        rec.op(format!("write /hot 0+{}", data.len()), false, |fs| {
+            fs.write(hot, 0, &data)
+        })?;
+        let size = size_of(rec, a);
+        let (w1, w2, w3) = (rng.next(), rng.next(), rng.next());
+        let (at, len) = if w1 % 2 == 0 {
+            (size, 1 + (w2 % 5000) as usize)
+        } else {
+            (w2 % size.max(1), 1 + (w3 % 3000) as usize)
+        };
+        let new_file = rng.below(3) != 0;
+        rec.sync_interleaved(|ilv| {
+            let data = fill(w3, len);
+            ilv.op(format!("write ino {a} {at}+{len}"), |fs| fs.write(a, at, &data))?;
+            ilv.fsync(a)?;
+            if new_file {
+                let name = format!("c{round}");
+                let data = fill(w1, 1 + (w2 % 7000) as usize);
+                let c = ilv.op(format!("create /d/{name}"), |fs| {
+                    fs.create(d, name.as_bytes(), 0o644, 0, 0)
+                })?;
+                ilv.op(format!("write /d/{name} 0+{}", data.len()), |fs| {
+                    fs.write(c.ino, 0, &data)
+                })?;
+                ilv.fsync(c.ino)?;
+            }
+            let data = fill(w2, 1 + (w1 % 4000) as usize);
+            ilv.op(format!("write /b 0+{}", data.len()), |fs| fs.write(b, 0, &data))?;
+            ilv.fsync(b)?;
+            let data = fill(w1 ^ w2, 1 + (w3 % 9000) as usize);
+            ilv.op(format!("write /hot 0+{}", data.len()), |fs| {
+                fs.write(hot, 0, &data)
+            })?;
+            Ok(())
+        })?;
+        if rng.below(2) == 0 {
+            rec.fsync(hot)?;
+        }
     }
     Ok(())
 }

@@ -100,9 +100,11 @@ pub(super) fn scan(
     Ok(scan)
 }
 
-/// Delta numbers: at least the superblock's next delta, rising (fsync
-/// commits carry the number of the open delta, which its full commit
-/// repeats), and the same in every block of one commit.
+/// Delta numbers: the same in every block of one commit; a full commit's at
+/// least the superblock's next delta and rising; an fsync commit's that of
+/// the delta after the last full commit (the open delta, which its full
+/// commit repeats) or one more (written while that delta's commit was in
+/// flight, ahead of its log).
 fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
     let mut floor = sb.next_delta;
     let mut start = 0;
@@ -110,11 +112,16 @@ fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
         if !lb.commit {
             continue;
         }
-        if lb.delta < floor {
+        if lb.delta < floor || lb.fsync && lb.delta > floor.saturating_add(1) {
+            let expected = if lb.fsync {
+                format!("{floor} or {}", floor.saturating_add(1))
+            } else {
+                format!("{floor} or later")
+            };
             f.problem(
                 "log",
                 format!(
-                    "block {}: log block seq {} commits delta {}, expected {floor} or later",
+                    "block {}: log block seq {} commits delta {}, expected {expected}",
                     lb.addr, lb.seq, lb.delta
                 ),
             );
@@ -131,13 +138,10 @@ fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
                 );
             }
         }
-        // An fsync commit belongs to the open delta, whose full commit (the
-        // same number) may follow; a full commit closes its delta.
-        floor = if lb.fsync {
-            lb.delta
-        } else {
-            lb.delta.saturating_add(1)
-        };
+        // A full commit closes its delta.
+        if !lb.fsync {
+            floor = lb.delta.saturating_add(1);
+        }
         start = i + 1;
     }
 }
@@ -169,14 +173,15 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
             return;
         }
     }
-    if let Some((c, deltas, last, fsync)) = continuation(dev, x, seq, &raw, is_free) {
-        if fsync {
-            // An fsync commit is written with one flush, so a crash can land
-            // its later blocks but not an earlier one (L1 is not its rule):
-            // replay stops at the gap, and that fsync had not returned.
+    if let Some((c, deltas, last)) = continuation(dev, x, seq, &raw, is_free) {
+        if deltas == 1 {
+            // A commit's log blocks go out together before one flush, so a
+            // crash can land its later blocks but not an earlier one: replay
+            // stops at the gap, and that commit had not completed. Any
+            // commit after it would have been written after its flush.
             f.notes.push(format!(
-                "block {x}: the log ends at a gap inside an fsync commit that goes on at \
-                 block {c}; a crash during that fsync leaves this"
+                "block {x}: the log ends at a gap inside the log of delta {last}, which goes \
+                 on at block {c}; a crash during that commit leaves this"
             ));
             return;
         }
@@ -193,28 +198,24 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
 }
 
 /// A committed continuation of the chain after the stopped block `x`:
-/// (its first block, number of commits, last delta, whether the first commit
-/// found is an fsync commit).
+/// (its first block, number of commits, last delta).
 fn continuation(
     dev: &dyn Device,
     x: u64,
     seq: u64,
     raw: &[u8],
     is_free: &dyn Fn(u64) -> bool,
-) -> Option<(u64, usize, u64, bool)> {
+) -> Option<(u64, usize, u64)> {
     let n = dev.block_count();
     let bs = dev.block_size() as usize;
-    let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64, bool)> {
+    let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64)> {
         let lb = LogBlock::decode(image, c).ok()?;
         if lb.seq != seq.checked_add(1)? {
             return None;
         }
         let (blocks, _, _) = follow(dev, c, lb.seq, None);
         let commits: Vec<&LogBlock> = blocks.iter().filter(|b| b.commit).collect();
-        let first_fsync = commits.first().is_some_and(|b| b.fsync);
-        commits
-            .last()
-            .map(|last| (c, commits.len(), last.delta, first_fsync))
+        commits.last().map(|last| (c, commits.len(), last.delta))
     };
     // The stopped block's own pointer, if that field survived.
     let mut next = [0u8; 8];
