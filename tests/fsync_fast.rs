@@ -239,7 +239,11 @@ fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
     assert!(got[..4096].iter().all(|&b| b == 1));
     assert!(got[4096..8192].iter().all(|&b| b == 2));
     assert!(got[8192..].iter().all(|&b| b == 3));
-    assert_eq!(c.getattr(stream).unwrap().size, 0, "the unfinished commit's data is not there");
+    assert_eq!(
+        c.getattr(stream).unwrap().size,
+        0,
+        "the unfinished commit's data is not there"
+    );
     drop(c);
 
     // A crash after the commit: both.
@@ -249,5 +253,65 @@ fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
     let fs = open(&dev);
     assert_eq!(fs.read(probe, 8192, 4096).unwrap(), vec![3u8; 4096]);
     assert_eq!(fs.read(stream, 0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
-    assert_eq!(fs.getattr(probe).unwrap().blocks * 512, 3 * 4096, "{:?}", fs.getattr(probe));
+    assert_eq!(
+        fs.getattr(probe).unwrap().blocks * 512,
+        3 * 4096,
+        "{:?}",
+        fs.getattr(probe)
+    );
+}
+
+/// Syncs that wait together while a commit is in flight share the next
+/// commit; a change made after they were called (while that commit is in
+/// flight) does not cost another.
+#[test]
+fn concurrent_syncs_share_one_commit() {
+    let (gate, entered_rx, release_tx) = gate::gated(8192);
+    let gate = Arc::new(gate);
+    let dev: Arc<dyn Device> = gate.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Arc::new(open(&dev));
+    let file = |name: &[u8]| fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
+    let (a, b, c) = (file(b"a"), file(b"b"), file(b"c"));
+    fs.sync().unwrap();
+    let wait = |what: &str| {
+        entered_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{what} never flushed"))
+    };
+    fs.write(a, 0, &[1u8; 1000]).unwrap();
+    gate.arm();
+    let first = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.sync())
+    };
+    wait("the first sync");
+    let before = gate.inner.counters().flushes;
+    fs.write(b, 0, &[2u8; 1000]).unwrap();
+    let n = 6;
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.sync())
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs.pending_syncs() < n {
+        assert!(std::time::Instant::now() < deadline, "syncs never queued");
+        std::thread::yield_now();
+    }
+    // Hold the next commit (the one serving the waiters) in its flush, and
+    // change `c` meanwhile: no waiter needs that change.
+    gate.arm();
+    release_tx.send(()).unwrap();
+    wait("the waiters' commit");
+    fs.write(c, 0, &[3u8; 1000]).unwrap();
+    release_tx.send(()).unwrap();
+    first.join().unwrap().unwrap();
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    let flushes = gate.inner.counters().flushes - before;
+    assert_eq!(flushes, 2, "{n} waiting syncs took {} commits", flushes - 1);
+    assert_eq!(fs.stats().dirty_bytes, 4096, "the later change is still pending");
 }

@@ -19,6 +19,7 @@ use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Sender};
 use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -38,6 +39,13 @@ pub(super) struct Shared {
     fsync_wake: Condvar,
     /// `fsync` commits the whole delta (strict ordering).
     fsync_strict: bool,
+    /// Delta commits frozen so far, and the number of the last one that
+    /// became durable: a sync is served by any commit frozen after it was
+    /// called, so syncs waiting together share one commit.
+    frozen: AtomicU64,
+    durable: AtomicU64,
+    /// Syncs waiting for the commit lock (for tests).
+    syncs_waiting: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -64,6 +72,9 @@ impl Shared {
             fsyncs: Mutex::new(FsyncQueue::default()),
             fsync_wake: Condvar::new(),
             fsync_strict,
+            frozen: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            syncs_waiting: AtomicUsize::new(0),
         }
     }
 
@@ -73,6 +84,26 @@ impl Shared {
     /// them is durable, because commits are serialized.
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
         self.commit_with(unify, || ())
+    }
+
+    /// Make everything before this call durable. Syncs that wait while a
+    /// commit is in flight are all served by the next one: a sync returns
+    /// without committing again once a commit frozen after it was called
+    /// is durable.
+    pub(super) fn sync(&self) -> Result<()> {
+        let called = self.frozen.load(Ordering::SeqCst);
+        self.syncs_waiting.fetch_add(1, Ordering::SeqCst);
+        let _serial = self.commit.lock();
+        self.syncs_waiting.fetch_sub(1, Ordering::SeqCst);
+        if self.durable.load(Ordering::SeqCst) > called {
+            return Ok(());
+        }
+        self.commit_locked(false, || ())
+    }
+
+    /// Syncs waiting for a commit (for tests).
+    pub(super) fn syncs_waiting(&self) -> usize {
+        self.syncs_waiting.load(Ordering::SeqCst)
     }
 
     /// [`Shared::commit`], running `during` once the delta's data is
@@ -94,6 +125,9 @@ impl Shared {
     /// A full commit; the caller holds the commit lock.
     fn commit_locked(&self, unify: bool, during: impl FnOnce()) -> Result<()> {
         let log = self.log.lock();
+        // Numbered before it freezes: a sync that saw this number may have
+        // been called after the freeze, so only a later commit serves it.
+        let number = self.frozen.fetch_add(1, Ordering::SeqCst) + 1;
         let Some(mut job) = self.volume.lock().freeze(unify)? else {
             return Ok(());
         };
@@ -113,7 +147,9 @@ impl Shared {
         if r.is_ok() {
             r = job.write_log();
         }
-        self.volume.lock().finish(job, r)
+        self.volume.lock().finish(job, r)?;
+        self.durable.store(number, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Queue an fsync of `ino` for the next group commit; `done` is called

@@ -283,9 +283,17 @@ impl Fs {
         }
     }
 
-    /// Commit the current delta and wait until it is durable.
+    /// Make everything done before this call durable: commit the current
+    /// delta and wait. Concurrent syncs share one commit (one that froze
+    /// after a sync was called serves it).
     pub fn sync(&self) -> Result<()> {
-        self.shared.commit(false)
+        self.shared.sync()
+    }
+
+    /// Syncs waiting for a commit to serve them (for tests).
+    #[doc(hidden)]
+    pub fn pending_syncs(&self) -> usize {
+        self.shared.syncs_waiting()
     }
 
     /// [`Fs::sync`], calling `during` while the commit is in flight: after
