@@ -159,6 +159,13 @@ impl Shared {
         self.fsync_wake.notify_one();
     }
 
+    /// Queue fsyncs of several inodes at once: the committer takes them as
+    /// one group.
+    pub(super) fn queue_fsyncs(&self, fsyncs: Vec<(Ino, FsyncDone)>) {
+        self.fsyncs.lock().waiting.extend(fsyncs);
+        self.fsync_wake.notify_one();
+    }
+
     /// Fsyncs queued and not yet taken by a commit.
     pub(super) fn queued_fsyncs(&self) -> usize {
         self.fsyncs.lock().waiting.len()

@@ -283,6 +283,39 @@ impl Fs {
         }
     }
 
+    /// [`Fs::fsync`] of several inodes queued at once, so that one group
+    /// commit serves them all (as concurrent fsyncs share one); waits for
+    /// all. For tests of group commits.
+    #[doc(hidden)]
+    pub fn fsync_group(&self, inos: &[Ino]) -> Result<()> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut queued = Vec::new();
+        for &ino in inos {
+            let tx = tx.clone();
+            let done: FsyncDone = Box::new(move |r| {
+                let _ = tx.send(r);
+            });
+            let ready = {
+                let mut v = self.vol();
+                v.getattr(ino).map(|_| v.is_read_only())
+            };
+            match ready {
+                Err(e) => done(Err(e)),
+                Ok(true) => done(Ok(())),
+                Ok(false) => queued.push((ino, done)),
+            }
+        }
+        self.shared.queue_fsyncs(queued);
+        drop(tx);
+        let mut out = Ok(());
+        for r in rx.iter() {
+            if out.is_ok() {
+                out = r;
+            }
+        }
+        out
+    }
+
     /// Make everything done before this call durable: commit the current
     /// delta and wait. Concurrent syncs share one commit (one that froze
     /// after a sync was called serves it).

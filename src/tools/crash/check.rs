@@ -237,7 +237,7 @@ fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool
     // Snapshot `k` is a state of `p` some fast fsync of its inode left.
     let fsynced = |p: &Vec<u8>, got: &Node, from: usize| {
         fast.iter().any(|&k| {
-            k >= from && rec.ops[k - 1].fsynced == Some(got.ino) && rec.snaps[k].entries.get(p) == Some(got)
+            k >= from && rec.ops[k - 1].fsynced.contains(&got.ino) && rec.snaps[k].entries.get(p) == Some(got)
         })
     };
     let mut paths: Vec<&Vec<u8>> = snap.entries.keys().chain(base.entries.keys()).collect();
@@ -263,7 +263,7 @@ fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool
             || rec.snaps[k]
                 .entries
                 .iter()
-                .filter(|(_, n)| Some(n.ino) == op.fsynced)
+                .filter(|(_, n)| op.fsynced.contains(&n.ino))
                 .all(|(p, _)| snap.entries.get(p).is_some_and(|got| fsynced(p, got, k)))
     })
 }

@@ -25,8 +25,8 @@ pub struct OpRecord {
     pub end: usize,
     /// Everything before this call returned is promised durable.
     pub durable: bool,
-    /// The inode an fsync call covers.
-    pub fsynced: Option<Ino>,
+    /// The inodes an fsync call covers (several: a group commit).
+    pub fsynced: Vec<Ino>,
     /// Flushes the call issued (a full commit issues two, a fast fsync one).
     pub flushes: u64,
 }
@@ -36,7 +36,7 @@ impl OpRecord {
     /// flushes): only its inode is promised durable, and under a fast fsync
     /// that inode may be durable ahead of earlier changes.
     pub fn is_fast_fsync(&self) -> bool {
-        self.fsynced.is_some() && self.flushes < 2
+        !self.fsynced.is_empty() && self.flushes < 2
     }
 }
 
@@ -122,7 +122,7 @@ impl Recorder {
                 return Err(Error::BadImage(format!("workload call failed: {shown}")));
             }
         }
-        self.push(shown, start, end, durable && r.is_ok(), None, flushes)?;
+        self.push(shown, start, end, durable && r.is_ok(), Vec::new(), flushes)?;
         r
     }
 
@@ -134,7 +134,34 @@ impl Recorder {
         let flushes = self.flushes() - f0;
         let ok = r.is_ok();
         let shown = format!("fsync(ino {ino}) -> {r:?}");
-        self.push(shown, start, end, ok, ok.then_some(ino), flushes)?;
+        self.push(
+            shown,
+            start,
+            end,
+            ok,
+            if ok { vec![ino] } else { Vec::new() },
+            flushes,
+        )?;
+        r
+    }
+
+    /// Fsyncs of `inos` queued together: one group commit serves them
+    /// all. A durability point for each of them.
+    pub fn fsync_group(&mut self, inos: &[Ino]) -> Result<()> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let r = self.fs().fsync_group(inos);
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        let ok = r.is_ok();
+        let shown = format!("fsync group {inos:?} -> {r:?}");
+        self.push(
+            shown,
+            start,
+            end,
+            ok,
+            if ok { inos.to_vec() } else { Vec::new() },
+            flushes,
+        )?;
         r
     }
 
@@ -144,7 +171,7 @@ impl Recorder {
         start: usize,
         end: usize,
         durable: bool,
-        fsynced: Option<Ino>,
+        fsynced: Vec<Ino>,
         flushes: u64,
     ) -> Result<()> {
         let snap = Snapshot::take(self.fs())?;
@@ -197,7 +224,7 @@ impl Recorder {
             start,
             end,
             durable: r.is_ok(),
-            fsynced: None,
+            fsynced: Vec::new(),
             flushes: self.flushes() - f0 - inner_flushes,
         });
         self.snaps.push(before);
@@ -241,7 +268,7 @@ impl Recorder {
             start,
             start,
             true,
-            None,
+            Vec::new(),
             0,
         )
     }
@@ -257,7 +284,7 @@ impl Recorder {
         if self.pos() != end {
             return Err(Error::BadImage("remount after close wrote to the device".into()));
         }
-        self.push("close and remount".into(), start, end, true, None, flushes)
+        self.push("close and remount".into(), start, end, true, Vec::new(), flushes)
     }
 
     /// Close the volume (a durability point) and return the recording.
@@ -272,7 +299,7 @@ impl Recorder {
             start,
             end,
             durable: true,
-            fsynced: None,
+            fsynced: Vec::new(),
             flushes: self.flushes() - f0,
         });
         self.snaps.push(snap);
@@ -320,7 +347,7 @@ impl Interleaved<'_> {
         start: usize,
         f0: u64,
         durable: bool,
-        fsynced: Option<Ino>,
+        fsynced: Vec<Ino>,
     ) -> Result<()> {
         let end = self.pos();
         let flushes = self.dev.counters().flushes - f0;
@@ -358,7 +385,7 @@ impl Interleaved<'_> {
                 return Err(Error::BadImage(format!("workload call failed: {shown}")));
             }
         }
-        self.record(shown, start, f0, false, None)?;
+        self.record(shown, start, f0, false, Vec::new())?;
         r
     }
 
@@ -386,7 +413,7 @@ impl Interleaved<'_> {
             start,
             f0,
             ok,
-            ok.then_some(ino),
+            if ok { vec![ino] } else { Vec::new() },
         )?;
         r
     }

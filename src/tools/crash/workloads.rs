@@ -110,7 +110,9 @@ fn rename_over(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
-/// Appends to several log files, each mostly followed by its fsync.
+/// Appends to several log files, each mostly followed by its fsync; some
+/// fsyncs cover the file and another one written since, queued together so
+/// that one group commit serves both.
 fn append_fsync(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     let mut files = Vec::new();
     for i in 0..4 {
@@ -129,8 +131,13 @@ fn append_fsync(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         rec.op(format!("append ino {ino} {at}+{len}"), false, |fs| {
             fs.write(ino, at, &data)
         })?;
-        if rng.below(3) != 0 {
-            rec.fsync(ino)?;
+        match rng.below(6) {
+            0 | 1 => {}
+            2 => {
+                let other = files[rng.below(files.len() as u64) as usize];
+                rec.fsync_group(&[ino, other])?;
+            }
+            _ => rec.fsync(ino)?,
         }
     }
     Ok(())
