@@ -60,6 +60,8 @@ struct Logged {
     keys: Vec<(Ino, u64)>,
     /// The images it logs.
     images: Vec<(Ino, Vec<u8>)>,
+    /// Directories whose image it logs (few: a group's new names).
+    dirs: Vec<Ino>,
 }
 
 impl Volume {
@@ -186,7 +188,8 @@ impl Volume {
             // in this delta must keep later fsyncs off that position.
             out.keys.push((dir, key));
             out.records.push(Record::DirentSet { dir, key, entry });
-            if !out.images.iter().any(|(i, _)| *i == dir) {
+            if !out.dirs.contains(&dir) {
+                out.dirs.push(dir);
                 let attrs = self.inode(dir)?.attrs.encode();
                 out.images.push((dir, attrs.clone()));
                 out.records.push(Record::InodeImage { ino: dir, attrs });
