@@ -51,6 +51,9 @@ pub(super) struct Shared {
 #[derive(Default)]
 struct FsyncQueue {
     waiting: Vec<(Ino, FsyncDone)>,
+    /// An fsync commit is being planned or written (by the committer, or
+    /// inline by the thread of a lone fsync): fsyncs queue for the next.
+    committing: bool,
     stop: bool,
 }
 
@@ -152,11 +155,38 @@ impl Shared {
         Ok(())
     }
 
-    /// Queue an fsync of `ino` for the next group commit; `done` is called
-    /// once it is durable (or failed).
-    pub(super) fn queue_fsync(&self, ino: Ino, done: FsyncDone) {
-        self.fsyncs.lock().waiting.push((ino, done));
+    /// Make `ino` durable and call `done` with the outcome. A lone fsync
+    /// (nothing queued, no fsync commit under way) that an fsync commit can
+    /// serve at once is committed right here, on the caller's thread, which
+    /// saves waking the committer; any other is queued for the next group
+    /// commit.
+    pub(super) fn fsync(&self, ino: Ino, done: FsyncDone) {
+        {
+            let mut q = self.fsyncs.lock();
+            if q.committing || !q.waiting.is_empty() || q.stop || self.fsync_strict {
+                q.waiting.push((ino, done));
+                drop(q);
+                self.fsync_wake.notify_one();
+                return;
+            }
+            q.committing = true;
+        }
+        let r = self.try_fsync_commit(&[ino]);
+        let mut q = self.fsyncs.lock();
+        q.committing = false;
+        let r = match r {
+            Some(r) => r,
+            None => {
+                q.waiting.push((ino, done));
+                drop(q);
+                self.fsync_wake.notify_one();
+                return;
+            }
+        };
+        drop(q);
+        // Queued fsyncs (or a stopping committer) waited for this one.
         self.fsync_wake.notify_one();
+        done(r);
     }
 
     /// Queue fsyncs of several inodes at once: the committer takes them as
@@ -180,18 +210,24 @@ impl Shared {
         loop {
             {
                 let mut q = self.fsyncs.lock();
-                while q.waiting.is_empty() && !q.stop {
+                while (q.waiting.is_empty() || q.committing) && !q.stop {
+                    self.fsync_wake.wait(&mut q);
+                }
+                // On stop, an inline commit still finishes on its thread.
+                while q.committing {
                     self.fsync_wake.wait(&mut q);
                 }
                 if q.waiting.is_empty() {
                     return;
                 }
+                q.committing = true;
             }
             let group = std::mem::take(&mut self.fsyncs.lock().waiting);
             let mut inos: Vec<Ino> = group.iter().map(|(ino, _)| *ino).collect();
             inos.sort_unstable();
             inos.dedup();
             let r = self.fsync_group(&inos);
+            self.fsyncs.lock().committing = false;
             for (_, done) in group {
                 done(shared_outcome(&r));
             }

@@ -279,7 +279,7 @@ impl Fs {
         match ready {
             Err(e) => done(Err(e)),
             Ok(true) => done(Ok(())),
-            Ok(false) => self.shared.queue_fsync(ino, done),
+            Ok(false) => self.shared.fsync(ino, done),
         }
     }
 
