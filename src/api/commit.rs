@@ -163,7 +163,7 @@ impl Shared {
     pub(super) fn fsync(&self, ino: Ino, done: FsyncDone) {
         {
             let mut q = self.fsyncs.lock();
-            if q.committing || !q.waiting.is_empty() || q.stop || self.fsync_strict {
+            if q.committing || !q.waiting.is_empty() || q.stop {
                 q.waiting.push((ino, done));
                 drop(q);
                 self.fsync_wake.notify_one();
@@ -171,7 +171,7 @@ impl Shared {
             }
             q.committing = true;
         }
-        let r = self.try_fsync_commit(&[ino]);
+        let r = self.fsync_group(&[ino], false);
         let mut q = self.fsyncs.lock();
         q.committing = false;
         let r = match r {
@@ -226,7 +226,9 @@ impl Shared {
             let mut inos: Vec<Ino> = group.iter().map(|(ino, _)| *ino).collect();
             inos.sort_unstable();
             inos.dedup();
-            let r = self.fsync_group(&inos);
+            let r = self
+                .fsync_group(&inos, true)
+                .unwrap_or(Err(Error::Posix(crate::error::Errno::EIO)));
             self.fsyncs.lock().committing = false;
             for (_, done) in group {
                 done(shared_outcome(&r));
@@ -236,19 +238,26 @@ impl Shared {
 
     /// Make `inos` durable: by an fsync commit if they qualify — ahead of
     /// a delta commit writing its data if they need nothing from it — else
-    /// by a full commit (after the one in flight).
-    fn fsync_group(&self, inos: &[Ino]) -> Result<()> {
+    /// by a full commit (after the one in flight). Without `wait`, `None`
+    /// instead of waiting for a commit in flight.
+    fn fsync_group(&self, inos: &[Ino], wait: bool) -> Option<Result<()>> {
+        if !self.fsync_strict {
+            if let Some(r) = self.try_fsync_commit(inos) {
+                return Some(r);
+            }
+        }
+        let _serial = if wait {
+            self.commit.lock()
+        } else {
+            self.commit.try_lock()?
+        };
         if self.fsync_strict {
-            return self.commit(false);
+            return Some(self.commit_locked(false, || ()));
         }
-        if let Some(r) = self.try_fsync_commit(inos) {
-            return r;
-        }
-        let _serial = self.commit.lock();
-        match self.try_fsync_commit(inos) {
+        Some(match self.try_fsync_commit(inos) {
             Some(r) => r,
             None => self.commit_locked(false, || ()),
-        }
+        })
     }
 
     /// An fsync commit of `inos`, if one can serve them now; `None` when
