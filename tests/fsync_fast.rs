@@ -315,3 +315,67 @@ fn concurrent_syncs_share_one_commit() {
     assert_eq!(flushes, 2, "{n} waiting syncs took {} commits", flushes - 1);
     assert_eq!(fs.stats().dirty_bytes, 4096, "the later change is still pending");
 }
+
+/// Next to a streaming writer that has filled its share of the dirty limit
+/// and waits for the commit in flight, a light writer (an appended log)
+/// still writes and fsyncs: the heavy file stops an eighth short of the
+/// limit.
+#[test]
+fn light_writer_goes_on_while_a_heavy_writer_waits() {
+    const LIMIT: u64 = 1 << 20;
+    let (gate, entered_rx, release_tx) = gate::gated(8192);
+    let gate = Arc::new(gate);
+    let dev: Arc<dyn Device> = gate.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let opts = OpenOptions {
+        dirty_limit: LIMIT,
+        commit_interval: None,
+        ..OpenOptions::default()
+    };
+    let fs = Arc::new(Fs::open(dev.clone(), opts).unwrap());
+    let stream = fs.create(ROOT_INO, b"stream", 0o644, 0, 0).unwrap().ino;
+    let log = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    fs.write(stream, 0, &vec![1u8; 512 << 10]).unwrap();
+    // Hold a commit of the stream's first half in flight.
+    gate.arm();
+    let sync = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.sync())
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the commit never flushed");
+    let heavy = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            for i in 0..16u64 {
+                fs.write(stream, (512 << 10) + i * (64 << 10), &[2u8; 64 << 10])?;
+            }
+            Ok::<_, tux3::Error>(())
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs.pending_writes() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the stream never waited");
+        std::thread::yield_now();
+    }
+    let held = fs.stats().dirty_bytes + fs.stats().in_flight_bytes;
+    assert!(held <= LIMIT - LIMIT / 8, "the stream holds {held} bytes");
+    // The light writer: a 4 KiB append and its fsync, while the stream waits.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let r = fs.write(log, 0, &[3u8; 4096]);
+            let _ = tx.send(r);
+        });
+    }
+    let r = rx.recv_timeout(Duration::from_secs(30));
+    let went = r.is_ok();
+    release_tx.send(()).unwrap();
+    assert!(went, "the light write waited for the commit in flight");
+    sync.join().unwrap().unwrap();
+    heavy.join().unwrap().unwrap();
+    assert_eq!(fs.read(log, 0, 4096).unwrap(), vec![3u8; 4096]);
+}

@@ -46,6 +46,9 @@ pub(super) struct Shared {
     durable: AtomicU64,
     /// Syncs waiting for the commit lock (for tests).
     syncs_waiting: AtomicUsize,
+    /// Writes waiting for the commit in flight under dirty pressure (for
+    /// tests).
+    pub(super) writes_waiting: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -78,6 +81,7 @@ impl Shared {
             frozen: AtomicU64::new(0),
             durable: AtomicU64::new(0),
             syncs_waiting: AtomicUsize::new(0),
+            writes_waiting: AtomicUsize::new(0),
         }
     }
 

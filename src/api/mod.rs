@@ -205,7 +205,10 @@ impl Fs {
                 }
                 Pressure::WaitCommit => {
                     drop(vol);
+                    let waiting = &self.shared.writes_waiting;
+                    waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     self.shared.with_commit_lock(|| ());
+                    waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 Pressure::Commit => {
                     drop(vol);
@@ -321,6 +324,15 @@ impl Fs {
     /// after a sync was called serves it).
     pub fn sync(&self) -> Result<()> {
         self.shared.sync()
+    }
+
+    /// Writes waiting under dirty pressure for the commit in flight (for
+    /// tests).
+    #[doc(hidden)]
+    pub fn pending_writes(&self) -> usize {
+        self.shared
+            .writes_waiting
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Syncs waiting for a commit to serve them (for tests).

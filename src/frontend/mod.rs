@@ -443,7 +443,8 @@ impl Volume {
     /// that dirty file data — the open delta's plus what the commit in
     /// flight holds — stays within `dirty_limit`. The write's cost is the
     /// pages it would newly dirty. A write on a volume holding no dirty
-    /// data always goes (even one larger than the limit).
+    /// data always goes (even one larger than the limit). A file that holds
+    /// an eighth of the limit already waits an eighth earlier.
     pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
         let held = self.dirty_bytes + self.in_flight_bytes;
         if held == 0 || len == 0 {
@@ -453,14 +454,27 @@ impl Volume {
         let Some(end) = offset.checked_add(len as u64) else {
             return Pressure::Clear; // the write fails (EFBIG)
         };
-        let cost = match self.inode(ino) {
-            Ok(i) => ((offset / bs..=(end - 1) / bs)
-                .filter(|b| !i.pages.is_dirty(*b))
-                .count() as u64)
-                .saturating_mul(bs),
-            Err(_) => 0, // the write reports the error
+        // A file holding an eighth of the limit or more in memory is a
+        // heavy writer: it stops an eighth short of the limit, so that light
+        // writers (a log appended and fsynced next to a stream) keep going
+        // while the stream waits for its commit. The bound stays the limit.
+        let reserve = self.opts.dirty_limit / 8;
+        let (cost, heavy) = match self.inode(ino) {
+            Ok(i) => (
+                ((offset / bs..=(end - 1) / bs)
+                    .filter(|b| !i.pages.is_dirty(*b))
+                    .count() as u64)
+                    .saturating_mul(bs),
+                (i.pages.len() as u64).saturating_mul(bs) >= reserve,
+            ),
+            Err(_) => (0, false), // the write reports the error
         };
-        if held.saturating_add(cost) <= self.opts.dirty_limit {
+        let limit = if heavy {
+            self.opts.dirty_limit - reserve
+        } else {
+            self.opts.dirty_limit
+        };
+        if held.saturating_add(cost) <= limit {
             Pressure::Clear
         } else if self.in_flight || self.fsync_in_flight {
             Pressure::WaitCommit
