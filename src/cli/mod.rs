@@ -154,7 +154,20 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
 }
 
 /// Entry point of the `tux3` binary.
+/// Send the engine's warnings and errors (a background commit that failed,
+/// for one) to standard error, where a mount's daemon keeps it open;
+/// `RUST_LOG` (for example `tux3=debug`) selects more or less.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 pub fn main() -> ExitCode {
+    init_logging();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,

@@ -54,6 +54,7 @@ pub fn run(args: &MountArgs) -> Result<u8, CliError> {
 /// [-o OPTIONS]`, as mount(8) runs it. Exit codes follow mount(8): 0
 /// mounted, 1 bad invocation, 32 mount failure.
 pub fn helper_main() -> ExitCode {
+    super::init_logging();
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
