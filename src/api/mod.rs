@@ -275,6 +275,15 @@ impl Fs {
     /// fsync queued while a commit is in flight joins the next group commit,
     /// so a server can keep thousands of fsyncs waiting on a few threads.
     pub fn fsync_then(&self, ino: Ino, _datasync: bool, done: FsyncDone) {
+        if let Some(done) = self.fsync_at_once(ino, done) {
+            self.shared.fsync(ino, done);
+        }
+    }
+
+    /// Answer an fsync that needs no commit — an unknown inode (its error)
+    /// or a read-only volume (nothing to do) — and give `done` back
+    /// otherwise.
+    fn fsync_at_once(&self, ino: Ino, done: FsyncDone) -> Option<FsyncDone> {
         let ready = {
             let mut v = self.vol();
             v.getattr(ino).map(|_| v.is_read_only())
@@ -282,8 +291,9 @@ impl Fs {
         match ready {
             Err(e) => done(Err(e)),
             Ok(true) => done(Ok(())),
-            Ok(false) => self.shared.fsync(ino, done),
+            Ok(false) => return Some(done),
         }
+        None
     }
 
     /// [`Fs::fsync`] of several inodes queued at once, so that one group
@@ -298,14 +308,8 @@ impl Fs {
             let done: FsyncDone = Box::new(move |r| {
                 let _ = tx.send(r);
             });
-            let ready = {
-                let mut v = self.vol();
-                v.getattr(ino).map(|_| v.is_read_only())
-            };
-            match ready {
-                Err(e) => done(Err(e)),
-                Ok(true) => done(Ok(())),
-                Ok(false) => queued.push((ino, done)),
+            if let Some(done) = self.fsync_at_once(ino, done) {
+                queued.push((ino, done));
             }
         }
         self.shared.queue_fsyncs(queued);

@@ -93,9 +93,6 @@ pub struct Backend {
     /// File data found in fsync commits at the end of the log, for the
     /// cache to hold as dirty pages: (inode, block, offset, bytes).
     pub replayed_pages: Vec<(u64, u64, usize, Vec<u8>)>,
-    /// Inodes whose image came from a live fsync commit, until
-    /// `recount_replayed` has checked their `blocks`.
-    replayed_images: Vec<u64>,
     /// Where the last new file's data went: the goal for the next new file,
     /// so files written together lie together.
     pub data_cursor: u64,
@@ -300,11 +297,10 @@ impl Backend {
             stats,
             read_only,
             replayed_pages: pages,
-            replayed_images,
             data_cursor: 2,
             orphans,
         };
-        be.recount_replayed(&trees);
+        be.recount_replayed(&replayed_images, &trees);
         Ok((be, trees))
     }
 
@@ -313,9 +309,9 @@ impl Backend {
     /// then — and that a crash may have lost. Count what the replayed extent
     /// tree maps instead (in the replayed inode table; nothing is written).
     /// A tree that cannot be read is left for fsck to report.
-    fn recount_replayed(&mut self, trees: &HashMap<u64, TreeReplay>) {
+    fn recount_replayed(&mut self, inos: &[u64], trees: &HashMap<u64, TreeReplay>) {
         let dev = self.dev.clone();
-        for ino in std::mem::take(&mut self.replayed_images) {
+        for &ino in inos {
             let Ok(Some(raw)) = self.itable.get(dev.as_ref(), ino) else {
                 continue;
             };

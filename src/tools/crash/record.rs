@@ -87,8 +87,7 @@ impl Recorder {
 
     /// Length of the device op log so far.
     fn pos(&self) -> usize {
-        let c = self.dev.counters();
-        (c.blocks_written + c.flushes) as usize
+        log_pos(&self.dev)
     }
 
     fn flushes(&self) -> u64 {
@@ -174,12 +173,7 @@ impl Recorder {
         fsynced: Vec<Ino>,
         flushes: u64,
     ) -> Result<()> {
-        let snap = Snapshot::take(self.fs())?;
-        if self.pos() != end {
-            return Err(Error::BadImage(format!(
-                "taking a snapshot wrote to the device after {desc}"
-            )));
-        }
+        let snap = snapshot_after(self.fs(), &self.dev, end, &desc)?;
         self.ops.push(OpRecord {
             desc,
             start,
@@ -337,8 +331,7 @@ pub struct Interleaved<'a> {
 
 impl Interleaved<'_> {
     fn pos(&self) -> usize {
-        let c = self.dev.counters();
-        (c.blocks_written + c.flushes) as usize
+        log_pos(self.dev)
     }
 
     fn record(
@@ -351,12 +344,7 @@ impl Interleaved<'_> {
     ) -> Result<()> {
         let end = self.pos();
         let flushes = self.dev.counters().flushes - f0;
-        self.snaps.push(Snapshot::take(self.fs)?);
-        if self.pos() != end {
-            return Err(Error::BadImage(format!(
-                "taking a snapshot wrote to the device after {desc}"
-            )));
-        }
+        self.snaps.push(snapshot_after(self.fs, self.dev, end, &desc)?);
         self.ops.push(OpRecord {
             desc,
             start,
@@ -417,6 +405,25 @@ impl Interleaved<'_> {
         )?;
         r
     }
+}
+
+/// Length of `dev`'s op log so far (each logged write is one block, each
+/// flush one entry).
+fn log_pos(dev: &RecordingDevice) -> usize {
+    let c = dev.counters();
+    (c.blocks_written + c.flushes) as usize
+}
+
+/// The snapshot after call `desc`, which ended at log position `end`;
+/// taking it must not write.
+fn snapshot_after(fs: &Fs, dev: &RecordingDevice, end: usize, desc: &str) -> Result<Snapshot> {
+    let snap = Snapshot::take(fs)?;
+    if log_pos(dev) != end {
+        return Err(Error::BadImage(format!(
+            "taking a snapshot wrote to the device after {desc}"
+        )));
+    }
+    Ok(snap)
 }
 
 /// A result shown in at most 60 characters.
