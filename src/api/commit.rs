@@ -187,9 +187,13 @@ impl Shared {
                 return;
             }
         };
+        // Queued fsyncs (or a stopping committer) waited for this one;
+        // with neither, the committer sleeps on and is not woken.
+        let wake = !q.waiting.is_empty() || q.stop;
         drop(q);
-        // Queued fsyncs (or a stopping committer) waited for this one.
-        self.fsync_wake.notify_one();
+        if wake {
+            self.fsync_wake.notify_one();
+        }
         done(r);
     }
 

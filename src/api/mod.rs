@@ -93,7 +93,16 @@ impl Fs {
 
     /// Change attributes of `ino`; a size change truncates or extends.
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        self.vol().setattr(ino, set)
+        self.setattr_stripping(ino, set, StripPrivs::Nothing)
+    }
+
+    /// [`Fs::setattr`] that also takes away `strip`'s privileges from a
+    /// non-directory, in the same change (after `set`'s mode, if any).
+    pub fn setattr_stripping(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Result<Attr> {
+        let mut vol = self.vol();
+        vol.setattr(ino, set)?;
+        vol.strip_privs(ino, strip)?;
+        vol.getattr(ino)
     }
 
     /// Create a regular file. `mode` holds the permission bits.
@@ -183,12 +192,24 @@ impl Fs {
     /// a commit is in flight is retried once it is durable (space it pins
     /// comes back, and the write may then commit to make room).
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_stripping(ino, offset, data, StripPrivs::Nothing)
+    }
+
+    /// [`Fs::write`] that also takes away `strip`'s privileges, in the same
+    /// change: what a file server does for a write by a caller it knows.
+    pub fn write_stripping(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
         loop {
             let mut vol = self.vol();
             match vol.write_pressure(ino, offset, data.len()) {
                 Pressure::Clear => {
                     let in_flight = vol.commit_in_flight();
-                    let n = match vol.write(ino, offset, data) {
+                    let written = vol.write(ino, offset, data).and_then(|n| {
+                        if n > 0 {
+                            vol.strip_privs(ino, strip)?;
+                        }
+                        Ok(n)
+                    });
+                    let n = match written {
                         Err(e) if in_flight && e.errno() == crate::error::Errno::ENOSPC => {
                             drop(vol);
                             self.shared.with_commit_lock(|| ());

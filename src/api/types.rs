@@ -123,6 +123,27 @@ pub struct Attr {
     pub blksize: u32,
 }
 
+/// Which privileges a change to a file takes away, as Linux does when a
+/// write, truncate or chown changes a non-directory (`file_remove_privs`):
+/// file capabilities always, set-user-ID and set-group-ID only when the
+/// caller may not keep them (it lacks `CAP_FSETID`, or the change is a
+/// chown). Set-group-ID goes only with group execute: without it the bit
+/// means mandatory locking, not privilege.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StripPrivs {
+    /// Take nothing away (what [`crate::Fs::write`] and
+    /// [`crate::Fs::setattr`] do: the engine does not know the caller).
+    #[default]
+    Nothing,
+    /// Remove the `security.capability` attribute.
+    Caps,
+    /// Remove `security.capability`, set-user-ID and set-group-ID.
+    CapsAndIds,
+}
+
+/// The attribute holding a file's capabilities.
+pub const XATTR_CAPS: &[u8] = b"security.capability";
+
 /// Which attributes a [`crate::Fs::setattr`] changes; `None` leaves one alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetAttr {

@@ -177,6 +177,31 @@ impl Volume {
         Ok(())
     }
 
+    /// Take away `strip`'s privileges from a non-directory (see
+    /// [`StripPrivs`]). Called right after a write or setattr of `ino`,
+    /// whose change already reserved space for its inode.
+    pub fn strip_privs(&mut self, ino: Ino, strip: StripPrivs) -> Result<()> {
+        if strip == StripPrivs::Nothing || self.inode(ino)?.kind() == FileType::Directory {
+            return Ok(());
+        }
+        let i = self.inode(ino)?;
+        let mut changed = i.attrs.xattrs.remove(XATTR_CAPS).is_some();
+        if strip == StripPrivs::CapsAndIds {
+            let mode = i.attrs.mode;
+            let mut kill = libc::S_ISUID;
+            if mode & libc::S_IXGRP != 0 {
+                kill |= libc::S_ISGID;
+            }
+            i.attrs.mode = mode & !kill;
+            changed |= i.attrs.mode != mode;
+        }
+        if changed {
+            i.attrs.ctime = Timespec::now();
+            self.touch(ino);
+        }
+        Ok(())
+    }
+
     pub fn setattr(&mut self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let kind = self.inode(ino)?.kind();
         if set.size.is_some() {

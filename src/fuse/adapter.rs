@@ -6,11 +6,12 @@
 //! Calls only [`crate::Fs`].
 
 use super::{errno, file_attr, file_type, from_system_time, FuseOptions, TTL};
-use crate::api::types::{Attr, FileType, Ino, Timespec, ROOT_INO};
+use crate::api::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, ROOT_INO};
 use crate::error::{Errno, Error, Result};
 use crate::Fs;
 use fuser::{
     FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -33,6 +34,10 @@ pub struct Tux3Fuse {
     pub(super) opts: FuseOptions,
     /// Parent of each directory the kernel holds an inode for.
     pub(super) parents: Mutex<HashMap<Ino, Ino>>,
+    /// The kernel leaves taking privileges away on write, truncate and
+    /// chown to us (`FUSE_HANDLE_KILLPRIV_V2`), so it need not ask for
+    /// `security.capability` before every write.
+    pub(super) strips_privs: bool,
 }
 
 impl Tux3Fuse {
@@ -42,9 +47,38 @@ impl Tux3Fuse {
             fs,
             opts,
             parents: Mutex::new(HashMap::new()),
+            strips_privs: false,
         }
     }
 
+    /// What a write takes away: the kernel marks the writes whose caller
+    /// lacks `CAP_FSETID`.
+    pub(super) fn write_strips(&self, flags: WriteFlags) -> StripPrivs {
+        match (
+            self.strips_privs,
+            flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+        ) {
+            (false, _) => StripPrivs::Nothing,
+            (true, false) => StripPrivs::Caps,
+            (true, true) => StripPrivs::CapsAndIds,
+        }
+    }
+
+    /// What a setattr takes away. A chown takes the IDs always; a truncate
+    /// takes them from a caller without `CAP_FSETID`, which the kernel
+    /// flags (`FATTR_KILL_SUIDGID`) but fuser does not pass on, so a
+    /// caller other than root stands for it.
+    pub(super) fn setattr_strips(&self, req: &Request, set: &SetAttr) -> StripPrivs {
+        if !self.strips_privs {
+            StripPrivs::Nothing
+        } else if set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0) {
+            StripPrivs::CapsAndIds
+        } else if set.size.is_some() {
+            StripPrivs::Caps
+        } else {
+            StripPrivs::Nothing
+        }
+    }
     /// Remember `attr`'s parent when it is a directory.
     pub(super) fn learn(&self, parent: Ino, attr: &Attr) {
         if attr.kind == FileType::Directory {

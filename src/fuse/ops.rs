@@ -33,6 +33,11 @@ impl Filesystem for Tux3Fuse {
         // Lookups and readdirs of one directory may run in parallel: the
         // engine serializes what needs it.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // We take privileges away on write, truncate and chown ourselves,
+        // which saves a getxattr round trip before every write.
+        self.strips_privs = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
         if self.opts.writeback_cache {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -66,7 +71,7 @@ impl Filesystem for Tux3Fuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -95,7 +100,8 @@ impl Filesystem for Tux3Fuse {
         let r = if set == SetAttr::default() {
             self.fs.getattr(ino.0)
         } else {
-            self.fs.setattr(ino.0, &set)
+            self.fs
+                .setattr_stripping(ino.0, &set, self.setattr_strips(req, &set))
         };
         match r {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
@@ -205,12 +211,15 @@ impl Filesystem for Tux3Fuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        match self
+            .fs
+            .write_stripping(ino.0, offset, data, self.write_strips(write_flags))
+        {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
