@@ -39,7 +39,7 @@
 
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
-use crate::device::Device;
+use crate::device::{Device, Gather};
 use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::superblock::Superblock;
@@ -121,6 +121,7 @@ impl CommitJob {
             self.bs,
             std::mem::take(&mut self.writes),
             &self.data,
+            None,
         )?;
         let broken = BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed);
         if !self.fsync && !self.single_flush && !broken {
@@ -142,8 +143,8 @@ impl CommitJob {
             self.bs,
             std::mem::take(&mut self.log_body),
             &[],
+            Some((self.last.0, &self.last.1)),
         )?;
-        self.dev.write(self.last.0, &self.last.1)?;
         self.dev.flush()?;
         Ok(())
     }
@@ -593,12 +594,19 @@ fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
 }
 
 /// Write metadata images and data pages in address order, merging
-/// neighbours into one request of up to [`MAX_MERGE`] bytes (one staging
-/// buffer, reused). A lone image is written from where it lies.
-fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &[(u64, Arc<Vec<u8>>)]) -> Result<()> {
+/// neighbours into one request of up to [`MAX_MERGE`] bytes, then `last`
+/// (a commit block) as a request of its own: all as one batch, in flight
+/// together (nothing orders them before the flush that follows).
+fn write_all(
+    dev: &dyn Device,
+    bs: usize,
+    writes: Writes,
+    data: &[(u64, Arc<Vec<u8>>)],
+    last: Option<(u64, &[u8])>,
+) -> Result<()> {
     let mut all: Vec<(u64, &[u8])> = images(&writes, data).collect();
     all.sort_by_key(|w| w.0);
-    let mut buf = Vec::new();
+    let mut reqs: Vec<Gather> = Vec::new();
     let mut i = 0;
     while i < all.len() {
         let start = all[i].0;
@@ -610,16 +618,12 @@ fn write_all(dev: &dyn Device, bs: usize, writes: Writes, data: &[(u64, Arc<Vec<
             len += all[j].1.len();
             j += 1;
         }
-        if j == i + 1 {
-            dev.write(start, all[i].1)?;
-        } else {
-            buf.clear();
-            for (_, b) in &all[i..j] {
-                buf.extend_from_slice(b);
-            }
-            dev.write(start, &buf)?;
-        }
+        reqs.push((start, all[i..j].iter().map(|w| w.1).collect()));
         i = j;
     }
+    if let Some((addr, block)) = last {
+        reqs.push((addr, vec![block]));
+    }
+    dev.write_gather(&reqs)?;
     Ok(())
 }

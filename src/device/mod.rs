@@ -4,10 +4,12 @@
 //! Implementations: [`file::FileDevice`] (image file or block device, `O_DIRECT`
 //! on block devices), [`memory::MemDevice`] (tests), [`recording::RecordingDevice`]
 //! (logs every write and flush for the crash harness). Each counts blocks read,
-//! blocks written and flushes in [`Counters`].
+//! blocks written and flushes in [`Counters`]. `batch.rs` puts a batch of
+//! writes in flight at once (io_uring) for the file device.
 //!
 //! This layer calls nothing else in the crate.
 
+mod batch;
 pub mod file;
 pub mod memory;
 pub mod recording;
@@ -30,10 +32,39 @@ pub trait Device: Send + Sync {
     /// Write `buf.len() / block_size()` consecutive blocks starting at `block`.
     /// The write may sit in a volatile cache until [`Device::flush`].
     fn write(&self, block: u64, buf: &[u8]) -> std::io::Result<()>;
+    /// Write several requests, each `(block, parts)`: the parts hold
+    /// consecutive blocks from `block` on. The requests may be in flight at
+    /// once and land in any order (nothing orders writes between flushes);
+    /// all are complete when this returns `Ok`. Counts as one write per
+    /// request. The default writes them one by one.
+    fn write_gather(&self, reqs: &[Gather]) -> std::io::Result<()> {
+        write_one_by_one(self, reqs)
+    }
     /// Make every completed write durable.
     fn flush(&self) -> std::io::Result<()>;
     /// The device's I/O counters.
     fn counters(&self) -> CounterSnapshot;
+}
+
+/// One request of [`Device::write_gather`]: a first block and the parts
+/// that fill it and the blocks after it.
+pub type Gather<'a> = (u64, Vec<&'a [u8]>);
+
+/// [`Device::write_gather`] as one [`Device::write`] per request.
+pub fn write_one_by_one<D: Device + ?Sized>(dev: &D, reqs: &[Gather]) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    for (block, parts) in reqs {
+        if let [one] = parts.as_slice() {
+            dev.write(*block, one)?;
+        } else {
+            buf.clear();
+            for p in parts {
+                buf.extend_from_slice(p);
+            }
+            dev.write(*block, &buf)?;
+        }
+    }
+    Ok(())
 }
 
 /// A snapshot of a device's counters.
