@@ -97,6 +97,9 @@ pub struct CommitJob {
     /// A small delta commit whose log holds checksums of its other blocks:
     /// one flush suffices.
     single_flush: bool,
+    /// Its data pages are on their way to the device (phase 1 done, or
+    /// phase 2 for a job whose data goes with its log).
+    data_written: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
     /// Bytes of file data this job holds until it is dropped: its data
@@ -115,7 +118,13 @@ impl CommitJob {
     /// Phase 1: data pages and leaves (a unify: everything but the
     /// superblock), then FLUSH, unless checksums prove them (single-flush
     /// commit) or the job is an fsync commit (invariants L1 and U1).
+    ///
+    /// Those two kinds need no flush between their phases, so their data
+    /// waits for phase 2 and goes out in the same batch as the log.
     pub fn write_data(&mut self) -> Result<()> {
+        if self.fsync || self.single_flush {
+            return Ok(());
+        }
         write_all(
             self.dev.as_ref(),
             self.bs,
@@ -123,8 +132,9 @@ impl CommitJob {
             &self.data,
             None,
         )?;
+        self.data_written = true;
         let broken = BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed);
-        if !self.fsync && !self.single_flush && !broken {
+        if !broken {
             self.dev.flush()?;
         }
         Ok(())
@@ -138,13 +148,18 @@ impl CommitJob {
             self.unsealed.is_none(),
             "a commit's log written before it was sealed"
         );
+        // Phase 1's writes, if they waited for this batch, then the log.
+        let mut writes = std::mem::take(&mut self.writes);
+        writes.append(&mut self.log_body);
+        let data: &[(u64, Arc<Vec<u8>>)] = if self.data_written { &[] } else { &self.data };
         write_all(
             self.dev.as_ref(),
             self.bs,
-            std::mem::take(&mut self.log_body),
-            &[],
+            writes,
+            data,
             Some((self.last.0, &self.last.1)),
         )?;
+        self.data_written = true;
         self.dev.flush()?;
         Ok(())
     }
@@ -206,6 +221,7 @@ impl Backend {
             unified,
             fsync: false,
             single_flush,
+            data_written: false,
             inodes,
         };
         cache.dirty.clear();
@@ -240,6 +256,7 @@ impl Backend {
             unified: None,
             fsync: true,
             single_flush: false,
+            data_written: false,
             inodes: Vec::new(),
         })
     }
