@@ -55,10 +55,7 @@ def run_all(ctx, env, root, results, show):
         results["skipped"]["engine"] = "bench/engine does not build: %s" % str(e)[-300:]
         say("engine: SKIPPED: build failed")
         return
-    img = os.path.join(env.scratch, "engine.img")
-    with open(img, "wb") as f:
-        f.truncate(env.image_size)
-    dev = env.attach(img)
+    dev = env.attach(env.backing_image())
     m = None
     try:
         m = env.setup("tmpfs")
@@ -107,5 +104,3 @@ def run_all(ctx, env, root, results, show):
         if m:
             env.teardown(m)
         env.detach(dev)
-        if os.path.exists(img):
-            os.unlink(img)

@@ -1,5 +1,6 @@
 //! Writes in flight together: a commit's block images go to the device as
-//! one batch through an io_uring, up to [`DEPTH`] pieces at once, so its
+//! one batch through an io_uring, up to [`DEPTH`] pieces (and
+//! [`BYTES_IN_FLIGHT`]) at once, so its
 //! scattered blocks cost about one device round trip instead of one each.
 //! Each piece is copied into its own aligned bounce buffer (kept for reuse),
 //! which `O_DIRECT` needs and which outlives the kernel's use of it: every
@@ -17,6 +18,10 @@ use std::ptr::NonNull;
 
 /// Pieces in flight at once.
 pub const DEPTH: usize = 8;
+/// Bytes in flight at once (beyond one piece): scattered small blocks go
+/// out together, while a stream of large pieces keeps only two in the
+/// device queue, where an fsync's write would wait behind them.
+pub const BYTES_IN_FLIGHT: usize = 2 << 20;
 /// Alignment of bounce buffers for `O_DIRECT` I/O.
 pub const DIRECT_ALIGN: usize = 4096;
 
@@ -144,6 +149,7 @@ impl Batch {
         let mut slots: Vec<Option<usize>> = vec![None; self.bufs.len()];
         let mut next = 0;
         let mut in_flight = 0;
+        let mut bytes = 0;
         let mut first_err: Option<io::Error> = None;
         loop {
             // Fill free slots while nothing has failed.
@@ -152,6 +158,9 @@ impl Batch {
                     break;
                 };
                 let p = &pieces[next];
+                if in_flight > 0 && bytes + p.len > BYTES_IN_FLIGHT {
+                    break;
+                }
                 debug_assert!(p.len <= self.bufs[s].capacity());
                 let buf = self.bufs[s].as_mut_slice(p.len);
                 let mut at = 0;
@@ -171,6 +180,7 @@ impl Batch {
                 slots[s] = Some(next);
                 next += 1;
                 in_flight += 1;
+                bytes += p.len;
             }
             if in_flight == 0 {
                 break;
@@ -196,6 +206,7 @@ impl Batch {
                 let Some(i) = slots[s].take() else { continue };
                 in_flight -= 1;
                 let p = &pieces[i];
+                bytes -= p.len;
                 let outcome = if res < 0 {
                     Err(io::Error::from_raw_os_error(-res))
                 } else if (res as usize) < p.len {
