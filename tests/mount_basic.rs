@@ -250,3 +250,66 @@ fn missing_image_is_a_one_line_error() {
     assert_eq!(st.code(), Some(1));
     assert!(!is_mounted(&fx.mnt));
 }
+
+/// The kernel caches directory listings (`FOPEN_CACHE_DIR`): every change
+/// made through the mount shows in the next listing, from a new open and
+/// from a rewind of an open one.
+#[test]
+fn listings_show_every_change_despite_the_cache() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&[]);
+    let d = fx.path("d");
+    fs::create_dir(&d).expect("mkdir");
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&d)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    for i in 0..50 {
+        fs::write(d.join(format!("f{i:02}")), b"x").expect("create");
+    }
+    let all: Vec<String> = (0..50).map(|i| format!("f{i:02}")).collect();
+    assert_eq!(names(), all);
+    assert_eq!(names(), all, "a second listing, from the cache");
+    fs::write(d.join("new"), b"y").expect("create");
+    fs::remove_file(d.join("f07")).expect("unlink");
+    fs::rename(d.join("f08"), d.join("g08")).expect("rename");
+    fs::create_dir(d.join("sub")).expect("mkdir");
+    let mut want: Vec<String> = all
+        .iter()
+        .filter(|n| *n != "f07" && *n != "f08")
+        .cloned()
+        .collect();
+    want.extend(["g08".to_string(), "new".to_string(), "sub".to_string()]);
+    want.sort();
+    assert_eq!(names(), want);
+
+    // A directory stream kept open: a rewind shows a change made since.
+    let path = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid C string; the stream is closed below.
+    let dir = unsafe { libc::opendir(path.as_ptr()) };
+    assert!(!dir.is_null());
+    let count = |dir: *mut libc::DIR| {
+        let mut n = 0;
+        // SAFETY: `dir` is an open stream; readdir's entries are not kept.
+        while !unsafe { libc::readdir(dir) }.is_null() {
+            n += 1;
+        }
+        n
+    };
+    let before = count(dir);
+    fs::write(d.join("later"), b"z").expect("create");
+    // SAFETY: `dir` is an open stream.
+    unsafe { libc::rewinddir(dir) };
+    assert_eq!(count(dir), before + 1, "the rewound stream shows the new name");
+    // SAFETY: `dir` is open and not used again.
+    unsafe { libc::closedir(dir) };
+    m.unmount();
+    fx.fsck();
+}

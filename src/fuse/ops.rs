@@ -251,7 +251,12 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        // The kernel may cache listings: only we change the volume, and
+        // every change through the mount resets the cache.
+        reply.opened(
+            FileHandle(0),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
