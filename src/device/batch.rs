@@ -150,6 +150,7 @@ impl Batch {
         let mut next = 0;
         let mut in_flight = 0;
         let mut bytes = 0;
+        let mut busy_tries = 10_000;
         let mut first_err: Option<io::Error> = None;
         loop {
             // Fill free slots while nothing has failed.
@@ -188,6 +189,13 @@ impl Batch {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // Short of resources for now (EAGAIN, or EBUSY while
+                // completions are pending): the queued entries stay queued,
+                // so waiting and trying again is safe.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) && busy_tries > 0 => {
+                    busy_tries -= 1;
+                    std::thread::yield_now();
+                }
                 Err(e) => {
                     // Nothing more can be reaped safely: the buffers are
                     // leaked rather than freed under the kernel, and the
