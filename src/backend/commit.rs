@@ -4,7 +4,7 @@
 //! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
 //!   encode every block to write, and start the next delta;
 //! * [`CommitJob::write_data`] (no lock): data and leaves, and the first
-//!   flush;
+//!   flush (a single-flush or fsync commit keeps them for the log's batch);
 //! * [`Backend::seal`] (volume lock held): encode the log blocks at the log's
 //!   tail as it is now — an fsync commit of the next delta may have taken
 //!   the tail meanwhile, ahead of this one;
@@ -37,9 +37,10 @@
 //! with one `Orphan` record per orphan, written before the superblock
 //! (`restart_log`), so the list survives the unify.
 
+use super::writeout::write_all;
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
-use crate::device::{Device, Gather};
+use crate::device::Device;
 use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::superblock::Superblock;
@@ -54,16 +55,12 @@ pub static BREAK_SKIP_FLUSH_BEFORE_COMMIT: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
 /// Blocks to write in this commit: (address, image).
-type Writes = Vec<(u64, Vec<u8>)>;
+pub(super) type Writes = Vec<(u64, Vec<u8>)>;
 
 /// Data pages to write: (address, page), one block each. The pages are the
 /// cache's own (`Arc`-shared, not copied): a frontend write to one of them
 /// meanwhile forks it (`PageMap::page_mut`).
 type Pages = Vec<(u64, Arc<Vec<u8>>)>;
-
-/// Largest single device write the commit assembles from neighbouring
-/// blocks (its staging buffer).
-const MAX_MERGE: usize = 1 << 20;
 
 /// A delta commit writing at most this many data and leaf blocks is written
 /// with one flush, its blocks proven by checksums in its log instead of by
@@ -586,7 +583,10 @@ impl Backend {
 
 /// Every block image a commit writes besides its commit block: metadata
 /// images, then data pages, as (address, bytes).
-fn images<'a>(writes: &'a Writes, data: &'a [(u64, Arc<Vec<u8>>)]) -> impl Iterator<Item = (u64, &'a [u8])> {
+pub(super) fn images<'a>(
+    writes: &'a Writes,
+    data: &'a [(u64, Arc<Vec<u8>>)],
+) -> impl Iterator<Item = (u64, &'a [u8])> {
     writes
         .iter()
         .map(|(a, b)| (*a, b.as_slice()))
@@ -608,39 +608,4 @@ fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
         }
     }
     out
-}
-
-/// Write metadata images and data pages in address order, merging
-/// neighbours into one request of up to [`MAX_MERGE`] bytes, then `last`
-/// (a commit block) as a request of its own: all as one batch, in flight
-/// together (nothing orders them before the flush that follows).
-fn write_all(
-    dev: &dyn Device,
-    bs: usize,
-    writes: Writes,
-    data: &[(u64, Arc<Vec<u8>>)],
-    last: Option<(u64, &[u8])>,
-) -> Result<()> {
-    let mut all: Vec<(u64, &[u8])> = images(&writes, data).collect();
-    all.sort_by_key(|w| w.0);
-    let mut reqs: Vec<Gather> = Vec::new();
-    let mut i = 0;
-    while i < all.len() {
-        let start = all[i].0;
-        let mut next = start + (all[i].1.len() / bs) as u64;
-        let mut len = all[i].1.len();
-        let mut j = i + 1;
-        while j < all.len() && all[j].0 == next && len < MAX_MERGE {
-            next += (all[j].1.len() / bs) as u64;
-            len += all[j].1.len();
-            j += 1;
-        }
-        reqs.push((start, all[i..j].iter().map(|w| w.1).collect()));
-        i = j;
-    }
-    if let Some((addr, block)) = last {
-        reqs.push((addr, vec![block]));
-    }
-    dev.write_gather(&reqs)?;
-    Ok(())
 }

@@ -11,6 +11,7 @@ pub mod alloc;
 pub mod commit;
 pub mod logwriter;
 pub mod mkfs;
+mod writeout;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
