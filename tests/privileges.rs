@@ -221,7 +221,8 @@ fn mount_strips_privileges_on_write_truncate_and_chown() {
     run_unprivileged(&f, "printf c >&3", None);
     assert_eq!(mode_of(&f), 0o2767);
 
-    // Root truncates: the IDs stay; another user truncates: they go.
+    // Root truncates: the IDs stay; root without CAP_FSETID, or another
+    // user, truncates: they go.
     privileged(0o6777);
     fs::OpenOptions::new()
         .write(true)
@@ -230,6 +231,10 @@ fn mount_strips_privileges_on_write_truncate_and_chown() {
         .set_len(5)
         .unwrap();
     assert_eq!(mode_of(&f), 0o6777);
+    assert!(!caps_of(&f));
+    privileged(0o6777);
+    run_unprivileged(&f, "truncate -s 4 /proc/self/fd/3", None);
+    assert_eq!(mode_of(&f), 0o0777);
     assert!(!caps_of(&f));
     privileged(0o6777);
     run_unprivileged(&f, "truncate -s 3 /proc/self/fd/3", Some(65534));

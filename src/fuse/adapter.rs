@@ -65,20 +65,25 @@ impl Tux3Fuse {
     }
 
     /// What a setattr takes away. A chown takes the IDs always; a truncate
-    /// takes them from a caller without `CAP_FSETID`, which the kernel
-    /// flags (`FATTR_KILL_SUIDGID`) but fuser does not pass on, so a
-    /// caller other than root stands for it.
+    /// takes them from a caller without `CAP_FSETID`. The kernel flags that
+    /// (`FATTR_KILL_SUIDGID`) but fuser does not pass the flag on, so the
+    /// caller's effective capabilities are read from `/proc` instead.
     pub(super) fn setattr_strips(&self, req: &Request, set: &SetAttr) -> StripPrivs {
         if !self.strips_privs {
             StripPrivs::Nothing
-        } else if set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0) {
+        } else if set.uid.is_some() || set.gid.is_some() {
             StripPrivs::CapsAndIds
         } else if set.size.is_some() {
-            StripPrivs::Caps
+            if may_keep_ids(req.pid()) {
+                StripPrivs::Caps
+            } else {
+                StripPrivs::CapsAndIds
+            }
         } else {
             StripPrivs::Nothing
         }
     }
+
     /// Remember `attr`'s parent when it is a directory.
     pub(super) fn learn(&self, parent: Ino, attr: &Attr) {
         if attr.kind == FileType::Directory {
@@ -207,4 +212,23 @@ pub(super) fn negative_attr() -> Attr {
         btime: Timespec::default(),
         blksize: 4096,
     }
+}
+
+/// `CAP_FSETID` (linux/capability.h): keep set-user-ID and set-group-ID
+/// across a change.
+const CAP_FSETID: u32 = 4;
+
+/// Whether thread `pid` (as a FUSE request names its caller) holds
+/// `CAP_FSETID` in its effective set (`CapEff` in `/proc/PID/status`). A
+/// caller that cannot be read (gone already) is taken not to hold it:
+/// taking the IDs away is the safe side.
+fn may_keep_ids(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
 }
