@@ -117,18 +117,35 @@ impl Fixture {
 
     /// `tux3 mount [opts] IMG MNT` in daemon mode: live when it returns.
     pub fn mount(&self, opts: &[&str]) -> Mounted<'_> {
+        self.mount_from(&self.img, opts)
+    }
+
+    /// `tux3 mount [opts] SOURCE MNT` in daemon mode, SOURCE being the
+    /// image or a block device holding it: live when it returns.
+    pub fn mount_from(&self, source: &Path, opts: &[&str]) -> Mounted<'_> {
         let st = Command::new(TUX3)
             .arg("mount")
             .args(opts)
-            .arg(&self.img)
+            .arg(source)
             .arg(&self.mnt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(self.log_file())
             .status()
             .expect("run tux3 mount");
-        assert!(st.success(), "tux3 mount failed: {}", self.log_text());
-        self.mounted()
+        assert!(
+            st.success(),
+            "tux3 mount {} failed: {}",
+            source.display(),
+            self.log_text()
+        );
+        assert!(is_mounted(&self.mnt), "not mounted after mount returned");
+        let pid = server_pid(source, &self.mnt).expect("the mount server is running");
+        Mounted {
+            fx: self,
+            pid,
+            child: None,
+        }
     }
 
     /// The guard of a live mount started elsewhere (daemon mode, or mount(8)
