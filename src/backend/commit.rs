@@ -94,9 +94,6 @@ pub struct CommitJob {
     /// A small delta commit whose log holds checksums of its other blocks:
     /// one flush suffices.
     single_flush: bool,
-    /// Its data pages are on their way to the device (phase 1 done, or
-    /// phase 2 for a job whose data goes with its log).
-    data_written: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
     /// Bytes of file data this job holds until it is dropped: its data
@@ -119,7 +116,7 @@ impl CommitJob {
     /// Those two kinds need no flush between their phases, so their data
     /// waits for phase 2 and goes out in the same batch as the log.
     pub fn write_data(&mut self) -> Result<()> {
-        if self.fsync || self.single_flush {
+        if self.data_goes_with_log() {
             return Ok(());
         }
         write_all(
@@ -129,7 +126,6 @@ impl CommitJob {
             &self.data,
             None,
         )?;
-        self.data_written = true;
         let broken = BREAK_SKIP_FLUSH_BEFORE_COMMIT.load(std::sync::atomic::Ordering::Relaxed);
         if !broken {
             self.dev.flush()?;
@@ -148,7 +144,11 @@ impl CommitJob {
         // Phase 1's writes, if they waited for this batch, then the log.
         let mut writes = std::mem::take(&mut self.writes);
         writes.append(&mut self.log_body);
-        let data: &[(u64, Arc<Vec<u8>>)] = if self.data_written { &[] } else { &self.data };
+        let data: &[(u64, Arc<Vec<u8>>)] = if self.data_goes_with_log() {
+            &self.data
+        } else {
+            &[]
+        };
         write_all(
             self.dev.as_ref(),
             self.bs,
@@ -156,9 +156,14 @@ impl CommitJob {
             data,
             Some((self.last.0, &self.last.1)),
         )?;
-        self.data_written = true;
         self.dev.flush()?;
         Ok(())
+    }
+
+    /// No flush separates its phases (an fsync or single-flush commit), so
+    /// its data and leaves go out in the log's batch.
+    fn data_goes_with_log(&self) -> bool {
+        self.fsync || self.single_flush
     }
 
     /// Its log blocks are still to be encoded ([`Backend::seal`]).
@@ -218,7 +223,6 @@ impl Backend {
             unified,
             fsync: false,
             single_flush,
-            data_written: false,
             inodes,
         };
         cache.dirty.clear();
@@ -253,7 +257,6 @@ impl Backend {
             unified: None,
             fsync: true,
             single_flush: false,
-            data_written: false,
             inodes: Vec::new(),
         })
     }

@@ -191,12 +191,15 @@ impl Device for FileDevice {
             let len = parts.iter().map(|p| p.len()).sum();
             blocks.push(check_range(self.block_size, self.block_count, *block, len)?);
         }
-        let pieces = pieces(reqs, self.block_size as usize, self.chunk_len(BOUNCE_MAX));
         let ring = self
             .batch
             .as_ref()
             .and_then(|b| b.try_lock())
             .filter(|b| b.is_usable());
+        let pieces = match ring {
+            Some(_) => pieces(reqs, self.block_size as usize, self.chunk_len(BOUNCE_MAX)),
+            None => Vec::new(),
+        };
         match ring {
             Some(mut ring) if pieces.len() > 1 => ring.write(&self.file, &pieces)?,
             _ => {

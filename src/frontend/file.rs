@@ -181,10 +181,10 @@ impl Volume {
     /// [`StripPrivs`]). Called right after a write or setattr of `ino`,
     /// whose change already reserved space for its inode.
     pub fn strip_privs(&mut self, ino: Ino, strip: StripPrivs) -> Result<()> {
-        if strip == StripPrivs::Nothing || self.inode(ino)?.kind() == FileType::Directory {
+        let i = self.inode(ino)?;
+        if strip == StripPrivs::Nothing || i.kind() == FileType::Directory {
             return Ok(());
         }
-        let i = self.inode(ino)?;
         let mut changed = i.attrs.xattrs.remove(XATTR_CAPS).is_some();
         if strip == StripPrivs::CapsAndIds {
             let mode = i.attrs.mode;
