@@ -40,7 +40,7 @@
 use super::writeout::write_all;
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
-use crate::device::Device;
+use crate::device::{Device, Urgent};
 use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::superblock::Superblock;
@@ -149,6 +149,8 @@ impl CommitJob {
         } else {
             &[]
         };
+        // An fsync commit is waited for: other batches make way for it.
+        let _urgent = self.fsync.then(|| Urgent::new(self.dev.as_ref()));
         write_all(
             self.dev.as_ref(),
             self.bs,

@@ -7,21 +7,36 @@
 //! submitted piece is waited for before [`Batch::write`] returns, error or
 //! not.
 //!
+//! Urgent I/O (an fsync commit's write and flush, which an application
+//! waits for) goes first: while it is under way a background batch sends no
+//! new piece ([`Gate`]), so the urgent write queues behind at most
+//! [`BYTES_IN_FLIGHT`] instead of a whole delta's data.
+//!
 //! Calls nothing else in the crate; `file.rs` owns the descriptor.
 
 use io_uring::{opcode, types, IoUring};
+use parking_lot::{Condvar, Mutex};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Pieces in flight at once.
 pub const DEPTH: usize = 8;
 /// Bytes in flight at once (beyond one piece): scattered small blocks go
-/// out together, while a stream of large pieces keeps only two in the
-/// device queue, where an fsync's write would wait behind them.
-pub const BYTES_IN_FLIGHT: usize = 2 << 20;
+/// out together, while a stream keeps only a few pieces in the device
+/// queue, where an urgent write (an fsync commit's) waits behind them.
+pub const BYTES_IN_FLIGHT: usize = 1 << 20;
+/// Largest piece of a batch: a stream goes out as several pieces in flight
+/// (at the same speed as fewer large ones on a loop device), so an urgent
+/// write waits for small ones.
+pub const PIECE_MAX: usize = 256 << 10;
+/// Longest a batch holds back for urgent I/O before it sends one more
+/// piece anyway, so a steady run of fsyncs cannot starve a delta commit.
+pub const MAX_HOLD: Duration = Duration::from_millis(20);
 /// Alignment of bounce buffers for `O_DIRECT` I/O.
 pub const DIRECT_ALIGN: usize = 4096;
 
@@ -105,6 +120,42 @@ pub fn pieces<'a>(reqs: &[(u64, Vec<&'a [u8]>)], unit: usize, max: usize) -> Vec
     out
 }
 
+/// Urgent I/O under way (an fsync commit's writes and flush), which
+/// background batches make way for: while it lasts they send no new piece
+/// (up to [`MAX_HOLD`] per piece), so the urgent writes queue behind at most
+/// what was already in flight.
+#[derive(Default)]
+pub struct Gate {
+    urgent: AtomicUsize,
+    lock: Mutex<()>,
+    calm: Condvar,
+}
+
+impl Gate {
+    pub fn begin(&self) {
+        self.urgent.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn end(&self) {
+        if self.urgent.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _l = self.lock.lock();
+            self.calm.notify_all();
+        }
+    }
+
+    fn is_urgent(&self) -> bool {
+        self.urgent.load(Ordering::SeqCst) > 0
+    }
+
+    /// Wait until no urgent I/O is under way, or [`MAX_HOLD`].
+    fn wait_calm(&self) {
+        let mut l = self.lock.lock();
+        if self.is_urgent() {
+            self.calm.wait_for(&mut l, MAX_HOLD);
+        }
+    }
+}
+
 /// An io_uring and the bounce buffers of the pieces it has in flight.
 pub struct Batch {
     ring: IoUring,
@@ -112,6 +163,8 @@ pub struct Batch {
     piece_max: usize,
     /// The ring failed in a way that leaves completions unaccounted for.
     broken: bool,
+    /// Times a piece was held back for urgent I/O.
+    holds: u64,
 }
 
 impl Batch {
@@ -125,6 +178,7 @@ impl Batch {
                 bufs: Vec::new(),
                 piece_max,
                 broken: false,
+                holds: 0,
             }),
             Err(e) => {
                 tracing::debug!("io_uring unavailable ({e}): device writes go one at a time");
@@ -133,15 +187,27 @@ impl Batch {
         }
     }
 
+    /// Times a piece was held back for urgent I/O so far.
+    #[cfg(test)]
+    pub fn holds(&self) -> u64 {
+        self.holds
+    }
+
     /// Whether [`Batch::write`] may be used (no earlier ring failure).
     pub fn is_usable(&self) -> bool {
         !self.broken
     }
 
     /// Write every piece (each at most `piece_max` bytes) to `file`, up to
-    /// [`DEPTH`] at once. Returns the first error, after every submitted
-    /// piece has completed.
-    pub fn write<F: AsRawFd + FileExt>(&mut self, file: &F, pieces: &[Piece]) -> io::Result<()> {
+    /// [`DEPTH`] at once, making way for urgent I/O on `gate` (unless this
+    /// batch is the urgent one: no `gate`). Returns the first error, after
+    /// every submitted piece has completed.
+    pub fn write<F: AsRawFd + FileExt>(
+        &mut self,
+        file: &F,
+        pieces: &[Piece],
+        gate: Option<&Gate>,
+    ) -> io::Result<()> {
         while self.bufs.len() < DEPTH.min(pieces.len()) {
             self.bufs.push(AlignedBuf::new(self.piece_max)?);
         }
@@ -152,6 +218,8 @@ impl Batch {
         let mut bytes = 0;
         let mut busy_tries = 10_000;
         let mut first_err: Option<io::Error> = None;
+        // Held back once for urgent I/O: the next piece goes regardless.
+        let mut held = false;
         loop {
             // Fill free slots while nothing has failed.
             while first_err.is_none() && next < pieces.len() {
@@ -161,6 +229,15 @@ impl Batch {
                 let p = &pieces[next];
                 if in_flight > 0 && bytes + p.len > BYTES_IN_FLIGHT {
                     break;
+                }
+                if let Some(gate) = gate.filter(|g| !held && g.is_urgent()) {
+                    if in_flight > 0 {
+                        break; // reap what is in flight first
+                    }
+                    gate.wait_calm();
+                    held = true;
+                    self.holds += 1;
+                    continue;
                 }
                 debug_assert!(p.len <= self.bufs[s].capacity());
                 let buf = self.bufs[s].as_mut_slice(p.len);
@@ -179,6 +256,7 @@ impl Batch {
                     break; // queue full: reap first
                 }
                 slots[s] = Some(next);
+                held = false;
                 next += 1;
                 in_flight += 1;
                 bytes += p.len;
@@ -240,6 +318,35 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While urgent I/O is under way, a background batch holds back before
+    /// each piece it sends (and reaps what it has in flight first); the
+    /// urgent batch itself and a batch on a calm gate never hold back.
+    #[test]
+    fn background_batches_make_way_for_urgent_io() {
+        let Some(mut batch) = Batch::new(4096) else {
+            return; // no io_uring here: writes go one by one
+        };
+        let file = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..4 * 4096).map(|i| (i % 251) as u8).collect();
+        let reqs: Vec<(u64, Vec<&[u8]>)> = vec![(0, vec![&data])];
+        let ps = pieces(&reqs, 4096, 4096);
+        assert_eq!(ps.len(), 4);
+        let gate = Gate::default();
+        batch.write(&file, &ps, Some(&gate)).unwrap();
+        assert_eq!(batch.holds, 0, "a calm gate holds nothing back");
+        gate.begin();
+        batch.write(&file, &ps, None).unwrap();
+        assert_eq!(batch.holds, 0, "the urgent batch goes at once");
+        batch.write(&file, &ps, Some(&gate)).unwrap();
+        assert_eq!(batch.holds, 4, "one hold per piece while urgent");
+        gate.end();
+        batch.write(&file, &ps, Some(&gate)).unwrap();
+        assert_eq!(batch.holds, 4, "calm again");
+        let mut back = vec![0u8; data.len()];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data);
+    }
 
     #[test]
     fn pieces_split_at_the_limit_and_keep_offsets() {

@@ -5,7 +5,7 @@
 //! Calls nothing else in the crate except `error` and the superblock's
 //! block-size probe (in `open_path`).
 
-use super::batch::{pieces, AlignedBuf, Batch};
+use super::batch::{pieces, AlignedBuf, Batch, Gate, PIECE_MAX};
 use super::{check_range, CounterSnapshot, Counters, Device, Gather};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -31,6 +31,8 @@ pub struct FileDevice {
     direct: bool,
     /// Batched writes (`O_DIRECT` only; `None` without io_uring).
     batch: Option<Mutex<Batch>>,
+    /// Urgent I/O under way, which other threads' batches make way for.
+    gate: Gate,
     counters: Counters,
 }
 
@@ -79,10 +81,11 @@ impl FileDevice {
             writable,
             direct,
             batch: if direct && writable {
-                Batch::new(BOUNCE_MAX).map(Mutex::new)
+                Batch::new(PIECE_MAX).map(Mutex::new)
             } else {
                 None
             },
+            gate: Gate::default(),
             counters: Counters::default(),
         })
     }
@@ -197,11 +200,14 @@ impl Device for FileDevice {
             .and_then(|b| b.try_lock())
             .filter(|b| b.is_usable());
         let pieces = match ring {
-            Some(_) => pieces(reqs, self.block_size as usize, self.chunk_len(BOUNCE_MAX)),
+            Some(_) => pieces(reqs, self.block_size as usize, self.chunk_len(PIECE_MAX)),
             None => Vec::new(),
         };
         match ring {
-            Some(mut ring) if pieces.len() > 1 => ring.write(&self.file, &pieces)?,
+            Some(mut ring) if pieces.len() > 1 => {
+                let gate = (URGENT_HERE.get() == 0).then_some(&self.gate);
+                ring.write(&self.file, &pieces, gate)?
+            }
             _ => {
                 drop(ring);
                 return super::write_one_by_one(self, reqs);
@@ -217,9 +223,23 @@ impl Device for FileDevice {
         self.counters.on_flush();
         Ok(())
     }
+    fn urgent_begin(&self) {
+        URGENT_HERE.set(URGENT_HERE.get() + 1);
+        self.gate.begin();
+    }
+    fn urgent_end(&self) {
+        URGENT_HERE.set(URGENT_HERE.get() - 1);
+        self.gate.end();
+    }
     fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
     }
+}
+
+thread_local! {
+    /// Urgent I/O sections open on this thread: its own batches are the
+    /// urgent ones and never hold back.
+    static URGENT_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Open an existing tux3 image or block device, learning its block size from
@@ -385,7 +405,7 @@ mod tests {
             _ => FileDevice::open_with(&path, BS, true, false).unwrap(),
         };
         if dev.batch.is_none() {
-            dev.batch = Batch::new(BOUNCE_MAX).map(Mutex::new);
+            dev.batch = Batch::new(PIECE_MAX).map(Mutex::new);
         }
         let blocks = |n: usize, seed: u8| pattern(n * BS as usize, seed);
         let (a, b, c, d) = (blocks(1, 1), blocks(2, 2), blocks(300, 3), blocks(1, 4));
@@ -413,6 +433,42 @@ mod tests {
         }
         let err = dev.write_gather(&[(699, vec![&b])]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    /// Urgent I/O is the calling thread's: its own batches go at once,
+    /// while another thread's batch holds back before each piece until the
+    /// urgent section ends.
+    #[test]
+    fn other_threads_batches_make_way_for_urgent_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        create_image(&path, 512 * BS as u64).unwrap();
+        let mut dev = FileDevice::open_with(&path, BS, true, false).unwrap();
+        let Some(batch) = Batch::new(PIECE_MAX) else {
+            return; // no io_uring here: writes go one by one
+        };
+        dev.batch = Some(Mutex::new(batch));
+        let holds = |dev: &FileDevice| dev.batch.as_ref().unwrap().lock().holds();
+        // Four pieces: three neighbouring requests of PIECE_MAX each and one more.
+        let big = pattern(PIECE_MAX, 5);
+        let step = (PIECE_MAX / BS as usize) as u64;
+        let reqs: Vec<Gather> = vec![
+            (0, vec![&big]),
+            (step, vec![&big]),
+            (2 * step, vec![&big]),
+            (400, vec![&big[..BS as usize]]),
+        ];
+        dev.urgent_begin();
+        dev.write_gather(&reqs).unwrap();
+        assert_eq!(holds(&dev), 0, "the urgent thread's own batch goes at once");
+        std::thread::scope(|s| s.spawn(|| dev.write_gather(&reqs).unwrap()).join().unwrap());
+        assert_eq!(holds(&dev), 4, "another thread's batch holds before each piece");
+        dev.urgent_end();
+        std::thread::scope(|s| s.spawn(|| dev.write_gather(&reqs).unwrap()).join().unwrap());
+        assert_eq!(holds(&dev), 4, "no urgent I/O, no hold");
+        let mut back = vec![0u8; PIECE_MAX];
+        dev.read(step, &mut back).unwrap();
+        assert!(back == big);
     }
 
     #[test]

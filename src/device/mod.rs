@@ -42,8 +42,32 @@ pub trait Device: Send + Sync {
     }
     /// Make every completed write durable.
     fn flush(&self) -> std::io::Result<()>;
+    /// The calling thread starts urgent I/O (an fsync commit's writes and
+    /// flush, which an application waits for): other threads' batches hold
+    /// back new writes until the matching [`Device::urgent_end`], so the
+    /// urgent writes do not queue behind a stream. The default does nothing.
+    fn urgent_begin(&self) {}
+    /// The calling thread's urgent I/O is done.
+    fn urgent_end(&self) {}
     /// The device's I/O counters.
     fn counters(&self) -> CounterSnapshot;
+}
+
+/// Urgent I/O on a device while it lives ([`Device::urgent_begin`] to
+/// [`Device::urgent_end`], on every path).
+pub struct Urgent<'a>(&'a dyn Device);
+
+impl<'a> Urgent<'a> {
+    pub fn new(dev: &'a dyn Device) -> Urgent<'a> {
+        dev.urgent_begin();
+        Urgent(dev)
+    }
+}
+
+impl Drop for Urgent<'_> {
+    fn drop(&mut self) {
+        self.0.urgent_end();
+    }
 }
 
 /// One request of [`Device::write_gather`]: a first block and the parts
