@@ -234,7 +234,7 @@ fn corrupt_each_block(bs: u32, blocks: u64) {
     assert!(r.problems.is_empty(), "the image is not clean: {:#?}", r.problems);
     let meta = fsck::metadata_blocks(clean.clone()).unwrap();
     let sb = Superblock::load(clean.as_ref()).unwrap();
-    let chain = read_chain(clean.as_ref(), sb.log_head, sb.log_seq).unwrap();
+    let chain = read_chain(clean.as_ref(), sb.log_start()).unwrap();
     let log: Vec<u64> = chain.blocks().collect();
     assert!(log.len() >= 4, "{log:?}");
     let last_commit = *log.last().unwrap();

@@ -191,6 +191,19 @@ fn concurrent_fsyncs_share_one_commit() {
 /// and loses the unfinished commit's; once the commit lands, both are there.
 #[test]
 fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
+    goes_ahead_of_a_commit(false);
+}
+
+/// The same ahead of a unify writing its blocks, before its superblock: the
+/// log goes on across the unify, so the fsync commit counts whether the
+/// crash keeps the old superblock or the unify's. (Images naming roots the
+/// unify gave are checked by the `fsync_ahead` crash workload.)
+#[test]
+fn fsync_goes_ahead_of_a_unify_writing_its_blocks() {
+    goes_ahead_of_a_commit(true);
+}
+
+fn goes_ahead_of_a_commit(unify: bool) {
     let (mem, dev) = fresh();
     let fs = open(&dev);
     let probe = fs.create(ROOT_INO, b"probe", 0o644, 0, 0).unwrap().ino;
@@ -202,9 +215,9 @@ fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
     fs.write(probe, 4096, &[2u8; 4096]).unwrap();
     fs.fsync(probe, false).unwrap();
     fs.write(stream, 0, &vec![7u8; 1 << 20]).unwrap();
-    let deltas = fs.stats().deltas;
+    let (deltas, unifies) = (fs.stats().deltas, fs.stats().unifies);
     let mut crash_image = None;
-    fs.sync_with(|| {
+    let during = || {
         fs.write(probe, 8192, &[3u8; 4096]).unwrap();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let before = fs.counters();
@@ -223,9 +236,15 @@ fn fsync_goes_ahead_of_a_delta_commit_writing_its_data() {
         let after = fs.counters();
         assert_eq!(after.flushes - before.flushes, 1, "one flush for the fsync");
         assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
+        assert_eq!(fs.stats().unifies, unifies, "the unify has not finished");
         crash_image = Some(mem.image());
-    })
-    .unwrap();
+    };
+    if unify {
+        fs.unify_with(during).unwrap();
+        assert_eq!(fs.stats().unifies, unifies + 1);
+    } else {
+        fs.sync_with(during).unwrap();
+    }
     assert_eq!(fs.stats().deltas, deltas + 1);
 
     // A crash while the delta commit was between its data and its log.

@@ -105,7 +105,7 @@ fn small_volume_names_its_structures() {
     assert!(text.contains("IN USE"), "{text}");
 
     let sb = Superblock::load(dev.as_ref()).unwrap();
-    let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq).unwrap();
+    let chain = read_chain(dev.as_ref(), sb.log_start()).unwrap();
     let blocks: Vec<u64> = chain.blocks().collect();
     assert!(!blocks.is_empty(), "the volume should have a log");
     for b in &blocks {
@@ -171,7 +171,7 @@ fn max_nodes_bounds_a_large_volume() {
 fn a_damaged_leaf_is_a_red_node() {
     let dev = small_volume();
     let sb = Superblock::load(dev.as_ref()).unwrap();
-    let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq).unwrap();
+    let chain = read_chain(dev.as_ref(), sb.log_start()).unwrap();
     let leaf = chain
         .deltas
         .iter()

@@ -138,12 +138,13 @@ impl Shared {
         let Some(mut job) = self.volume.lock().freeze(unify)? else {
             return Ok(());
         };
-        // A unify is sealed when frozen: it keeps the log to itself.
-        let log = if job.needs_seal() {
+        // A unify that starts a fresh log keeps it to itself; any other
+        // commit lets fsync commits go ahead while it writes its data.
+        let log = if job.holds_log() {
+            Some(log)
+        } else {
             drop(log);
             None
-        } else {
-            Some(log)
         };
         let mut r = job.write_data();
         during();

@@ -375,6 +375,13 @@ impl Fs {
         self.shared.commit_with(false, during)
     }
 
+    /// [`Fs::unify`], calling `during` while the unify writes its data and
+    /// metadata, before its superblock (see [`Fs::sync_with`]).
+    #[doc(hidden)]
+    pub fn unify_with(&self, during: impl FnOnce()) -> Result<()> {
+        self.shared.commit_with(true, during)
+    }
+
     /// Commit and then unify: write all retained metadata and restart the log.
     pub fn unify(&self) -> Result<()> {
         if self.vol().is_read_only() {

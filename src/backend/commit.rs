@@ -94,6 +94,10 @@ pub struct CommitJob {
     /// A small delta commit whose log holds checksums of its other blocks:
     /// one flush suffices.
     single_flush: bool,
+    /// A unify whose new log starts at a fresh block (it carries the orphan
+    /// list): no fsync commit may be written before its superblock, so it
+    /// holds the log from freeze to finish.
+    fresh_log: bool,
     /// Inodes whose pages are under writeback in this job.
     pub inodes: Vec<u64>,
     /// Bytes of file data this job holds until it is dropped: its data
@@ -181,6 +185,13 @@ impl CommitJob {
         self.unified.is_some()
     }
 
+    /// Whether the job keeps the log from freeze to finish (a unify that
+    /// starts a fresh log): no fsync commit may go ahead of it. Any other
+    /// job needs the log only for its last phase.
+    pub fn holds_log(&self) -> bool {
+        self.fresh_log
+    }
+
     /// Bytes of file data the job holds (for the dirty-memory bound).
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
@@ -206,6 +217,7 @@ impl Backend {
         if single_flush {
             records.extend(block_sums(self.bs, &writes, &data));
         }
+        let fresh_log = unify && !self.orphans.is_empty();
         let (last, unified, unsealed) = if unify {
             let sb = self.unify_images(&mut writes)?;
             ((sb.home(), sb.encode()), Some(sb), None)
@@ -225,6 +237,7 @@ impl Backend {
             unified,
             fsync: false,
             single_flush,
+            fresh_log,
             inodes,
         };
         cache.dirty.clear();
@@ -259,6 +272,7 @@ impl Backend {
             unified: None,
             fsync: true,
             single_flush: false,
+            fresh_log: false,
             inodes: Vec::new(),
         })
     }
@@ -500,30 +514,29 @@ impl Backend {
         let _ = self.alloc.take_delta();
         let mut sb = self.sb.clone();
         sb.seq += 1;
-        (sb.log_head, sb.log_seq) = head;
+        (sb.log_head, sb.log_seq, sb.log_prev_crc) = (head.next, head.seq, head.prev_crc);
         sb.next_delta = self.delta + 1;
         sb.unifies += 1;
         Ok(sb)
     }
 
-    /// Start the log the unify's superblock names; returns its head and the
-    /// sequence number the head carries. Without orphans the head is the old
-    /// chain's reserved next block, still empty. With orphans it is a fresh
+    /// Start the log the unify's superblock names; returns its head, the
+    /// sequence number and the `prev_crc` the head carries. Without orphans
+    /// the log simply goes on: the head is the old chain's reserved next
+    /// block, still empty, and carries the checksum of the block before it,
+    /// so an fsync commit written there while the unify writes its data
+    /// (before its superblock) extends the old chain and starts the new one
+    /// alike. With orphans it is a fresh
     /// block (free in the old image, so a crash before the superblock lands
     /// cannot make it extend the old chain; the old reserved block is freed)
     /// and holds a commit of the next delta, flagged FSYNC because that
     /// delta stays open, with one `Orphan` record per orphan in ascending
     /// order. It goes out with the unify's other writes, before the flush
     /// that precedes the superblock.
-    fn restart_log(&mut self, writes: &mut Writes) -> Result<(u64, u64)> {
+    fn restart_log(&mut self, writes: &mut Writes) -> Result<Tail> {
         let old = self.log.tail;
         if self.orphans.is_empty() {
-            self.log.tail = Tail {
-                next: old.next,
-                seq: old.seq,
-                prev_crc: 0,
-            };
-            return Ok((old.next, old.seq));
+            return Ok(old);
         }
         let head = self.alloc.alloc_one(old.next)?;
         self.alloc.free_range(old.next, 1);
@@ -538,7 +551,11 @@ impl Backend {
             .write_delta(&mut self.alloc, &records, self.delta + 1, true, self.bs)?;
         writes.extend(images.body);
         writes.push(images.commit);
-        Ok((head, old.seq))
+        Ok(Tail {
+            next: head,
+            seq: old.seq,
+            prev_crc: 0,
+        })
     }
 
     /// Give every changed bitmap block a new address, updating the bitmap

@@ -98,6 +98,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         // Sequence numbers start at a random point so that log blocks left
         // by an older volume on the same device never match.
         log_seq: (seed >> 16) | 1,
+        log_prev_crc: 0,
         next_delta: 1,
         created: now.sec,
         unifies: 0,

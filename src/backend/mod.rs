@@ -34,6 +34,27 @@ fn at_block(d: &crate::log::chain::LoggedDelta) -> u64 {
     d.blocks.last().copied().unwrap_or(0)
 }
 
+/// A live fsync image with the root of the inode as the replayed inode
+/// table has it, if it has the inode. A root changes only at unify, and the
+/// table of the superblock in use always names the right one; the image's
+/// may be newer: an fsync commit written while a unify was in flight logs
+/// the roots that unify gave, and the unify may not have landed.
+fn keep_root(itable: &mut Tree, dev: &dyn Device, ino: u64, image: Vec<u8>) -> Result<Vec<u8>> {
+    use crate::structures::inode::InodeAttrs;
+    let Some(raw) = itable.get(dev, ino)? else {
+        return Ok(image);
+    };
+    let (now, mut attrs) = (
+        InodeAttrs::decode(&raw, ino, 0)?,
+        InodeAttrs::decode(&image, ino, 0)?,
+    );
+    if attrs.root == now.root {
+        return Ok(image);
+    }
+    attrs.root = now.root;
+    Ok(attrs.encode())
+}
+
 /// First inode number handed to files.
 pub const FIRST_INO: u64 = 16;
 /// Inode numbers stay below this.
@@ -160,7 +181,7 @@ impl Backend {
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
-        let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq)?;
+        let chain = read_chain(dev.as_ref(), sb.log_start())?;
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut orphans = BTreeSet::new();
@@ -270,6 +291,7 @@ impl Backend {
         }
         let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _)| *ino).collect();
         for (ino, attrs) in images {
+            let attrs = keep_root(&mut itable, dev.as_ref(), ino, attrs)?;
             itable.insert(dev.as_ref(), ino, attrs)?;
         }
         replayed_images.sort_unstable();

@@ -356,11 +356,14 @@ impl Volume {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
-        let uncovered = if unify { None } else { Some(self.uncovered()) };
+        // (A unify gives trees new roots; an fsync commit that goes ahead
+        // of it logs them, and replay keeps the inode table's root instead.)
+        let uncovered = self.uncovered();
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
                 self.in_flight = true;
-                self.frozen_uncovered = uncovered;
+                // Nothing may go ahead of a job that holds the log.
+                self.frozen_uncovered = (!job.holds_log()).then_some(uncovered);
                 self.in_flight_bytes += job.data_bytes();
                 self.dirty_bytes = 0;
                 self.reserved = 0;

@@ -52,22 +52,17 @@ impl Chain {
     }
 }
 
-/// Read the chain starting at `head`, whose first block must carry `seq`.
-pub fn read_chain(dev: &dyn Device, head: u64, seq: u64) -> Result<Chain> {
+/// Read the chain from `start`: the head's address, and the seq and
+/// `prev_crc` it must carry (the superblock's [`log_start`]).
+///
+/// [`log_start`]: crate::structures::superblock::Superblock::log_start
+pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
     let bs = dev.block_size() as usize;
-    let mut tail = Tail {
-        next: head,
-        seq,
-        prev_crc: 0,
-    };
+    let mut tail = start;
     let mut deltas = Vec::new();
     let mut pending: Vec<Record> = Vec::new();
     let mut pending_blocks = Vec::new();
-    let mut at = Tail {
-        next: head,
-        seq,
-        prev_crc: 0,
-    };
+    let mut at = start;
     let mut buf = vec![0u8; bs];
     // The tail before each committed delta, to step back over the last one.
     let mut starts = Vec::new();

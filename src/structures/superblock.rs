@@ -50,6 +50,9 @@ pub struct Superblock {
     pub bitmap_blocks: u64,
     pub log_head: u64,
     pub log_seq: u64,
+    /// The `prev_crc` the head block carries: 0 for a fresh head, or the
+    /// checksum of the block before it when the log goes on across a unify.
+    pub log_prev_crc: u32,
     pub next_delta: u64,
     pub created: i64,
     pub unifies: u64,
@@ -77,7 +80,7 @@ impl Superblock {
         w.u64(self.next_delta);
         w.i64(self.created);
         w.u64(self.unifies);
-        w.u64(0);
+        w.u64(self.log_prev_crc as u64);
         let mut b = w.buf;
         b.resize(self.block_size as usize, 0);
         let crc = crc_superblock(&b);
@@ -150,6 +153,15 @@ impl Superblock {
             next_delta: r.u64("next delta")?,
             created: r.i64("created")?,
             unifies: r.u64("unify count")?,
+            log_prev_crc: {
+                let v = r.u64("log head prev crc")?;
+                u32::try_from(v).map_err(|_| {
+                    Error::corrupt(
+                        addr,
+                        format!("superblock: log head prev crc {v:#x} is wider than 32 bits"),
+                    )
+                })?
+            },
         };
         // Counters that commits and unifies increment: far from overflow.
         if sb.next_delta >= 1 << 62 || sb.log_seq >= 1 << 62 || sb.seq >= 1 << 62 || sb.unifies >= 1 << 62 {
@@ -217,6 +229,16 @@ impl Superblock {
     }
 
     /// Where this superblock is written: copy `seq % 2`.
+    /// Where the log starts: its head, the seq and the `prev_crc` the head
+    /// block must carry.
+    pub fn log_start(&self) -> crate::log::Tail {
+        crate::log::Tail {
+            next: self.log_head,
+            seq: self.log_seq,
+            prev_crc: self.log_prev_crc,
+        }
+    }
+
     pub fn home(&self) -> u64 {
         self.seq % 2
     }
@@ -274,6 +296,7 @@ mod tests {
             bitmap_blocks: 1,
             log_head: 12,
             log_seq: 5,
+            log_prev_crc: 0xdead_beef,
             next_delta: 9,
             created: 1234,
             unifies: 2,
@@ -298,5 +321,24 @@ mod tests {
             c[i] ^= 0x10;
             assert!(Superblock::decode(&c, 0).is_err(), "flip at byte {i}");
         }
+    }
+
+    /// The head's prev crc lives in the u64 at byte 128: an image from
+    /// before it (0 there) reads as a fresh head, and a value wider than 32
+    /// bits is refused, naming the field.
+    #[test]
+    fn log_prev_crc_is_32_bits_at_128() {
+        let mut sb = sample();
+        sb.log_prev_crc = 0;
+        let b = sb.encode();
+        assert_eq!(&b[128..136], &[0u8; 8]);
+        assert_eq!(Superblock::decode(&b, 1).unwrap().log_start().prev_crc, 0);
+        let mut wide = sample().encode();
+        wide[132] = 1;
+        wide[8..12].copy_from_slice(&[0; 4]);
+        let crc = crc_superblock(&wide);
+        wide[8..12].copy_from_slice(&crc.to_le_bytes());
+        let e = Superblock::decode(&wide, 1).unwrap_err().to_string();
+        assert!(e.contains("log head prev crc"), "{e}");
     }
 }

@@ -118,8 +118,8 @@ fn log(dev: &dyn Device, sb: &Superblock, out: &mut String) -> Result<()> {
         "\nlog since the last unify (head block {}, sequence {})",
         sb.log_head, sb.log_seq
     );
-    let chain = read_chain(dev, sb.log_head, sb.log_seq)?;
-    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(0));
+    let chain = read_chain(dev, sb.log_start())?;
+    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(sb.log_prev_crc));
     let committed = chain.blocks().count().min(blocks.len());
     for (i, lb) in blocks.iter().enumerate() {
         if i == MAX_LOG_LISTED {

@@ -269,8 +269,8 @@ fn counts(records: &[Record]) -> String {
 /// The log chain since the last unify; returns the id of its first node.
 fn log(d: &mut Dot, dev: &dyn Device, sb: &Superblock) -> String {
     d.open("log", "log since the last unify", "#3d85c6");
-    let chain = read_chain(dev, sb.log_head, sb.log_seq);
-    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(0));
+    let chain = read_chain(dev, sb.log_start());
+    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(sb.log_prev_crc));
     let committed = chain.as_ref().map_or(0, |c| c.blocks().count().min(blocks.len()));
     let (mut first, mut prev, mut cut) = (None, None::<String>, 0);
     for (i, lb) in blocks.iter().enumerate() {

@@ -191,9 +191,11 @@ impl Recorder {
     /// [`Interleaved`] belong to the next delta, and fsync commits among
     /// them may go ahead of the sync's log. The sync is recorded first, as
     /// a durability point for the state when it started (its snapshot);
-    /// the calls after it, in order.
+    /// the calls after it, in order. With `unify`, the commit is a unify
+    /// and the calls run before its superblock.
     pub fn sync_interleaved(
         &mut self,
+        unify: bool,
         during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
     ) -> Result<()> {
         let before = Snapshot::take(self.fs())?;
@@ -206,7 +208,12 @@ impl Recorder {
             snaps: Vec::new(),
         };
         let mut failed = None;
-        let r = fs.sync_with(|| failed = during(&mut inner).err());
+        let run = || failed = during(&mut inner).err();
+        let r = if unify {
+            fs.unify_with(run)
+        } else {
+            fs.sync_with(run)
+        };
         let (ops, snaps) = (inner.ops, inner.snaps);
         if let Some(e) = failed {
             return Err(e);
@@ -214,7 +221,11 @@ impl Recorder {
         let end = self.pos();
         let inner_flushes: u64 = ops.iter().map(|o| o.flushes).sum();
         self.ops.push(OpRecord {
-            desc: format!("sync (with {} calls during its commit) -> {r:?}", ops.len()),
+            desc: format!(
+                "{} (with {} calls during its commit) -> {r:?}",
+                if unify { "unify" } else { "sync" },
+                ops.len()
+            ),
             start,
             end,
             durable: r.is_ok(),

@@ -553,8 +553,10 @@ fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
 /// Fsync commits ahead of a delta commit in flight. Each round makes the
 /// volume durable (a sync, sometimes a unify), changes `/a` and fsyncs it
 /// (so the next delta holds nothing of `a` that is not durable already) and
-/// writes `/hot` (which stays undurable), then syncs. While that sync's
-/// commit is in flight, between its data and its log, the round appends to
+/// writes `/hot` (which stays undurable), then syncs — every third round
+/// unifies instead, so the fsyncs go ahead of a unify's superblock and
+/// name trees it gives new roots. While that commit is in flight, between
+/// its data and its log (or superblock), the round appends to
 /// or overwrites `a` and fsyncs it, creates a file in `/d` (which the delta
 /// in flight leaves alone) and fsyncs it, writes and fsyncs `/b` (untouched
 /// since the round began), and writes `hot` again. Those fsyncs go ahead of
@@ -593,7 +595,8 @@ fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             (w2 % size.max(1), 1 + (w3 % 3000) as usize)
         };
         let new_file = rng.below(3) != 0;
-        rec.sync_interleaved(|ilv| {
+        // Every third round the commit in flight is a unify.
+        rec.sync_interleaved(round % 3 == 1, |ilv| {
             let data = fill(w3, len);
             ilv.op(format!("write ino {a} {at}+{len}"), |fs| fs.write(a, at, &data))?;
             ilv.fsync(a)?;

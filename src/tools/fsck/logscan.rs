@@ -82,11 +82,11 @@ pub(super) fn scan(
     is_free: &dyn Fn(u64) -> bool,
     f: &mut Findings,
 ) -> Result<LogScan> {
-    let chain = read_chain(dev, sb.log_head, sb.log_seq)?;
+    let chain = read_chain(dev, sb.log_start())?;
     if let Some(why) = &chain.unproven {
         f.notes.push(why.clone());
     }
-    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(0));
+    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(sb.log_prev_crc));
     let committed = chain.blocks().count().min(blocks.len());
     let scan = LogScan {
         chain,
