@@ -280,6 +280,56 @@ fn goes_ahead_of_a_commit(unify: bool) {
     );
 }
 
+/// An fsync of a file whose last write the commit in flight holds (frozen
+/// before anything made it durable) still goes ahead of that commit: the
+/// fsync commit logs the frozen pages too. A crash right then keeps them.
+#[test]
+fn fsync_covers_pages_frozen_in_the_commit_in_flight() {
+    let (mem, dev) = fresh();
+    let fs = open(&dev);
+    let probe = fs.create(ROOT_INO, b"probe", 0o644, 0, 0).unwrap().ino;
+    let stream = fs.create(ROOT_INO, b"stream", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    fs.write(probe, 0, &[4u8; 6000]).unwrap();
+    fs.write(stream, 0, &vec![7u8; 1 << 20]).unwrap();
+    let deltas = fs.stats().deltas;
+    let mut crash_image = None;
+    fs.sync_with(|| {
+        // Half of the frozen data rewritten in the next delta.
+        fs.write(probe, 4096, &[5u8; 100]).unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let before = fs.counters();
+        fs.fsync_then(
+            probe,
+            false,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the fsync went ahead of the commit in flight")
+            .unwrap();
+        assert_eq!(
+            fs.counters().flushes - before.flushes,
+            1,
+            "one flush for the fsync"
+        );
+        assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
+        crash_image = Some(mem.image());
+    })
+    .unwrap();
+    let crashed: Arc<dyn Device> = Arc::new(MemDevice::from_image(4096, crash_image.unwrap()));
+    let report = tux3::tools::fsck::check(crashed.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let c = open(&crashed);
+    let got = c.read(probe, 0, 8192).unwrap();
+    assert_eq!(got.len(), 6000);
+    assert!(got[..4096].iter().all(|&b| b == 4), "the frozen page");
+    assert!(got[4096..4196].iter().all(|&b| b == 5), "the rewrite");
+    assert!(got[4196..].iter().all(|&b| b == 4), "the frozen page's rest");
+    assert_eq!(c.getattr(stream).unwrap().size, 0, "the unfinished commit's data");
+}
+
 /// Syncs that wait together while a commit is in flight share the next
 /// commit; a change made after they were called (while that commit is in
 /// flight) does not cost another.

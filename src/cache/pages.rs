@@ -91,6 +91,16 @@ impl PageMap {
             .collect()
     }
 
+    /// Pages under writeback (frozen into the commit in flight, not changed
+    /// since) that no fsync commit has logged, in logical order.
+    pub fn frozen_unlogged(&self) -> Vec<u64> {
+        self.pages
+            .iter()
+            .filter(|(_, p)| p.writeback && !p.logged)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
     /// First cached page at or after `lblock`.
     pub fn next_from(&self, lblock: u64) -> Option<u64> {
         self.pages.range(lblock..).next().map(|(k, _)| *k)

@@ -20,22 +20,38 @@
 //! An fsync commit may also go ahead of a delta commit in flight, while that
 //! commit writes its data (before it is sealed, `Volume::seal`), when the
 //! delta in flight holds no change to the fsynced inodes (or the directory
-//! of a new name) that an fsync commit has not made durable already: the
-//! fsync commit then depends on nothing the commit in flight writes, and
-//! the commit's log follows it in the chain. Replay keeps such an fsync
-//! commit live after that delta's commit (it carries the next delta's
-//! number). Otherwise the fsync waits for the commit in flight.
+//! of a new name) that an fsync commit has not made durable already — or
+//! only data and attributes of theirs, whose frozen pages it then logs too
+//! ([`Frozen::coverable`]): the fsync commit then depends on nothing the
+//! commit in flight writes, and the commit's log follows it in the chain.
+//! Replay keeps such an fsync commit live after that delta's commit (it
+//! carries the next delta's number). Otherwise the fsync waits for the
+//! commit in flight. The same holds ahead of a unify that does not start a
+//! fresh log (`CommitJob::holds_log`).
 
 use super::Volume;
 use crate::api::types::*;
 use crate::backend::commit::CommitJob;
 use crate::error::Result;
 use crate::log::Record;
+use std::collections::HashSet;
 
 /// Most dirty pages an inode may have for the fast path.
 pub const INLINE_PAGES: usize = 16;
 /// Bytes of file data per inline record (fits a 1 KiB log block).
 pub const INLINE_CHUNK: usize = 896;
+
+/// The delta commit in flight, as fsync commits may go ahead of it (while
+/// it writes its data).
+pub struct Frozen {
+    /// Inodes it changes that no fsync commit has made durable already.
+    pub uncovered: HashSet<Ino>,
+    /// Those of them whose only changes there are file data and attributes
+    /// (a regular file or symlink, no name or link change, no tree change
+    /// but its data's mapping, its name durable): an fsync commit makes
+    /// one durable by logging its frozen pages too.
+    pub coverable: HashSet<Ino>,
+}
 
 /// What an fsync needs.
 pub enum FsyncPlan {
@@ -77,28 +93,36 @@ impl Volume {
             !self.fsync_in_flight,
             "P1: a second fsync commit planned while one is in flight"
         );
+        // Inodes whose changes in the commit in flight this one covers.
+        let mut frozen_too = Vec::new();
         if self.in_flight {
             // Only ahead of a delta commit writing its data, and only when
-            // that commit holds nothing of these inodes not yet durable.
-            let Some(uncovered) = &self.frozen_uncovered else {
+            // that commit holds nothing of these inodes not yet durable — or
+            // only their data and attributes, which this commit logs too.
+            let Some(frozen) = &self.frozen else {
                 return Ok(FsyncPlan::Wait);
             };
             let waits = |ino: &Ino| {
-                uncovered.contains(ino)
+                (frozen.uncovered.contains(ino) && !frozen.coverable.contains(ino))
                     || self.be.orphans.contains(ino)
                     || self
                         .new_names
                         .get(ino)
-                        .is_some_and(|(dir, _, _)| uncovered.contains(dir))
+                        .is_some_and(|(dir, _, _)| frozen.uncovered.contains(dir))
             };
             if inos.iter().any(waits) {
                 return Ok(FsyncPlan::Wait);
             }
+            frozen_too = inos
+                .iter()
+                .copied()
+                .filter(|i| frozen.uncovered.contains(i))
+                .collect();
         }
         let dirty: Vec<Ino> = inos
             .iter()
             .copied()
-            .filter(|i| self.cache.dirty.contains(i))
+            .filter(|i| self.cache.dirty.contains(i) || frozen_too.contains(i))
             .collect();
         for &ino in &dirty {
             if !self.fsync_eligible(ino)? {
@@ -124,6 +148,13 @@ impl Volume {
             self.added_keys.remove(&key);
         }
         self.fsync_logged.extend(logged.images);
+        // Everything of theirs is in this commit now, frozen changes too.
+        if let Some(frozen) = &mut self.frozen {
+            for ino in &frozen_too {
+                frozen.uncovered.remove(ino);
+                frozen.coverable.remove(ino);
+            }
+        }
         self.fsync_in_flight = true;
         self.in_flight_bytes += job.data_bytes();
         Ok(FsyncPlan::Job(Box::new(job)))
@@ -150,7 +181,29 @@ impl Volume {
         let i = self.inode(ino)?;
         Ok(matches!(i.kind(), FileType::Regular | FileType::Symlink)
             && !i.tree.has_dirty_leaves()
-            && i.pages.unlogged().len() <= INLINE_PAGES)
+            && i.pages.unlogged().len() + i.pages.frozen_unlogged().len() <= INLINE_PAGES)
+    }
+
+    /// The commit about to be frozen, as fsync commits may go ahead of it
+    /// (called at freeze, before the delta is prepared).
+    pub(super) fn frozen_state(&self) -> Frozen {
+        let uncovered = self.uncovered();
+        let data_only = |ino: &&Ino| {
+            let Some(i) = self.cache.map.get(*ino) else {
+                return false;
+            };
+            let name_durable = self
+                .new_names
+                .get(*ino)
+                .is_none_or(|(dir, key, _)| !self.added_keys.contains(&(*dir, *key)));
+            matches!(i.kind(), FileType::Regular | FileType::Symlink)
+                && !self.ns_touched.contains(*ino)
+                && !self.be.orphans.contains(*ino)
+                && !i.tree.has_dirty_leaves()
+                && name_durable
+        };
+        let coverable = uncovered.iter().filter(data_only).copied().collect();
+        Frozen { uncovered, coverable }
     }
 
     /// The records that make `ino` durable (it is eligible).
@@ -159,7 +212,11 @@ impl Volume {
         let new_name = self.new_names.get(&ino).cloned();
         let bs = self.be.bs as u64;
         let i = self.inode(ino)?;
-        let pending = i.pages.unlogged();
+        // Its dirty pages, and those the commit in flight froze that no
+        // fsync commit has logged (only while that commit writes its data).
+        let mut pending = i.pages.unlogged();
+        pending.extend(i.pages.frozen_unlogged());
+        pending.sort_unstable();
         let size = i.attrs.size;
         let mut data = Vec::new();
         for &lblock in &pending {

@@ -68,10 +68,10 @@ pub struct Volume {
     /// `finish`).
     fsync_in_flight: bool,
     /// While the delta commit in flight writes its data (frozen, not yet
-    /// sealed; never for a unify): the inodes it changes that no fsync
-    /// commit has made durable already. An fsync commit of inodes outside
-    /// this set may go ahead of that commit (`fsync.rs`).
-    frozen_uncovered: Option<std::collections::HashSet<Ino>>,
+    /// sealed; never for a unify that holds the log): the inodes it changes
+    /// that no fsync commit has made durable already, and which of them an
+    /// fsync commit may cover anyway (`fsync.rs`).
+    frozen: Option<fsync::Frozen>,
     /// Inode images logged by fsync commits of the open delta, to tell at
     /// freeze which changes are durable already.
     fsync_logged: HashMap<Ino, Vec<u8>>,
@@ -113,7 +113,7 @@ impl Volume {
             failed: false,
             in_flight: false,
             fsync_in_flight: false,
-            frozen_uncovered: None,
+            frozen: None,
             fsync_logged: HashMap::new(),
             changed: false,
             new_names: HashMap::new(),
@@ -358,12 +358,12 @@ impl Volume {
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
         // (A unify gives trees new roots; an fsync commit that goes ahead
         // of it logs them, and replay keeps the inode table's root instead.)
-        let uncovered = self.uncovered();
+        let frozen = self.frozen_state();
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
                 self.in_flight = true;
                 // Nothing may go ahead of a job that holds the log.
-                self.frozen_uncovered = (!job.holds_log()).then_some(uncovered);
+                self.frozen = (!job.holds_log()).then_some(frozen);
                 self.in_flight_bytes += job.data_bytes();
                 self.dirty_bytes = 0;
                 self.reserved = 0;
@@ -402,7 +402,7 @@ impl Volume {
     /// Between a delta commit's data and its log: encode the log at the
     /// tail as it is now. From here on no fsync commit may go ahead of it.
     pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
-        self.frozen_uncovered = None;
+        self.frozen = None;
         let r = self.be.seal(job);
         if r.is_err() {
             self.failed = true;
@@ -422,7 +422,7 @@ impl Volume {
         } else {
             debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
             self.in_flight = false;
-            self.frozen_uncovered = None;
+            self.frozen = None;
         }
         // The job, with the data it holds, is dropped on return.
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());

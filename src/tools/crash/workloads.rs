@@ -559,8 +559,10 @@ fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
 /// its data and its log (or superblock), the round appends to
 /// or overwrites `a` and fsyncs it, creates a file in `/d` (which the delta
 /// in flight leaves alone) and fsyncs it, writes and fsyncs `/b` (untouched
-/// since the round began), and writes `hot` again. Those fsyncs go ahead of
-/// the sync's log; a crash anywhere must keep each one that returned.
+/// since the round began), and writes `hot` again (and in even rounds
+/// fsyncs it: the commit in flight holds its earlier write, which that
+/// fsync commit logs too). Those fsyncs go ahead of the sync's log; a crash
+/// anywhere must keep each one that returned.
 fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     let d = rec
         .op("mkdir /d", false, |fs| fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0))?
@@ -618,6 +620,11 @@ fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             ilv.op(format!("write /hot 0+{}", data.len()), |fs| {
                 fs.write(hot, 0, &data)
             })?;
+            if round % 2 == 0 {
+                // The commit in flight holds /hot's earlier write: the
+                // fsync commit logs those frozen pages too.
+                ilv.fsync(hot)?;
+            }
             Ok(())
         })?;
         if rng.below(2) == 0 {
