@@ -203,6 +203,25 @@ fn fsync_goes_ahead_of_a_unify_writing_its_blocks() {
     goes_ahead_of_a_commit(true);
 }
 
+/// Fsync `ino` from inside a commit in flight; returns the flushes it took.
+fn fsync_ahead(fs: &Fs, ino: u64) -> u64 {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let before = fs.counters().flushes;
+    fs.fsync_then(
+        ino,
+        false,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    // Safety net only: an fsync that waited for the commit in flight would
+    // never complete here.
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the fsync went ahead of the commit in flight")
+        .unwrap();
+    fs.counters().flushes - before
+}
+
 fn goes_ahead_of_a_commit(unify: bool) {
     let (mem, dev) = fresh();
     let fs = open(&dev);
@@ -219,22 +238,7 @@ fn goes_ahead_of_a_commit(unify: bool) {
     let mut crash_image = None;
     let during = || {
         fs.write(probe, 8192, &[3u8; 4096]).unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let before = fs.counters();
-        fs.fsync_then(
-            probe,
-            false,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        // Safety net only: an fsync that waited for this commit would never
-        // complete here.
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("the fsync went ahead of the commit in flight")
-            .unwrap();
-        let after = fs.counters();
-        assert_eq!(after.flushes - before.flushes, 1, "one flush for the fsync");
+        assert_eq!(fsync_ahead(&fs, probe), 1, "one flush for the fsync");
         assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
         assert_eq!(fs.stats().unifies, unifies, "the unify has not finished");
         crash_image = Some(mem.image());
@@ -297,23 +301,7 @@ fn fsync_covers_pages_frozen_in_the_commit_in_flight() {
     fs.sync_with(|| {
         // Half of the frozen data rewritten in the next delta.
         fs.write(probe, 4096, &[5u8; 100]).unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let before = fs.counters();
-        fs.fsync_then(
-            probe,
-            false,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("the fsync went ahead of the commit in flight")
-            .unwrap();
-        assert_eq!(
-            fs.counters().flushes - before.flushes,
-            1,
-            "one flush for the fsync"
-        );
+        assert_eq!(fsync_ahead(&fs, probe), 1, "one flush for the fsync");
         assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
         crash_image = Some(mem.image());
     })
