@@ -22,7 +22,8 @@ WORKLOAD_TEXT = {
                "dbench 4 with its NetBench loadfile (client.txt) for a fixed time; `-s` "
                "opens every file O_SYNC. MB/s as dbench reports it, higher is better."),
     "fsync-load": ("fsync latency under a background writer",
-                   "Every 100 ms append 4 KiB to a small file and fsync it; p99 latency in "
+                   "Every 50 ms for 30 s (600 samples; quick mode: every 100 ms for 2 s) append "
+                   "4 KiB to a small file and fsync it; p99 latency in "
                    "ms (lower is better), idle and while another process streams buffered "
                    "1 MiB writes to a large file (starting writeback every 32 MiB)."),
     "meta": ("Metadata at scale",
@@ -310,8 +311,8 @@ def commands(res):
         "rename_cycle DIR %s 16000 1|0 %s" % (q.get("rename_cycles", "N"), q.get("cap") or ""),
         "dbench -D DIR -t %s -c %s [-s] CLIENTS   # clients %s" % (
             q.get("dbench_secs"), q.get("loadfile"), q.get("dbench_clients")),
-        "fsync_latency writer FILE %s %s & fsync_latency probe FILE %s 100" % (
-            q.get("writer_bound"), (q.get("lat_secs") or 0) + 2, q.get("lat_secs")),
+        "fsync_latency writer FILE %s %s & fsync_latency probe FILE %s %s" % (
+            q.get("writer_bound"), (q.get("lat_secs") or 0) + 2, q.get("lat_secs"), q.get("lat_every_ms", 100)),
         "meta flat DIR %s create|stat|unlink %s; meta tree DIR %s create|read|delete %s; find DIR" % (
             q.get("meta_flat"), q.get("cap") or "", q.get("meta_tree"), q.get("cap") or ""),
         "fio --name=seqwrite|seqread --rw=write|read --bs=1M --size=%s --end_fsync=1 --ioengine=psync" % q.get("stream_size"),

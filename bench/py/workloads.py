@@ -29,7 +29,10 @@ class Ctx:
         self.rename_cycles = 1000 if q else 10000
         self.dbench_clients = [1, 8] if q else [1, 8, 16, 32]
         self.dbench_secs = 2 if q else 10  # dbench 4 reports nothing for -t 1
-        self.lat_secs = 2 if q else 10
+        # fsync-load: probe every lat_every_ms for lat_secs (600 samples in a full
+        # run, so p99 is the 6th worst rather than about the worst).
+        self.lat_secs = 2 if q else 30
+        self.lat_every_ms = 100 if q else 50
         self.writer_bound = (512 if q else 4096) * MIB
         self.meta_flat = 20000 if q else 1000000
         self.meta_tree = 5000 if q else 100000
@@ -207,7 +210,7 @@ def fsync_load(ctx, m):
                                 ctx.writer_bound, ctx.lat_secs + 2])
                 time.sleep(0.5)  # let the stream get going
             try:
-                r = _json_step([ctx.bin("fsync_latency"), "probe", probe_file, ctx.lat_secs, 100],
+                r = _json_step([ctx.bin("fsync_latency"), "probe", probe_file, ctx.lat_secs, ctx.lat_every_ms],
                                ctx.lat_secs + ctx.step_timeout)
             finally:
                 if writer:
