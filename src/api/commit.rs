@@ -148,15 +148,18 @@ impl Shared {
         };
         let mut r = job.write_data();
         during();
-        let _log = log.unwrap_or_else(|| self.log.lock());
+        let log = log.unwrap_or_else(|| self.log.lock());
         if r.is_ok() {
             r = self.volume.lock().seal(&mut job);
         }
         if r.is_ok() {
             r = job.write_log();
         }
-        self.volume.lock().finish(job, r)?;
+        let retired = self.volume.lock().finish(job, r)?;
         self.durable.store(number, Ordering::SeqCst);
+        // Freed once writers and fsyncs no longer wait on our locks.
+        drop(log);
+        drop(retired);
         Ok(())
     }
 
@@ -282,7 +285,8 @@ impl Shared {
             FsyncPlan::Full | FsyncPlan::Wait => None,
             FsyncPlan::Job(mut job) => {
                 let r = job.write();
-                Some(self.volume.lock().finish(*job, r))
+                let r = self.volume.lock().finish(*job, r);
+                Some(r.map(drop))
             }
         }
     }

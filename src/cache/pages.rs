@@ -134,10 +134,17 @@ impl PageMap {
         out
     }
 
-    /// The commit is durable: drop the pages it wrote that were not changed
-    /// again meanwhile (the device now holds them).
-    pub fn end_writeback(&mut self) {
-        self.pages.retain(|_, p| !p.writeback);
+    /// The commit is durable: remove the pages it wrote that were not
+    /// changed again meanwhile (the device now holds them) and return them,
+    /// for the caller to free when it suits (outside its locks).
+    pub fn end_writeback(&mut self) -> Vec<Page> {
+        let done: Vec<u64> = self
+            .pages
+            .iter()
+            .filter(|(_, p)| p.writeback)
+            .map(|(k, _)| *k)
+            .collect();
+        done.iter().filter_map(|k| self.pages.remove(k)).collect()
     }
 }
 
@@ -166,7 +173,10 @@ mod tests {
         m.page_mut(1, 1, || vec![1; 8]);
         m.page_mut(2, 1, || vec![2; 8]);
         m.start_writeback();
-        m.end_writeback();
-        assert!(m.get(1).is_none() && m.get(2).is_none());
+        m.page_mut(2, 2, Vec::new)[0] = 5;
+        let gone: Vec<u8> = m.end_writeback().iter().map(|p| p.data[0]).collect();
+        assert_eq!(gone, [1], "the written page is handed back to be freed");
+        assert!(m.get(1).is_none());
+        assert_eq!(m.get(2).unwrap().data[0], 5, "the re-dirtied page stays");
     }
 }

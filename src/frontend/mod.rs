@@ -97,6 +97,13 @@ pub struct Volume {
     handles: HashMap<Ino, u32>,
 }
 
+/// What a finished commit leaves to free ([`Volume::finish`]): dropping it
+/// frees the job's and the written pages' memory.
+pub struct Retired {
+    _job: CommitJob,
+    _pages: Vec<crate::cache::pages::Page>,
+}
+
 impl Volume {
     /// Open the volume on `dev` and replay its log into cache.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> {
@@ -333,7 +340,7 @@ impl Volume {
         let r = job.write_data();
         let r = r.and_then(|()| self.seal(&mut job));
         let r = r.and_then(|()| job.write_log());
-        self.finish(job, r)
+        self.finish(job, r).map(drop)
     }
 
     /// Freeze the current delta into a commit job whose I/O the caller runs
@@ -412,7 +419,11 @@ impl Volume {
 
     /// The I/O of `job` ended with `result`: on success the delta (or fsync
     /// commit) is durable; on failure the volume refuses further changes.
-    pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<()> {
+    /// Returns what the commit leaves to free — the job, with the pages it
+    /// holds, and the pages it wrote — for the caller to drop once it has
+    /// released the volume (freeing a delta's worth of pages takes
+    /// milliseconds, which writers should not wait for).
+    pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<Retired> {
         if job.is_fsync() {
             debug_assert!(
                 self.fsync_in_flight,
@@ -424,22 +435,24 @@ impl Volume {
             self.in_flight = false;
             self.frozen = None;
         }
-        // The job, with the data it holds, is dropped on return.
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
         if let Err(e) = result {
             self.failed = true;
             return Err(e);
         }
         self.be.finish(&job);
-        if job.is_fsync() {
-            return Ok(());
-        }
-        for ino in &job.inodes {
-            if let Some(i) = self.cache.map.get_mut(ino) {
-                i.pages.end_writeback();
+        let mut pages = Vec::new();
+        if !job.is_fsync() {
+            for ino in &job.inodes {
+                if let Some(i) = self.cache.map.get_mut(ino) {
+                    pages.append(&mut i.pages.end_writeback());
+                }
             }
         }
-        Ok(())
+        Ok(Retired {
+            _job: job,
+            _pages: pages,
+        })
     }
 
     /// What a write of `len` bytes at `offset` of `ino` must wait for so
