@@ -115,8 +115,8 @@ fn counts(records: &[Record]) -> String {
 fn log(dev: &dyn Device, sb: &Superblock, out: &mut String) -> Result<()> {
     let _ = writeln!(
         out,
-        "\nlog since the last unify (head block {}, sequence {})",
-        sb.log_head, sb.log_seq
+        "\nlog since the last unify (head block {}, sequence {}, prev crc {:#010x})",
+        sb.log_head, sb.log_seq, sb.log_prev_crc
     );
     let chain = read_chain(dev, sb.log_start())?;
     let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(sb.log_prev_crc));
