@@ -33,7 +33,7 @@ fn bases() -> &'static [Base] {
             .map(|(_, image)| {
                 let dev = device(&image);
                 let sb = Superblock::load(dev.as_ref()).expect("base superblock");
-                let chain = read_chain(dev.as_ref(), sb.log_head, sb.log_seq).expect("base log");
+                let chain = read_chain(dev.as_ref(), sb.log_start()).expect("base log");
                 let mut log: Vec<usize> = chain.blocks().map(|b| b as usize).collect();
                 assert!(!log.is_empty(), "base image without a log");
                 log.push(chain.tail.next as usize);
