@@ -91,12 +91,13 @@ impl PageMap {
             .collect()
     }
 
-    /// Pages under writeback (frozen into the commit in flight, not changed
-    /// since) that no fsync commit has logged, in logical order.
-    pub fn frozen_unlogged(&self) -> Vec<u64> {
+    /// Pages whose current content no fsync commit has logged, in logical
+    /// order: the dirty ones ([`PageMap::unlogged`]) and those frozen into
+    /// the commit in flight and not changed since.
+    pub fn not_logged(&self) -> Vec<u64> {
         self.pages
             .iter()
-            .filter(|(_, p)| p.writeback && !p.logged)
+            .filter(|(_, p)| !p.logged)
             .map(|(k, _)| *k)
             .collect()
     }
@@ -138,13 +139,10 @@ impl PageMap {
     /// changed again meanwhile (the device now holds them) and return them,
     /// for the caller to free when it suits (outside its locks).
     pub fn end_writeback(&mut self) -> Vec<Page> {
-        let done: Vec<u64> = self
-            .pages
-            .iter()
-            .filter(|(_, p)| p.writeback)
-            .map(|(k, _)| *k)
-            .collect();
-        done.iter().filter_map(|k| self.pages.remove(k)).collect()
+        self.pages
+            .extract_if(.., |_, p| p.writeback)
+            .map(|(_, p)| p)
+            .collect()
     }
 }
 

@@ -181,7 +181,7 @@ impl Volume {
         let i = self.inode(ino)?;
         Ok(matches!(i.kind(), FileType::Regular | FileType::Symlink)
             && !i.tree.has_dirty_leaves()
-            && i.pages.unlogged().len() + i.pages.frozen_unlogged().len() <= INLINE_PAGES)
+            && i.pages.not_logged().len() <= INLINE_PAGES)
     }
 
     /// The commit about to be frozen, as fsync commits may go ahead of it
@@ -214,9 +214,7 @@ impl Volume {
         let i = self.inode(ino)?;
         // Its dirty pages, and those the commit in flight froze that no
         // fsync commit has logged (only while that commit writes its data).
-        let mut pending = i.pages.unlogged();
-        pending.extend(i.pages.frozen_unlogged());
-        pending.sort_unstable();
+        let pending = i.pages.not_logged();
         let size = i.attrs.size;
         let mut data = Vec::new();
         for &lblock in &pending {
