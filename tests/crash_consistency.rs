@@ -175,6 +175,14 @@ fn fsync_ahead() {
 }
 
 #[test]
+fn names_fsync() {
+    // Seed 1 renames the most, 2 and 3 link too, 3 renames across /p and /q.
+    check("names_fsync", 1, 1500, &opts());
+    check("names_fsync", 2, 1500, &opts());
+    check("names_fsync", 3, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {

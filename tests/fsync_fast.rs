@@ -92,7 +92,7 @@ fn full_delta_supersedes_fsync_commits_and_fallbacks_stay_correct() {
     )
     .unwrap();
     fs.sync().unwrap();
-    // Rename then fsync: not eligible for the fast path, must still hold.
+    // Rename then fsync: the fsync commit logs the rename too.
     fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", RenameFlags::default())
         .unwrap();
     fs.write(f.ino, 100, &[3u8; 10]).unwrap();

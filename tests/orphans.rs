@@ -128,17 +128,46 @@ fn orphan_committed_by_fast_fsync() {
     let mem = volume();
     let fs = open(&mem);
     let ino = make_orphan(&fs, b"f", 3000);
-    // The unlink is in the open delta: the fsync takes the full commit.
-    let deltas = fs.stats().deltas;
+    // The unlink is in the open delta: the fast fsync commit logs the
+    // orphan's image (link count 0) with its Orphan record.
+    let (deltas, fsyncs) = (fs.stats().deltas, fs.stats().fsyncs);
     fs.fsync(ino, false).unwrap();
-    assert_eq!(fs.stats().deltas, deltas + 1, "unlink needs the full commit");
-    // Now the orphan is durable: writes to it go by fast fsync.
+    assert_eq!(fs.stats().deltas, deltas, "no full commit");
+    assert_eq!(fs.stats().fsyncs, fsyncs + 1, "a fast fsync commit");
+    // Later writes to it go by fast fsync too.
     fs.write(ino, 3000, &[7u8; 2000]).unwrap();
     let fsyncs = fs.stats().fsyncs;
     fs.fsync(ino, false).unwrap();
     assert_eq!(fs.stats().fsyncs, fsyncs + 1, "a fast fsync commit");
     drop(fs);
     freed_at_mount(&mem, &[ino]);
+}
+
+#[test]
+fn fast_fsync_of_a_durable_file_unlinked_while_open() {
+    // The file's name is durable; the fast fsync commit logs the entry's
+    // removal with the orphan, so replay finds no name for a link count 0.
+    let mem = volume();
+    let fs = open(&mem);
+    let a = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(a.ino, 0, &[3u8; 5000]).unwrap();
+    let keep = fs.create(ROOT_INO, b"keep", 0o644, 0, 0).unwrap();
+    fs.sync().unwrap();
+    fs.open_handle(a.ino).unwrap();
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    let (deltas, fsyncs) = (fs.stats().deltas, fs.stats().fsyncs);
+    fs.fsync(a.ino, false).unwrap();
+    assert_eq!((fs.stats().deltas, fs.stats().fsyncs), (deltas, fsyncs + 1));
+    drop(fs);
+    let r = fsck(&mem);
+    assert!(orphan_note(&r, a.ino), "{r:?}");
+    freed_at_mount(&mem, &[a.ino]);
+    let fs = open(&mem);
+    assert!(matches!(
+        fs.lookup(ROOT_INO, b"f"),
+        Err(Error::Posix(Errno::ENOENT))
+    ));
+    assert_eq!(fs.lookup(ROOT_INO, b"keep").unwrap().ino, keep.ino);
 }
 
 #[test]

@@ -70,6 +70,11 @@ fn shared_outcome(r: &Result<()>) -> Result<()> {
 }
 
 impl Shared {
+    /// Whether every fsync commits the whole delta (`-o fsync=strict`).
+    pub(super) fn fsync_strict(&self) -> bool {
+        self.fsync_strict
+    }
+
     pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
         Shared {
             volume: Mutex::new(volume),

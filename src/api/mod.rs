@@ -276,7 +276,10 @@ impl Fs {
     /// this inode's changes and the new entry naming it go out, ahead of the
     /// open delta, with one flush; concurrent fsyncs share one commit. With
     /// `fsync_strict`, the whole delta commits (strict ordering).
-    /// `datasync` makes no difference: the inode record rides along anyway.
+    /// With `datasync` (fdatasync), nothing is written when only attributes
+    /// that reading the data back does not need (times, mode, owner,
+    /// xattrs) changed since the data, size and names were last durable;
+    /// otherwise it is an fsync (the inode record rides along anyway).
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.fsync_then(
@@ -295,19 +298,20 @@ impl Fs {
     /// thread), or at once for an unknown inode or a read-only volume. Every
     /// fsync queued while a commit is in flight joins the next group commit,
     /// so a server can keep thousands of fsyncs waiting on a few threads.
-    pub fn fsync_then(&self, ino: Ino, _datasync: bool, done: FsyncDone) {
-        if let Some(done) = self.fsync_at_once(ino, done) {
+    pub fn fsync_then(&self, ino: Ino, datasync: bool, done: FsyncDone) {
+        if let Some(done) = self.fsync_at_once(ino, datasync, done) {
             self.shared.fsync(ino, done);
         }
     }
 
-    /// Answer an fsync that needs no commit — an unknown inode (its error)
-    /// or a read-only volume (nothing to do) — and give `done` back
-    /// otherwise.
-    fn fsync_at_once(&self, ino: Ino, done: FsyncDone) -> Option<FsyncDone> {
+    /// Answer an fsync that needs no commit — an unknown inode (its error),
+    /// a read-only volume or an fdatasync with no data to make durable
+    /// (nothing to do) — and give `done` back otherwise.
+    fn fsync_at_once(&self, ino: Ino, datasync: bool, done: FsyncDone) -> Option<FsyncDone> {
         let ready = {
             let mut v = self.vol();
-            v.getattr(ino).map(|_| v.is_read_only())
+            let needless = datasync && !self.shared.fsync_strict() && v.datasync_needless(ino);
+            v.getattr(ino).map(|_| v.is_read_only() || needless)
         };
         match ready {
             Err(e) => done(Err(e)),
@@ -329,7 +333,7 @@ impl Fs {
             let done: FsyncDone = Box::new(move |r| {
                 let _ = tx.send(r);
             });
-            if let Some(done) = self.fsync_at_once(ino, done) {
+            if let Some(done) = self.fsync_at_once(ino, false, done) {
                 queued.push((ino, done));
             }
         }

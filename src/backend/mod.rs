@@ -92,8 +92,9 @@ pub struct TreeReplay {
     pub reset: bool,
     /// LeafMap (Some(addr)) and LeafUnmap (None) by sep, in log order.
     pub ops: Vec<(u64, Option<u64>)>,
-    /// Entries set by fsync commits at the end of the log, applied last.
-    pub inserts: Vec<(u64, Vec<u8>)>,
+    /// Entries set (Some) or removed (None) by fsync commits at the end of
+    /// the log, applied last, in log order.
+    pub inserts: Vec<(u64, Option<Vec<u8>>)>,
 }
 
 /// The media side of a mounted volume.
@@ -214,7 +215,16 @@ impl Backend {
                     Record::DirentSet { dir, key, ref entry } => {
                         if live_fsync {
                             crate::structures::dirent::Dirent::decode(entry, key, at)?;
-                            trees.entry(dir).or_default().inserts.push((key, entry.clone()));
+                            trees
+                                .entry(dir)
+                                .or_default()
+                                .inserts
+                                .push((key, Some(entry.clone())));
+                        }
+                    }
+                    Record::DirentRemove { dir, key } => {
+                        if live_fsync {
+                            trees.entry(dir).or_default().inserts.push((key, None));
                         }
                     }
                     Record::DataInline {
@@ -373,7 +383,12 @@ impl Backend {
             }
         }
         for (key, value) in &replay.inserts {
-            tree.insert(self.dev.as_ref(), *key, value.clone())?;
+            match value {
+                Some(v) => tree.insert(self.dev.as_ref(), *key, v.clone())?,
+                None => {
+                    tree.remove(self.dev.as_ref(), *key)?;
+                }
+            }
         }
         Ok(())
     }

@@ -137,6 +137,7 @@ impl Volume {
         i.attrs.mtime = now;
         i.attrs.ctime = now;
         self.touch(ino);
+        self.data_changed.insert(ino);
         Ok(())
     }
 
@@ -174,6 +175,7 @@ impl Volume {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(dropped * bs);
         }
         self.inode(ino)?.attrs.size = size;
+        self.data_changed.insert(ino);
         Ok(())
     }
 

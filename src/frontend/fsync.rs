@@ -1,26 +1,29 @@
 //! Fast fsync: commit one inode's changes ahead of the open delta, as an
 //! fsync commit in the log — its record (inode image), its dirty data inline
-//! in the log blocks, and the directory entry that names it if that is new —
+//! in the log blocks, and the closure of its pending name changes (below) —
 //! with a single flush. The open delta keeps the same changes; its full
 //! commit later supersedes the fsync commit (replay skips fsync commits that
 //! a full commit follows).
 //!
-//! The fast path applies when the inode's pending changes are simple: a
-//! regular file or symlink whose extent tree has no pending change, with at
-//! most [`INLINE_PAGES`] dirty pages, not linked, unlinked or renamed in the
-//! open delta, and, if it was created in the open delta, created in a
-//! directory that is itself durable and untouched otherwise. Anything else
-//! falls back to a full delta commit, which is always correct.
+//! The closure ([`Volume::closure`]): the fsynced inode brings its pending
+//! directory positions (`names.rs`), each position the inodes its new and
+//! its removed durable entry name (and a new entry the removed durable
+//! entries under its name hash), and so on. Each live inode in it is logged
+//! whole (image, pages not yet logged, `Orphan` if it is one); each inode
+//! freed in the open delta as its image with link count 0 plus `Orphan`, so
+//! the next mount frees it; each position as `DirentSet` or `DirentRemove`;
+//! each directory as its image. Replay then finds names and link counts
+//! that agree, and a rename lands whole. The fast path needs every inode in
+//! the closure to be a regular file or symlink without pending extent-tree
+//! changes, at most [`INLINE_PAGES`] pages to log, and every directory
+//! involved durable with its own link count and parent unchanged; anything
+//! else falls back to a full delta commit, which is always correct.
 //!
-//! An orphan (link count 0, kept by an open handle) qualifies once its
-//! unlink is durable; its fsync commit carries an `Orphan` record next to
-//! its image, so every commit that writes a link count of 0 for an open
-//! inode also lists it as an orphan.
-
 //! An fsync commit may also go ahead of a delta commit in flight, while that
 //! commit writes its data (before it is sealed, `Volume::seal`), when the
-//! delta in flight holds no change to the fsynced inodes (or the directory
-//! of a new name) that an fsync commit has not made durable already — or
+//! delta in flight holds no change to the inodes of the closure (nor to its
+//! directories and freed inodes) that an fsync commit has not made durable
+//! already, and no orphan is among them — or
 //! only data and attributes of theirs, whose frozen pages it then logs too
 //! ([`Frozen::coverable`]): the fsync commit then depends on nothing the
 //! commit in flight writes, and the commit's log follows it in the chain.
@@ -29,14 +32,15 @@
 //! commit in flight. The same holds ahead of a unify that does not start a
 //! fresh log (`CommitJob::holds_log`).
 
+use super::names::Pos;
 use super::Volume;
 use crate::api::types::*;
 use crate::backend::commit::CommitJob;
 use crate::error::Result;
 use crate::log::Record;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
-/// Most dirty pages an inode may have for the fast path.
+/// Most pages one fsync commit may log (over all inodes of its closure).
 pub const INLINE_PAGES: usize = 16;
 /// Bytes of file data per inline record (fits a 1 KiB log block).
 pub const INLINE_CHUNK: usize = 896;
@@ -66,18 +70,32 @@ pub enum FsyncPlan {
     Job(Box<CommitJob>),
 }
 
+/// What one fsync commit makes durable: the fsynced inodes and the closure
+/// of their pending name changes.
+#[derive(Default)]
+struct Closure {
+    /// Live inodes to log whole (image, unlogged pages, orphan mark).
+    inodes: Vec<Ino>,
+    /// Inodes freed in the open delta whose durable name it removes: logged
+    /// with link count 0 as orphans (the next mount frees them).
+    freed: Vec<Ino>,
+    /// Directory positions whose entry (or its absence) it logs.
+    positions: BTreeSet<Pos>,
+    /// Their directories, whose images it logs.
+    dirs: BTreeSet<Ino>,
+}
+
+/// Most inodes one closure may hold before the fsync takes a full commit.
+const CLOSURE_MAX: usize = 32;
+
 /// What an fsync commit changes in the volume once it is prepared.
 #[derive(Default)]
 struct Logged {
     records: Vec<Record>,
     /// Pages copied into the log: (inode, block).
     pages: Vec<(Ino, u64)>,
-    /// New directory positions the commit makes durable.
-    keys: Vec<(Ino, u64)>,
     /// The images it logs.
     images: Vec<(Ino, Vec<u8>)>,
-    /// Directories whose image it logs (few: a group's new names).
-    dirs: Vec<Ino>,
 }
 
 impl Volume {
@@ -93,6 +111,15 @@ impl Volume {
             !self.fsync_in_flight,
             "P1: a second fsync commit planned while one is in flight"
         );
+        let uncovered = |ino: &Ino| self.frozen.as_ref().is_some_and(|f| f.uncovered.contains(ino));
+        let start: Vec<Ino> = inos
+            .iter()
+            .copied()
+            .filter(|i| self.cache.dirty.contains(i) || uncovered(i))
+            .collect();
+        let Some(c) = self.closure(&start)? else {
+            return Ok(FsyncPlan::Full);
+        };
         // Inodes whose changes in the commit in flight this one covers.
         let mut frozen_too = Vec::new();
         if self.in_flight {
@@ -105,47 +132,40 @@ impl Volume {
             let waits = |ino: &Ino| {
                 (frozen.uncovered.contains(ino) && !frozen.coverable.contains(ino))
                     || self.be.orphans.contains(ino)
-                    || self
-                        .new_names
-                        .get(ino)
-                        .is_some_and(|(dir, _, _)| frozen.uncovered.contains(dir))
             };
-            if inos.iter().any(waits) {
+            if c.inodes.iter().any(waits)
+                || c.freed
+                    .iter()
+                    .chain(&c.dirs)
+                    .any(|i| frozen.uncovered.contains(i))
+            {
                 return Ok(FsyncPlan::Wait);
             }
-            frozen_too = inos
+            frozen_too = c
+                .inodes
                 .iter()
                 .copied()
                 .filter(|i| frozen.uncovered.contains(i))
                 .collect();
         }
-        let dirty: Vec<Ino> = inos
-            .iter()
-            .copied()
-            .filter(|i| self.cache.dirty.contains(i) || frozen_too.contains(i))
-            .collect();
-        for &ino in &dirty {
-            if !self.fsync_eligible(ino)? {
-                return Ok(FsyncPlan::Full);
-            }
-        }
-        let mut logged = Logged::default();
-        for &ino in &dirty {
-            self.fsync_records(ino, &mut logged)?;
-        }
+        let logged = self.closure_records(&c)?;
         if logged.records.is_empty() {
             return Ok(FsyncPlan::Nothing);
         }
         let job = self.be.prepare_fsync(&logged.records)?;
-        // The records are in the log's tail now: their pages and entries
-        // count as logged.
+        // The records are in the log's tail now: their pages, entries and
+        // name changes count as logged.
         for (ino, lblock) in logged.pages {
             if let Some(i) = self.cache.map.get_mut(&ino) {
                 i.pages.mark_logged(lblock);
             }
         }
-        for key in logged.keys {
-            self.added_keys.remove(&key);
+        for &pos in &c.positions {
+            self.names.logged(pos);
+        }
+        for ino in &c.inodes {
+            self.ns_touched.remove(ino);
+            self.data_changed.remove(ino);
         }
         self.fsync_logged.extend(logged.images);
         // Everything of theirs is in this commit now, frozen changes too.
@@ -160,28 +180,102 @@ impl Volume {
         Ok(FsyncPlan::Job(Box::new(job)))
     }
 
-    /// Whether `ino`'s pending changes fit an fsync commit.
-    fn fsync_eligible(&mut self, ino: Ino) -> Result<bool> {
-        // Unlinked (or linked) in the open delta: the entry change needs
-        // the full commit; that covers an inode that became an orphan now.
-        if self.ns_touched.contains(&ino) {
-            return Ok(false);
-        }
-        if let Some((dir, key, _)) = self.new_names.get(&ino) {
-            // A durable entry emptied in this delta under the same name hash
-            // may be this very name: logging the new entry alone would leave
-            // both after replay.
-            if self.new_names.contains_key(dir)
-                || self.ns_touched.contains(dir)
-                || self.removed_durable.contains(&(*dir, *key >> 16))
-            {
-                return Ok(false);
+    /// Whether an fdatasync of `ino` has nothing to do: no commit is in
+    /// flight, and its data, size and names are durable (only attributes
+    /// that reading the data back does not need — times, mode, owner,
+    /// xattrs — may be pending).
+    pub fn datasync_needless(&self, ino: Ino) -> bool {
+        !self.in_flight
+            && !self.fsync_in_flight
+            && !self.data_changed.contains(&ino)
+            && !self.names.pending(ino)
+    }
+
+    /// The closure of `start`'s pending changes, or `None` if they need a
+    /// full delta commit. Each inode brings its pending positions; each
+    /// position brings the inodes its new and its removed entry name, and
+    /// a new entry brings the removed durable entries under its name hash
+    /// (one may have carried its name). Replay then finds every name change
+    /// of every inode it touches, so link counts and names agree.
+    fn closure(&mut self, start: &[Ino]) -> Result<Option<Closure>> {
+        let mut c = Closure::default();
+        let mut seen = HashSet::new();
+        let mut queue = Vec::new();
+        for &ino in start {
+            if !self.inode(ino)?.is_dir() {
+                queue.push(ino);
+                continue;
+            }
+            // A directory brings its pending positions; its own name must
+            // be durable (a directory's name change takes a full commit).
+            if self.names.pending(ino) {
+                return Ok(None);
+            }
+            let positions = self.names.positions_in(ino);
+            let image = self.inode(ino)?.attrs.encode();
+            if positions.is_empty() && self.fsync_logged.get(&ino) == Some(&image) {
+                continue;
+            }
+            c.dirs.insert(ino);
+            for pos in positions {
+                self.visit(pos, &mut c, &mut queue);
             }
         }
-        let i = self.inode(ino)?;
-        Ok(matches!(i.kind(), FileType::Regular | FileType::Symlink)
-            && !i.tree.has_dirty_leaves()
-            && i.pages.not_logged().len() <= INLINE_PAGES)
+        while let Some(ino) = queue.pop() {
+            if !seen.insert(ino) {
+                continue;
+            }
+            if seen.len() > CLOSURE_MAX {
+                return Ok(None);
+            }
+            for pos in self.names.positions(ino) {
+                self.visit(pos, &mut c, &mut queue);
+            }
+            if self.cache.map.contains_key(&ino) {
+                c.inodes.push(ino);
+            } else if self.freed_images.contains_key(&ino) {
+                c.freed.push(ino);
+            } else {
+                return Ok(None);
+            }
+        }
+        for &dir in &c.dirs {
+            // A directory new in this delta, or whose link count or parent
+            // changed, takes a full commit.
+            if self.new_names.contains_key(&dir)
+                || self.ns_touched.contains(&dir)
+                || !self.inode(dir)?.is_dir()
+            {
+                return Ok(None);
+            }
+        }
+        let mut pages = 0;
+        for &ino in &c.inodes {
+            let i = self.inode(ino)?;
+            pages += i.pages.not_logged().len();
+            if !matches!(i.kind(), FileType::Regular | FileType::Symlink)
+                || i.tree.has_dirty_leaves()
+                || pages > INLINE_PAGES
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some(c))
+    }
+
+    /// Add position `pos` to closure `c`, and the inodes it brings to
+    /// `queue`.
+    fn visit(&self, pos: Pos, c: &mut Closure, queue: &mut Vec<Ino>) {
+        if !c.positions.insert(pos) {
+            return;
+        }
+        let (added, removed) = self.names.inos_at(pos);
+        queue.extend(added.into_iter().chain(removed));
+        if added.is_some() {
+            let same_hash = self.names.removed_same_hash(pos.0, pos.1);
+            queue.extend(same_hash.into_iter().map(|(_, i)| i));
+        }
+        c.dirs.insert(pos.0);
     }
 
     /// The commit about to be frozen, as fsync commits may go ahead of it
@@ -192,24 +286,47 @@ impl Volume {
             let Some(i) = self.cache.map.get(*ino) else {
                 return false;
             };
-            let name_durable = self
-                .new_names
-                .get(*ino)
-                .is_none_or(|(dir, key, _)| !self.added_keys.contains(&(*dir, *key)));
             matches!(i.kind(), FileType::Regular | FileType::Symlink)
                 && !self.ns_touched.contains(*ino)
+                && !self.names.pending(**ino)
                 && !self.be.orphans.contains(*ino)
                 && !i.tree.has_dirty_leaves()
-                && name_durable
         };
         let coverable = uncovered.iter().filter(data_only).copied().collect();
         Frozen { uncovered, coverable }
     }
 
-    /// The records that make `ino` durable (it is eligible).
-    fn fsync_records(&mut self, ino: Ino, out: &mut Logged) -> Result<()> {
+    /// The records of closure `c`.
+    fn closure_records(&mut self, c: &Closure) -> Result<Logged> {
+        let mut out = Logged::default();
+        for &ino in &c.inodes {
+            self.inode_records(ino, &mut out)?;
+        }
+        for ino in &c.freed {
+            let attrs = self.freed_images[ino].clone();
+            out.records.push(Record::InodeImage { ino: *ino, attrs });
+            out.records.push(Record::Orphan { ino: *ino });
+        }
+        let dev = self.be.dev.clone();
+        for &(dir, key) in &c.positions {
+            out.records
+                .push(match self.dir(dir)?.tree.get(dev.as_ref(), key)? {
+                    Some(entry) => Record::DirentSet { dir, key, entry },
+                    None => Record::DirentRemove { dir, key },
+                });
+        }
+        for &dir in &c.dirs {
+            let attrs = self.inode(dir)?.attrs.encode();
+            out.images.push((dir, attrs.clone()));
+            out.records.push(Record::InodeImage { ino: dir, attrs });
+        }
+        Ok(out)
+    }
+
+    /// The records that make live inode `ino` durable: its image, its
+    /// orphan mark, and its pages no fsync commit has logged yet.
+    fn inode_records(&mut self, ino: Ino, out: &mut Logged) -> Result<()> {
         let orphan = self.be.orphans.contains(&ino);
-        let new_name = self.new_names.get(&ino).cloned();
         let bs = self.be.bs as u64;
         let i = self.inode(ino)?;
         // Its dirty pages, and those the commit in flight froze that no
@@ -238,18 +355,6 @@ impl Volume {
             out.records.push(Record::Orphan { ino });
         }
         out.records.extend(data);
-        if let Some((dir, key, entry)) = new_name {
-            // Once logged, the entry is durable: emptying its position later
-            // in this delta must keep later fsyncs off that position.
-            out.keys.push((dir, key));
-            out.records.push(Record::DirentSet { dir, key, entry });
-            if !out.dirs.contains(&dir) {
-                out.dirs.push(dir);
-                let attrs = self.inode(dir)?.attrs.encode();
-                out.images.push((dir, attrs.clone()));
-                out.records.push(Record::InodeImage { ino: dir, attrs });
-            }
-        }
         Ok(())
     }
 }

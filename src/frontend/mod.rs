@@ -11,6 +11,7 @@
 mod file;
 pub mod fsync;
 mod handles;
+mod names;
 mod namespace;
 mod repair;
 mod xattr;
@@ -83,11 +84,15 @@ pub struct Volume {
     /// Inodes whose names or link counts changed otherwise in the open
     /// delta (directories: when their link count changed).
     ns_touched: std::collections::HashSet<Ino>,
-    /// Directory positions filled in the open delta.
-    added_keys: std::collections::HashSet<(Ino, u64)>,
-    /// Name hashes (position >> 16) of directory entries that were durable
-    /// (or fsync-logged) and were removed in the open delta.
-    removed_durable: std::collections::HashSet<(Ino, u64)>,
+    /// Directory positions changed in the open delta and not yet durable.
+    names: names::PendingNames,
+    /// Inodes freed in the open delta: their last image with link count 0
+    /// (files and symlinks without tree changes only), which an fsync
+    /// commit logs when it makes the removal of their name durable.
+    freed_images: HashMap<Ino, Vec<u8>>,
+    /// Inodes whose data or size changed in the open delta and that no
+    /// fsync commit has logged since: what an fdatasync must make durable.
+    data_changed: std::collections::HashSet<Ino>,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
@@ -125,8 +130,9 @@ impl Volume {
             changed: false,
             new_names: HashMap::new(),
             ns_touched: Default::default(),
-            added_keys: Default::default(),
-            removed_durable: Default::default(),
+            names: Default::default(),
+            freed_images: HashMap::new(),
+            data_changed: Default::default(),
             freed_inos: Default::default(),
             handles: HashMap::new(),
         };
@@ -377,8 +383,9 @@ impl Volume {
                 self.changed = false;
                 self.new_names.clear();
                 self.ns_touched.clear();
-                self.added_keys.clear();
-                self.removed_durable.clear();
+                self.names.clear();
+                self.freed_images.clear();
+                self.data_changed.clear();
                 self.fsync_logged.clear();
                 Ok(Some(job))
             }
@@ -399,6 +406,7 @@ impl Volume {
                 return false;
             };
             !self.ns_touched.contains(ino)
+                && !self.names.pending(*ino)
                 && !i.tree.has_dirty_leaves()
                 && i.pages.unlogged().is_empty()
                 && i.attrs.encode() == *image

@@ -60,16 +60,18 @@ impl Volume {
                 return err(Errno::ENOSPC);
             }
         }
+        let ino = e.ino;
         d.tree.insert(dev.as_ref(), key, e.encode())?;
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        self.added_keys.insert((dir, key));
+        self.names.add((dir, key), ino);
         Ok(key)
     }
 
-    fn remove_entry(&mut self, dir: Ino, key: u64) -> Result<()> {
+    /// Remove the entry at `key` of `dir`, which names `ino`.
+    fn remove_entry(&mut self, dir: Ino, key: u64, ino: Ino) -> Result<()> {
         let dev = self.be.dev.clone();
         let d = self.dir(dir)?;
         d.tree.remove(dev.as_ref(), key)?;
@@ -77,12 +79,7 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        // A position freed in the open delta that the durable image still
-        // uses must not be handed to an fsync commit (it would overwrite
-        // that durable entry at replay).
-        if !self.added_keys.remove(&(dir, key)) {
-            self.removed_durable.insert((dir, key >> 16));
-        }
+        self.names.remove((dir, key), ino);
         Ok(())
     }
 
@@ -249,7 +246,7 @@ impl Volume {
         }
         self.begin_release(2)?;
         self.ns_touched.insert(e.ino);
-        self.remove_entry(parent, key)?;
+        self.remove_entry(parent, key, e.ino)?;
         self.drop_link(e.ino)
     }
 
@@ -264,7 +261,7 @@ impl Volume {
         }
         self.begin_release(2)?;
         self.ns_touched.extend([parent, e.ino]);
-        self.remove_entry(parent, key)?;
+        self.remove_entry(parent, key, e.ino)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.free_inode(e.ino)
     }
@@ -297,6 +294,11 @@ impl Volume {
             return Ok(());
         };
         self.cache.dirty.remove(&ino);
+        if matches!(inode.kind(), FileType::Regular | FileType::Symlink) && !inode.tree.has_dirty_leaves() {
+            let mut attrs = inode.attrs.clone();
+            attrs.nlink = 0;
+            self.freed_images.insert(ino, attrs.encode());
+        }
         let mut blocks: Vec<(u64, u64)> = Vec::new();
         let is_extents = !inode.is_dir();
         if is_extents {
@@ -397,9 +399,13 @@ impl Volume {
                 return Ok(());
             }
             self.begin_change(4)?;
-            self.ns_touched.extend([parent, newparent, src.ino, tgt.ino]);
-            self.remove_entry(parent, skey)?;
-            self.remove_entry(newparent, tkey)?;
+            self.ns_touched.extend([src.ino, tgt.ino]);
+            if src.kind == FileType::Directory || tgt.kind == FileType::Directory {
+                // Parents and link counts of directories change.
+                self.ns_touched.extend([parent, newparent]);
+            }
+            self.remove_entry(parent, skey, src.ino)?;
+            self.remove_entry(newparent, tkey, tgt.ino)?;
             self.add_entry(
                 parent,
                 Dirent {
@@ -452,7 +458,7 @@ impl Volume {
             self.ns_touched.extend([parent, newparent]);
         }
         if let Some((tkey, t)) = target {
-            self.remove_entry(newparent, tkey)?;
+            self.remove_entry(newparent, tkey, t.ino)?;
             if t.kind == FileType::Directory {
                 self.dir(newparent)?.attrs.nlink -= 1;
                 self.free_inode(t.ino)?;
@@ -460,7 +466,7 @@ impl Volume {
                 self.drop_link(t.ino)?;
             }
         }
-        self.remove_entry(parent, skey)?;
+        self.remove_entry(parent, skey, src.ino)?;
         self.add_entry(
             newparent,
             Dirent {

@@ -13,8 +13,9 @@
 //! | 8 | DirentSet  | dir u64, key u64, len u16, entry | (fsync) a directory entry at position `key` |
 //! | 9 | Orphan     | ino u64 | `ino` has link count 0 but an open handle: on the orphan list until a Drop of `ino` |
 //! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last delta of the chain) |
+//! | 11 | DirentRemove | dir u64, key u64 | (fsync) no entry at position `key` of `dir` |
 //!
-//! Types 6-8 appear only in fsync commits (log blocks flagged FSYNC). Replay
+//! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC). Replay
 //! applies them only when no full delta commit follows them in the chain: a
 //! later full delta already holds everything they describe. Orphan records
 //! count in every committed delta, full or fsync, in log order.
@@ -59,6 +60,10 @@ pub enum Record {
         key: u64,
         entry: Vec<u8>,
     },
+    DirentRemove {
+        dir: u64,
+        key: u64,
+    },
     Orphan {
         ino: u64,
     },
@@ -70,7 +75,7 @@ pub enum Record {
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 10] = [
+pub const KINDS: [&str; 11] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -81,6 +86,7 @@ pub const KINDS: [&str; 10] = [
     "dirent",
     "orphan",
     "blocksum",
+    "unentry",
 ];
 
 impl Record {
@@ -89,7 +95,7 @@ impl Record {
         match self {
             Record::Balloc { .. } | Record::Bfree { .. } => 13,
             Record::LeafMap { .. } => 25,
-            Record::LeafUnmap { .. } => 17,
+            Record::LeafUnmap { .. } | Record::DirentRemove { .. } => 17,
             Record::Drop { .. } | Record::Orphan { .. } => 9,
             Record::BlockSum { .. } => 17,
             Record::InodeImage { attrs, .. } => 11 + attrs.len(),
@@ -111,6 +117,7 @@ impl Record {
             Record::DirentSet { .. } => 7,
             Record::Orphan { .. } => 8,
             Record::BlockSum { .. } => 9,
+            Record::DirentRemove { .. } => 10,
         }
     }
 
@@ -141,6 +148,11 @@ impl Record {
                 w.u64(key);
                 w.u16(entry.len() as u16);
                 w.bytes(entry);
+            }
+            Record::DirentRemove { dir, key } => {
+                w.u8(11);
+                w.u64(dir);
+                w.u64(key);
             }
             Record::Balloc { start, count } => {
                 w.u8(1);
@@ -241,6 +253,10 @@ impl Record {
                 start: r.u64("blocksum start")?,
                 count: r.u32("blocksum count")?,
                 crc: r.u32("blocksum crc")?,
+            },
+            11 => Record::DirentRemove {
+                dir: r.u64("unentry dir")?,
+                key: r.u64("unentry key")?,
             },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         })

@@ -18,17 +18,28 @@
 //!    them in its first delta, which the close commits; then only the open
 //!    must have written nothing, and fsck checks the image the close left.
 //!
-//! A fast fsync (one that does not commit the whole delta) promises only its
-//! inode, which may then be durable ahead of unrelated earlier changes:
-//! [`Ordering::FsyncMayLead`] (the default) allows exactly that for fsyncs
-//! observed to issue fewer than two flushes; [`Ordering::Strict`] does not.
+//! A fast fsync (one during which no delta commit ended) promises its inodes and the name changes connected to
+//! them, which may then be durable ahead of unrelated earlier changes.
+//! [`Ordering::FsyncMayLead`] (the default) also accepts state `j`
+//! (`lo_full <= j <= hi`) with the *closures* of the first `n` fast fsyncs
+//! after `j` applied in order, `n` taking in every one that returned before
+//! the crash epoch. The closure of fast fsync `k` against the state `e`
+//! before it (`j` with the earlier closures applied): starting from its
+//! fsynced inodes, each path whose inode differs between `e` and snapshot
+//! `k` (or is absent from one) where either inode is in the set, adding
+//! both, until nothing changes. Applying it sets each of its paths to its
+//! state at `k`, present or absent (a rename or unlink is whole or not
+//! there), and each node of one of its inodes to its state at `k` (logged
+//! whole). Directories may differ in size. [`Ordering::Strict`] does not
+//! relax.
 
 use super::record::Recording;
 use super::snapshot::{Node, Snapshot};
-use crate::api::types::{FileType, OpenOptions};
+use crate::api::types::{FileType, Ino, OpenOptions};
 use crate::api::Fs;
 use crate::device::{Device, MemDevice};
 use crate::tools::fsck::{self, FsckOptions};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 /// Which promise a violation breaks.
@@ -52,11 +63,13 @@ pub enum Ordering {
     /// fsync that commits the whole delta, or `-o fsync=strict`).
     Strict,
     /// As strict, except for fsyncs that did not commit the whole delta
-    /// (they issued fewer than two flushes: a fast fsync). Such an fsync
-    /// promises only its inode, and that inode may be durable ahead of
-    /// earlier changes: paths may match their state after a later fast fsync
-    /// of their inode, and directories may lag in size. An engine whose
-    /// every fsync is a full commit is checked exactly as under `Strict`.
+    /// (no delta commit ended during them: a fast fsync). Such an fsync
+    /// promises its inodes and the name changes connected to them (its name
+    /// closure, see the module doc), which may be durable ahead of earlier
+    /// changes: a state may be an earlier one with the closures of the
+    /// following fast fsyncs applied whole and in order, and directories may
+    /// lag in size. An engine whose every fsync is a full commit is checked
+    /// exactly as under `Strict`.
     #[default]
     FsyncMayLead,
 }
@@ -222,10 +235,11 @@ pub(super) fn compare(
     }
 }
 
-/// Under a fast fsync: `snap` equals state `j` except for paths whose
-/// inode a later fast fsync (up to `hi`) covered, which match their state
-/// right after that fsync, and directories, which may differ in size. Every
-/// fast fsync that completed before the crash (after `j`) must be there.
+/// Under a fast fsync: `snap` is state `j` with the name closures of the
+/// first `n` fast fsyncs after `j` (up to `hi`) applied in order, where
+/// `n` takes in every one that returned before the crash epoch (the log is
+/// a chain: no fsync commit lands without the ones before it). Directories
+/// may differ in size.
 fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool {
     let fast: Vec<usize> = (j + 1..=w.hi)
         .filter(|&k| rec.ops[k - 1].is_fast_fsync())
@@ -233,37 +247,334 @@ fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool
     if fast.is_empty() {
         return false;
     }
-    let base = &rec.snaps[j];
-    // Snapshot `k` is a state of `p` some fast fsync of its inode left.
-    let fsynced = |p: &Vec<u8>, got: &Node, from: usize| {
-        fast.iter().any(|&k| {
-            k >= from && rec.ops[k - 1].fsynced.contains(&got.ino) && rec.snaps[k].entries.get(p) == Some(got)
-        })
-    };
-    let mut paths: Vec<&Vec<u8>> = snap.entries.keys().chain(base.entries.keys()).collect();
-    paths.sort();
-    paths.dedup();
-    let each = paths
-        .into_iter()
-        .all(|p| match (snap.entries.get(p), base.entries.get(p)) {
-            (a, b) if a == b => true,
-            (Some(a), Some(b)) if a.kind == FileType::Directory && b.kind == a.kind => {
-                Node {
-                    size: b.size,
-                    ..a.clone()
-                } == *b
-            }
-            (Some(a), _) => fsynced(p, a, 0),
-            (None, _) => false,
-        });
     // Durability: each fast fsync that returned before the epoch started.
-    each && fast.iter().all(|&k| {
-        let op = &rec.ops[k - 1];
-        op.end > w.start
-            || rec.snaps[k]
-                .entries
-                .iter()
-                .filter(|(_, n)| op.fsynced.contains(&n.ino))
-                .all(|(p, _)| snap.entries.get(p).is_some_and(|got| fsynced(p, got, k)))
-    })
+    let must = fast
+        .iter()
+        .rposition(|&k| rec.ops[k - 1].end <= w.start)
+        .map_or(0, |i| i + 1);
+    let mut state = rec.snaps[j].clone();
+    for (n, &k) in fast.iter().enumerate() {
+        let at = &rec.snaps[k];
+        let (paths, inos) = name_closure(&state, at, &rec.ops[k - 1].fsynced);
+        apply_closure(&mut state, at, &paths, &inos);
+        if n + 1 >= must && same_but_dir_sizes(snap, &state) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The name closure of a fast fsync of `fsynced` that left snapshot `at`,
+/// against the state `before` it: starting from the fsynced inodes, every
+/// path whose inode differs between `before` and `at` (present in one only,
+/// or another inode) where either inode is in the set, adding both inodes,
+/// until nothing changes. Returns the paths and the inodes.
+pub(super) fn name_closure(
+    before: &Snapshot,
+    at: &Snapshot,
+    fsynced: &[Ino],
+) -> (BTreeSet<Vec<u8>>, HashSet<Ino>) {
+    let ino = |s: &Snapshot, p: &Vec<u8>| s.entries.get(p).map(|n| n.ino);
+    let mut changed: Vec<(&Vec<u8>, Option<Ino>, Option<Ino>)> = before
+        .entries
+        .keys()
+        .chain(at.entries.keys().filter(|p| !before.entries.contains_key(*p)))
+        .map(|p| (p, ino(before, p), ino(at, p)))
+        .filter(|(_, a, b)| a != b)
+        .collect();
+    let mut inos: HashSet<Ino> = fsynced.iter().copied().collect();
+    let mut paths = BTreeSet::new();
+    // An fsynced directory brings the changed paths directly in it.
+    let in_fsynced_dir = |p: &Vec<u8>| {
+        let cut = p.iter().rposition(|&c| c == b'/').unwrap_or(0);
+        let parent: &[u8] = if cut == 0 { b"/" } else { &p[..cut] };
+        p.len() > 1 && at.entries.get(parent).is_some_and(|n| fsynced.contains(&n.ino))
+    };
+    loop {
+        let found = paths.len();
+        changed.retain(|&(p, a, b)| {
+            if !a.iter().chain(&b).any(|i| inos.contains(i)) && !in_fsynced_dir(p) {
+                return true;
+            }
+            paths.insert(p.clone());
+            inos.extend(a.into_iter().chain(b));
+            false
+        });
+        if paths.len() == found {
+            return (paths, inos);
+        }
+    }
+}
+
+/// Make `state` durable as far as a closure of snapshot `at` goes: its
+/// paths take their state at `at` (present or absent), and every node of
+/// one of its inodes its state at `at` (logged whole).
+fn apply_closure(state: &mut Snapshot, at: &Snapshot, paths: &BTreeSet<Vec<u8>>, inos: &HashSet<Ino>) {
+    for p in paths {
+        match at.entries.get(p) {
+            Some(n) => state.entries.insert(p.clone(), n.clone()),
+            None => state.entries.remove(p),
+        };
+    }
+    for (p, n) in state.entries.iter_mut() {
+        if inos.contains(&n.ino) {
+            // Not a changed path, so the same inode is there at `at`.
+            if let Some(m) = at.entries.get(p).filter(|m| m.ino == n.ino) {
+                *n = m.clone();
+            }
+        }
+    }
+}
+
+/// Equal, except that directories may differ in size.
+fn same_but_dir_sizes(a: &Snapshot, b: &Snapshot) -> bool {
+    a.entries.len() == b.entries.len()
+        && a.entries.iter().zip(&b.entries).all(|((p, x), (q, y))| {
+            p == q
+                && (x == y
+                    || (x.kind == FileType::Directory
+                        && y.kind == x.kind
+                        && Node {
+                            size: y.size,
+                            ..x.clone()
+                        } == *y))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::OpRecord;
+    use super::*;
+
+    const ROOT: &str = "/";
+
+    /// A regular file whose contents are version `v`.
+    fn file(ino: Ino, v: u64) -> Node {
+        Node {
+            ino,
+            kind: FileType::Regular,
+            mode: 0o100644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 100,
+            chunks: vec![v],
+            target: Vec::new(),
+            xattrs: Vec::new(),
+        }
+    }
+
+    /// The root and files (path, inode, version).
+    fn snap(files: &[(&str, Ino, u64)]) -> Snapshot {
+        let mut s = Snapshot::default();
+        let root = Node {
+            kind: FileType::Directory,
+            mode: 0o40755,
+            nlink: 2,
+            size: 0,
+            chunks: Vec::new(),
+            ..file(1, 0)
+        };
+        s.entries.insert(ROOT.as_bytes().to_vec(), root);
+        for &(p, ino, v) in files {
+            s.entries.insert(p.as_bytes().to_vec(), file(ino, v));
+        }
+        s
+    }
+
+    /// Calls (description, inodes fsynced, state after), each one log
+    /// position long; an fsync is a fast one (one flush).
+    fn recording(first: Snapshot, calls: Vec<(&str, Vec<Ino>, Snapshot)>) -> Recording {
+        let (mut ops, mut snaps) = (Vec::new(), vec![first]);
+        for (i, (desc, fsynced, after)) in calls.into_iter().enumerate() {
+            ops.push(OpRecord {
+                desc: desc.into(),
+                start: i,
+                end: i + 1,
+                durable: !fsynced.is_empty(),
+                flushes: u64::from(!fsynced.is_empty()),
+                full: false,
+                fsynced,
+            });
+            snaps.push(after);
+        }
+        Recording {
+            block_size: 4096,
+            base: Vec::new(),
+            log: Vec::new(),
+            ops,
+            fingerprints: snaps.iter().map(Snapshot::fingerprint).collect(),
+            snaps,
+            open: OpenOptions::default(),
+        }
+    }
+
+    fn paths(v: &[&str]) -> BTreeSet<Vec<u8>> {
+        v.iter().map(|p| p.as_bytes().to_vec()).collect()
+    }
+
+    fn inos(v: &[Ino]) -> HashSet<Ino> {
+        v.iter().copied().collect()
+    }
+
+    /// Crash in the epoch `start..end` (log positions: call `i` spans
+    /// `i..i + 1`); `None` if `got` is accepted.
+    fn verdict(rec: &Recording, start: usize, end: usize, got: &Snapshot) -> Option<Promise> {
+        compare(got, rec, window(rec, start, end), Ordering::FsyncMayLead).map(|v| v.0)
+    }
+
+    #[test]
+    fn the_closure_of_a_rename_cycle_reaches_the_renamed_and_the_replaced_file() {
+        // foo (inode 10) durable, foo.new (11) fsynced; then foo.new renamed
+        // over foo, a new foo.new (12) created and fsynced. /u and a write
+        // to /x are unrelated.
+        let before = snap(&[("/foo", 10, 1), ("/foo.new", 11, 1), ("/x", 20, 1)]);
+        let at = snap(&[("/foo", 11, 2), ("/foo.new", 12, 1), ("/u", 30, 1), ("/x", 20, 2)]);
+        let (p, i) = name_closure(&before, &at, &[12]);
+        assert_eq!(p, paths(&["/foo", "/foo.new"]));
+        assert_eq!(i, inos(&[10, 11, 12]));
+        // Fsyncing the unrelated new file reaches only its name.
+        let (p, i) = name_closure(&before, &at, &[30]);
+        assert_eq!((p, i), (paths(&["/u"]), inos(&[30])));
+        // A data change brings no name.
+        let (p, i) = name_closure(&before, &at, &[20]);
+        assert_eq!((p, i), (paths(&[]), inos(&[20])));
+    }
+
+    #[test]
+    fn the_closure_of_a_rename_holds_both_names_and_the_file_replaced() {
+        let before = snap(&[("/a", 10, 1), ("/b", 11, 1), ("/c", 12, 1)]);
+        let at = snap(&[("/b", 10, 1), ("/c", 13, 1), ("/d", 14, 1)]);
+        let (p, i) = name_closure(&before, &at, &[10]);
+        assert_eq!(p, paths(&["/a", "/b"]));
+        assert_eq!(i, inos(&[10, 11]));
+        // Unlink and create again: the name, both inodes.
+        let (p, i) = name_closure(&before, &at, &[13]);
+        assert_eq!((p, i), (paths(&["/c"]), inos(&[12, 13])));
+    }
+
+    #[test]
+    fn the_closure_of_a_directory_holds_the_changed_paths_in_it() {
+        let mut before = snap(&[("/a", 10, 1), ("/b", 11, 1)]);
+        let root = before.entries[&b"/".to_vec()].clone();
+        let d = Node { ino: 5, ..root };
+        before.entries.insert(b"/d".to_vec(), d.clone());
+        before.entries.insert(b"/d/x".to_vec(), file(12, 1));
+        let mut at = snap(&[("/a", 10, 1), ("/c", 11, 1)]);
+        at.entries.insert(b"/d".to_vec(), d);
+        at.entries.insert(b"/d/y".to_vec(), file(12, 1));
+        // The root (inode 1) brings its renamed file, not /d's.
+        let (p, i) = name_closure(&before, &at, &[1]);
+        assert_eq!((p, i), (paths(&["/b", "/c"]), inos(&[1, 11])));
+        let (p, i) = name_closure(&before, &at, &[5]);
+        assert_eq!((p, i), (paths(&["/d/x", "/d/y"]), inos(&[5, 12])));
+    }
+
+    #[test]
+    fn a_rename_an_fsync_made_durable_is_whole_or_absent() {
+        let first = snap(&[("/a", 10, 1), ("/x", 20, 1)]);
+        let rec = recording(
+            first.clone(),
+            vec![
+                ("write /x", vec![], snap(&[("/a", 10, 1), ("/x", 20, 2)])),
+                ("rename /a -> /b", vec![], snap(&[("/b", 10, 1), ("/x", 20, 2)])),
+                ("fsync /b", vec![10], snap(&[("/b", 10, 1), ("/x", 20, 2)])),
+            ],
+        );
+        let led = snap(&[("/b", 10, 1), ("/x", 20, 1)]);
+        let both = snap(&[("/a", 10, 1), ("/b", 10, 1), ("/x", 20, 1)]);
+        let neither = snap(&[("/x", 20, 1)]);
+        // After the fsync returned: the rename is there, the write need not be.
+        assert_eq!(verdict(&rec, 3, 3, &led), None);
+        assert_eq!(verdict(&rec, 3, 3, &first), Some(Promise::Durability));
+        for half in [&both, &neither] {
+            assert_eq!(verdict(&rec, 3, 3, half), Some(Promise::AtomicityOrdering));
+        }
+        // While it runs: with or without the rename, never half of it.
+        assert_eq!(verdict(&rec, 2, 3, &first), None);
+        assert_eq!(verdict(&rec, 2, 3, &led), None);
+        for half in [&both, &neither] {
+            assert_eq!(verdict(&rec, 2, 3, half), Some(Promise::AtomicityOrdering));
+        }
+        // Strict ordering never lets the rename go ahead of the write.
+        let w = window(&rec, 2, 3);
+        assert!(compare(&led, &rec, w, Ordering::Strict).is_some());
+    }
+
+    #[test]
+    fn a_rename_cycle_leads_an_earlier_unsynced_write() {
+        // The write to /x is never fsynced; the second fsync of foo.new
+        // takes the rename of the first foo.new over foo with it.
+        let rec = recording(
+            snap(&[("/foo", 10, 1), ("/x", 20, 1)]),
+            vec![
+                ("write /x", vec![], snap(&[("/foo", 10, 1), ("/x", 20, 2)])),
+                (
+                    "create+write /foo.new",
+                    vec![],
+                    snap(&[("/foo", 10, 1), ("/foo.new", 11, 1), ("/x", 20, 2)]),
+                ),
+                (
+                    "fsync /foo.new",
+                    vec![11],
+                    snap(&[("/foo", 10, 1), ("/foo.new", 11, 1), ("/x", 20, 2)]),
+                ),
+                (
+                    "rename /foo.new -> /foo",
+                    vec![],
+                    snap(&[("/foo", 11, 1), ("/x", 20, 2)]),
+                ),
+                (
+                    "create+write /foo.new",
+                    vec![],
+                    snap(&[("/foo", 11, 1), ("/foo.new", 12, 1), ("/x", 20, 2)]),
+                ),
+                (
+                    "fsync /foo.new",
+                    vec![12],
+                    snap(&[("/foo", 11, 1), ("/foo.new", 12, 1), ("/x", 20, 2)]),
+                ),
+            ],
+        );
+        let first_only = snap(&[("/foo", 10, 1), ("/foo.new", 11, 1), ("/x", 20, 1)]);
+        let both = snap(&[("/foo", 11, 1), ("/foo.new", 12, 1), ("/x", 20, 1)]);
+        // The new foo.new without the rename it reuses the name of, and the
+        // rename without the new foo.new: each half of the second fsync.
+        let no_rename = snap(&[("/foo", 10, 1), ("/foo.new", 12, 1), ("/x", 20, 1)]);
+        let no_new = snap(&[("/foo", 11, 1), ("/x", 20, 1)]);
+        assert_eq!(verdict(&rec, 6, 6, &both), None);
+        // Lost: the second fsync's changes; before either (a recorded state).
+        assert!(verdict(&rec, 6, 6, &first_only).is_some());
+        assert_eq!(verdict(&rec, 6, 6, &rec.snaps[0]), Some(Promise::Durability));
+        // The second fsync running: the first alone is fine too.
+        assert_eq!(verdict(&rec, 5, 6, &first_only), None);
+        assert_eq!(verdict(&rec, 5, 6, &both), None);
+        for half in [&no_rename, &no_new] {
+            assert_eq!(verdict(&rec, 6, 6, half), Some(Promise::AtomicityOrdering));
+            assert_eq!(verdict(&rec, 5, 6, half), Some(Promise::AtomicityOrdering));
+        }
+    }
+
+    #[test]
+    fn a_later_fast_fsync_never_lands_without_an_earlier_one() {
+        let rec = recording(
+            snap(&[]),
+            vec![
+                ("create+write /c1", vec![], snap(&[("/c1", 10, 1)])),
+                ("fsync /c1", vec![10], snap(&[("/c1", 10, 1)])),
+                (
+                    "create+write /c2",
+                    vec![],
+                    snap(&[("/c1", 10, 1), ("/c2", 11, 1)]),
+                ),
+                ("fsync /c2", vec![11], snap(&[("/c1", 10, 1), ("/c2", 11, 1)])),
+            ],
+        );
+        // A crash while the first fsync runs.
+        assert_eq!(verdict(&rec, 1, 2, &snap(&[])), None);
+        assert_eq!(verdict(&rec, 1, 2, &snap(&[("/c1", 10, 1)])), None);
+        let late = snap(&[("/c2", 11, 1)]);
+        assert_eq!(verdict(&rec, 1, 4, &late), Some(Promise::AtomicityOrdering));
+    }
 }

@@ -27,16 +27,19 @@ pub struct OpRecord {
     pub durable: bool,
     /// The inodes an fsync call covers (several: a group commit).
     pub fsynced: Vec<Ino>,
-    /// Flushes the call issued (a full commit issues two, a fast fsync one).
+    /// Flushes the call issued.
     pub flushes: u64,
+    /// A delta commit ended during the call (an fsync that committed the
+    /// whole delta, a sync).
+    pub full: bool,
 }
 
 impl OpRecord {
-    /// An fsync that did not commit the whole delta (fewer than two
-    /// flushes): only its inode is promised durable, and under a fast fsync
-    /// that inode may be durable ahead of earlier changes.
+    /// An fsync that did not commit the whole delta: only its inodes (and
+    /// the name changes connected to them) are promised durable, and they
+    /// may be durable ahead of earlier changes.
     pub fn is_fast_fsync(&self) -> bool {
-        !self.fsynced.is_empty() && self.flushes < 2
+        !self.fsynced.is_empty() && !self.full
     }
 }
 
@@ -94,6 +97,11 @@ impl Recorder {
         self.dev.counters().flushes
     }
 
+    /// Delta commits since the volume was opened.
+    fn deltas(&self) -> u64 {
+        self.fs().stats().deltas
+    }
+
     /// The mounted volume (between a crash and a remount there is none).
     pub fn fs(&self) -> &Fs {
         self.fs.as_ref().expect("volume is mounted")
@@ -121,16 +129,17 @@ impl Recorder {
                 return Err(Error::BadImage(format!("workload call failed: {shown}")));
             }
         }
-        self.push(shown, start, end, durable && r.is_ok(), Vec::new(), flushes)?;
+        let durable = durable && r.is_ok();
+        self.push(shown, start, end, durable, Vec::new(), (flushes, durable))?;
         r
     }
 
     /// `fsync(ino)`: a durability point that names the file it covers.
     pub fn fsync(&mut self, ino: Ino) -> Result<()> {
-        let (start, f0) = (self.pos(), self.flushes());
+        let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
         let r = self.fs().fsync(ino, false);
         let end = self.pos();
-        let flushes = self.flushes() - f0;
+        let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
         let ok = r.is_ok();
         let shown = format!("fsync(ino {ino}) -> {r:?}");
         self.push(
@@ -139,7 +148,7 @@ impl Recorder {
             end,
             ok,
             if ok { vec![ino] } else { Vec::new() },
-            flushes,
+            (flushes, full),
         )?;
         r
     }
@@ -147,10 +156,10 @@ impl Recorder {
     /// Fsyncs of `inos` queued together: one group commit serves them
     /// all. A durability point for each of them.
     pub fn fsync_group(&mut self, inos: &[Ino]) -> Result<()> {
-        let (start, f0) = (self.pos(), self.flushes());
+        let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
         let r = self.fs().fsync_group(inos);
         let end = self.pos();
-        let flushes = self.flushes() - f0;
+        let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
         let ok = r.is_ok();
         let shown = format!("fsync group {inos:?} -> {r:?}");
         self.push(
@@ -159,7 +168,7 @@ impl Recorder {
             end,
             ok,
             if ok { inos.to_vec() } else { Vec::new() },
-            flushes,
+            (flushes, full),
         )?;
         r
     }
@@ -171,7 +180,7 @@ impl Recorder {
         end: usize,
         durable: bool,
         fsynced: Vec<Ino>,
-        flushes: u64,
+        (flushes, full): (u64, bool),
     ) -> Result<()> {
         let snap = snapshot_after(self.fs(), &self.dev, end, &desc)?;
         self.ops.push(OpRecord {
@@ -181,6 +190,7 @@ impl Recorder {
             durable,
             fsynced,
             flushes,
+            full,
         });
         self.snaps.push(snap);
         Ok(())
@@ -231,6 +241,7 @@ impl Recorder {
             durable: r.is_ok(),
             fsynced: Vec::new(),
             flushes: self.flushes() - f0 - inner_flushes,
+            full: true,
         });
         self.snaps.push(before);
         self.ops.extend(ops);
@@ -274,7 +285,7 @@ impl Recorder {
             start,
             true,
             Vec::new(),
-            0,
+            (0, true),
         )
     }
 
@@ -289,7 +300,14 @@ impl Recorder {
         if self.pos() != end {
             return Err(Error::BadImage("remount after close wrote to the device".into()));
         }
-        self.push("close and remount".into(), start, end, true, Vec::new(), flushes)
+        self.push(
+            "close and remount".into(),
+            start,
+            end,
+            true,
+            Vec::new(),
+            (flushes, true),
+        )
     }
 
     /// Close the volume (a durability point) and return the recording.
@@ -306,6 +324,7 @@ impl Recorder {
             durable: true,
             fsynced: Vec::new(),
             flushes: self.flushes() - f0,
+            full: true,
         });
         self.snaps.push(snap);
         let log = self.dev.take_ops();
@@ -363,6 +382,8 @@ impl Interleaved<'_> {
             durable,
             fsynced,
             flushes,
+            // Calls during a commit never commit a delta themselves.
+            full: false,
         });
         Ok(())
     }

@@ -129,7 +129,7 @@ fn the_checks_catch_lost_and_partial_states() {
 #[test]
 fn a_lost_fast_fsync_is_a_durability_violation() {
     let rec = workloads::record("append_fsync", 1).unwrap();
-    // A fast fsync (fewer than two flushes) that made a change durable.
+    // A fast fsync (no delta commit during it) that made a change durable.
     let Some(k) = (1..=rec.ops.len()).find(|&k| {
         let op = &rec.ops[k - 1];
         op.is_fast_fsync() && op.flushes == 1 && rec.fingerprints[k - 1] != rec.fingerprints[k - 2]

@@ -9,6 +9,8 @@ use super::Rng;
 use crate::api::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use crate::error::{Error, Result};
 
+mod names;
+
 /// Names accepted by [`record`].
 pub const NAMES: &[&str] = &[
     "rename_over",
@@ -20,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "unify",
     "remount",
     "fsync_ahead",
+    "names_fsync",
 ];
 
 const BS: u32 = 4096;
@@ -50,6 +53,7 @@ pub fn record(name: &str, seed: u64) -> Result<Recording> {
         "unify" => unify(&mut rec, &mut rng)?,
         "remount" => remount(&mut rec, &mut rng)?,
         "fsync_ahead" => fsync_ahead(&mut rec, &mut rng)?,
+        "names_fsync" => names::names_fsync(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()

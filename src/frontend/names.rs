@@ -1,0 +1,181 @@
+//! Pending name changes of the open delta: the directory positions whose
+//! entry differs from what a crash would recover (filled since their
+//! durable state, or emptied of a durable entry), and the inodes each
+//! involves. An fsync commit logs the closure of its inode's pending
+//! changes and marks them durable here (`fsync.rs`); a delta commit makes
+//! them all durable (cleared at freeze).
+//!
+//! Pure bookkeeping: calls nothing.
+
+use crate::api::types::Ino;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A directory position: (directory, key).
+pub type Pos = (Ino, u64);
+
+/// Positions changed in the open delta and not yet durable.
+#[derive(Default)]
+pub struct PendingNames {
+    /// Filled, entry not durable: the inode it names. Ordered, to find the
+    /// positions of one directory.
+    added: BTreeMap<Pos, Ino>,
+    /// Emptied of a durable entry (maybe filled again since): the inode
+    /// that entry named. Ordered, to find the entries of one name hash.
+    removed: BTreeMap<Pos, Ino>,
+    /// Per inode, its positions in `added` or `removed`.
+    by_ino: HashMap<Ino, BTreeSet<Pos>>,
+}
+
+impl PendingNames {
+    /// An entry naming `ino` filled `pos`.
+    pub fn add(&mut self, pos: Pos, ino: Ino) {
+        self.added.insert(pos, ino);
+        self.by_ino.entry(ino).or_default().insert(pos);
+    }
+
+    /// The entry naming `ino` left `pos`.
+    pub fn remove(&mut self, pos: Pos, ino: Ino) {
+        if self.added.remove(&pos).is_some() {
+            // Never durable: as if it had not been.
+            self.forget(ino, pos);
+        } else {
+            self.removed.insert(pos, ino);
+            self.by_ino.entry(ino).or_default().insert(pos);
+        }
+    }
+
+    /// `pos` is durable as it is now (an fsync commit logged it).
+    pub fn logged(&mut self, pos: Pos) {
+        let added = self.added.remove(&pos);
+        let removed = self.removed.remove(&pos);
+        for ino in added.into_iter().chain(removed) {
+            self.forget(ino, pos);
+        }
+    }
+
+    /// Drop `pos` from `ino`'s positions unless it still involves `ino`.
+    fn forget(&mut self, ino: Ino, pos: Pos) {
+        if self.added.get(&pos) == Some(&ino) || self.removed.get(&pos) == Some(&ino) {
+            return;
+        }
+        if let Some(set) = self.by_ino.get_mut(&ino) {
+            set.remove(&pos);
+            if set.is_empty() {
+                self.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    /// Whether any name of `ino` is pending.
+    pub fn pending(&self, ino: Ino) -> bool {
+        self.by_ino.contains_key(&ino)
+    }
+
+    /// The pending positions involving `ino`.
+    pub fn positions(&self, ino: Ino) -> Vec<Pos> {
+        self.by_ino
+            .get(&ino)
+            .map_or_else(Vec::new, |s| s.iter().copied().collect())
+    }
+
+    /// The inodes `pos` involves: the one its new entry names, the one its
+    /// removed durable entry named.
+    pub fn inos_at(&self, pos: Pos) -> (Option<Ino>, Option<Ino>) {
+        (self.added.get(&pos).copied(), self.removed.get(&pos).copied())
+    }
+
+    /// The pending positions of directory `dir`.
+    pub fn positions_in(&self, dir: Ino) -> Vec<Pos> {
+        let range = (dir, 0)..=(dir, u64::MAX);
+        let mut v: Vec<Pos> = self.added.range(range.clone()).map(|(p, _)| *p).collect();
+        v.extend(self.removed.range(range).map(|(p, _)| *p));
+        v
+    }
+
+    /// Removed durable entries of directory `dir` under the name hash of
+    /// position `key` (one of them may have carried the name now at `key`).
+    pub fn removed_same_hash(&self, dir: Ino, key: u64) -> Vec<(Pos, Ino)> {
+        let base = key >> 16 << 16;
+        self.removed
+            .range((dir, base)..(dir, base + (1 << 16)))
+            .map(|(&p, &i)| (p, i))
+            .collect()
+    }
+
+    /// Everything is durable (a delta commit holds it).
+    pub fn clear(&mut self) {
+        self.added.clear();
+        self.removed.clear();
+        self.by_ino.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_added_and_removed_in_the_delta_leaves_nothing_pending() {
+        let mut n = PendingNames::default();
+        n.add((1, 10), 20);
+        n.remove((1, 10), 20);
+        assert!(!n.pending(20));
+        assert_eq!(n.inos_at((1, 10)), (None, None));
+    }
+
+    #[test]
+    fn a_durable_entry_removed_stays_pending_until_logged() {
+        let mut n = PendingNames::default();
+        n.remove((1, 10), 20);
+        n.add((1, 10), 21);
+        assert_eq!(n.inos_at((1, 10)), (Some(21), Some(20)));
+        assert_eq!(n.positions(20), vec![(1, 10)]);
+        // The new entry goes again: the durable one's removal still counts.
+        n.remove((1, 10), 21);
+        assert!(!n.pending(21));
+        assert_eq!(n.positions(20), vec![(1, 10)]);
+        n.logged((1, 10));
+        assert!(!n.pending(20));
+    }
+
+    #[test]
+    fn a_rename_back_keeps_the_durable_removal() {
+        // 20 named at (1, 10) durably; renamed to (1, 70) and back.
+        let mut n = PendingNames::default();
+        n.remove((1, 10), 20);
+        n.add((1, 70), 20);
+        n.remove((1, 70), 20);
+        n.add((1, 10), 20);
+        assert_eq!(n.positions(20), vec![(1, 10)]);
+        n.remove((1, 10), 20);
+        assert_eq!(n.positions(20), vec![(1, 10)]);
+        assert_eq!(n.inos_at((1, 10)), (None, Some(20)));
+    }
+
+    #[test]
+    fn removed_entries_are_found_by_name_hash() {
+        let mut n = PendingNames::default();
+        n.remove((1, 5 << 16), 20);
+        n.remove((1, (5 << 16) + 1), 21);
+        n.remove((1, 6 << 16), 22);
+        n.remove((2, 5 << 16), 23);
+        let got: Vec<Ino> = n
+            .removed_same_hash(1, (5 << 16) + 3)
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect();
+        assert_eq!(got, vec![20, 21]);
+    }
+
+    #[test]
+    fn positions_of_one_directory() {
+        let mut n = PendingNames::default();
+        n.add((1, 7), 20);
+        n.remove((1, 9), 21);
+        n.add((2, 3), 22);
+        n.remove((0, 3), 23);
+        let mut got = n.positions_in(1);
+        got.sort();
+        assert_eq!(got, vec![(1, 7), (1, 9)]);
+    }
+}
