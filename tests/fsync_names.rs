@@ -209,3 +209,35 @@ fn fsync_of_a_directory_makes_its_entries_durable() {
     // The unlink in another directory was not fsynced.
     assert_eq!(fs.lookup(ROOT_INO, b"unrelated").unwrap().ino, unrelated.ino);
 }
+
+#[test]
+fn a_large_group_of_new_files_takes_one_fsync_commit() {
+    let dev = fresh();
+    let fs = open(&dev);
+    fs.sync().unwrap();
+    let inos: Vec<u64> = (0..100)
+        .map(|i| {
+            let a = fs
+                .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+            fs.write(a.ino, 0, &[i as u8; 3000]).unwrap();
+            a.ino
+        })
+        .collect();
+    let (s0, c0) = (fs.stats(), fs.counters());
+    fs.fsync_group(&inos).unwrap();
+    let (s1, c1) = (fs.stats(), fs.counters());
+    assert_eq!(
+        (s1.deltas, s1.fsyncs),
+        (s0.deltas, s0.fsyncs + 1),
+        "one fsync commit"
+    );
+    assert_eq!(c1.flushes - c0.flushes, 1);
+    drop(fs);
+    clean(&dev);
+    let fs = open(&dev);
+    for (i, ino) in inos.iter().enumerate() {
+        assert_eq!(fs.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap().ino, *ino);
+        assert_eq!(fs.read(*ino, 0, 4000).unwrap(), vec![i as u8; 3000]);
+    }
+}

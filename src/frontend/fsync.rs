@@ -15,7 +15,8 @@
 //! each directory as its image. Replay then finds names and link counts
 //! that agree, and a rename lands whole. The fast path needs every inode in
 //! the closure to be a regular file or symlink without pending extent-tree
-//! changes, at most [`INLINE_PAGES`] pages to log, and every directory
+//! changes, at most [`INLINE_PAGES`] pages each to log, at most
+//! [`CLOSURE_MAX`] inodes reached through name changes, and every directory
 //! involved durable with its own link count and parent unchanged; anything
 //! else falls back to a full delta commit, which is always correct.
 //!
@@ -40,7 +41,7 @@ use crate::error::Result;
 use crate::log::Record;
 use std::collections::{BTreeSet, HashSet};
 
-/// Most pages one fsync commit may log (over all inodes of its closure).
+/// Most pages an fsync commit may log for one inode.
 pub const INLINE_PAGES: usize = 16;
 /// Bytes of file data per inline record (fits a 1 KiB log block).
 pub const INLINE_CHUNK: usize = 896;
@@ -85,7 +86,8 @@ struct Closure {
     dirs: BTreeSet<Ino>,
 }
 
-/// Most inodes one closure may hold before the fsync takes a full commit.
+/// Most inodes a closure may reach through name changes (beyond the
+/// fsynced ones) before the fsync takes a full commit.
 const CLOSURE_MAX: usize = 32;
 
 /// What an fsync commit changes in the volume once it is prepared.
@@ -221,12 +223,17 @@ impl Volume {
                 self.visit(pos, &mut c, &mut queue);
             }
         }
+        // Inodes reached through name changes (not fsynced themselves).
+        let mut reached = 0;
         while let Some(ino) = queue.pop() {
             if !seen.insert(ino) {
                 continue;
             }
-            if seen.len() > CLOSURE_MAX {
-                return Ok(None);
+            if !start.contains(&ino) {
+                reached += 1;
+                if reached > CLOSURE_MAX {
+                    return Ok(None);
+                }
             }
             for pos in self.names.positions(ino) {
                 self.visit(pos, &mut c, &mut queue);
@@ -249,13 +256,11 @@ impl Volume {
                 return Ok(None);
             }
         }
-        let mut pages = 0;
         for &ino in &c.inodes {
             let i = self.inode(ino)?;
-            pages += i.pages.not_logged().len();
             if !matches!(i.kind(), FileType::Regular | FileType::Symlink)
                 || i.tree.has_dirty_leaves()
-                || pages > INLINE_PAGES
+                || i.pages.not_logged().len() > INLINE_PAGES
             {
                 return Ok(None);
             }
