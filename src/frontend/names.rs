@@ -113,6 +113,7 @@ impl PendingNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn an_entry_added_and_removed_in_the_delta_leaves_nothing_pending() {
@@ -165,6 +166,87 @@ mod tests {
             .map(|(_, i)| i)
             .collect();
         assert_eq!(got, vec![20, 21]);
+    }
+
+    /// One step against the model: fill, empty, log or commit a position.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Fill(Pos, Ino),
+        Empty(Pos),
+        Log(Pos),
+        Commit,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let pos = (1u64..3, 0u64..4);
+        prop_oneof![
+            4 => (pos.clone(), 10u64..15).prop_map(|(p, i)| Step::Fill(p, i)),
+            3 => pos.clone().prop_map(Step::Empty),
+            2 => pos.prop_map(Step::Log),
+            1 => Just(Step::Commit),
+        ]
+    }
+
+    proptest! {
+        /// Against a model of what a crash would recover (`durable`) and
+        /// what the directories hold (`now`): every position where they
+        /// differ is pending, involving the inodes on both sides, and an
+        /// inode's positions are exactly those that involve it.
+        #[test]
+        fn pending_positions_match_the_model(steps in proptest::collection::vec(step(), 1..60)) {
+            let mut n = PendingNames::default();
+            let mut durable: BTreeMap<Pos, Ino> = BTreeMap::new();
+            let mut now: BTreeMap<Pos, Ino> = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Fill(p, i) => {
+                        if now.contains_key(&p) {
+                            continue;
+                        }
+                        now.insert(p, i);
+                        n.add(p, i);
+                    }
+                    Step::Empty(p) => {
+                        let Some(i) = now.remove(&p) else { continue };
+                        n.remove(p, i);
+                    }
+                    Step::Log(p) => {
+                        n.logged(p);
+                        match now.get(&p) {
+                            Some(&i) => durable.insert(p, i),
+                            None => durable.remove(&p),
+                        };
+                    }
+                    Step::Commit => {
+                        n.clear();
+                        durable = now.clone();
+                    }
+                }
+                let all: BTreeSet<Pos> = durable.keys().chain(now.keys()).copied().collect();
+                for p in all {
+                    let (d, c) = (durable.get(&p).copied(), now.get(&p).copied());
+                    let (added, removed) = n.inos_at(p);
+                    if d != c {
+                        prop_assert_eq!(removed, d, "removed durable entry at {:?}", p);
+                        prop_assert_eq!(added, c, "new entry at {:?}", p);
+                        for i in d.into_iter().chain(c) {
+                            prop_assert!(n.positions(i).contains(&p), "{:?} not pending for {}", p, i);
+                        }
+                    } else {
+                        // Unchanged, or emptied and filled again alike.
+                        prop_assert!(added == removed, "{:?}: {:?} vs {:?}", p, added, removed);
+                    }
+                }
+                for i in 10u64..15 {
+                    let ps = n.positions(i);
+                    prop_assert_eq!(n.pending(i), !ps.is_empty());
+                    for p in ps {
+                        let (added, removed) = n.inos_at(p);
+                        prop_assert!(added == Some(i) || removed == Some(i), "{:?} listed for {}", p, i);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
