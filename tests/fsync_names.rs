@@ -141,24 +141,67 @@ fn rename_across_directories_and_links_go_fast_and_atomic() {
 }
 
 #[test]
-fn names_in_a_new_directory_take_a_full_commit() {
+fn new_directories_go_with_the_file_in_them() {
     let dev = fresh();
     let fs = open(&dev);
     fs.sync().unwrap();
-    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
-    let a = fs.create(d, b"a", 0o644, 0, 0).unwrap();
-    fs.write(a.ino, 0, b"x").unwrap();
-    let deltas = fs.stats().deltas;
-    fs.fsync(a.ino, false).unwrap();
-    assert_eq!(
-        fs.stats().deltas,
-        deltas + 1,
-        "the new directory needs the full commit"
-    );
+    let d = fs.mkdir(ROOT_INO, b"d", 0o750, 0, 0).unwrap().ino;
+    let e = fs.mkdir(d, b"e", 0o755, 0, 0).unwrap().ino;
+    let sibling = fs.mkdir(ROOT_INO, b"sibling", 0o755, 0, 0).unwrap().ino;
+    let a = fs.create(e, b"a", 0o644, 0, 0).unwrap();
+    fs.write(a.ino, 0, b"deep").unwrap();
+    // Not fsynced: stays out, though its directory goes.
+    let other = fs.create(d, b"other", 0o644, 0, 0).unwrap();
+    fs.write(other.ino, 0, b"x").unwrap();
+    fast_fsync(&fs, a.ino);
     drop(fs);
     clean(&dev);
     let fs = open(&dev);
-    assert_eq!(fs.lookup(d, b"a").unwrap().ino, a.ino);
+    assert_eq!(fs.lookup(ROOT_INO, b"d").unwrap().ino, d);
+    assert_eq!(fs.getattr(d).unwrap().mode & 0o7777, 0o750);
+    assert_eq!(fs.getattr(d).unwrap().nlink, 3);
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 4);
+    assert_eq!(fs.lookup(e, b"a").unwrap().ino, a.ino);
+    assert_eq!(fs.read(a.ino, 0, 10).unwrap(), b"deep");
+    assert!(fs.lookup(d, b"other").is_err());
+    // The sibling made in the same delta went too (the root's link count
+    // counts it), empty, and works.
+    assert_eq!(names(&fs, sibling), Vec::<Vec<u8>>::new());
+    let b = fs.create(sibling, b"b", 0o644, 0, 0).unwrap();
+    fs.write(b.ino, 0, b"later").unwrap();
+    fs.close().unwrap();
+    clean(&dev);
+    let fs = open(&dev);
+    assert_eq!(
+        fs.read(fs.lookup(sibling, b"b").unwrap().ino, 0, 10).unwrap(),
+        b"later"
+    );
+}
+
+#[test]
+fn a_removed_or_moved_directory_takes_a_full_commit() {
+    let dev = fresh();
+    let fs = open(&dev);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.mkdir(d, b"old", 0o755, 0, 0).unwrap();
+    fs.mkdir(d, b"moving", 0o755, 0, 0).unwrap();
+    fs.sync().unwrap();
+    fs.rmdir(d, b"old").unwrap();
+    let a = fs.create(d, b"a", 0o644, 0, 0).unwrap();
+    let deltas = fs.stats().deltas;
+    fs.fsync(a.ino, false).unwrap();
+    assert_eq!(fs.stats().deltas, deltas + 1, "rmdir: a full commit");
+    fs.rename(d, b"moving", ROOT_INO, b"moved", RenameFlags::default())
+        .unwrap();
+    let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap();
+    let deltas = fs.stats().deltas;
+    fs.fsync(b.ino, false).unwrap();
+    assert_eq!(fs.stats().deltas, deltas + 1, "a moved directory: a full commit");
+    drop(fs);
+    clean(&dev);
+    let fs = open(&dev);
+    assert!(fs.lookup(d, b"old").is_err());
+    assert!(fs.lookup(ROOT_INO, b"moved").is_ok());
 }
 
 #[test]

@@ -13,12 +13,15 @@
 //! freed in the open delta as its image with link count 0 plus `Orphan`, so
 //! the next mount frees it; each position as `DirentSet` or `DirentRemove`;
 //! each directory as its image. Replay then finds names and link counts
-//! that agree, and a rename lands whole. The fast path needs every inode in
-//! the closure to be a regular file or symlink without pending extent-tree
+//! that agree, and a rename lands whole. The fast path needs every other
+//! inode of the closure to be a regular file or symlink without pending extent-tree
 //! changes, at most [`INLINE_PAGES`] pages each to log, at most
 //! [`CLOSURE_MAX`] inodes reached through name changes, and every directory
-//! involved durable with its own link count and parent unchanged; anything
-//! else falls back to a full delta commit, which is always correct.
+//! involved either durable where it is or made in the open delta (then
+//! logged as its image and new entry); a directory whose link count changed
+//! brings its entries that name directories. Anything else (a directory
+//! moved or removed) falls back to a full delta commit, which is always
+//! correct.
 //!
 //! An fsync commit may also go ahead of a delta commit in flight, while that
 //! commit writes its data (before it is sealed, `Volume::seal`), when the
@@ -84,6 +87,9 @@ struct Closure {
     positions: BTreeSet<Pos>,
     /// Their directories, whose images it logs.
     dirs: BTreeSet<Ino>,
+    /// Directories made in the open delta that it makes durable (also in
+    /// `dirs`).
+    new_dirs: Vec<Ino>,
 }
 
 /// Most inodes a closure may reach through name changes (beyond the
@@ -197,8 +203,10 @@ impl Volume {
     /// full delta commit. Each inode brings its pending positions; each
     /// position brings the inodes its new and its removed entry name, and
     /// a new entry brings the removed durable entries under its name hash
-    /// (one may have carried its name). Replay then finds every name change
-    /// of every inode it touches, so link counts and names agree.
+    /// (one may have carried its name). A directory whose link count
+    /// changed brings its positions that name directories. Replay then
+    /// finds every name change of every inode it touches, so link counts
+    /// and names agree.
     fn closure(&mut self, start: &[Ino]) -> Result<Option<Closure>> {
         let mut c = Closure::default();
         let mut seen = HashSet::new();
@@ -208,15 +216,16 @@ impl Volume {
                 queue.push(ino);
                 continue;
             }
-            // A directory brings its pending positions; its own name must
-            // be durable (a directory's name change takes a full commit).
-            if self.names.pending(ino) {
-                return Ok(None);
-            }
+            // A directory brings its pending positions, and itself if its
+            // own name is not durable yet.
             let positions = self.names.positions_in(ino);
             let image = self.inode(ino)?.attrs.encode();
-            if positions.is_empty() && self.fsync_logged.get(&ino) == Some(&image) {
+            let own = self.names.pending(ino);
+            if positions.is_empty() && !own && self.fsync_logged.get(&ino) == Some(&image) {
                 continue;
+            }
+            if own {
+                queue.push(ino);
             }
             c.dirs.insert(ino);
             for pos in positions {
@@ -225,34 +234,64 @@ impl Volume {
         }
         // Inodes reached through name changes (not fsynced themselves).
         let mut reached = 0;
-        while let Some(ino) = queue.pop() {
-            if !seen.insert(ino) {
-                continue;
-            }
-            if !start.contains(&ino) {
-                reached += 1;
-                if reached > CLOSURE_MAX {
-                    return Ok(None);
+        let mut scanned = HashSet::new();
+        loop {
+            while let Some(ino) = queue.pop() {
+                if !seen.insert(ino) {
+                    continue;
+                }
+                if !start.contains(&ino) {
+                    reached += 1;
+                    if reached > CLOSURE_MAX {
+                        return Ok(None);
+                    }
+                }
+                let positions = self.names.positions(ino);
+                for &pos in &positions {
+                    self.visit(pos, &mut c, &mut queue);
+                }
+                match self.cache.map.get(&ino) {
+                    Some(i) if i.is_dir() => {
+                        // Only a directory made in the open delta, whose
+                        // one change of name is its new entry: a moved or
+                        // removed one takes a full commit.
+                        if positions.iter().any(|&p| self.names.inos_at(p).1 == Some(ino)) {
+                            return Ok(None);
+                        }
+                        c.new_dirs.push(ino);
+                        c.dirs.insert(ino);
+                    }
+                    Some(_) => c.inodes.push(ino),
+                    None if self.freed_images.contains_key(&ino) => c.freed.push(ino),
+                    None => return Ok(None),
                 }
             }
-            for pos in self.names.positions(ino) {
-                self.visit(pos, &mut c, &mut queue);
+            // Each directory of the closure once: one whose link count
+            // changed brings the positions that name directories (made,
+            // moved or removed ones).
+            let todo: Vec<Ino> = c.dirs.iter().copied().filter(|d| scanned.insert(*d)).collect();
+            if todo.is_empty() {
+                break;
             }
-            if self.cache.map.contains_key(&ino) {
-                c.inodes.push(ino);
-            } else if self.freed_images.contains_key(&ino) {
-                c.freed.push(ino);
-            } else {
-                return Ok(None);
+            // A directory whose own name is not durable yet goes too (if
+            // it is new; see above).
+            queue.extend(todo.iter().copied().filter(|d| self.names.pending(*d)));
+            for dir in todo.into_iter().filter(|d| self.ns_touched.contains(d)) {
+                let names_dir = |i: Ino| match self.cache.map.get(&i) {
+                    Some(n) => n.is_dir(),
+                    None => !self.freed_images.contains_key(&i),
+                };
+                for pos in self.names.positions_in(dir) {
+                    let (added, removed) = self.names.inos_at(pos);
+                    if added.into_iter().chain(removed).any(names_dir) {
+                        self.visit(pos, &mut c, &mut queue);
+                    }
+                }
             }
         }
         for &dir in &c.dirs {
-            // A directory new in this delta, or whose link count or parent
-            // changed, takes a full commit.
-            if self.new_names.contains_key(&dir)
-                || self.ns_touched.contains(&dir)
-                || !self.inode(dir)?.is_dir()
-            {
+            // Its own name is durable, or new and logged here.
+            if !self.inode(dir)?.is_dir() || (self.names.pending(dir) && !c.new_dirs.contains(&dir)) {
                 return Ok(None);
             }
         }

@@ -79,10 +79,8 @@ pub struct Volume {
     /// Something changed since open or since the last freeze (replay alone
     /// dirties the cache but is already durable in the log).
     changed: bool,
-    /// Inodes created in the open delta: their new entry (dir, key, entry).
-    new_names: HashMap<Ino, (Ino, u64, Vec<u8>)>,
-    /// Inodes whose names or link counts changed otherwise in the open
-    /// delta (directories: when their link count changed).
+    /// Inodes whose names or link counts changed in the open delta
+    /// (directories: when their link count or parent changed).
     ns_touched: std::collections::HashSet<Ino>,
     /// Directory positions changed in the open delta and not yet durable.
     names: names::PendingNames,
@@ -128,7 +126,6 @@ impl Volume {
             frozen: None,
             fsync_logged: HashMap::new(),
             changed: false,
-            new_names: HashMap::new(),
             ns_touched: Default::default(),
             names: Default::default(),
             freed_images: HashMap::new(),
@@ -381,7 +378,6 @@ impl Volume {
                 self.dirty_bytes = 0;
                 self.reserved = 0;
                 self.changed = false;
-                self.new_names.clear();
                 self.ns_touched.clear();
                 self.names.clear();
                 self.freed_images.clear();

@@ -159,9 +159,7 @@ impl Volume {
             kind,
             name: name.to_vec(),
         };
-        let encoded = entry.encode();
-        let key = self.add_entry(parent, entry)?;
-        self.new_names.insert(ino, (parent, key, encoded));
+        self.add_entry(parent, entry)?;
         if is_dir {
             self.dir(parent)?.attrs.nlink += 1;
             self.ns_touched.insert(parent);

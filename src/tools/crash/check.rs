@@ -265,35 +265,51 @@ fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool
 }
 
 /// The name closure of a fast fsync of `fsynced` that left snapshot `at`,
-/// against the state `before` it: starting from the fsynced inodes, every
-/// path whose inode differs between `before` and `at` (present in one only,
-/// or another inode) where either inode is in the set, adding both inodes,
-/// until nothing changes. Returns the paths and the inodes.
+/// against the state `before` it. A path *changed* if its inode differs
+/// between `before` and `at` (present in one only, or another inode).
+/// Starting from the fsynced inodes (and, for a fsynced directory, the
+/// changed paths directly in it), until nothing changes: a changed path
+/// joins if either of its inodes is in the set, adding both; the changed
+/// parent of a path in the closure joins (a new directory goes with what
+/// it holds); and a directory holding a path of the closure whose link
+/// count changed brings its changed paths that name directories. Returns
+/// the paths and the inodes.
 pub(super) fn name_closure(
     before: &Snapshot,
     at: &Snapshot,
     fsynced: &[Ino],
 ) -> (BTreeSet<Vec<u8>>, HashSet<Ino>) {
-    let ino = |s: &Snapshot, p: &Vec<u8>| s.entries.get(p).map(|n| n.ino);
-    let mut changed: Vec<(&Vec<u8>, Option<Ino>, Option<Ino>)> = before
+    let ino = |s: &Snapshot, p: &[u8]| s.entries.get(p).map(|n| n.ino);
+    let changed = |p: &[u8]| ino(before, p) != ino(at, p);
+    let mut inos: HashSet<Ino> = fsynced.iter().copied().collect();
+    let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut open: Vec<&Vec<u8>> = before
         .entries
         .keys()
         .chain(at.entries.keys().filter(|p| !before.entries.contains_key(*p)))
-        .map(|p| (p, ino(before, p), ino(at, p)))
-        .filter(|(_, a, b)| a != b)
+        .filter(|p| changed(p))
         .collect();
-    let mut inos: HashSet<Ino> = fsynced.iter().copied().collect();
-    let mut paths = BTreeSet::new();
-    // An fsynced directory brings the changed paths directly in it.
-    let in_fsynced_dir = |p: &Vec<u8>| {
-        let cut = p.iter().rposition(|&c| c == b'/').unwrap_or(0);
-        let parent: &[u8] = if cut == 0 { b"/" } else { &p[..cut] };
-        p.len() > 1 && at.entries.get(parent).is_some_and(|n| fsynced.contains(&n.ino))
+    // A directory whose link count changed by `at` (a new one: if it has
+    // subdirectories).
+    let nlink_changed = |d: &[u8]| match (before.entries.get(d), at.entries.get(d)) {
+        (Some(a), Some(b)) => a.ino != b.ino || a.nlink != b.nlink,
+        (None, Some(b)) => b.nlink != 2,
+        _ => false,
     };
+    let is_dir = |s: &Snapshot, p: &[u8]| s.entries.get(p).is_some_and(|n| n.kind == FileType::Directory);
     loop {
         let found = paths.len();
-        changed.retain(|&(p, a, b)| {
-            if !a.iter().chain(&b).any(|i| inos.contains(i)) && !in_fsynced_dir(p) {
+        let parents: BTreeSet<Vec<u8>> = paths.iter().map(|p| parent(p).to_vec()).collect();
+        open.retain(|&p| {
+            let (a, b) = (ino(before, p), ino(at, p));
+            let joins = a.iter().chain(&b).any(|i| inos.contains(i))
+                || (p.len() > 1 && ino(at, parent(p)).is_some_and(|d| fsynced.contains(&d)))
+                || parents.contains(p.as_slice())
+                || (p.len() > 1
+                    && parents.contains(parent(p))
+                    && nlink_changed(parent(p))
+                    && (is_dir(before, p) || is_dir(at, p)));
+            if !joins {
                 return true;
             }
             paths.insert(p.clone());
@@ -306,9 +322,18 @@ pub(super) fn name_closure(
     }
 }
 
+/// The directory holding path `p` (`/` for a name in the root).
+fn parent(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&c| c == b'/') {
+        Some(0) | None => b"/",
+        Some(cut) => &p[..cut],
+    }
+}
+
 /// Make `state` durable as far as a closure of snapshot `at` goes: its
 /// paths take their state at `at` (present or absent), and every node of
-/// one of its inodes its state at `at` (logged whole).
+/// one of its inodes, and the directory holding each of its paths (whose
+/// record it logs), its state at `at`.
 fn apply_closure(state: &mut Snapshot, at: &Snapshot, paths: &BTreeSet<Vec<u8>>, inos: &HashSet<Ino>) {
     for p in paths {
         match at.entries.get(p) {
@@ -316,8 +341,9 @@ fn apply_closure(state: &mut Snapshot, at: &Snapshot, paths: &BTreeSet<Vec<u8>>,
             None => state.entries.remove(p),
         };
     }
+    let parents: BTreeSet<&[u8]> = paths.iter().map(|p| parent(p)).collect();
     for (p, n) in state.entries.iter_mut() {
-        if inos.contains(&n.ino) {
+        if inos.contains(&n.ino) || parents.contains(p.as_slice()) {
             // Not a changed path, so the same inode is there at `at`.
             if let Some(m) = at.entries.get(p).filter(|m| m.ino == n.ino) {
                 *n = m.clone();
@@ -469,6 +495,44 @@ mod tests {
         assert_eq!((p, i), (paths(&["/b", "/c"]), inos(&[1, 11])));
         let (p, i) = name_closure(&before, &at, &[5]);
         assert_eq!((p, i), (paths(&["/d/x", "/d/y"]), inos(&[5, 12])));
+    }
+
+    /// A directory node with inode `ino` and link count `nlink`.
+    fn dir(ino: Ino, nlink: u32) -> Node {
+        Node {
+            ino,
+            kind: FileType::Directory,
+            mode: 0o40755,
+            nlink,
+            size: 0,
+            chunks: Vec::new(),
+            ..file(ino, 0)
+        }
+    }
+
+    #[test]
+    fn the_closure_of_a_file_in_new_directories_holds_them() {
+        // /d/e/a is new, in new directories; /s is a new empty sibling,
+        // /d/x a new file not fsynced, /old an unrelated durable directory.
+        let mut before = snap(&[]);
+        before.entries.insert(b"/old".to_vec(), dir(9, 2));
+        let mut at = snap(&[("/d/e/a", 20, 1), ("/d/x", 21, 1)]);
+        at.entries.insert(b"/".to_vec(), dir(1, 5));
+        at.entries.insert(b"/old".to_vec(), dir(9, 2));
+        at.entries.insert(b"/d".to_vec(), dir(5, 3));
+        at.entries.insert(b"/d/e".to_vec(), dir(6, 2));
+        at.entries.insert(b"/d/e/f".to_vec(), dir(7, 2));
+        at.entries.insert(b"/s".to_vec(), dir(8, 2));
+        before.entries.insert(b"/".to_vec(), dir(1, 3));
+        let (p, i) = name_closure(&before, &at, &[20]);
+        // /d/e/f goes with /d/e only if /d/e's link count counts it: here
+        // it has none (link count 2), so it stays out.
+        assert_eq!(p, paths(&["/d", "/d/e", "/d/e/a", "/s"]));
+        assert_eq!(i, inos(&[5, 6, 8, 20]));
+        // With /d/e counting a subdirectory, that one goes too.
+        at.entries.insert(b"/d/e".to_vec(), dir(6, 3));
+        let (p, _) = name_closure(&before, &at, &[20]);
+        assert_eq!(p, paths(&["/d", "/d/e", "/d/e/a", "/d/e/f", "/s"]));
     }
 
     #[test]

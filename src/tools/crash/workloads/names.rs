@@ -5,10 +5,13 @@
 //! directory or across `/p` and `/q`, often followed by an fsync of the
 //! renamed file, of a new file taking its old name (the cycle of
 //! `rename_over`) or of a directory; unlink a file, then fsync its
-//! directory or create the name again and fsync it; link a file into another directory and fsync it; write to
-//! a file and fsync it, or not; open or release a handle (files open across an unlink or a
-//! rename over them become orphans). One step in fifteen starts with a
-//! sync. Every call must succeed: the workload picks valid ones.
+//! directory or create the name again and fsync it; link a file into
+//! another directory and fsync it; write to a file and fsync it, or not;
+//! make a directory (maybe two levels deep, maybe an empty sibling too) in
+//! `/p` or `/q` and fsync a new file in it, or the directory; open or release a handle (files open
+//! across an unlink or a rename over them become orphans). One step in
+//! fifteen starts with a sync. Every call must succeed: the workload picks
+//! valid ones.
 
 use super::{fill, resolve, size_of};
 use crate::api::types::{Ino, RenameFlags};
@@ -41,14 +44,15 @@ pub(super) fn names_fsync(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         if w.rng.below(15) == 0 {
             w.sync()?;
         }
-        match w.rng.below(20) {
+        match w.rng.below(22) {
             0..=4 => w.create_fsync()?,
             5..=8 => w.rename()?,
             9..=11 => w.recreate()?,
             12 | 13 => w.link()?,
             14..=16 => w.write(true)?,
             17 => w.write(false)?,
-            18 => {
+            18 | 19 => w.nest()?,
+            20 => {
                 if let Some((d, n, ino)) = w.pick_file() {
                     w.hold(ino, &path(d, n))?;
                 }
@@ -272,6 +276,58 @@ impl Run<'_> {
     }
 
     /// Open a handle on `ino` (at `p`), kept until released.
+    /// Make a directory in `/p` or `/q` (nested one level more at times)
+    /// unless it exists, create a file in it and fsync the file (or the
+    /// directory): new directories go with it.
+    fn nest(&mut self) -> Result<()> {
+        let d = DIRS[1 + self.rng.below(2) as usize];
+        let mut dir = format!("/{d}/s{}", self.rng.below(3));
+        if self.rng.below(3) == 0 {
+            self.ensure_dir(&dir)?;
+            dir = format!("{dir}/t");
+        }
+        let ino = self.ensure_dir(&dir)?;
+        let name = format!("g{}", self.rng.next() % 1000);
+        if resolve(self.rec, &format!("{dir}/{name}")).is_some() {
+            return self.fsync(ino);
+        }
+        let file = self
+            .op(format!("create {dir}/{name}"), |fs| {
+                fs.create(ino, name.as_bytes(), 0o644, 0, 0)
+            })?
+            .ino;
+        let data = fill(self.rng.next(), 1 + self.rng.below(5000) as usize);
+        self.op(format!("write {dir}/{name} 0+{}", data.len()), |fs| {
+            fs.write(file, 0, &data)
+        })?;
+        if self.rng.below(2) == 0 {
+            // An empty sibling: its parent's link count counts it too.
+            let sibling = format!("/{d}/u{}", self.rng.below(3));
+            self.ensure_dir(&sibling)?;
+        }
+        match self.rng.below(4) {
+            0 => self.fsync(ino),
+            _ => self.fsync(file),
+        }
+    }
+
+    /// The directory at absolute `path`, made (in an existing parent) if
+    /// absent.
+    fn ensure_dir(&mut self, path: &str) -> Result<Ino> {
+        if let Some(ino) = resolve(self.rec, path) {
+            return Ok(ino);
+        }
+        let cut = path.rfind('/').unwrap_or(0);
+        let parent = resolve(self.rec, &path[..cut])
+            .ok_or_else(|| Error::BadImage(format!("no directory {}", &path[..cut])))?;
+        let name = path[cut + 1..].to_string();
+        Ok(self
+            .op(format!("mkdir {path}"), |fs| {
+                fs.mkdir(parent, name.as_bytes(), 0o755, 0, 0)
+            })?
+            .ino)
+    }
+
     fn hold(&mut self, ino: Ino, p: &str) -> Result<()> {
         self.op(format!("open {p}"), |fs| fs.open_handle(ino))?;
         self.open.push(ino);
