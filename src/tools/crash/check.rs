@@ -271,8 +271,9 @@ fn leads_by_fsync(snap: &Snapshot, rec: &Recording, j: usize, w: Window) -> bool
 /// changed paths directly in it), until nothing changes: a changed path
 /// joins if either of its inodes is in the set, adding both; the changed
 /// parent of a path in the closure joins (a new directory goes with what
-/// it holds); and a directory holding a path of the closure whose link
-/// count changed brings its changed paths that name directories. Returns
+/// it holds); and a directory of the closure (holding one of its paths,
+/// new in it, or fsynced) whose link count changed brings its changed
+/// paths that name directories. Returns
 /// the paths and the inodes.
 pub(super) fn name_closure(
     before: &Snapshot,
@@ -300,13 +301,26 @@ pub(super) fn name_closure(
     loop {
         let found = paths.len();
         let parents: BTreeSet<Vec<u8>> = paths.iter().map(|p| parent(p).to_vec()).collect();
+        // The closure's directories: those holding its paths, its new
+        // directories, the fsynced ones.
+        let dirs: BTreeSet<Vec<u8>> = parents
+            .iter()
+            .chain(paths.iter().filter(|p| is_dir(at, p)))
+            .cloned()
+            .chain(
+                at.entries
+                    .iter()
+                    .filter(|(_, n)| n.kind == FileType::Directory && fsynced.contains(&n.ino))
+                    .map(|(p, _)| p.clone()),
+            )
+            .collect();
         open.retain(|&p| {
             let (a, b) = (ino(before, p), ino(at, p));
             let joins = a.iter().chain(&b).any(|i| inos.contains(i))
                 || (p.len() > 1 && ino(at, parent(p)).is_some_and(|d| fsynced.contains(&d)))
                 || parents.contains(p.as_slice())
                 || (p.len() > 1
-                    && parents.contains(parent(p))
+                    && dirs.contains(parent(p))
                     && nlink_changed(parent(p))
                     && (is_dir(before, p) || is_dir(at, p)));
             if !joins {
@@ -533,6 +547,12 @@ mod tests {
         at.entries.insert(b"/d/e".to_vec(), dir(6, 3));
         let (p, _) = name_closure(&before, &at, &[20]);
         assert_eq!(p, paths(&["/d", "/d/e", "/d/e/a", "/d/e/f", "/s"]));
+        // A new directory that goes only for its parent's link count brings
+        // its own new subdirectories: /s counts /s/t.
+        at.entries.insert(b"/s".to_vec(), dir(8, 3));
+        at.entries.insert(b"/s/t".to_vec(), dir(10, 2));
+        let (p, _) = name_closure(&before, &at, &[20]);
+        assert_eq!(p, paths(&["/d", "/d/e", "/d/e/a", "/d/e/f", "/s", "/s/t"]));
     }
 
     #[test]
