@@ -59,6 +59,9 @@ fn fdatasync_skips_attribute_only_changes() {
     assert_eq!(cost(&fs, || fs.fsync(a.ino, true).unwrap()).1, 1, "data");
     chmod(&fs, a.ino, 0o640);
     assert_eq!(cost(&fs, || fs.fsync(a.ino, true).unwrap()), (0, 0));
+    // A directory's entries are its data.
+    let b = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap();
+    assert_eq!(cost(&fs, || fs.fsync(ROOT_INO, true).unwrap()).1, 1, "entries");
     drop(fs); // crash
     let fs = open(&dev, false);
     let got = fs.getattr(a.ino).unwrap();
@@ -69,6 +72,7 @@ fn fdatasync_skips_attribute_only_changes() {
         "the last fsync's mode, not the later chmod"
     );
     assert_eq!(&fs.read(a.ino, 0, 13).unwrap(), b"page one, two");
+    assert_eq!(fs.lookup(ROOT_INO, b"log").unwrap().ino, b.ino);
 }
 
 #[test]

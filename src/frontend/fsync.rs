@@ -189,14 +189,15 @@ impl Volume {
     }
 
     /// Whether an fdatasync of `ino` has nothing to do: no commit is in
-    /// flight, and its data, size and names are durable (only attributes
-    /// that reading the data back does not need — times, mode, owner,
-    /// xattrs — may be pending).
+    /// flight, and its data, size and names (a directory's: its entries)
+    /// are durable (only attributes that reading the data back does not
+    /// need — times, mode, owner, xattrs — may be pending).
     pub fn datasync_needless(&self, ino: Ino) -> bool {
         !self.in_flight
             && !self.fsync_in_flight
             && !self.data_changed.contains(&ino)
             && !self.names.pending(ino)
+            && self.names.positions_in(ino).is_empty()
     }
 
     /// The closure of `start`'s pending changes, or `None` if they need a
