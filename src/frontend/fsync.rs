@@ -218,15 +218,13 @@ impl Volume {
                 continue;
             }
             // A directory brings its pending positions, and itself if its
-            // own name is not durable yet.
+            // own name is not durable yet (as every directory of the
+            // closure does, below).
             let positions = self.names.positions_in(ino);
             let image = self.inode(ino)?.attrs.encode();
-            let own = self.names.pending(ino);
-            if positions.is_empty() && !own && self.fsync_logged.get(&ino) == Some(&image) {
+            if positions.is_empty() && !self.names.pending(ino) && self.fsync_logged.get(&ino) == Some(&image)
+            {
                 continue;
-            }
-            if own {
-                queue.push(ino);
             }
             c.dirs.insert(ino);
             for pos in positions {
@@ -277,11 +275,13 @@ impl Volume {
             // A directory whose own name is not durable yet goes too (if
             // it is new; see above).
             queue.extend(todo.iter().copied().filter(|d| self.names.pending(*d)));
+            // An inode not in the cache and not a freed file may have been
+            // a directory.
+            let names_dir = |i: Ino| match self.cache.map.get(&i) {
+                Some(n) => n.is_dir(),
+                None => !self.freed_images.contains_key(&i),
+            };
             for dir in todo.into_iter().filter(|d| self.ns_touched.contains(d)) {
-                let names_dir = |i: Ino| match self.cache.map.get(&i) {
-                    Some(n) => n.is_dir(),
-                    None => !self.freed_images.contains_key(&i),
-                };
                 for pos in self.names.positions_in(dir) {
                     let (added, removed) = self.names.inos_at(pos);
                     if added.into_iter().chain(removed).any(names_dir) {
@@ -317,8 +317,7 @@ impl Volume {
         let (added, removed) = self.names.inos_at(pos);
         queue.extend(added.into_iter().chain(removed));
         if added.is_some() {
-            let same_hash = self.names.removed_same_hash(pos.0, pos.1);
-            queue.extend(same_hash.into_iter().map(|(_, i)| i));
+            queue.extend(self.names.removed_same_hash(pos.0, pos.1));
         }
         c.dirs.insert(pos.0);
     }

@@ -94,11 +94,11 @@ impl PendingNames {
 
     /// Removed durable entries of directory `dir` under the name hash of
     /// position `key` (one of them may have carried the name now at `key`).
-    pub fn removed_same_hash(&self, dir: Ino, key: u64) -> Vec<(Pos, Ino)> {
+    pub fn removed_same_hash(&self, dir: Ino, key: u64) -> Vec<Ino> {
         let base = key >> 16 << 16;
         self.removed
             .range((dir, base)..(dir, base + (1 << 16)))
-            .map(|(&p, &i)| (p, i))
+            .map(|(_, &i)| i)
             .collect()
     }
 
@@ -160,12 +160,7 @@ mod tests {
         n.remove((1, (5 << 16) + 1), 21);
         n.remove((1, 6 << 16), 22);
         n.remove((2, 5 << 16), 23);
-        let got: Vec<Ino> = n
-            .removed_same_hash(1, (5 << 16) + 3)
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect();
-        assert_eq!(got, vec![20, 21]);
+        assert_eq!(n.removed_same_hash(1, (5 << 16) + 3), vec![20, 21]);
     }
 
     /// One step against the model: fill, empty, log or commit a position.

@@ -136,14 +136,19 @@ impl Run<'_> {
 
     /// Create `d/fn` and write 1 to 9000 bytes to it.
     fn create_write(&mut self, d: &str, n: u64) -> Result<Ino> {
-        let (parent, p) = (self.dir(d)?, path(d, n));
-        let name = format!("f{n}");
+        let parent = self.dir(d)?;
+        self.create_write_in(parent, &path(d, n), &format!("f{n}"), 9000)
+    }
+
+    /// Create `name` in directory `parent` (whose path is that of `p`, the
+    /// new file's) and write 1 to `max` bytes to it.
+    fn create_write_in(&mut self, parent: Ino, p: &str, name: &str, max: u64) -> Result<Ino> {
         let ino = self
             .op(format!("create {p}"), |fs| {
                 fs.create(parent, name.as_bytes(), 0o644, 0, 0)
             })?
             .ino;
-        let data = fill(self.rng.next(), 1 + self.rng.below(9000) as usize);
+        let data = fill(self.rng.next(), 1 + self.rng.below(max) as usize);
         self.op(format!("write {p} 0+{}", data.len()), |fs| {
             fs.write(ino, 0, &data)
         })?;
@@ -288,18 +293,11 @@ impl Run<'_> {
         }
         let ino = self.ensure_dir(&dir)?;
         let name = format!("g{}", self.rng.next() % 1000);
-        if resolve(self.rec, &format!("{dir}/{name}")).is_some() {
+        let p = format!("{dir}/{name}");
+        if resolve(self.rec, &p).is_some() {
             return self.fsync(ino);
         }
-        let file = self
-            .op(format!("create {dir}/{name}"), |fs| {
-                fs.create(ino, name.as_bytes(), 0o644, 0, 0)
-            })?
-            .ino;
-        let data = fill(self.rng.next(), 1 + self.rng.below(5000) as usize);
-        self.op(format!("write {dir}/{name} 0+{}", data.len()), |fs| {
-            fs.write(file, 0, &data)
-        })?;
+        let file = self.create_write_in(ino, &p, &name, 5000)?;
         if self.rng.below(2) == 0 {
             // An empty sibling: its parent's link count counts it too.
             let sibling = format!("/{d}/u{}", self.rng.below(3));
