@@ -54,6 +54,40 @@ fn small_append_fsync_costs_one_block_and_one_flush() {
 }
 
 #[test]
+fn repeated_fsync_of_an_unchanged_file_writes_nothing() {
+    let (_mem, dev) = fresh();
+    let fs = open(&dev);
+    let f = fs.create(ROOT_INO, b"db", 0o644, 0, 0).unwrap();
+    fs.write(f.ino, 0, b"first").unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    let cost = |f: &dyn Fn()| {
+        let c0 = fs.counters();
+        f();
+        let c1 = fs.counters();
+        (c1.blocks_written - c0.blocks_written, c1.flushes - c0.flushes)
+    };
+    let again = || fs.fsync(f.ino, false).unwrap();
+    for _ in 0..3 {
+        assert_eq!(cost(&again), (0, 0), "nothing changed since the last fsync");
+    }
+    // Any change is logged again: data, then an attribute alone.
+    fs.write(f.ino, 5, b", second").unwrap();
+    assert_eq!(cost(&again).1, 1, "a write");
+    assert_eq!(cost(&again), (0, 0));
+    let set = tux3::SetAttr {
+        mode: Some(0o600),
+        ..tux3::SetAttr::default()
+    };
+    fs.setattr(f.ino, &set).unwrap();
+    assert_eq!(cost(&again).1, 1, "a mode change");
+    assert_eq!(cost(&again), (0, 0));
+    drop(fs); // crash
+    let fs = open(&dev);
+    assert_eq!(&fs.read(f.ino, 0, 64).unwrap(), b"first, second");
+    assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o7777, 0o600);
+}
+
+#[test]
 fn fsync_of_a_new_file_jumps_the_queue() {
     let (_mem, dev) = fresh();
     let fs = open(&dev);

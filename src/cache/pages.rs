@@ -82,17 +82,14 @@ impl PageMap {
         }
     }
 
-    /// Dirty pages not yet in an fsync commit, in logical order.
-    pub fn unlogged(&self) -> Vec<u64> {
-        self.pages
-            .iter()
-            .filter(|(_, p)| !p.writeback && !p.logged)
-            .map(|(k, _)| *k)
-            .collect()
+    /// Whether a dirty page (not under writeback) is not yet in an fsync
+    /// commit.
+    pub fn any_unlogged(&self) -> bool {
+        self.pages.values().any(|p| !p.writeback && !p.logged)
     }
 
     /// Pages whose current content no fsync commit has logged, in logical
-    /// order: the dirty ones ([`PageMap::unlogged`]) and those frozen into
+    /// order: the dirty ones ([`PageMap::any_unlogged`]) and those frozen into
     /// the commit in flight and not changed since.
     pub fn not_logged(&self) -> Vec<u64> {
         self.pages

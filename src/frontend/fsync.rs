@@ -123,7 +123,7 @@ impl Volume {
         let start: Vec<Ino> = inos
             .iter()
             .copied()
-            .filter(|i| self.cache.dirty.contains(i) || uncovered(i))
+            .filter(|i| uncovered(i) || (self.cache.dirty.contains(i) && !self.fsync_covered(*i)))
             .collect();
         let Some(c) = self.closure(&start)? else {
             return Ok(FsyncPlan::Full);

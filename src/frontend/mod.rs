@@ -397,17 +397,26 @@ impl Volume {
     /// image differs, they have unlogged pages or tree changes, or their
     /// names changed).
     fn uncovered(&self) -> std::collections::HashSet<Ino> {
-        let covered = |ino: &Ino| {
-            let (Some(image), Some(i)) = (self.fsync_logged.get(ino), self.cache.map.get(ino)) else {
-                return false;
-            };
-            !self.ns_touched.contains(ino)
-                && !self.names.pending(*ino)
-                && !i.tree.has_dirty_leaves()
-                && i.pages.unlogged().is_empty()
-                && i.attrs.encode() == *image
+        self.cache
+            .dirty
+            .iter()
+            .filter(|i| !self.fsync_covered(**i))
+            .copied()
+            .collect()
+    }
+
+    /// Whether an fsync commit of the open delta made `ino` durable as it
+    /// is now: logged there and not changed since (same image, every page
+    /// logged, no tree or name change).
+    pub(crate) fn fsync_covered(&self, ino: Ino) -> bool {
+        let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.map.get(&ino)) else {
+            return false;
         };
-        self.cache.dirty.iter().filter(|i| !covered(i)).copied().collect()
+        !self.ns_touched.contains(&ino)
+            && !self.names.pending(ino)
+            && !i.tree.has_dirty_leaves()
+            && !i.pages.any_unlogged()
+            && i.attrs.encode() == *image
     }
 
     /// Between a delta commit's data and its log: encode the log at the
