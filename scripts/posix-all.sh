@@ -45,6 +45,9 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     set +e
+    if [[ -n ${uring_was:-} ]]; then
+        echo "$uring_was" >/sys/module/fuse/parameters/enable_uring
+    fi
     if [[ -d $mnt ]] && mountpoint -q "$mnt"; then
         timeout 60 umount "$mnt" || timeout 10 umount -l "$mnt" ||
             echo "posix-all: could not unmount $mnt" >&2
@@ -62,31 +65,51 @@ timeout 900 cargo build --quiet --release
 timeout 900 cargo build --quiet --release --manifest-path posix/Cargo.toml
 suite="$root/posix/target/release/posix-suite"
 
-echo "posix-all: tux3 (sparse 1 GiB image, mounted with allow_other)"
-timeout 60 "$TUX3" mkfs --size 1G "$img" >/dev/null
-mkdir "$mnt"
+# One run of the suite through a fresh tux3 mount with mount options $1.
+run_tux3() {
+    local opts=$1
+    echo "posix-all: tux3 -o $opts (sparse 1 GiB image)"
+    rm -f "$img"
+    timeout 60 "$TUX3" mkfs --size 1G "$img" >/dev/null
+    mkdir -p "$mnt"
+    : >"$work/server.log"
+    timeout 60 "$TUX3" mount -o "$opts" "$img" "$mnt" 2>"$work/server.log"
+    local rc=0
+    timeout --kill-after=10 "$run_timeout" "$suite" "$mnt" | tee "$work/tux3.out" || rc=$?
+    # Wait for the server to commit and exit: umount returns before it closes the
+    # volume, and fsck must see the closed image (the image lock is the signal).
+    timeout 60 umount "$mnt"
+    timeout 60 flock -x "$img" true
+    local fsck_rc=0
+    timeout 300 "$TUX3" fsck "$img" || fsck_rc=$?
+    if [[ -s $work/server.log ]]; then
+        echo "posix-all: server messages:" >&2
+        cat "$work/server.log" >&2
+    fi
+    if [[ $rc -ne 0 ]]; then
+        echo "posix-all: tux3 -o $opts: FAILED (exit $rc)" >&2
+        exit 1
+    fi
+    if [[ $fsck_rc -ne 0 ]]; then
+        echo "posix-all: tux3 -o $opts: fsck exit $fsck_rc after the suite" >&2
+        exit 1
+    fi
+}
+
 # allow_other: the permission cases switch to uid 65534, which FUSE would
 # otherwise turn away with EACCES before the filesystem is asked.
-timeout 60 "$TUX3" mount -o allow_other "$img" "$mnt" 2>"$work/server.log"
-rc=0
-timeout --kill-after=10 "$run_timeout" "$suite" "$mnt" | tee "$work/tux3.out" || rc=$?
-# Wait for the server to commit and exit: umount returns before it closes the
-# volume, and fsck must see the closed image (the image lock is the signal).
-timeout 60 umount "$mnt"
-timeout 60 flock -x "$img" true
-fsck_rc=0
-timeout 300 "$TUX3" fsck "$img" || fsck_rc=$?
-if [[ -s $work/server.log ]]; then
-    echo "posix-all: server messages:" >&2
-    cat "$work/server.log" >&2
-fi
-if [[ $rc -ne 0 ]]; then
-    echo "posix-all: tux3: FAILED (exit $rc)" >&2
-    exit 1
-fi
-if [[ $fsck_rc -ne 0 ]]; then
-    echo "posix-all: tux3: fsck exit $fsck_rc after the suite" >&2
-    exit 1
+# Both transports: /dev/fuse, and io_uring where the kernel has it (the
+# fuse module's enable_uring parameter, set for the run and put back).
+run_tux3 allow_other,nouring
+enable=/sys/module/fuse/parameters/enable_uring
+if [[ -w $enable ]]; then
+    uring_was=$(cat "$enable")
+    echo Y >"$enable"
+    run_tux3 allow_other,uring
+    echo "$uring_was" >"$enable"
+    uring_was=
+else
+    echo "posix-all: no FUSE over io_uring in this kernel: the uring transport is not run"
 fi
 
 echo "posix-all: reference filesystems"

@@ -7,6 +7,8 @@
 //!
 //! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
 //! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
+//! - `uring/`: the io_uring transport (per-CPU queues, its own request
+//!   decoding and reply encoding over the same adapter);
 //! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
 //!   and closing the volume at the end;
 //! - this file: the mount-time options and value conversions.
@@ -16,8 +18,10 @@
 mod adapter;
 mod ops;
 mod serve;
+mod uring;
 
 pub use adapter::Tux3Fuse;
+use serve::log;
 pub use serve::{block_signals, mount, Mounted};
 
 use crate::api::types::{Attr, FileType, Timespec};
@@ -54,8 +58,13 @@ pub struct FuseOptions {
     /// ordering promise (DESIGN.md 3.4) no longer holds between data and
     /// renames, unlinks or other files' writes. Off by default.
     pub writeback_cache: bool,
-    /// Threads serving requests (each with its own cloned `/dev/fuse` fd).
+    /// Threads serving requests (each with its own cloned `/dev/fuse` fd;
+    /// with io_uring, spread over the per-CPU queues).
     pub threads: usize,
+    /// Serve requests through io_uring queues: `None` when the kernel
+    /// allows it, `Some(true)` always (the mount fails if the kernel does
+    /// not allow it), `Some(false)` never.
+    pub uring: Option<bool>,
     /// Source shown in `/proc/mounts` (the image path).
     pub fsname: String,
     /// Kernel mount flags passed through: `Some(true)` sets the flag's
@@ -76,6 +85,7 @@ impl Default for FuseOptions {
             default_permissions: true,
             writeback_cache: false,
             threads: DEFAULT_THREADS,
+            uring: None,
             fsname: "tux3".to_string(),
             exec: None,
             suid: None,

@@ -4,10 +4,10 @@
 //!
 //! Calls only [`crate::Fs`].
 
-use super::adapter::{einval, empty, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
-use super::Tux3Fuse;
-use super::{errno, file_attr, from_system_time, MAX_READAHEAD, MAX_WRITE, TTL};
-use crate::api::types::{RenameFlags as EngineRenameFlags, SetAttr, XattrMode};
+use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
+use super::{errno, file_attr, file_type, from_system_time, MAX_READAHEAD, MAX_WRITE, TTL};
+use super::{uring, Tux3Fuse};
+use crate::api::types::{RenameFlags as EngineRenameFlags, SetAttr};
 use crate::error::Errno;
 use fuser::{
     FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
@@ -18,9 +18,6 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
-
-/// The extended attributes that hold POSIX ACLs.
-const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
 
 impl Filesystem for Tux3Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -35,9 +32,14 @@ impl Filesystem for Tux3Fuse {
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         // We take privileges away on write, truncate and chown ourselves,
         // which saves a getxattr round trip before every write.
-        self.strips_privs = config
-            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
-            .is_ok();
+        self.set_strips_privs(
+            config
+                .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+                .is_ok(),
+        );
+        if self.opts.uring != Some(false) && uring::kernel_enabled() {
+            self.set_uring(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok());
+        }
         if self.opts.writeback_cache {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -96,14 +98,10 @@ impl Filesystem for Tux3Fuse {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(from_system_time),
         };
-        // Nothing to change (e.g. only a file handle): just report.
-        let r = if set == SetAttr::default() {
-            self.fs.getattr(ino.0)
-        } else {
-            self.fs
-                .setattr_stripping(ino.0, &set, self.setattr_strips(req, &set))
-        };
-        match r {
+        // fuser does not pass FATTR_KILL_SUIDGID on: the caller's
+        // capabilities are read from /proc instead.
+        let strips = self.setattr_strips(&set, || may_keep_ids(req.pid()));
+        match self.setattr(ino.0, &set, strips) {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -126,16 +124,18 @@ impl Filesystem for Tux3Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.owner(req, parent.0).and_then(|(uid, gid, _)| {
-            self.fs
-                .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
-        });
+        let r = self
+            .owner(req.uid(), req.gid(), parent.0)
+            .and_then(|(uid, gid, _)| {
+                self.fs
+                    .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
+            });
         self.entry(parent.0, r, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let r = self
-            .owner(req, parent.0)
+            .owner(req.uid(), req.gid(), parent.0)
             .and_then(|(uid, gid, sgid)| self.fs.mkdir(parent.0, name.as_bytes(), mode | sgid, uid, gid));
         self.entry(parent.0, r, reply);
     }
@@ -149,10 +149,12 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let r = self.owner(req, parent.0).and_then(|(uid, gid, _)| {
-            let target = target.as_os_str().as_bytes();
-            self.fs.symlink(parent.0, link_name.as_bytes(), target, uid, gid)
-        });
+        let r = self
+            .owner(req.uid(), req.gid(), parent.0)
+            .and_then(|(uid, gid, _)| {
+                let target = target.as_os_str().as_bytes();
+                self.fs.symlink(parent.0, link_name.as_bytes(), target, uid, gid)
+            });
         self.entry(parent.0, r, reply);
     }
 
@@ -216,10 +218,12 @@ impl Filesystem for Tux3Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self
-            .fs
-            .write_stripping(ino.0, offset, data, self.write_strips(write_flags))
-        {
+        match self.fs.write_stripping(
+            ino.0,
+            offset,
+            data,
+            self.write_strips(write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)),
+        ) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -260,7 +264,10 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        match self.fill_dir(ino.0, offset, &mut reply) {
+        let add = |ino, next, kind, name: &[u8]| {
+            reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
+        };
+        match self.fill_dir(ino.0, offset, add) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -311,43 +318,18 @@ impl Filesystem for Tux3Fuse {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let mode = match flags {
-            0 => XattrMode::Any,
-            libc::XATTR_CREATE => XattrMode::Create,
-            libc::XATTR_REPLACE => XattrMode::Replace,
-            _ => return reply.error(fuser::Errno::EINVAL),
-        };
-        if position != 0 {
-            return reply.error(fuser::Errno::EINVAL);
-        }
-        // Without FUSE_POSIX_ACL the kernel passes ACLs through as plain
-        // xattrs but never enforces them: refuse them rather than store
-        // permissions nobody checks (cp -a then falls back to chmod).
-        if ACL_XATTRS.contains(&name.as_bytes()) {
-            return reply.error(fuser::Errno::EOPNOTSUPP);
-        }
-        empty(self.fs.setxattr(ino.0, name.as_bytes(), value, mode), reply);
+        empty(
+            Tux3Fuse::setxattr(self, ino.0, name.as_bytes(), value, flags, position),
+            reply,
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name.as_bytes()) {
-            Ok(value) => xattr_reply(&value, size, reply),
-            Err(e) => reply.error(errno(&e)),
-        }
+        xattr_reply(self.fs.getxattr(ino.0, name.as_bytes()), size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for n in names {
-                    list.extend_from_slice(&n);
-                    list.push(0);
-                }
-                xattr_reply(&list, size, reply);
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        xattr_reply(Tux3Fuse::listxattr(self, ino.0), size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -369,11 +351,7 @@ impl Filesystem for Tux3Fuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self
-            .owner(req, parent.0)
-            .and_then(|(uid, gid, _)| self.fs.create(parent.0, name.as_bytes(), mode, uid, gid))
-            .and_then(|attr| self.fs.open_handle(attr.ino).map(|()| attr));
-        match r {
+        match self.create_open(parent.0, name.as_bytes(), mode, req.uid(), req.gid()) {
             Ok(attr) => reply.created(&TTL, &file_attr(&attr), Generation(0), FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
@@ -388,27 +366,8 @@ impl Filesystem for Tux3Fuse {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        // The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and sends
-        // only SEEK_DATA and SEEK_HOLE. ENOSYS makes it stop asking and treat
-        // every file as all data up to its size: right only with the
-        // writeback cache, where the newest data and size may still be in
-        // the kernel and we would answer from stale ones.
-        if self.opts.writeback_cache {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        let data = match whence {
-            libc::SEEK_DATA => true,
-            libc::SEEK_HOLE => false,
-            _ => return reply.error(fuser::Errno::EINVAL),
-        };
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(fuser::Errno::ENXIO);
-        };
-        match self.fs.seek_data(ino.0, offset, data) {
-            Ok(pos) => match i64::try_from(pos) {
-                Ok(pos) => reply.offset(pos),
-                Err(_) => reply.error(fuser::Errno::ENXIO),
-            },
+        match Tux3Fuse::lseek(self, ino.0, offset, whence) {
+            Ok(pos) => reply.offset(pos),
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -6,11 +6,13 @@
 //!
 //! Calls [`crate::Fs`] (`sync`, `close`) and the `ops` adapter.
 
+use super::uring::{self, Rings};
 use super::{FuseOptions, Tux3Fuse};
 use crate::Fs;
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use std::ffi::CString;
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,8 @@ pub struct Mounted {
     session: Session<Tux3Fuse>,
     fs: Arc<Fs>,
     mountpoint: PathBuf,
+    /// The io_uring queue threads, if the kernel agreed to them.
+    rings: Option<Rings>,
 }
 
 /// Mount `fs` at `mountpoint`. Returns once the mount is live; the requests
@@ -69,13 +73,37 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
     if !mountpoint.is_dir() {
         return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
     }
+    if opts.uring == Some(true) && !uring::kernel_enabled() {
+        return Err(io::Error::other(
+            "the kernel does not let FUSE use io_uring (needs Linux 6.14 or later and \
+             `echo Y > /sys/module/fuse/parameters/enable_uring`); mount without -o uring",
+        ));
+    }
     let fs = Arc::new(fs);
     let config = session_config(opts);
-    let session = Session::new(Tux3Fuse::new(fs.clone(), opts.clone()), &mountpoint, &config)?;
+    let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
+    let session = Session::new(fuse.clone(), &mountpoint, &config)?;
+    // INIT is answered: the kernel takes ring registrations now.
+    let rings = if fuse.uring() {
+        let queues = uring::queue_count();
+        let per_queue = opts.threads.div_ceil(queues);
+        match Rings::start(&fuse, session.as_fd(), per_queue) {
+            Ok(r) => Some(r),
+            Err(e) if opts.uring == Some(true) => return Err(e),
+            Err(e) => {
+                log(&format!("io_uring queues: {e}; requests go through /dev/fuse"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    drop(fuse);
     Ok(Mounted {
         session,
         fs,
         mountpoint,
+        rings,
     })
 }
 
@@ -138,6 +166,10 @@ impl Mounted {
         let signals = spawn_signal_thread(self.session.unmount_callable(), &self.mountpoint, done.clone())
             .map_err(|e| format!("starting the signal thread: {e}"))?;
         let served = self.session.run();
+        // The kernel ended the queues with the connection.
+        if let Some(rings) = self.rings.take() {
+            rings.join();
+        }
 
         done.store(true, Ordering::SeqCst);
         // SAFETY: the thread is alive until it sees `done`; waking it with a

@@ -1,0 +1,249 @@
+//! Through the real mount: the io_uring transport (`-o uring`) answers
+//! every kind of request as the `/dev/fuse` one (`-o nouring`) does — the
+//! same workload gives the same observations through both — and the ring
+//! threads, not fuser's, serve the requests. `-o uring` on a kernel that
+//! does not allow it fails with a message saying how to allow it.
+//!
+//! Needs root, /dev/fuse and a kernel with FUSE over io_uring (the `fuse`
+//! module's `enable_uring` parameter); without them the tests print a note
+//! and pass. The parameter is restored on every path.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+mod mount_util;
+
+use mount_util::*;
+
+const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The tests here change the kernel parameter: one at a time.
+static PARAM: Mutex<()> = Mutex::new(());
+
+/// Sets `enable_uring` and puts the old value back when dropped.
+struct Param(String);
+
+impl Param {
+    fn set(on: bool) -> Param {
+        let old = fs::read_to_string(ENABLE).expect("read enable_uring");
+        fs::write(ENABLE, if on { "Y" } else { "N" }).expect("write enable_uring");
+        Param(old.trim().to_string())
+    }
+}
+
+impl Drop for Param {
+    fn drop(&mut self) {
+        let _ = fs::write(ENABLE, &self.0);
+    }
+}
+
+fn can_use_uring() -> bool {
+    if !can_mount() {
+        return false;
+    }
+    if !Path::new(ENABLE).exists() {
+        eprintln!("note: skipping: the kernel has no FUSE over io_uring");
+        return false;
+    }
+    true
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("path")
+}
+
+/// Every observation of a workload that touches each kind of request the
+/// rings serve, as text (errors by errno).
+fn workload(mnt: &Path) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut note = |s: String| seen.push(s);
+    let d = mnt.join("dir");
+    fs::create_dir(&d).unwrap();
+    // Create, write, read back, append, truncate.
+    let f = d.join("file");
+    let mut file = fs::File::create(&f).unwrap();
+    file.write_all(b"hello, ring").unwrap();
+    file.sync_all().unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    note(format!("read {:?}", fs::read_to_string(&f).unwrap()));
+    let mut file = fs::OpenOptions::new().append(true).open(&f).unwrap();
+    file.write_all(&[7u8; 300_000]).unwrap();
+    drop(file);
+    let mut back = Vec::new();
+    fs::File::open(&f).unwrap().read_to_end(&mut back).unwrap();
+    note(format!(
+        "len {} sum {}",
+        back.len(),
+        back.iter().map(|&b| b as u64).sum::<u64>()
+    ));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(5)
+        .unwrap();
+    // Attributes.
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    let m = fs::metadata(&f).unwrap();
+    note(format!(
+        "size {} mode {:o} nlink {}",
+        m.len(),
+        m.mode(),
+        m.nlink()
+    ));
+    // Names: link, symlink, rename, lookup of a missing name.
+    fs::hard_link(&f, d.join("link")).unwrap();
+    symlink("file", d.join("sym")).unwrap();
+    note(format!("readlink {:?}", fs::read_link(d.join("sym")).unwrap()));
+    fs::rename(d.join("link"), d.join("moved")).unwrap();
+    note(format!("nlink {}", fs::metadata(&f).unwrap().nlink()));
+    note(format!(
+        "missing {:?}",
+        fs::metadata(d.join("nope")).map_err(|e| e.raw_os_error())
+    ));
+    // Extended attributes: set, get, size query, list, remove.
+    let (p, n) = (cstr(&f), CString::new("user.k").unwrap());
+    // SAFETY: valid C strings and buffers of the given lengths.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(p.as_ptr(), n.as_ptr(), b"v1".as_ptr().cast(), 2, 0),
+            0
+        );
+        let mut buf = [0u8; 64];
+        let got = libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        note(format!("xattr {:?}", &buf[..got.max(0) as usize]));
+        note(format!(
+            "xattr size {}",
+            libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0)
+        ));
+        let len = libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        note(format!("list {:?}", &buf[..len.max(0) as usize]));
+        assert_eq!(libc::removexattr(p.as_ptr(), n.as_ptr()), 0);
+    }
+    // A directory listing longer than one reply, then unlink and rmdir.
+    let many = mnt.join("many");
+    fs::create_dir(&many).unwrap();
+    for i in 0..300 {
+        fs::write(many.join(format!("entry-with-a-longish-name-{i:04}")), b"x").unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(&many)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    note(format!(
+        "listing {} first {} last {}",
+        names.len(),
+        names[0],
+        names[names.len() - 1]
+    ));
+    for n in &names {
+        fs::remove_file(many.join(n)).unwrap();
+    }
+    fs::remove_dir(&many).unwrap();
+    note(format!("rmdir'd {}", !many.exists()));
+    // SEEK_DATA on a file with a hole; statfs.
+    let sparse = mnt.join("sparse");
+    let mut s = fs::File::create(&sparse).unwrap();
+    s.seek(SeekFrom::Start(1 << 20)).unwrap();
+    s.write_all(b"tail").unwrap();
+    // SAFETY: valid descriptor.
+    let data = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&s), 0, libc::SEEK_DATA) };
+    note(format!("seek_data {data}"));
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    assert_eq!(unsafe { libc::statvfs(cstr(mnt).as_ptr(), &mut st) }, 0);
+    note(format!("namemax {}", st.f_namemax));
+    seen
+}
+
+/// On-CPU time (ns) of the server's threads whose name starts with
+/// `prefix` (`/proc/PID/task/*/schedstat`).
+fn cpu_ns(pid: i32, prefix: &str) -> u64 {
+    let mut total = 0;
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            let stat = fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            total += stat
+                .split(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// Run the workload through a mount with `opt`; returns the observations
+/// and the on-CPU time of ring and fuser threads over 2000 writes.
+fn through(opt: &str) -> (Vec<String>, u64, u64) {
+    let fx = Fixture::new("256M");
+    let m = fx.mount(&["-o", opt]);
+    let seen = workload(&fx.mnt);
+    let mut f = fs::File::create(fx.path("w")).unwrap();
+    let (ring0, fuser0) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+    for i in 0..2000u64 {
+        f.write_all(&i.to_ne_bytes()).unwrap();
+    }
+    let (ring1, fuser1) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+    drop(f);
+    m.unmount();
+    fx.fsck();
+    (seen, ring1 - ring0, fuser1 - fuser0)
+}
+
+#[test]
+fn uring_answers_as_dev_fuse_does() {
+    if !can_use_uring() {
+        return;
+    }
+    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let _param = Param::set(true);
+    let (by_ring, ring_ns, fuser_ns) = through("uring");
+    assert!(
+        ring_ns > 10 * fuser_ns,
+        "the rings serve the writes: ring threads {ring_ns} ns on CPU, fuser threads {fuser_ns} ns"
+    );
+    let (by_dev, ring_ns, fuser_ns) = through("nouring");
+    assert_eq!(ring_ns, 0, "no ring threads with nouring");
+    assert!(fuser_ns > 0);
+    assert_eq!(by_ring, by_dev, "the same observations through both transports");
+}
+
+#[test]
+fn uring_option_needs_the_kernel_to_allow_it() {
+    if !can_use_uring() {
+        return;
+    }
+    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let _param = Param::set(false);
+    let fx = Fixture::new("64M");
+    let out = Command::new(TUX3)
+        .args(["mount", "-o", "uring"])
+        .arg(&fx.img)
+        .arg(&fx.mnt)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tux3 mount");
+    assert!(!out.status.success(), "mount -o uring must fail");
+    assert!(!is_mounted(&fx.mnt));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("enable_uring"),
+        "the error says how to allow it: {msg}"
+    );
+    // Without the option the mount goes through /dev/fuse.
+    let m = fx.mount(&[]);
+    fs::write(fx.path("a"), b"through /dev/fuse").unwrap();
+    assert_eq!(cpu_ns(m.pid, "tux3-ring"), 0);
+    m.unmount();
+    fx.fsck();
+}
