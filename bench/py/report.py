@@ -303,7 +303,11 @@ def commands(res):
         "mkfs.ext4 -F -q -O fast_commit %s LOOP     # ext4 fast_commit" % e,
         "mkfs.xfs -f -q -K LOOP; mkfs.btrfs -f -q -K LOOP; target/release/tux3 mkfs LOOP",
         "mount -t ext4|xfs LOOP MNT; mount -t btrfs -o nodiscard LOOP MNT",
-        "fuse2fs LOOP MNT; target/release/tux3 mount LOOP MNT",
+        "fuse2fs LOOP MNT; target/release/tux3 mount -o %s LOOP MNT" % (
+            "uring" if res.get("machine", {}).get("tux3_transport") == "io_uring" else "nouring"),
+        "# tux3 -o uring: echo Y > /sys/module/fuse/parameters/enable_uring for the run"
+        if res.get("machine", {}).get("tux3_transport") == "io_uring" else
+        "# tux3 through /dev/fuse (this kernel has no FUSE over io_uring)",
         "mount -t tmpfs -o size=SIZE tux3-bench-tmpfs MNT",
         "# workloads (bench/c/*.c compiled with gcc -O2)",
         "syncs DIR TASKS STEPS %s              # %s" % (q.get("syncs_cap") or "", ", ".join(
@@ -352,6 +356,7 @@ def write(res, path, plotdir, plots):
           "| RAM | %s GiB |" % m.get("ram_gib", "?"),
           "| kernel | %s |" % m.get("kernel", "?"),
           "| storage under the scratch dir | %s |" % m.get("storage", "?"),
+          "| tux3's FUSE transport | %s |" % m.get("tux3_transport", "/dev/fuse"),
           "| date | %s |" % m.get("date", "?")]
     for k, v in m.get("versions", {}).items():
         L.append("| %s | %s |" % (k, v))

@@ -315,6 +315,58 @@ mod tests {
     }
 
     #[test]
+    fn reply_structs_have_the_kernel_sizes() {
+        let a = Attr {
+            ino: 5,
+            kind: FileType::Symlink,
+            mode: 0o777,
+            nlink: 1,
+            uid: 1,
+            gid: 2,
+            rdev: 0,
+            size: 11,
+            blocks: 0,
+            atime: Timespec { sec: -1, nsec: 7 },
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            btime: Timespec::default(),
+            blksize: 4096,
+        };
+        let mut buf = [0u8; 512];
+        let sizes: Vec<usize> = [0, 1, 2, 3]
+            .iter()
+            .map(|k| {
+                let mut out = Out::new(&mut buf);
+                match k {
+                    0 => out.entry(&a, Duration::from_secs(1)),
+                    1 => out.attr_out(&a, Duration::from_secs(1)),
+                    2 => out.open(0, 0),
+                    _ => out.statfs(&StatFs {
+                        block_size: 4096,
+                        blocks: 1,
+                        blocks_free: 1,
+                        files: 1,
+                        files_free: 1,
+                        name_max: 255,
+                    }),
+                }
+                out.len
+            })
+            .collect();
+        // fuse_entry_out, fuse_attr_out, fuse_open_out, fuse_statfs_out.
+        assert_eq!(sizes, vec![128, 104, 16, 80]);
+        let mut out = Out::new(&mut buf);
+        out.entry(&a, Duration::from_secs(1));
+        // fuse_attr starts at 40: ino, then mode (type bits and permissions)
+        // at 40 + 60, and a time before 1970 as its two's complement.
+        assert_eq!(u64_at(&buf, 0), 5);
+        assert_eq!(u64_at(&buf, 40), 5);
+        assert_eq!(u32_at(&buf, 40 + 60), libc::S_IFLNK | 0o777);
+        assert_eq!(u64_at(&buf, 40 + 24) as i64, -1);
+        assert_eq!(u32_at(&buf, 40 + 48), 7);
+    }
+
+    #[test]
     fn out_header_records_length_and_error() {
         let mut h = [0u8; HEADER_LEN];
         h[ENT_IN_OUT + 8..ENT_IN_OUT + 16].copy_from_slice(&99u64.to_ne_bytes());
