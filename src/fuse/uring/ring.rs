@@ -9,7 +9,7 @@
 
 use super::abi::{self, InHeader, HEADER_LEN};
 use super::dispatch::Outcome;
-use crate::fuse::Tux3Fuse;
+use crate::fuse::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
@@ -28,6 +28,8 @@ struct Slot {
     /// The request it holds while being served.
     unique: u64,
     commit_id: u64,
+    /// Its last command was a registration (not a commit).
+    registering: bool,
 }
 
 // SAFETY: the iovecs point into the slot's own boxes; a slot is used by
@@ -54,6 +56,7 @@ impl Slot {
             iov,
             unique: 0,
             commit_id: 0,
+            registering: true,
         }
     }
 }
@@ -169,14 +172,41 @@ impl Queue {
                     self.deliver()?;
                     self.arm_wake()?;
                 } else if res < 0 {
-                    // The connection is gone (unmount or abort).
-                    self.live -= 1;
+                    self.failed(data as usize, -res)?;
                 } else {
                     self.serve(data as usize)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Slot `i`'s command failed with `errno`. The kernel ends every entry
+    /// so when the connection goes (unmount, abort): the slot is done. A
+    /// commit refused for another reason (its request gone) registers the
+    /// slot afresh, so the queue never runs out of entries while the mount
+    /// lives; a refused registration gives the slot up.
+    fn failed(&mut self, i: usize, errno: i32) -> io::Result<()> {
+        let gone = [libc::ENOTCONN, libc::ECONNABORTED, libc::ECANCELED].contains(&errno);
+        if gone || self.slots[i].registering {
+            if !gone {
+                log(&format!(
+                    "io_uring queue {}: registering an entry: {}",
+                    self.qid,
+                    io::Error::from_raw_os_error(errno)
+                ));
+            }
+            self.live -= 1;
+            return Ok(());
+        }
+        log(&format!(
+            "io_uring queue {}: a reply was refused: {}",
+            self.qid,
+            io::Error::from_raw_os_error(errno)
+        ));
+        self.slots[i].registering = true;
+        let e = self.command(abi::CMD_REGISTER, i);
+        self.push(e)
     }
 
     /// Serve the request in slot `i`.
@@ -209,6 +239,7 @@ impl Queue {
     /// Commit slot `i`'s reply and fetch its next request.
     fn commit(&mut self, i: usize, error: i32, len: usize) -> io::Result<()> {
         let slot = &mut self.slots[i];
+        slot.registering = false;
         abi::set_out_header(&mut slot.header[..], slot.unique, error, len);
         let e = self.command(abi::CMD_COMMIT_AND_FETCH, i);
         self.push(e)
