@@ -150,6 +150,19 @@ impl Queue {
     /// Register every slot, then serve until the kernel ends the queue
     /// (unmount): it completes each entry with an error then.
     pub fn run(mut self) -> io::Result<()> {
+        let r = self.serve_all();
+        if r.is_err() && self.live > 0 {
+            // The kernel may still hold entries (until the ring closes and
+            // cancels them) and copy into their buffers: never free them.
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
+        // The eventfd read stays armed until the ring is torn down, which
+        // the kernel finishes on its own time: its 8 bytes are never freed.
+        std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new([0; 8])));
+        r
+    }
+
+    fn serve_all(&mut self) -> io::Result<()> {
         for i in 0..self.slots.len() {
             let e = self.command(abi::CMD_REGISTER, i);
             self.push(e)?;
@@ -159,7 +172,8 @@ impl Queue {
         while self.live > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // Interrupted, or completions to reap first: go round.
+                Err(e) if [Some(libc::EINTR), Some(libc::EBUSY)].contains(&e.raw_os_error()) => {}
                 Err(e) => return Err(e),
             }
             let done: Vec<(u64, i32)> = self
