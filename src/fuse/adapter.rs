@@ -64,7 +64,7 @@ impl Tux3Fuse {
     }
 
     /// Whether the kernel agreed at INIT to use io_uring queues.
-    pub fn uring(&self) -> bool {
+    pub(super) fn uring(&self) -> bool {
         self.uring.load(Ordering::SeqCst)
     }
 

@@ -208,7 +208,7 @@ impl<'a> Out<'a> {
         for t in [a.atime, a.mtime, a.ctime] {
             self.u32(t.nsec.min(999_999_999));
         }
-        let mode = type_bits(a.kind) | (a.mode & 0o7777);
+        let mode = a.kind.mode_bits() | (a.mode & 0o7777);
         // The kernel's 32-bit device encoding equals glibc's for majors
         // below 4096.
         for v in [mode, a.nlink, a.uid, a.gid, a.rdev as u32, a.blksize, 0] {
@@ -267,24 +267,11 @@ impl<'a> Out<'a> {
         self.u64(ino);
         self.u64(next);
         self.u32(name.len() as u32);
-        self.u32(type_bits(kind) >> 12);
+        self.u32(u32::from(kind.dirent_code()));
         self.bytes(name);
         let pad = len - 24 - name.len();
         self.bytes(&[0; 8][..pad]);
         true
-    }
-}
-
-/// `S_IFMT` bits of a file type.
-fn type_bits(kind: FileType) -> u32 {
-    match kind {
-        FileType::Regular => libc::S_IFREG,
-        FileType::Directory => libc::S_IFDIR,
-        FileType::Symlink => libc::S_IFLNK,
-        FileType::Fifo => libc::S_IFIFO,
-        FileType::CharDevice => libc::S_IFCHR,
-        FileType::BlockDevice => libc::S_IFBLK,
-        FileType::Socket => libc::S_IFSOCK,
     }
 }
 

@@ -169,6 +169,7 @@ impl Queue {
             self.live += 1;
         }
         self.arm_wake()?;
+        let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.slots.len() + 1);
         while self.live > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -176,12 +177,9 @@ impl Queue {
                 Err(e) if [Some(libc::EINTR), Some(libc::EBUSY)].contains(&e.raw_os_error()) => {}
                 Err(e) => return Err(e),
             }
-            let done: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (data, res) in done {
+            done.clear();
+            done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            for &(data, res) in &done {
                 if data == WAKE {
                     self.deliver()?;
                     self.arm_wake()?;
