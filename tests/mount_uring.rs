@@ -2,7 +2,8 @@
 //! every kind of request as the `/dev/fuse` one (`-o nouring`) does — the
 //! same workload gives the same observations through both — and the ring
 //! threads, not fuser's, serve the requests. `-o uring` on a kernel that
-//! does not allow it fails with a message saying how to allow it.
+//! does not allow it fails with a message saying how to allow it. A write
+//! that must wait for a commit leaves the ring threads.
 //!
 //! Needs root, /dev/fuse and a kernel with FUSE over io_uring (the `fuse`
 //! module's `enable_uring` parameter); without them the tests print a note
@@ -216,6 +217,39 @@ fn uring_answers_as_dev_fuse_does() {
     assert_eq!(ring_ns, 0, "no ring threads with nouring");
     assert!(fuser_ns > 0);
     assert_eq!(by_ring, by_dev, "the same observations through both transports");
+}
+
+/// A write that must wait for a commit (dirty data at the `cache=` limit)
+/// is handed off the ring thread, to a thread that may block; what it
+/// writes lands whole and in order, and survives a remount.
+#[test]
+fn writes_held_for_a_commit_leave_the_ring_threads() {
+    if !can_use_uring() {
+        return;
+    }
+    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let _param = Param::set(true);
+    let fx = Fixture::new("256M");
+    let m = fx.mount(&["-o", "uring,cache=1M,commit=0"]);
+    let chunk = 256 << 10;
+    let expect: Vec<u8> = (0..16 * chunk).map(|i| (i * 7 / 4096) as u8).collect();
+    let mut f = fs::File::create(fx.path("stream")).unwrap();
+    let before = cpu_ns(m.pid, "tux3-blocking");
+    for piece in expect.chunks(chunk) {
+        f.write_all(piece).unwrap();
+    }
+    let handed_off = cpu_ns(m.pid, "tux3-blocking") - before;
+    drop(f);
+    assert!(
+        handed_off > 0,
+        "16 writes of 256 KiB with cache=1M: some waited for a commit, off the ring threads"
+    );
+    assert!(fs::read(fx.path("stream")).unwrap() == expect, "the stream reads back");
+    m.unmount();
+    fx.fsck();
+    let m = fx.mount(&["-o", "uring"]);
+    assert!(fs::read(fx.path("stream")).unwrap() == expect, "and after a remount");
+    m.unmount();
 }
 
 #[test]

@@ -239,6 +239,13 @@ impl Fs {
         }
     }
 
+    /// Whether [`Fs::write`] of `len` bytes at `offset` of `ino` would
+    /// wait now, for a commit that brings dirty data back under the limit
+    /// (a hint: the answer may change before the write runs).
+    pub fn write_would_wait(&self, ino: Ino, offset: u64, len: usize) -> bool {
+        self.vol().write_would_wait(ino, offset, len)
+    }
+
     /// Entries of directory `ino` from position `pos` (0 = start), at most
     /// `max` of them. Positions stay valid while entries come and go: an entry
     /// present throughout is returned exactly once. `.` and `..` are not

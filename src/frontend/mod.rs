@@ -470,40 +470,9 @@ impl Volume {
 
     /// What a write of `len` bytes at `offset` of `ino` must wait for so
     /// that dirty file data — the open delta's plus what the commit in
-    /// flight holds — stays within `dirty_limit`. The write's cost is the
-    /// pages it would newly dirty. A write on a volume holding no dirty
-    /// data always goes (even one larger than the limit). A file that holds
-    /// an eighth of the limit already waits an eighth earlier.
+    /// flight holds — stays within `dirty_limit`.
     pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
-        let held = self.dirty_bytes + self.in_flight_bytes;
-        if held == 0 || len == 0 {
-            return Pressure::Clear;
-        }
-        let bs = self.bs();
-        let Some(end) = offset.checked_add(len as u64) else {
-            return Pressure::Clear; // the write fails (EFBIG)
-        };
-        // A file holding an eighth of the limit or more in memory is a
-        // heavy writer: it stops an eighth short of the limit, so that light
-        // writers (a log appended and fsynced next to a stream) keep going
-        // while the stream waits for its commit. The bound stays the limit.
-        let reserve = self.opts.dirty_limit / 8;
-        let (cost, heavy) = match self.inode(ino) {
-            Ok(i) => (
-                ((offset / bs..=(end - 1) / bs)
-                    .filter(|b| !i.pages.is_dirty(*b))
-                    .count() as u64)
-                    .saturating_mul(bs),
-                (i.pages.len() as u64).saturating_mul(bs) >= reserve,
-            ),
-            Err(_) => (0, false), // the write reports the error
-        };
-        let limit = if heavy {
-            self.opts.dirty_limit - reserve
-        } else {
-            self.opts.dirty_limit
-        };
-        if held.saturating_add(cost) <= limit {
+        if !self.over_dirty_limit(ino, offset, len) {
             Pressure::Clear
         } else if self.in_flight || self.fsync_in_flight {
             Pressure::WaitCommit
@@ -516,6 +485,46 @@ impl Volume {
         } else {
             Pressure::Clear // nothing a commit could release
         }
+    }
+
+    /// Whether such a write would wait now ([`Volume::write_pressure`] is
+    /// not `Clear`), without changing anything: a request server hands
+    /// such a write to a thread that may block.
+    pub fn write_would_wait(&self, ino: Ino, offset: u64, len: usize) -> bool {
+        self.over_dirty_limit(ino, offset, len) && (self.commit_in_flight() || self.delta_dirty())
+    }
+
+    /// The write's cost — the pages it would newly dirty — would take the
+    /// held dirty data past the limit. A write on a volume holding no dirty
+    /// data always goes (even one larger than the limit). A file that
+    /// holds an eighth of the limit already stops an eighth earlier.
+    fn over_dirty_limit(&self, ino: Ino, offset: u64, len: usize) -> bool {
+        let held = self.dirty_bytes + self.in_flight_bytes;
+        if held == 0 || len == 0 {
+            return false;
+        }
+        let bs = self.bs();
+        let Some(end) = offset.checked_add(len as u64) else {
+            return false; // the write fails (EFBIG)
+        };
+        // A file holding an eighth of the limit or more in memory is a
+        // heavy writer: it stops an eighth short of the limit, so that light
+        // writers (a log appended and fsynced next to a stream) keep going
+        // while the stream waits for its commit. The bound stays the limit.
+        let reserve = self.opts.dirty_limit / 8;
+        // An inode not in cache holds no pages: every block is new.
+        let pages = self.cache.map.get(&ino).map(|i| &i.pages);
+        let cost = (offset / bs..=(end - 1) / bs)
+            .filter(|b| !pages.is_some_and(|p| p.is_dirty(*b)))
+            .count() as u64;
+        let heavy = pages.is_some_and(|p| (p.len() as u64).saturating_mul(bs) >= reserve);
+        let cost = cost.saturating_mul(bs);
+        let limit = if heavy {
+            self.opts.dirty_limit - reserve
+        } else {
+            self.opts.dirty_limit
+        };
+        held.saturating_add(cost) > limit
     }
 
     /// A commit job (full or fsync) is frozen or writing.

@@ -10,6 +10,7 @@ use crate::api::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
 use crate::error::{Errno, Error, Result};
 use crate::fuse::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
 use crate::fuse::{Tux3Fuse, TTL};
+use crossbeam_channel::{SendError, Sender};
 use fuser::FopenFlags;
 
 /// How a request ends.
@@ -21,8 +22,12 @@ pub enum Outcome {
     Later,
 }
 
-/// Called once with a deferred request's outcome (0 or a negative errno).
-pub type Deferred = Box<dyn FnOnce(i32) + Send>;
+/// Called once with a deferred request's outcome (0 or a negative errno)
+/// and its reply.
+pub type Deferred = Box<dyn FnOnce(i32, &[u8]) + Send>;
+
+/// Work handed to a thread that may block (see [`Tux3Fuse::serve_ring`]).
+pub type Job = Box<dyn FnOnce() + Send>;
 
 /// What a request produced, before it is encoded.
 enum Answer {
@@ -55,12 +60,19 @@ impl Tux3Fuse {
     /// Serve one ring request. `payload` holds its `h.payload_len` bytes of
     /// arguments and receives the reply; `defer` gives the callback of a
     /// request answered later.
+    ///
+    /// A ring thread must not block: the kernel places requests in any free
+    /// entry of the caller's CPU queue, so requests behind a blocked one in
+    /// its thread's ring would wait too — a small write and fsync behind a
+    /// stream's write held for a commit. A write that would wait for dirty
+    /// data to drain goes to `blocking` instead, with a copy of its data.
     pub(super) fn serve_ring(
         &self,
         h: &InHeader,
         op_in: &[u8],
         payload: &mut [u8],
         defer: impl FnOnce() -> Deferred,
+        blocking: &Sender<Job>,
     ) -> Outcome {
         let r = match h.opcode {
             op::READDIR => return self.ring_readdir(h, op_in, payload),
@@ -70,8 +82,28 @@ impl Tux3Fuse {
                 self.fs.fsync_then(
                     h.nodeid,
                     datasync,
-                    Box::new(move |r| done(r.err().map_or(0, |e| errno_of(&e)))),
+                    Box::new(move |r| done(r.err().map_or(0, |e| errno_of(&e)), &[])),
                 );
+                return Outcome::Later;
+            }
+            op::WRITE
+                if self
+                    .fs
+                    .write_would_wait(h.nodeid, u64_at(op_in, 8), write_len(h, op_in, payload)) =>
+            {
+                let (ino, offset) = (h.nodeid, u64_at(op_in, 8));
+                let data = payload[..write_len(h, op_in, payload)].to_vec();
+                let strip = self.write_strips(u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0);
+                let (fuse, done) = (self.clone(), defer());
+                let job: Job = Box::new(move || match fuse.fs.write_stripping(ino, offset, &data, strip) {
+                    Ok(n) => done(0, &written(n as u32)),
+                    Err(e) => done(errno_of(&e), &[]),
+                });
+                // Without a thread to take it (they are gone only if one
+                // panicked), it runs here.
+                if let Err(SendError(job)) = blocking.send(job) {
+                    job();
+                }
                 return Outcome::Later;
             }
             _ => {
@@ -149,12 +181,11 @@ impl Tux3Fuse {
             op::OPENDIR => Answer::Open((FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE).bits()),
             op::READ => Answer::Data(self.fs.read(ino, u64_at(op_in, 8), u32_at(op_in, 16) as usize)?),
             op::WRITE => {
-                let size = (u32_at(op_in, 16) as usize).min(payload.len());
                 let kill = u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0;
                 let n = self.fs.write_stripping(
                     ino,
                     u64_at(op_in, 8),
-                    &payload[..size],
+                    &payload[..write_len(h, op_in, payload)],
                     self.write_strips(kill),
                 )?;
                 Answer::Written(n as u32)
@@ -239,10 +270,7 @@ impl Tux3Fuse {
                 out.entry(&attr, TTL);
                 out.open(0, OPEN_FLAGS.bits());
             }
-            Answer::Written(n) => {
-                out.u32(n);
-                out.u32(0);
-            }
+            Answer::Written(n) => out.bytes(&written(n)),
             Answer::Data(d) => out.bytes(&d),
             Answer::XattrSize(n) => {
                 out.u32(n);
@@ -252,6 +280,18 @@ impl Tux3Fuse {
             Answer::Offset(o) => out.u64(o as u64),
         }
     }
+}
+
+/// The data length of a WRITE (`fuse_write_in.size`), within its payload.
+fn write_len(h: &InHeader, op_in: &[u8], payload: &[u8]) -> usize {
+    (u32_at(op_in, 16) as usize).min(h.payload_len).min(payload.len())
+}
+
+/// A WRITE's reply (`fuse_write_out`): the bytes written, padding.
+fn written(n: u32) -> [u8; 8] {
+    let mut b = [0; 8];
+    b[..4].copy_from_slice(&n.to_ne_bytes());
+    b
 }
 
 fn xattr(bytes: &[u8], size: u32) -> Result<Answer> {

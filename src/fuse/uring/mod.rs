@@ -14,7 +14,9 @@
 //! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs);
 //! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
 //!   with the fuser path;
-//! - `ring.rs`: one queue thread and its ring entries.
+//! - `ring.rs`: one queue thread and its ring entries;
+//! - this file: starting the queue threads, and the threads that take
+//!   requests which may block (a write waiting for a commit) off them.
 //!
 //! Calls [`crate::Fs`] through [`Tux3Fuse`].
 
@@ -23,6 +25,8 @@ mod dispatch;
 mod ring;
 
 use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};
+use crossbeam_channel::{unbounded, Sender};
+use dispatch::Job;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -55,9 +59,14 @@ pub fn queue_count() -> usize {
     )
 }
 
-/// The queue threads of a mount.
+/// Threads taking requests that may block off the queue threads.
+const BLOCKING_THREADS: usize = 4;
+
+/// The queue threads of a mount, and the threads they hand requests that
+/// may block to.
 pub struct Rings {
     threads: Vec<JoinHandle<()>>,
+    blocking: Vec<JoinHandle<()>>,
 }
 
 impl Rings {
@@ -66,33 +75,51 @@ impl Rings {
     pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize) -> io::Result<Rings> {
         let dev = Arc::new(dev.try_clone_to_owned()?);
         let payload = MAX_WRITE.max(MAX_READAHEAD) as usize;
-        let mut threads = Vec::new();
+        let (jobs, job_rx) = unbounded::<Job>();
+        let mut rings = Rings {
+            threads: Vec::new(),
+            blocking: Vec::new(),
+        };
+        for t in 0..BLOCKING_THREADS {
+            let job_rx = job_rx.clone();
+            let name = format!("tux3-blocking{t}");
+            rings
+                .blocking
+                .push(thread::Builder::new().name(name).spawn(move || {
+                    // Ends once every queue thread (each holds a sender) is gone.
+                    for job in job_rx {
+                        job();
+                    }
+                })?);
+        }
         for qid in 0..queue_count() {
             for t in 0..per_queue.max(1) {
-                let (fuse, dev) = (fuse.clone(), dev.clone());
+                let (fuse, dev, jobs) = (fuse.clone(), dev.clone(), jobs.clone());
                 let name = format!("tux3-ring{qid}.{t}");
-                threads.push(thread::Builder::new().name(name).spawn(move || {
-                    serve_queue(fuse, dev, qid, payload);
-                })?);
+                rings
+                    .threads
+                    .push(thread::Builder::new().name(name).spawn(move || {
+                        serve_queue(fuse, dev, qid, payload, jobs);
+                    })?);
             }
         }
-        Ok(Rings { threads })
+        Ok(rings)
     }
 
     /// Wait for every queue thread (they end when the kernel ends the
-    /// connection).
+    /// connection), then for the requests they handed off.
     pub fn join(self) {
-        for t in self.threads {
+        for t in self.threads.into_iter().chain(self.blocking) {
             let _ = t.join();
         }
     }
 }
 
-fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize) {
+fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize, jobs: Sender<Job>) {
     pin_to_cpu(qid);
     let r = u16::try_from(qid)
         .map_err(|_| io::Error::other("too many CPUs"))
-        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload))
+        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, jobs))
         .and_then(ring::Queue::run);
     if let Err(e) = r {
         log(&format!(

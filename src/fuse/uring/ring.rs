@@ -3,12 +3,13 @@
 //! serves each request the kernel places in an entry and commits the reply
 //! while fetching the next request in the same command
 //! (`COMMIT_AND_FETCH`). Requests answered later (fsync) come back through
-//! a channel and an eventfd the ring also waits on.
+//! a channel and an eventfd the ring also waits on; so do writes handed to
+//! a thread that may block.
 //!
 //! Calls the dispatcher (`dispatch.rs`).
 
 use super::abi::{self, InHeader, HEADER_LEN};
-use super::dispatch::Outcome;
+use super::dispatch::{Job, Outcome};
 use crate::fuse::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -61,8 +62,8 @@ impl Slot {
     }
 }
 
-/// A deferred reply: slot index and outcome (0 or a negative errno).
-type Done = (usize, i32);
+/// A deferred reply: slot index, outcome (0 or a negative errno), reply.
+type Done = (usize, i32, Vec<u8>);
 
 /// The state of one queue thread.
 pub struct Queue {
@@ -78,6 +79,8 @@ pub struct Queue {
     wake_buf: Box<[u8; 8]>,
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
+    /// Threads for requests that may block (see `serve_ring`).
+    blocking: Sender<Job>,
     /// Entries the kernel still holds (registered or committed).
     live: usize,
 }
@@ -89,6 +92,7 @@ impl Queue {
         qid: u16,
         entries: usize,
         payload_len: usize,
+        blocking: Sender<Job>,
     ) -> io::Result<Queue> {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_single_issuer()
@@ -112,6 +116,7 @@ impl Queue {
             wake_buf: Box::new([0; 8]),
             done_tx,
             done_rx,
+            blocking,
             live: 0,
         })
     }
@@ -231,8 +236,8 @@ impl Queue {
         let efd = self.wake.clone();
         let me = std::thread::current().id();
         let defer = move || -> super::dispatch::Deferred {
-            Box::new(move |error| {
-                let _ = tx.send((i, error));
+            Box::new(move |error, reply: &[u8]| {
+                let _ = tx.send((i, error, reply.to_vec()));
                 // Answered on this thread (a lone fsync commits inline):
                 // `serve` delivers it on return, no wake-up needed.
                 if std::thread::current().id() != me {
@@ -242,7 +247,10 @@ impl Queue {
         };
         let mut op_in = [0u8; abi::OP_IN_LEN];
         op_in.copy_from_slice(abi::op_in(&slot.header[..]));
-        match self.fuse.serve_ring(&h, &op_in, &mut slot.payload, defer) {
+        match self
+            .fuse
+            .serve_ring(&h, &op_in, &mut slot.payload, defer, &self.blocking)
+        {
             Outcome::Reply { error, len } => self.commit(i, error, len),
             Outcome::Later => self.deliver(),
         }
@@ -259,8 +267,10 @@ impl Queue {
 
     /// Commit the replies answered from other threads.
     fn deliver(&mut self) -> io::Result<()> {
-        while let Ok((i, error)) = self.done_rx.try_recv() {
-            self.commit(i, error, 0)?;
+        while let Ok((i, error, reply)) = self.done_rx.try_recv() {
+            let len = reply.len().min(self.slots[i].payload.len());
+            self.slots[i].payload[..len].copy_from_slice(&reply[..len]);
+            self.commit(i, error, len)?;
         }
         Ok(())
     }
