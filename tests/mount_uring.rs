@@ -244,11 +244,17 @@ fn writes_held_for_a_commit_leave_the_ring_threads() {
         handed_off > 0,
         "16 writes of 256 KiB with cache=1M: some waited for a commit, off the ring threads"
     );
-    assert!(fs::read(fx.path("stream")).unwrap() == expect, "the stream reads back");
+    assert!(
+        fs::read(fx.path("stream")).unwrap() == expect,
+        "the stream reads back"
+    );
     m.unmount();
     fx.fsck();
     let m = fx.mount(&["-o", "uring"]);
-    assert!(fs::read(fx.path("stream")).unwrap() == expect, "and after a remount");
+    assert!(
+        fs::read(fx.path("stream")).unwrap() == expect,
+        "and after a remount"
+    );
     m.unmount();
 }
 

@@ -308,21 +308,6 @@ impl Backend {
         self.stats.log_blocks = self.log.since_unify.len() as u64;
     }
 
-    /// Prepare, write and finish in one go (the caller holds everything).
-    pub fn commit(&mut self, cache: &mut InodeCache, unify: bool) -> Result<()> {
-        let mut job = self.prepare(cache, unify)?;
-        job.write_data()?;
-        self.seal(&mut job)?;
-        job.write_log()?;
-        self.finish(&job);
-        for ino in &job.inodes {
-            if let Some(i) = cache.map.get_mut(ino) {
-                i.pages.end_writeback();
-            }
-        }
-        Ok(())
-    }
-
     /// Step 1: allocate each run of dirty pages contiguously near the file's
     /// goal, queue its pages (shared, not copied), and map it in the file's
     /// extent tree.

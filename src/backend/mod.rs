@@ -83,6 +83,9 @@ pub struct Stats {
     /// pages, shared with the cache until it is durable (or an fsync
     /// commit's inline copies). 0 when no commit is in flight.
     pub in_flight_bytes: u64,
+    /// Bytes of clean file data kept in cache after its commit (filled by
+    /// the frontend; at most the dirty limit after each commit).
+    pub clean_bytes: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.

@@ -4,6 +4,11 @@
 //! flight; it stays readable here until the commit is durable). Writing a
 //! page under writeback forks it: the commit keeps its `Arc`, the frontend
 //! gets a copy (DESIGN.md "block forking").
+//!
+//! Once the commit is durable, the pages it wrote stay on as *clean* pages
+//! (the block as the device holds it) until the volume evicts them
+//! (`cache/clean.rs`), so a partial write of such a block — an append to
+//! a log file — need not read it back from the device.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +30,9 @@ pub struct Page {
 pub struct PageMap {
     pages: BTreeMap<u64, Page>,
     dirty: usize,
+    /// Blocks as a full commit of this mount wrote them, not changed
+    /// since: never one that `pages` also holds.
+    clean: BTreeMap<u64, Arc<Vec<u8>>>,
 }
 
 impl PageMap {
@@ -40,6 +48,23 @@ impl PageMap {
     pub fn get(&self, lblock: u64) -> Option<&Page> {
         self.pages.get(&lblock)
     }
+    /// The content of block `lblock` if cached: its dirty or writeback
+    /// page, else its clean page.
+    pub fn content(&self, lblock: u64) -> Option<&Arc<Vec<u8>>> {
+        self.pages
+            .get(&lblock)
+            .map(|p| &p.data)
+            .or_else(|| self.clean.get(&lblock))
+    }
+    /// Number of clean pages.
+    pub fn clean_len(&self) -> usize {
+        self.clean.len()
+    }
+    /// Give up every clean page (eviction); returns them, to be freed.
+    pub fn take_clean(&mut self) -> Vec<Arc<Vec<u8>>> {
+        std::mem::take(&mut self.clean).into_values().collect()
+    }
+
     /// Whether the page at `lblock` is dirty.
     pub fn is_dirty(&self, lblock: u64) -> bool {
         self.pages.get(&lblock).is_some_and(|p| !p.writeback)
@@ -49,6 +74,8 @@ impl PageMap {
     /// absent. A page still shared with a commit is forked, not waited for.
     pub fn page_mut(&mut self, lblock: u64, delta: u64, fill: impl FnOnce() -> Vec<u8>) -> &mut Vec<u8> {
         let mut created = false;
+        // A clean copy would go stale; `fill` has read what it needs.
+        self.clean.remove(&lblock);
         let page = self.pages.entry(lblock).or_insert_with(|| {
             created = true;
             Page {
@@ -109,9 +136,10 @@ impl PageMap {
         self.pages.range(lblock + 1..).next().map(|(k, _)| *k)
     }
 
-    /// Drop pages at or beyond `lblock` (truncate). Returns how many of
-    /// them were dirty.
+    /// Drop pages at or beyond `lblock` (truncate), clean ones too.
+    /// Returns how many of them were dirty.
     pub fn truncate(&mut self, lblock: u64) -> usize {
+        self.clean.split_off(&lblock);
         let gone = self.pages.split_off(&lblock);
         let n = gone.values().filter(|p| !p.writeback).count();
         self.dirty -= n;
@@ -132,14 +160,13 @@ impl PageMap {
         out
     }
 
-    /// The commit is durable: remove the pages it wrote that were not
-    /// changed again meanwhile (the device now holds them) and return them,
-    /// for the caller to free when it suits (outside its locks).
-    pub fn end_writeback(&mut self) -> Vec<Page> {
-        self.pages
-            .extract_if(.., |_, p| p.writeback)
-            .map(|(_, p)| p)
-            .collect()
+    /// The commit is durable: the pages it wrote that were not changed
+    /// again meanwhile become clean (the device now holds them).
+    pub fn end_writeback(&mut self) {
+        let written: Vec<(u64, Page)> = self.pages.extract_if(.., |_, p| p.writeback).collect();
+        for (k, p) in written {
+            self.clean.insert(k, p.data);
+        }
     }
 }
 
@@ -163,15 +190,26 @@ mod tests {
     }
 
     #[test]
-    fn end_writeback_drops_clean_pages() {
+    fn written_pages_become_clean_until_changed_or_truncated() {
         let mut m = PageMap::default();
         m.page_mut(1, 1, || vec![1; 8]);
         m.page_mut(2, 1, || vec![2; 8]);
+        m.page_mut(3, 1, || vec![3; 8]);
         m.start_writeback();
         m.page_mut(2, 2, Vec::new)[0] = 5;
-        let gone: Vec<u8> = m.end_writeback().iter().map(|p| p.data[0]).collect();
-        assert_eq!(gone, [1], "the written page is handed back to be freed");
-        assert!(m.get(1).is_none());
-        assert_eq!(m.get(2).unwrap().data[0], 5, "the re-dirtied page stays");
+        m.end_writeback();
+        assert!(m.get(1).is_none(), "no longer dirty nor under writeback");
+        assert_eq!(m.content(1).unwrap()[0], 1, "but kept clean");
+        assert_eq!(m.clean_len(), 2);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.content(2).unwrap()[0], 5, "the re-dirtied page stays");
+        m.page_mut(1, 2, || vec![9; 8])[1] = 6;
+        assert_eq!(m.clean_len(), 1, "dirtied again: no clean copy left");
+        assert_eq!(*m.content(1).unwrap().as_ref(), [9, 6, 9, 9, 9, 9, 9, 9]);
+        m.truncate(3);
+        assert!(m.content(3).is_none(), "truncate drops clean pages");
+        m.truncate(0);
+        assert_eq!(m.take_clean().len(), 0);
+        assert_eq!((m.len(), m.clean_len()), (0, 0));
     }
 }

@@ -16,8 +16,8 @@ impl Volume {
         let bs = self.be.bs;
         let dev = self.be.dev.clone();
         let i = self.inode(ino)?;
-        if let Some(p) = i.pages.get(lblock) {
-            return Ok(p.data.as_ref().clone());
+        if let Some(data) = i.pages.content(lblock) {
+            return Ok(data.as_ref().clone());
         }
         let mut buf = vec![0u8; bs];
         if let Some(e) = extent::lookup(&mut i.tree, dev.as_ref(), lblock)? {
@@ -41,8 +41,8 @@ impl Volume {
             let i = self.inode(ino)?;
             let from = (offset.max(lblock * bs) - lblock * bs) as usize;
             let to = ((end - lblock * bs).min(bs)) as usize;
-            if let Some(p) = i.pages.get(lblock) {
-                out.extend_from_slice(&p.data[from..to]);
+            if let Some(data) = i.pages.content(lblock) {
+                out.extend_from_slice(&data[from..to]);
                 lblock += 1;
                 continue;
             }
@@ -109,7 +109,8 @@ impl Volume {
         let new_pages = (first..=last).filter(|b| !i.pages.is_dirty(*b)).count() as u64;
         self.begin_change(new_pages + 2)?;
         let delta = self.be.delta;
-        let old_size = self.inode(ino)?.attrs.size;
+        let i = self.inode(ino)?;
+        let (old_size, clean_before) = (i.attrs.size, i.pages.clean_len());
         for lblock in first..=last {
             let start = lblock * bs;
             let from = offset.max(start) - start;
@@ -133,11 +134,13 @@ impl Volume {
         }
         let now = Timespec::now();
         let i = self.inode(ino)?;
+        let clean_after = i.pages.clean_len();
         i.attrs.size = i.attrs.size.max(end);
         i.attrs.mtime = now;
         i.attrs.ctime = now;
         self.touch(ino);
         self.data_changed.insert(ino);
+        self.clean.changed(ino, clean_before, clean_after, bs);
         Ok(())
     }
 
@@ -149,7 +152,8 @@ impl Volume {
             return err(Errno::EFBIG);
         }
         let dev = self.be.dev.clone();
-        let old = self.inode(ino)?.attrs.size;
+        let i = self.inode(ino)?;
+        let (old, clean_before) = (i.attrs.size, i.pages.clean_len());
         if size < old {
             let keep = size.div_ceil(bs);
             if !size.is_multiple_of(bs) {
@@ -173,6 +177,8 @@ impl Volume {
                 self.be.alloc.free_range(s, c);
             }
             self.dirty_bytes = self.dirty_bytes.saturating_sub(dropped * bs);
+            let clean_after = self.inode(ino)?.pages.clean_len();
+            self.clean.changed(ino, clean_before, clean_after, bs);
         }
         self.inode(ino)?.attrs.size = size;
         self.data_changed.insert(ino);

@@ -19,7 +19,7 @@ mod xattr;
 use crate::api::types::*;
 use crate::backend::commit::CommitJob;
 use crate::backend::{Backend, FIRST_INO};
-use crate::cache::{Inode, InodeCache};
+use crate::cache::{CleanPages, Inode, InodeCache};
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::Tree;
@@ -55,6 +55,8 @@ pub struct Volume {
     /// Bytes of file data the commit in flight still holds (its frozen
     /// pages, or an fsync commit's inline copies); 0 when none is.
     in_flight_bytes: u64,
+    /// Clean pages kept after their commit, within `dirty_limit` bytes.
+    clean: CleanPages,
     /// Blocks promised to the current delta's data and metadata.
     reserved: u64,
     /// Where the last inode allocated near each directory went.
@@ -104,7 +106,7 @@ pub struct Volume {
 /// frees the job's and the written pages' memory.
 pub struct Retired {
     _job: CommitJob,
-    _pages: Vec<crate::cache::pages::Page>,
+    _pages: Vec<Arc<Vec<u8>>>,
 }
 
 impl Volume {
@@ -114,6 +116,7 @@ impl Volume {
         let mut v = Volume {
             be,
             cache: InodeCache::default(),
+            clean: CleanPages::new(opts.dirty_limit),
             opts,
             dirty_bytes: 0,
             in_flight_bytes: 0,
@@ -227,6 +230,7 @@ impl Volume {
         Stats {
             dirty_bytes: self.dirty_bytes,
             in_flight_bytes: self.in_flight_bytes,
+            clean_bytes: self.clean.bytes(),
             ..self.be.stats
         }
     }
@@ -456,11 +460,15 @@ impl Volume {
         self.be.finish(&job);
         let mut pages = Vec::new();
         if !job.is_fsync() {
+            let bs = self.bs();
             for ino in &job.inodes {
                 if let Some(i) = self.cache.map.get_mut(ino) {
-                    pages.append(&mut i.pages.end_writeback());
+                    let before = i.pages.clean_len();
+                    i.pages.end_writeback();
+                    self.clean.changed(*ino, before, i.pages.clean_len(), bs);
                 }
             }
+            self.clean.evict(&mut self.cache.map, bs, &mut pages);
         }
         Ok(Retired {
             _job: job,

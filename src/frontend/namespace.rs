@@ -292,6 +292,8 @@ impl Volume {
             return Ok(());
         };
         self.cache.dirty.remove(&ino);
+        let bs = self.be.bs as u64;
+        self.clean.changed(ino, inode.pages.clean_len(), 0, bs);
         if matches!(inode.kind(), FileType::Regular | FileType::Symlink) && !inode.tree.has_dirty_leaves() {
             let mut attrs = inode.attrs.clone();
             attrs.nlink = 0;
