@@ -30,6 +30,7 @@ impl Errno {
     pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const ENXIO: Errno = Errno(libc::ENXIO);
+    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
 
     /// The symbolic name (`ENOENT`), for messages and test output.
     pub fn name(self) -> &'static str {

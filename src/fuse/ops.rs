@@ -10,7 +10,7 @@ use super::{uring, Tux3Fuse};
 use crate::api::types::{RenameFlags as EngineRenameFlags, SetAttr};
 use crate::error::Errno;
 use fuser::{
-    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -255,12 +255,13 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel may cache listings: only we change the volume, and
+        // A directory handle holds nothing here. ENOSYS tells the kernel so
+        // (`FUSE_NO_OPENDIR_SUPPORT`): it sends no more OPENDIR nor
+        // RELEASEDIR, two round trips per directory open, and opens
+        // directories with `FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR` — it may
+        // cache listings, which is coherent: only we change the volume, and
         // every change through the mount resets the cache.
-        reply.opened(
-            FileHandle(0),
-            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-        );
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

@@ -11,7 +11,6 @@ use crate::error::{Errno, Error, Result};
 use crate::fuse::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
 use crate::fuse::{Tux3Fuse, TTL};
 use crossbeam_channel::{SendError, Sender};
-use fuser::FopenFlags;
 
 /// How a request ends.
 pub enum Outcome {
@@ -178,7 +177,9 @@ impl Tux3Fuse {
             }
             // The kernel may cache listings: only we change the volume,
             // and every change through the mount resets the cache.
-            op::OPENDIR => Answer::Open((FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE).bits()),
+            // As `ops.rs` answers it: the kernel stops sending OPENDIR and
+            // RELEASEDIR.
+            op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
             op::READ => Answer::Data(self.fs.read(ino, u64_at(op_in, 8), u32_at(op_in, 16) as usize)?),
             op::WRITE => {
                 let kill = u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0;
