@@ -44,6 +44,17 @@ impl Drop for Param {
     }
 }
 
+/// The parameter set to `on` for one test (tests take turns), or `None`
+/// where the tests cannot run. Dropped, it puts the old value back before
+/// the next test's turn (tuple fields drop in order).
+fn uring_switch(on: bool) -> Option<(Param, std::sync::MutexGuard<'static, ()>)> {
+    if !can_use_uring() {
+        return None;
+    }
+    let one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    Some((Param::set(on), one))
+}
+
 fn can_use_uring() -> bool {
     if !can_mount() {
         return false;
@@ -203,11 +214,9 @@ fn through(opt: &str) -> (Vec<String>, u64, u64) {
 
 #[test]
 fn uring_answers_as_dev_fuse_does() {
-    if !can_use_uring() {
+    let Some(_switch) = uring_switch(true) else {
         return;
-    }
-    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let _param = Param::set(true);
+    };
     let (by_ring, ring_ns, fuser_ns) = through("uring");
     assert!(
         ring_ns > 10 * fuser_ns,
@@ -224,11 +233,9 @@ fn uring_answers_as_dev_fuse_does() {
 /// writes lands whole and in order, and survives a remount.
 #[test]
 fn writes_held_for_a_commit_leave_the_ring_threads() {
-    if !can_use_uring() {
+    let Some(_switch) = uring_switch(true) else {
         return;
-    }
-    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let _param = Param::set(true);
+    };
     let fx = Fixture::new("256M");
     let m = fx.mount(&["-o", "uring,cache=1M,commit=0"]);
     let chunk = 256 << 10;
@@ -260,11 +267,9 @@ fn writes_held_for_a_commit_leave_the_ring_threads() {
 
 #[test]
 fn uring_option_needs_the_kernel_to_allow_it() {
-    if !can_use_uring() {
+    let Some(_switch) = uring_switch(false) else {
         return;
-    }
-    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let _param = Param::set(false);
+    };
     let fx = Fixture::new("64M");
     let out = Command::new(TUX3)
         .args(["mount", "-o", "uring"])

@@ -522,11 +522,11 @@ impl Volume {
         let reserve = self.opts.dirty_limit / 8;
         // An inode not in cache holds no pages: every block is new.
         let pages = self.cache.map.get(&ino).map(|i| &i.pages);
-        let cost = (offset / bs..=(end - 1) / bs)
+        let new_blocks = (offset / bs..=(end - 1) / bs)
             .filter(|b| !pages.is_some_and(|p| p.is_dirty(*b)))
             .count() as u64;
+        let cost = new_blocks.saturating_mul(bs);
         let heavy = pages.is_some_and(|p| (p.len() as u64).saturating_mul(bs) >= reserve);
-        let cost = cost.saturating_mul(bs);
         let limit = if heavy {
             self.opts.dirty_limit - reserve
         } else {

@@ -85,25 +85,28 @@ impl Tux3Fuse {
                 );
                 return Outcome::Later;
             }
-            op::WRITE
-                if self
-                    .fs
-                    .write_would_wait(h.nodeid, u64_at(op_in, 8), write_len(h, op_in, payload)) =>
-            {
+            op::WRITE => {
                 let (ino, offset) = (h.nodeid, u64_at(op_in, 8));
-                let data = payload[..write_len(h, op_in, payload)].to_vec();
+                let data = &payload[..write_len(h, op_in, payload)];
                 let strip = self.write_strips(u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0);
-                let (fuse, done) = (self.clone(), defer());
-                let job: Job = Box::new(move || match fuse.fs.write_stripping(ino, offset, &data, strip) {
-                    Ok(n) => done(0, &written(n as u32)),
-                    Err(e) => done(errno_of(&e), &[]),
-                });
-                // Without a thread to take it (they are gone only if one
-                // panicked), it runs here.
-                if let Err(SendError(job)) = blocking.send(job) {
-                    job();
+                if !self.fs.write_would_wait(ino, offset, data.len()) {
+                    self.fs
+                        .write_stripping(ino, offset, data, strip)
+                        .map(|n| Answer::Written(n as u32))
+                } else {
+                    let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
+                    let job: Job =
+                        Box::new(move || match fuse.fs.write_stripping(ino, offset, &data, strip) {
+                            Ok(n) => done(0, &written(n as u32)),
+                            Err(e) => done(errno_of(&e), &[]),
+                        });
+                    // Without a thread to take it (they are gone only if one
+                    // panicked), it runs here.
+                    if let Err(SendError(job)) = blocking.send(job) {
+                        job();
+                    }
+                    return Outcome::Later;
                 }
-                return Outcome::Later;
             }
             _ => {
                 let len = h.payload_len.min(payload.len());
@@ -126,7 +129,8 @@ impl Tux3Fuse {
         }
     }
 
-    /// The engine calls of a request (all but READDIR and the fsyncs).
+    /// The engine calls of a request (all but READDIR, WRITE and the
+    /// fsyncs).
     fn answer(&self, h: &InHeader, op_in: &[u8], payload: &[u8]) -> Result<Answer> {
         let ino = h.nodeid;
         let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
@@ -175,22 +179,10 @@ impl Tux3Fuse {
                 self.fs.open_handle(ino)?;
                 Answer::Open(OPEN_FLAGS.bits())
             }
-            // The kernel may cache listings: only we change the volume,
-            // and every change through the mount resets the cache.
             // As `ops.rs` answers it: the kernel stops sending OPENDIR and
-            // RELEASEDIR.
+            // RELEASEDIR, and may cache listings.
             op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
             op::READ => Answer::Data(self.fs.read(ino, u64_at(op_in, 8), u32_at(op_in, 16) as usize)?),
-            op::WRITE => {
-                let kill = u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0;
-                let n = self.fs.write_stripping(
-                    ino,
-                    u64_at(op_in, 8),
-                    &payload[..write_len(h, op_in, payload)],
-                    self.write_strips(kill),
-                )?;
-                Answer::Written(n as u32)
-            }
             op::STATFS => Answer::Statfs(self.fs.statfs()?),
             op::RELEASE => self.fs.release_handle(ino).map(|()| Answer::Empty)?,
             op::SETXATTR => {
