@@ -165,6 +165,8 @@ pub struct Batch {
     broken: bool,
     /// Times a piece was held back for urgent I/O.
     holds: u64,
+    /// Pieces sent through the ring.
+    sent: u64,
 }
 
 impl Batch {
@@ -179,6 +181,7 @@ impl Batch {
                 piece_max,
                 broken: false,
                 holds: 0,
+                sent: 0,
             }),
             Err(e) => {
                 tracing::debug!("io_uring unavailable ({e}): device writes go one at a time");
@@ -191,6 +194,12 @@ impl Batch {
     #[cfg(test)]
     pub fn holds(&self) -> u64 {
         self.holds
+    }
+
+    /// Pieces sent through the ring so far.
+    #[cfg(test)]
+    pub fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// Whether [`Batch::write`] may be used (no earlier ring failure).
@@ -256,6 +265,7 @@ impl Batch {
                     break; // queue full: reap first
                 }
                 slots[s] = Some(next);
+                self.sent += 1;
                 held = false;
                 next += 1;
                 in_flight += 1;

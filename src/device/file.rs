@@ -31,6 +31,9 @@ pub struct FileDevice {
     direct: bool,
     /// Batched writes (`O_DIRECT` only; `None` without io_uring).
     batch: Option<Mutex<Batch>>,
+    /// The ring of urgent batches (an fsync commit's), so that their writes
+    /// go out together even while a background batch holds `batch`.
+    urgent_batch: Option<Mutex<Batch>>,
     /// Urgent I/O under way, which other threads' batches make way for.
     gate: Gate,
     counters: Counters,
@@ -81,6 +84,11 @@ impl FileDevice {
             writable,
             direct,
             batch: if direct && writable {
+                Batch::new(PIECE_MAX).map(Mutex::new)
+            } else {
+                None
+            },
+            urgent_batch: if direct && writable {
                 Batch::new(PIECE_MAX).map(Mutex::new)
             } else {
                 None
@@ -182,9 +190,11 @@ impl Device for FileDevice {
         self.counters.on_write(n);
         Ok(())
     }
-    /// Batches of two or more pieces go through the io_uring, all in
-    /// flight at once; a batch that finds the ring busy (another commit's
-    /// batch) or absent goes one write at a time.
+    /// Batches of two or more pieces go through an io_uring, all in flight
+    /// at once. Urgent batches have a ring of their own (they are
+    /// serialized by the log, so they wait only for each other); a
+    /// background batch that finds its ring busy (another commit's batch),
+    /// or either kind without a ring, goes one write at a time.
     fn write_gather(&self, reqs: &[Gather]) -> io::Result<()> {
         if !self.writable {
             return Err(read_only_error());
@@ -194,18 +204,20 @@ impl Device for FileDevice {
             let len = parts.iter().map(|p| p.len()).sum();
             blocks.push(check_range(self.block_size, self.block_count, *block, len)?);
         }
-        let ring = self
-            .batch
-            .as_ref()
-            .and_then(|b| b.try_lock())
-            .filter(|b| b.is_usable());
+        let urgent = URGENT_HERE.get() > 0;
+        let ring = if urgent {
+            self.urgent_batch.as_ref().map(|b| b.lock())
+        } else {
+            self.batch.as_ref().and_then(|b| b.try_lock())
+        }
+        .filter(|b| b.is_usable());
         let pieces = match ring {
             Some(_) => pieces(reqs, self.block_size as usize, self.chunk_len(PIECE_MAX)),
             None => Vec::new(),
         };
         match ring {
             Some(mut ring) if pieces.len() > 1 => {
-                let gate = (URGENT_HERE.get() == 0).then_some(&self.gate);
+                let gate = (!urgent).then_some(&self.gate);
                 ring.write(&self.file, &pieces, gate)?
             }
             _ => {
@@ -469,6 +481,46 @@ mod tests {
         let mut back = vec![0u8; PIECE_MAX];
         dev.read(step, &mut back).unwrap();
         assert!(back == big);
+    }
+
+    /// An urgent batch (an fsync commit's) goes through a ring of its own,
+    /// all its pieces in flight together, even while a background batch
+    /// holds the other ring; a background batch that finds its ring busy
+    /// goes one write at a time.
+    #[test]
+    fn urgent_batches_have_a_ring_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        create_image(&path, 64 * BS as u64).unwrap();
+        let mut dev = FileDevice::open_with(&path, BS, true, false).unwrap();
+        let (Some(background), Some(urgent)) = (Batch::new(PIECE_MAX), Batch::new(PIECE_MAX)) else {
+            return; // no io_uring here: writes go one by one
+        };
+        dev.batch = Some(Mutex::new(background));
+        dev.urgent_batch = Some(Mutex::new(urgent));
+        let (a, b) = (pattern(BS as usize, 6), pattern(BS as usize, 7));
+        let reqs: Vec<Gather> = vec![(5, vec![&a]), (40, vec![&b])];
+        let sent = |ring: &Option<Mutex<Batch>>| ring.as_ref().unwrap().lock().sent();
+        let held = dev.batch.as_ref().unwrap().lock();
+        dev.urgent_begin();
+        dev.write_gather(&reqs).unwrap();
+        dev.urgent_end();
+        drop(held);
+        assert_eq!(sent(&dev.urgent_batch), 2, "both pieces through the urgent ring");
+        assert_eq!(sent(&dev.batch), 0);
+        let held = dev.batch.as_ref().unwrap().lock();
+        dev.write_gather(&reqs).unwrap();
+        drop(held);
+        assert_eq!(
+            (sent(&dev.batch), sent(&dev.urgent_batch)),
+            (0, 2),
+            "a busy ring: one by one"
+        );
+        for (block, want) in [(5, &a), (40, &b)] {
+            let mut back = vec![0; BS as usize];
+            dev.read(block, &mut back).unwrap();
+            assert!(&back == want, "block {block}");
+        }
     }
 
     #[test]
