@@ -248,10 +248,7 @@ impl Backend {
     /// An fsync commit: `records` (inode images, inline data, directory
     /// entries) in log blocks of the chain, flagged FSYNC. The open delta
     /// goes on; its full commit will hold the same changes again.
-    pub fn prepare_fsync(&mut self, records: &[Record]) -> Result<CommitJob> {
-        let images = self
-            .log
-            .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
+    pub fn prepare_fsync(&mut self, records: Vec<Record>) -> Result<CommitJob> {
         let data_bytes = records
             .iter()
             .map(|r| match r {
@@ -259,6 +256,9 @@ impl Backend {
                 _ => 0,
             })
             .sum();
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
         Ok(CommitJob {
             dev: self.dev.clone(),
             bs: self.bs,
@@ -285,7 +285,7 @@ impl Backend {
         };
         let images = self
             .log
-            .write_delta(&mut self.alloc, &records, job.delta, false, self.bs)?;
+            .write_delta(&mut self.alloc, records, job.delta, false, self.bs)?;
         job.log_body = images.body;
         job.last = images.commit;
         Ok(())
@@ -533,7 +533,7 @@ impl Backend {
         let records: Vec<Record> = self.orphans.iter().map(|&ino| Record::Orphan { ino }).collect();
         let images = self
             .log
-            .write_delta(&mut self.alloc, &records, self.delta + 1, true, self.bs)?;
+            .write_delta(&mut self.alloc, records, self.delta + 1, true, self.bs)?;
         writes.extend(images.body);
         writes.push(images.commit);
         Ok(Tail {

@@ -24,11 +24,12 @@ pub struct LogImages {
 }
 
 impl LogWriter {
-    /// Encode `records` of `delta` as a chain of blocks.
+    /// Encode `records` of `delta` as a chain of blocks (they move into
+    /// the blocks: inline data is not copied once more).
     pub fn write_delta(
         &mut self,
         alloc: &mut Allocator,
-        records: &[Record],
+        records: Vec<Record>,
         delta: u64,
         fsync: bool,
         bs: usize,
@@ -44,7 +45,7 @@ impl LogWriter {
             }
             used += r.size();
             if let Some(g) = groups.last_mut() {
-                g.push(r.clone());
+                g.push(r);
             }
         }
         let n = groups.len();

@@ -160,7 +160,7 @@ impl Volume {
         if logged.records.is_empty() {
             return Ok(FsyncPlan::Nothing);
         }
-        let job = self.be.prepare_fsync(&logged.records)?;
+        let job = self.be.prepare_fsync(logged.records)?;
         // The records are in the log's tail now: their pages, entries and
         // name changes count as logged.
         for (ino, lblock) in logged.pages {

@@ -14,7 +14,7 @@
 
 use super::record::Record;
 use crate::error::{Error, Result};
-use crate::structures::codec::{begin, seal, verify, Reader, Writer};
+use crate::structures::codec::{begin, seal, verify, Reader};
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3LG");
 pub const HEADER: usize = 56;
@@ -47,20 +47,24 @@ pub fn capacity(bs: usize) -> usize {
 impl LogBlock {
     /// Encode; returns the image. `self.crc` is ignored and computed.
     pub fn encode(&self, bs: usize) -> Vec<u8> {
-        let mut body = Writer::default();
-        for r in &self.records {
-            r.encode(&mut body);
-        }
-        assert!(body.len() <= capacity(bs), "log block overfilled");
         let mut w = begin(MAGIC, self.addr, bs);
         w.u64(self.seq);
         w.u64(self.next);
         w.u64(self.delta);
         w.u32(self.prev_crc);
         w.u16(if self.commit { FLAG_COMMIT } else { 0 } | if self.fsync { FLAG_FSYNC } else { 0 });
-        w.u16(body.len() as u16);
+        // The records go straight into the image; their length is filled
+        // in after them.
+        let used_at = w.len();
+        w.u16(0);
         w.u64(self.nonce);
-        w.bytes(&body.buf);
+        let start = w.len();
+        for r in &self.records {
+            r.encode(&mut w);
+        }
+        let used = w.len() - start;
+        assert!(used <= capacity(bs), "log block overfilled");
+        w.buf[used_at..used_at + 2].copy_from_slice(&(used as u16).to_le_bytes());
         seal(w, bs)
     }
 
