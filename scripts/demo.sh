@@ -129,9 +129,11 @@ echo "copied in $((SECONDS - start)) s"
 (cd "$sample" && timeout 600 find . -type f -print0 | sort -z |
     xargs -0 -r timeout 600 sha256sum) >"$sums"
 echo "$(wc -l <"$sums") files summed at the source"
-sync -f "$mnt" 2>/dev/null || true
 
-say "I/O counters of the mount server after the copy"
+say "tux3 sync $mnt (sync(1) does not reach a FUSE server; this commits now)"
+timeout 120 "$TUX3" sync "$mnt"
+
+say "I/O counters of the mount server after the copy and the sync"
 show_counters
 
 say "unmount and mount again (the files now come from the volume)"

@@ -16,55 +16,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
 mod mount_util;
 
 use mount_util::*;
-
-const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// The tests here change the kernel parameter: one at a time.
-static PARAM: Mutex<()> = Mutex::new(());
-
-/// Sets `enable_uring` and puts the old value back when dropped.
-struct Param(String);
-
-impl Param {
-    fn set(on: bool) -> Param {
-        let old = fs::read_to_string(ENABLE).expect("read enable_uring");
-        fs::write(ENABLE, if on { "Y" } else { "N" }).expect("write enable_uring");
-        Param(old.trim().to_string())
-    }
-}
-
-impl Drop for Param {
-    fn drop(&mut self) {
-        let _ = fs::write(ENABLE, &self.0);
-    }
-}
-
-/// The parameter set to `on` for one test (tests take turns), or `None`
-/// where the tests cannot run. Dropped, it puts the old value back before
-/// the next test's turn (tuple fields drop in order).
-fn uring_switch(on: bool) -> Option<(Param, std::sync::MutexGuard<'static, ()>)> {
-    if !can_use_uring() {
-        return None;
-    }
-    let one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    Some((Param::set(on), one))
-}
-
-fn can_use_uring() -> bool {
-    if !can_mount() {
-        return false;
-    }
-    if !Path::new(ENABLE).exists() {
-        eprintln!("note: skipping: the kernel has no FUSE over io_uring");
-        return false;
-    }
-    true
-}
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("path")

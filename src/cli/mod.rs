@@ -3,7 +3,8 @@
 //!
 //! Calls only the public surface of the crate: [`crate::Fs`] (engine API),
 //! [`crate::device`] (opening and creating images) and [`crate::tools`]
-//! (offline fsck and dump), and [`crate::fuse`] (`mount`).
+//! (offline fsck and dump), and [`crate::fuse`] (`mount`, and `sync`'s
+//! ioctl number).
 
 mod args;
 mod cat;
@@ -18,6 +19,7 @@ mod ls;
 mod mkfs;
 pub mod mount;
 mod mount_opts;
+mod sync;
 
 pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use format::{civil_date, format_time, mode_string};
@@ -59,6 +61,8 @@ pub enum Command {
     Readlink(cat::ReadlinkArgs),
     /// Mount a volume through FUSE (in the background unless -f)
     Mount(mount::MountArgs),
+    /// Make everything written through tux3 mounts durable now
+    Sync(sync::SyncArgs),
 }
 
 impl Command {
@@ -73,6 +77,7 @@ impl Command {
             Command::Cat(_) => "cat",
             Command::Readlink(_) => "readlink",
             Command::Mount(_) => "mount",
+            Command::Sync(_) => "sync",
         }
     }
 }
@@ -150,6 +155,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Cat(a) => cat::run(&a),
         Command::Readlink(a) => cat::run_readlink(&a),
         Command::Mount(a) => mount::run(&a),
+        Command::Sync(a) => sync::run(&a),
     }
 }
 

@@ -40,6 +40,12 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// Read-ahead the kernel may do on sequential reads.
 pub const MAX_READAHEAD: u32 = 1 << 20;
 
+/// The ioctl that commits everything written so far through the mount
+/// (`_IO(0xE3, 1)`, no argument), on any file or directory of it: `sync`
+/// and `syncfs` do not reach a FUSE server, so `tux3 sync` sends this.
+/// Parallel ones are served by one commit.
+pub const IOC_SYNC: u32 = 0xE301;
+
 /// Default number of threads serving requests.
 pub const DEFAULT_THREADS: usize = 4;
 

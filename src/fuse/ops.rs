@@ -5,14 +5,14 @@
 //! Calls only [`crate::Fs`].
 
 use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
-use super::{errno, file_attr, file_type, from_system_time, MAX_READAHEAD, MAX_WRITE, TTL};
+use super::{errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_READAHEAD, MAX_WRITE, TTL};
 use super::{uring, Tux3Fuse};
 use crate::api::types::{RenameFlags as EngineRenameFlags, SetAttr};
 use crate::error::Errno;
 use fuser::{
-    FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -291,6 +291,27 @@ impl Filesystem for Tux3Fuse {
         // same group commit.
         self.fs
             .fsync_then(ino.0, datasync, Box::new(move |r| empty(r, reply)));
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != IOC_SYNC {
+            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
+        }
+        // A whole commit on this request thread: the others serve on.
+        match self.fs.sync() {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -9,6 +9,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub const TUX3: &str = env!("CARGO_BIN_EXE_tux3");
@@ -340,4 +341,52 @@ impl Rng {
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next() as u8).collect()
     }
+}
+
+// FUSE over io_uring: the kernel parameter that allows it, switched for
+// one test at a time.
+
+pub const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Tests that change the kernel parameter take turns (cargo runs test
+/// binaries one after another).
+pub static PARAM: Mutex<()> = Mutex::new(());
+
+/// Sets `enable_uring` and puts the old value back when dropped.
+pub struct Param(String);
+
+impl Param {
+    pub fn set(on: bool) -> Param {
+        let old = fs::read_to_string(ENABLE).expect("read enable_uring");
+        fs::write(ENABLE, if on { "Y" } else { "N" }).expect("write enable_uring");
+        Param(old.trim().to_string())
+    }
+}
+
+impl Drop for Param {
+    fn drop(&mut self) {
+        let _ = fs::write(ENABLE, &self.0);
+    }
+}
+
+/// The parameter set to `on` for one test (tests take turns), or `None`
+/// where the tests cannot run. Dropped, it puts the old value back before
+/// the next test's turn (tuple fields drop in order).
+pub fn uring_switch(on: bool) -> Option<(Param, MutexGuard<'static, ()>)> {
+    if !can_use_uring() {
+        return None;
+    }
+    let one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    Some((Param::set(on), one))
+}
+
+pub fn can_use_uring() -> bool {
+    if !can_mount() {
+        return false;
+    }
+    if !Path::new(ENABLE).exists() {
+        eprintln!("note: skipping: the kernel has no FUSE over io_uring");
+        return false;
+    }
+    true
 }

@@ -9,7 +9,7 @@ use super::abi::{self, fattr, op, u32_at, u64_at, InHeader, Out};
 use crate::api::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
 use crate::error::{Errno, Error, Result};
 use crate::fuse::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
-use crate::fuse::{Tux3Fuse, TTL};
+use crate::fuse::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 
 /// How a request ends.
@@ -64,7 +64,8 @@ impl Tux3Fuse {
     /// entry of the caller's CPU queue, so requests behind a blocked one in
     /// its thread's ring would wait too — a small write and fsync behind a
     /// stream's write held for a commit. A write that would wait for dirty
-    /// data to drain goes to `blocking` instead, with a copy of its data.
+    /// data to drain goes to `blocking` instead, with a copy of its data,
+    /// and so does a sync ([`IOC_SYNC`]).
     pub(super) fn serve_ring(
         &self,
         h: &InHeader,
@@ -108,6 +109,20 @@ impl Tux3Fuse {
                     return Outcome::Later;
                 }
             }
+            // `tux3 sync` (fuse_ioctl_in: fh, flags, cmd at 12): a whole
+            // commit, on a thread that may block.
+            op::IOCTL if u32_at(op_in, 12) == IOC_SYNC => {
+                let (fuse, done) = (self.clone(), defer());
+                let job: Job = Box::new(move || match fuse.fs.sync() {
+                    Ok(()) => done(0, &ioctl_out()),
+                    Err(e) => done(errno_of(&e), &[]),
+                });
+                if let Err(SendError(job)) = blocking.send(job) {
+                    job();
+                }
+                return Outcome::Later;
+            }
+            op::IOCTL => Err(Error::Posix(Errno(libc::ENOTTY))),
             _ => {
                 let len = h.payload_len.min(payload.len());
                 self.answer(h, op_in, &payload[..len])
@@ -281,6 +296,11 @@ fn write_len(h: &InHeader, op_in: &[u8], payload: &[u8]) -> usize {
 }
 
 /// A WRITE's reply (`fuse_write_out`): the bytes written, padding.
+/// `fuse_ioctl_out` of an ioctl that returns 0 and no data.
+fn ioctl_out() -> [u8; 16] {
+    [0; 16]
+}
+
 fn written(n: u32) -> [u8; 8] {
     let mut b = [0; 8];
     b[..4].copy_from_slice(&n.to_ne_bytes());

@@ -16,7 +16,8 @@
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
 //! - this file: starting the queue threads, and the threads that take
-//!   requests which may block (a write waiting for a commit) off them.
+//!   requests which may block (a write waiting for a commit, a sync) off
+//!   them.
 //!
 //! Calls [`crate::Fs`] through [`Tux3Fuse`].
 
