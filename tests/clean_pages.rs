@@ -1,7 +1,8 @@
 //! Scenario: pages a commit wrote stay in cache as clean pages. A partial
 //! write of such a block (an append to a log) reads nothing from the
 //! device; clean pages never outlive a truncate or their inode, so stale
-//! data never shows; and they stay within the dirty limit.
+//! data never shows; and they stay within the dirty limit. A stream's
+//! commits do not push other files' clean pages out.
 
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
@@ -115,4 +116,40 @@ fn clean_pages_stay_within_the_dirty_limit() {
         want.extend_from_slice(&[0xee; 100]);
         assert_eq!(fs.read(*ino, 0, 40_100).unwrap(), want, "file {n}");
     }
+}
+
+#[test]
+fn a_stream_keeps_no_clean_pages_and_pushes_none_out() {
+    let dev = fresh();
+    let limit = 256 << 10;
+    let fs = open(&dev, limit);
+    let log = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap();
+    fs.write(log.ino, 0, &[1; 1000]).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.stats().clean_bytes, BS);
+    // A stream: each commit writes 160 KiB of it, more than a quarter of
+    // the limit, so none of it stays. Kept, the second commit's would pass
+    // the limit and evict the oldest file's pages: the log's.
+    let stream = fs.create(ROOT_INO, b"stream", 0o644, 0, 0).unwrap();
+    for i in 0..5u64 {
+        fs.write(stream.ino, i * (160 << 10), &vec![i as u8; 160 << 10])
+            .unwrap();
+        fs.sync().unwrap();
+        assert_eq!(fs.stats().clean_bytes, BS, "commit {i}: only the log's page");
+    }
+    let before = fs.counters().blocks_read;
+    fs.write(log.ino, 1000, &[2; 1000]).unwrap();
+    assert_eq!(
+        fs.counters().blocks_read - before,
+        0,
+        "the log's append read nothing back"
+    );
+    let mut want = vec![1; 1000];
+    want.extend_from_slice(&[2; 1000]);
+    assert_eq!(fs.read(log.ino, 0, 2000).unwrap(), want);
+    assert_eq!(
+        fs.read(stream.ino, 4 * (160 << 10), 160 << 10).unwrap(),
+        vec![4; 160 << 10],
+        "the stream reads back from the device"
+    );
 }

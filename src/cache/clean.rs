@@ -3,7 +3,9 @@
 //! append to a log, a record updated in place) need not read it back from
 //! the device on the request's thread. They cost memory only: the volume
 //! keeps at most `limit` bytes of them, evicting whole files' clean pages,
-//! the files that got theirs first going first.
+//! the files that got theirs first going first. A file that one commit
+//! wrote more than a quarter of the limit of (a stream) keeps none of them:
+//! they would only push the other files' out.
 //!
 //! Calls only the inode cache.
 
@@ -29,6 +31,11 @@ impl CleanPages {
             limit,
             order: VecDeque::new(),
         }
+    }
+
+    /// Most pages of `bs` bytes one file may keep clean from one commit.
+    pub fn admits(&self, bs: u64) -> usize {
+        (self.limit / 4 / bs.max(1)) as usize
     }
 
     /// Bytes of clean pages held.
@@ -77,7 +84,7 @@ mod tests {
             i.pages.page_mut(b, 1, || vec![b as u8; 8]);
         }
         i.pages.start_writeback();
-        i.pages.end_writeback();
+        i.pages.end_writeback(usize::MAX, &mut Vec::new());
         i
     }
 

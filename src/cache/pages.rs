@@ -161,9 +161,16 @@ impl PageMap {
     }
 
     /// The commit is durable: the pages it wrote that were not changed
-    /// again meanwhile become clean (the device now holds them).
-    pub fn end_writeback(&mut self) {
+    /// again meanwhile become clean (the device now holds them) — unless
+    /// there are more than `keep_max` of them (a stream, whose pages would
+    /// only push other files' clean pages out): those go to `dropped`, for
+    /// the caller to free outside its locks.
+    pub fn end_writeback(&mut self, keep_max: usize, dropped: &mut Vec<Arc<Vec<u8>>>) {
         let written: Vec<(u64, Page)> = self.pages.extract_if(.., |_, p| p.writeback).collect();
+        if written.len() > keep_max {
+            dropped.extend(written.into_iter().map(|(_, p)| p.data));
+            return;
+        }
         for (k, p) in written {
             self.clean.insert(k, p.data);
         }
@@ -184,9 +191,32 @@ mod tests {
         m.page_mut(3, 2, Vec::new)[0] = 9;
         assert_eq!(frozen[0].1[0], 7, "the commit's version is unchanged");
         assert_eq!(m.len(), 1);
-        m.end_writeback();
+        m.end_writeback(usize::MAX, &mut Vec::new());
         assert_eq!(m.get(3).unwrap().data[0], 9, "the re-dirtied page stays");
         assert!(m.is_dirty(3));
+    }
+
+    #[test]
+    fn a_commit_of_more_than_keep_max_pages_keeps_none() {
+        let mut m = PageMap::default();
+        for b in 0..5 {
+            m.page_mut(b, 1, || vec![b as u8; 8]);
+        }
+        m.start_writeback();
+        m.page_mut(4, 2, Vec::new)[0] = 9;
+        let mut dropped = Vec::new();
+        m.end_writeback(3, &mut dropped);
+        assert_eq!(dropped.len(), 4, "the four written pages not changed since");
+        assert_eq!(m.clean_len(), 0);
+        assert!(m.content(0).is_none(), "not cached: read from the device");
+        assert_eq!(m.content(4).unwrap()[0], 9, "the re-dirtied page stays");
+        m.start_writeback();
+        m.end_writeback(3, &mut dropped);
+        assert_eq!(
+            (m.clean_len(), dropped.len()),
+            (1, 4),
+            "a small commit keeps its pages"
+        );
     }
 
     #[test]
@@ -197,7 +227,7 @@ mod tests {
         m.page_mut(3, 1, || vec![3; 8]);
         m.start_writeback();
         m.page_mut(2, 2, Vec::new)[0] = 5;
-        m.end_writeback();
+        m.end_writeback(usize::MAX, &mut Vec::new());
         assert!(m.get(1).is_none(), "no longer dirty nor under writeback");
         assert_eq!(m.content(1).unwrap()[0], 1, "but kept clean");
         assert_eq!(m.clean_len(), 2);

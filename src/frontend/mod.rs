@@ -461,10 +461,11 @@ impl Volume {
         let mut pages = Vec::new();
         if !job.is_fsync() {
             let bs = self.bs();
+            let keep_max = self.clean.admits(bs);
             for ino in &job.inodes {
                 if let Some(i) = self.cache.map.get_mut(ino) {
                     let before = i.pages.clean_len();
-                    i.pages.end_writeback();
+                    i.pages.end_writeback(keep_max, &mut pages);
                     self.clean.changed(*ino, before, i.pages.clean_len(), bs);
                 }
             }
