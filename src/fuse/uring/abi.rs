@@ -40,8 +40,8 @@ pub mod op {
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
-    pub const IOCTL: u32 = 39;
     pub const DESTROY: u32 = 38;
+    pub const IOCTL: u32 = 39;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
 }
