@@ -77,22 +77,20 @@ impl FileDevice {
         } else {
             meta.len()
         };
+        // Rings only for direct I/O that writes.
+        let ring = || {
+            (direct && writable)
+                .then(|| Batch::new(PIECE_MAX).map(Mutex::new))
+                .flatten()
+        };
         Ok(FileDevice {
             file,
             block_size,
             block_count: bytes / block_size as u64,
             writable,
             direct,
-            batch: if direct && writable {
-                Batch::new(PIECE_MAX).map(Mutex::new)
-            } else {
-                None
-            },
-            urgent_batch: if direct && writable {
-                Batch::new(PIECE_MAX).map(Mutex::new)
-            } else {
-                None
-            },
+            batch: ring(),
+            urgent_batch: ring(),
             gate: Gate::default(),
             counters: Counters::default(),
         })
