@@ -326,7 +326,7 @@ impl Worker {
                 };
                 let Some(shared) = weak.upgrade() else { return };
                 // A stale wake-up (the delta was committed meanwhile) is ignored.
-                if !by_time && !shared.volume.lock().wants_commit() {
+                if !by_time && !shared.volume.lock().may_commit_early() {
                     continue;
                 }
                 if let Err(e) = shared.commit(false) {

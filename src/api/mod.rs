@@ -217,7 +217,7 @@ impl Fs {
                         }
                         r => r?,
                     };
-                    let early = vol.wants_commit();
+                    let early = vol.wants_commit(ino);
                     drop(vol);
                     if let (true, Some(wake)) = (early, &self.wake_flusher) {
                         let _ = wake.try_send(());

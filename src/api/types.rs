@@ -256,7 +256,18 @@ pub struct OpenOptions {
     /// blocks and the commit's write staging buffer (up to 1 MiB). Beyond
     /// it: a single write larger than the limit (it goes through alone) and
     /// the one block a truncate or symlink may dirty.
+    ///
+    /// The default is [`default_dirty_limit`]: a sixty-fourth of the
+    /// machine's memory, from 64 MiB to 1 GiB.
     pub dirty_limit: u64,
+    /// The smaller bound a stream works within, when `dirty_limit` is
+    /// larger: a file holding an eighth of it in memory (a heavy writer)
+    /// stops once all dirty data reaches seven eighths of it, and wakes the
+    /// commit thread at half of it. So a stream's deltas, and the time its
+    /// commits hold the volume, stay this size whatever the limit, while
+    /// many files' small writes (appends, each fsynced) may share one delta
+    /// up to half the limit. Default 64 MiB.
+    pub stream_limit: u64,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,
     /// End a delta this often (a background thread commits); `None` (the
@@ -272,10 +283,28 @@ impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             read_only: false,
-            dirty_limit: 64 << 20,
+            dirty_limit: default_dirty_limit(),
+            stream_limit: 64 << 20,
             unify_log_blocks: 256,
             commit_interval: None,
             fsync_strict: false,
         }
     }
+}
+
+/// The default [`OpenOptions::dirty_limit`]: a sixty-fourth of the
+/// machine's physical memory, at least 64 MiB and at most 1 GiB (as the
+/// kernel's own dirty thresholds, a share of memory rather than a size).
+pub fn default_dirty_limit() -> u64 {
+    // SAFETY: sysconf has no preconditions; it answers -1 for an unknown name.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let ram = u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(size).unwrap_or(0));
+    (ram / 64).clamp(64 << 20, 1 << 30)
 }

@@ -4,8 +4,8 @@
 //! the device on the request's thread. They cost memory only: the volume
 //! keeps at most `limit` bytes of them, evicting whole files' clean pages,
 //! the files that got theirs first going first. A file that one commit
-//! wrote more than a quarter of the limit of (a stream) keeps none of them:
-//! they would only push the other files' out.
+//! wrote more than a quarter of the stream bound of (a stream) keeps none
+//! of them: they would only push the other files' out.
 //!
 //! Calls only the inode cache.
 
@@ -20,22 +20,27 @@ pub struct CleanPages {
     /// inode are counted until the next eviction finds the queue empty).
     bytes: u64,
     limit: u64,
+    /// Most bytes one file may keep clean from one commit.
+    admit: u64,
     /// Files in the order they got clean pages (a file may appear twice).
     order: VecDeque<Ino>,
 }
 
 impl CleanPages {
-    pub fn new(limit: u64) -> CleanPages {
+    /// Hold at most `limit` bytes; a file that one commit wrote more than
+    /// a quarter of `stream_bound` of keeps none.
+    pub fn new(limit: u64, stream_bound: u64) -> CleanPages {
         CleanPages {
             bytes: 0,
             limit,
+            admit: stream_bound / 4,
             order: VecDeque::new(),
         }
     }
 
     /// Most pages of `bs` bytes one file may keep clean from one commit.
     pub fn admits(&self, bs: u64) -> usize {
-        (self.limit / 4 / bs.max(1)) as usize
+        (self.admit / bs.max(1)) as usize
     }
 
     /// Bytes of clean pages held.
@@ -91,7 +96,7 @@ mod tests {
     #[test]
     fn eviction_keeps_the_bound_oldest_files_first() {
         let bs = 8;
-        let mut c = CleanPages::new(5 * bs);
+        let mut c = CleanPages::new(5 * bs, 5 * bs);
         let mut map = HashMap::new();
         for (ino, n) in [(10, 3), (11, 2), (12, 2)] {
             map.insert(ino, file_with_clean(ino, n));
@@ -109,7 +114,7 @@ mod tests {
         c.changed(12, 2, 1, bs);
         c.evict(&mut map, bs, &mut out);
         assert_eq!(c.bytes(), 3 * bs, "within the limit: nothing to do");
-        let mut c2 = CleanPages::new(0);
+        let mut c2 = CleanPages::new(0, 0);
         c2.changed(99, 0, 4, bs);
         c2.evict(&mut map, bs, &mut out);
         assert_eq!(c2.bytes(), 0);

@@ -116,7 +116,7 @@ impl Volume {
         let mut v = Volume {
             be,
             cache: InodeCache::default(),
-            clean: CleanPages::new(opts.dirty_limit),
+            clean: CleanPages::new(opts.dirty_limit, opts.dirty_limit.min(opts.stream_limit)),
             opts,
             dirty_bytes: 0,
             in_flight_bytes: 0,
@@ -503,10 +503,23 @@ impl Volume {
         self.over_dirty_limit(ino, offset, len) && (self.commit_in_flight() || self.delta_dirty())
     }
 
+    /// The bound a stream works within: the limit, or
+    /// [`OpenOptions::stream_limit`] when that is smaller.
+    fn stream_bound(&self) -> u64 {
+        self.opts.dirty_limit.min(self.opts.stream_limit)
+    }
+
+    /// `ino` is a stream (a heavy writer): it holds an eighth of the
+    /// stream bound or more in memory.
+    fn is_stream(&self, ino: Ino) -> bool {
+        let held = self.cache.map.get(&ino).map_or(0, |i| i.pages.len() as u64);
+        held.saturating_mul(self.bs()) >= self.stream_bound() / 8
+    }
+
     /// The write's cost — the pages it would newly dirty — would take the
     /// held dirty data past the limit. A write on a volume holding no dirty
-    /// data always goes (even one larger than the limit). A file that
-    /// holds an eighth of the limit already stops an eighth earlier.
+    /// data always goes (even one larger than the limit). A stream stops
+    /// at seven eighths of the stream bound instead.
     fn over_dirty_limit(&self, ino: Ino, offset: u64, len: usize) -> bool {
         let held = self.dirty_bytes + self.in_flight_bytes;
         if held == 0 || len == 0 {
@@ -516,20 +529,18 @@ impl Volume {
         let Some(end) = offset.checked_add(len as u64) else {
             return false; // the write fails (EFBIG)
         };
-        // A file holding an eighth of the limit or more in memory is a
-        // heavy writer: it stops an eighth short of the limit, so that light
-        // writers (a log appended and fsynced next to a stream) keep going
-        // while the stream waits for its commit. The bound stays the limit.
-        let reserve = self.opts.dirty_limit / 8;
+        // A stream stops an eighth short of its bound, so that light
+        // writers (a log appended and fsynced next to it) keep going while
+        // it waits for its commit. Their bound stays the limit.
+        let stream = self.stream_bound();
         // An inode not in cache holds no pages: every block is new.
         let pages = self.cache.map.get(&ino).map(|i| &i.pages);
         let new_blocks = (offset / bs..=(end - 1) / bs)
             .filter(|b| !pages.is_some_and(|p| p.is_dirty(*b)))
             .count() as u64;
         let cost = new_blocks.saturating_mul(bs);
-        let heavy = pages.is_some_and(|p| (p.len() as u64).saturating_mul(bs) >= reserve);
-        let limit = if heavy {
-            self.opts.dirty_limit - reserve
+        let limit = if self.is_stream(ino) {
+            stream - stream / 8
         } else {
             self.opts.dirty_limit
         };
@@ -541,10 +552,24 @@ impl Volume {
         self.in_flight || self.fsync_in_flight
     }
 
-    /// Half the limit is dirty and no commit is in flight: a commit thread
-    /// should take the open delta now, so the next one fills meanwhile.
-    pub fn wants_commit(&self) -> bool {
-        !self.in_flight && self.dirty_bytes > 0 && self.dirty_bytes >= self.opts.dirty_limit / 2
+    /// After a write to `ino`: no commit is in flight and half the limit
+    /// is dirty — half the stream bound, if `ino` is a stream — so a
+    /// commit thread should take the open delta now, and the next one
+    /// fills meanwhile.
+    pub fn wants_commit(&self, ino: Ino) -> bool {
+        let bound = if self.is_stream(ino) {
+            self.stream_bound()
+        } else {
+            self.opts.dirty_limit
+        };
+        self.may_commit_early() && self.dirty_bytes >= bound / 2
+    }
+
+    /// Whether a commit thread woken by [`Volume::wants_commit`] still has
+    /// a delta to take: none in flight, and at least half the stream bound
+    /// dirty (less means a commit took the delta since the wake-up).
+    pub fn may_commit_early(&self) -> bool {
+        !self.in_flight && self.dirty_bytes > 0 && self.dirty_bytes >= self.stream_bound() / 2
     }
 
     pub fn sync(&mut self) -> Result<()> {
