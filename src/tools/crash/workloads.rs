@@ -39,16 +39,7 @@ pub fn record(name: &str, seed: u64) -> Result<Recording> {
     let mut rec = match name {
         "large_writes" => Recorder::new(BS, 1536, opts(64 << 10, 64))?,
         "unify" => Recorder::new(BS, 512, opts(256 << 10, 2))?,
-        // Files of two pages or more are streams there (a bound of 64 KiB
-        // within the limit of 128 KiB): deltas end by both rules.
-        "random_mix" => Recorder::new(
-            BS,
-            512,
-            OpenOptions {
-                stream_limit: 64 << 10,
-                ..opts(128 << 10, 8)
-            },
-        )?,
+        "random_mix" => Recorder::new(BS, 512, opts(128 << 10, 8))?,
         "remount" => Recorder::new(BS, 512, opts(128 << 10, 6))?,
         _ => Recorder::new(BS, 512, opts(1 << 20, 256))?,
     };
