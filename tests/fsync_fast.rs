@@ -251,7 +251,7 @@ fn fsync_ahead(fs: &Fs, ino: u64) -> u64 {
     // Safety net only: an fsync that waited for the commit in flight would
     // never complete here.
     rx.recv_timeout(Duration::from_secs(60))
-        .expect("the fsync went ahead of the commit in flight")
+        .expect("the fsync did not wait for the commit in flight")
         .unwrap();
     fs.counters().flushes - before
 }
@@ -318,6 +318,63 @@ fn goes_ahead_of_a_commit(unify: bool) {
     );
 }
 
+/// Commit the open delta, and while it is in flight — its data written, or
+/// with `log_written` its log — write `data` at `at` of `ino` and fsync it
+/// (one flush, the commit unfinished). Returns the device a crash right
+/// after that fsync leaves, which fsck finds clean.
+fn fsync_during_commit(
+    fs: &Fs,
+    mem: &MemDevice,
+    log_written: bool,
+    (ino, at, data): (u64, u64, &[u8]),
+) -> Arc<dyn Device> {
+    let deltas = fs.stats().deltas;
+    let mut crash_image = None;
+    let during = || {
+        fs.write(ino, at, data).unwrap();
+        assert_eq!(fsync_ahead(fs, ino), 1, "one flush for the fsync");
+        assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
+        crash_image = Some(mem.image());
+    };
+    if log_written {
+        fs.sync_with_log_written(during).unwrap();
+    } else {
+        fs.sync_with(during).unwrap();
+    }
+    assert_eq!(fs.stats().deltas, deltas + 1);
+    let crashed: Arc<dyn Device> = Arc::new(MemDevice::from_image(4096, crash_image.unwrap()));
+    let report = tux3::tools::fsck::check(crashed.clone(), &Default::default()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    crashed
+}
+
+/// Once the delta commit in flight has written its log, an fsync no longer
+/// waits for it, whatever that commit holds of the file (here its name and
+/// first write, which no fsync made durable): the fsync commit follows it in
+/// the log, and its flush makes both durable. A crash right then keeps the
+/// unfinished commit and the fsync.
+#[test]
+fn fsync_follows_a_delta_commit_whose_log_is_written() {
+    let (mem, dev) = fresh();
+    let fs = open(&dev);
+    fs.sync().unwrap();
+    let probe = fs.create(ROOT_INO, b"probe", 0o644, 0, 0).unwrap().ino;
+    let stream = fs.create(ROOT_INO, b"stream", 0o644, 0, 0).unwrap().ino;
+    fs.write(probe, 0, &[1u8; 5000]).unwrap();
+    fs.write(stream, 0, &vec![7u8; 1 << 20]).unwrap();
+    let crashed = fsync_during_commit(&fs, &mem, true, (probe, 5000, &[2u8; 3000]));
+    let c = open(&crashed);
+    assert_eq!(c.lookup(ROOT_INO, b"probe").unwrap().ino, probe);
+    let got = c.read(probe, 0, 8000).unwrap();
+    assert_eq!(got.len(), 8000, "the commit's write and the fsync's");
+    assert!(got[..5000].iter().all(|&b| b == 1) && got[5000..].iter().all(|&b| b == 2));
+    assert_eq!(
+        c.read(stream, 0, 1 << 20).unwrap(),
+        vec![7u8; 1 << 20],
+        "the commit's stream"
+    );
+}
+
 /// An fsync of a file whose last write the commit in flight holds (frozen
 /// before anything made it durable) still goes ahead of that commit: the
 /// fsync commit logs the frozen pages too. A crash right then keeps them.
@@ -330,19 +387,8 @@ fn fsync_covers_pages_frozen_in_the_commit_in_flight() {
     fs.sync().unwrap();
     fs.write(probe, 0, &[4u8; 6000]).unwrap();
     fs.write(stream, 0, &vec![7u8; 1 << 20]).unwrap();
-    let deltas = fs.stats().deltas;
-    let mut crash_image = None;
-    fs.sync_with(|| {
-        // Half of the frozen data rewritten in the next delta.
-        fs.write(probe, 4096, &[5u8; 100]).unwrap();
-        assert_eq!(fsync_ahead(&fs, probe), 1, "one flush for the fsync");
-        assert_eq!(fs.stats().deltas, deltas, "the delta commit has not finished");
-        crash_image = Some(mem.image());
-    })
-    .unwrap();
-    let crashed: Arc<dyn Device> = Arc::new(MemDevice::from_image(4096, crash_image.unwrap()));
-    let report = tux3::tools::fsck::check(crashed.clone(), &Default::default()).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Half of the frozen data rewritten in the next delta.
+    let crashed = fsync_during_commit(&fs, &mem, false, (probe, 4096, &[5u8; 100]));
     let c = open(&crashed);
     let got = c.read(probe, 0, 8192).unwrap();
     assert_eq!(got.len(), 6000);

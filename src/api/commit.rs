@@ -9,9 +9,11 @@
 //! Two locks order the commits. `commit` serializes delta commits (held
 //! from freeze to finish). `log` serializes the log's tail: an fsync commit
 //! holds it from plan to finish; a delta commit holds it while it freezes
-//! and from seal to finish (a unify, throughout). So while a delta commit
-//! writes its data, an fsync commit may take the tail ahead of it. When
-//! both are held, `commit` is taken first.
+//! and from seal until its log blocks are written (a unify that starts a
+//! fresh log, throughout). So while a delta commit writes its data, an
+//! fsync commit may take the tail ahead of it; while it flushes its log,
+//! one may follow it (its flush makes both durable). When both are held,
+//! `commit` is taken first.
 
 use super::Ino;
 use crate::error::{Error, Result};
@@ -95,7 +97,8 @@ impl Shared {
     /// Callers that find nothing to commit return at once: everything before
     /// them is durable, because commits are serialized.
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
-        self.commit_with(unify, || ())
+        let _serial = self.commit.lock();
+        self.commit_locked(unify, During::none())
     }
 
     /// Make everything before this call durable. Syncs that wait while a
@@ -110,7 +113,7 @@ impl Shared {
         if self.durable.load(Ordering::SeqCst) > called {
             return Ok(());
         }
-        self.commit_locked(false, || ())
+        self.commit_locked(false, During::none())
     }
 
     /// Syncs waiting for a commit (for tests).
@@ -118,12 +121,11 @@ impl Shared {
         self.syncs_waiting.load(Ordering::SeqCst)
     }
 
-    /// [`Shared::commit`], running `during` once the delta's data is
-    /// written, before its log: the window in which fsync commits may go
-    /// ahead of it.
-    pub(super) fn commit_with(&self, unify: bool, during: impl FnOnce()) -> Result<()> {
+    /// [`Shared::commit`], running `during` once at `phase` of the commit
+    /// (for tests): where fsync commits may go ahead of it, or follow it.
+    pub(super) fn commit_with(&self, unify: bool, phase: Phase, during: impl FnOnce()) -> Result<()> {
         let _serial = self.commit.lock();
-        self.commit_locked(unify, during)
+        self.commit_locked(unify, During::new(phase, during))
     }
 
     /// Run `f` once no commit of either kind is in flight (and none can
@@ -135,7 +137,7 @@ impl Shared {
     }
 
     /// A full commit; the caller holds the commit lock.
-    fn commit_locked(&self, unify: bool, during: impl FnOnce()) -> Result<()> {
+    fn commit_locked<F: FnOnce()>(&self, unify: bool, mut during: During<F>) -> Result<()> {
         let log = self.log.lock();
         // Numbered before it freezes: a sync that saw this number may have
         // been called after the freeze, so only a later commit serves it.
@@ -152,13 +154,25 @@ impl Shared {
             None
         };
         let mut r = job.write_data();
-        during();
-        let log = log.unwrap_or_else(|| self.log.lock());
+        during.at(Phase::Data, job.holds_log());
+        let mut log = Some(log.unwrap_or_else(|| self.log.lock()));
         if r.is_ok() {
             r = self.volume.lock().seal(&mut job);
         }
         if r.is_ok() {
-            r = job.write_log();
+            r = job.write_log_blocks();
+        }
+        // Its log written, the commit hands the tail on: an fsync commit
+        // may follow it while it flushes, and that commit's flush makes
+        // both durable. A unify keeps the tail until its superblock.
+        if r.is_ok() && !job.holds_log() {
+            self.volume.lock().log_written(&job);
+            drop(log.take());
+            during.at(Phase::LogWritten, false);
+        }
+        during.at(Phase::LogWritten, true);
+        if r.is_ok() {
+            r = job.flush_log();
         }
         let retired = self.volume.lock().finish(job, r)?;
         self.durable.store(number, Ordering::SeqCst);
@@ -269,11 +283,11 @@ impl Shared {
             self.commit.try_lock()?
         };
         if self.fsync_strict {
-            return Some(self.commit_locked(false, || ()));
+            return Some(self.commit_locked(false, During::none()));
         }
         Some(match self.try_fsync_commit(inos) {
             Some(r) => r,
-            None => self.commit_locked(false, || ()),
+            None => self.commit_locked(false, During::none()),
         })
     }
 
@@ -293,6 +307,48 @@ impl Shared {
                 let r = self.volume.lock().finish(*job, r);
                 Some(r.map(drop))
             }
+        }
+    }
+}
+
+/// Where in a delta commit a test's callback runs ([`Shared::commit_with`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Phase {
+    /// Its data written, before it is sealed: fsync commits go ahead of it.
+    Data,
+    /// Its log written, before its flush: fsync commits follow it. (A unify
+    /// that keeps the log to itself runs the callback after its data
+    /// instead, and a commit that failed before its flush.)
+    LogWritten,
+}
+
+/// A callback to run once at a phase of a commit.
+struct During<F> {
+    phase: Phase,
+    f: Option<F>,
+}
+
+impl<F: FnOnce()> During<F> {
+    fn new(phase: Phase, f: F) -> Self {
+        During { phase, f: Some(f) }
+    }
+
+    /// Run it if the commit is at its phase (or `anyway`: the phase will
+    /// not come).
+    fn at(&mut self, now: Phase, anyway: bool) {
+        if self.phase == now || anyway {
+            if let Some(f) = self.f.take() {
+                f();
+            }
+        }
+    }
+}
+
+impl During<fn()> {
+    fn none() -> Self {
+        During {
+            phase: Phase::Data,
+            f: None,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
 use crate::frontend::{Pressure, Volume};
 pub use commit::FsyncDone;
-use commit::{Shared, Worker};
+use commit::{Phase, Shared, Worker};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 pub use types::*;
@@ -212,7 +212,7 @@ impl Fs {
                     let n = match written {
                         Err(e) if in_flight && e.errno() == crate::error::Errno::ENOSPC => {
                             drop(vol);
-                            self.shared.with_commit_lock(|| ());
+                            self.wait_for_commit(|| Ok(()))?;
                             continue;
                         }
                         r => r?,
@@ -226,17 +226,26 @@ impl Fs {
                 }
                 Pressure::WaitCommit => {
                     drop(vol);
-                    let waiting = &self.shared.writes_waiting;
-                    waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    self.shared.with_commit_lock(|| ());
-                    waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    self.wait_for_commit(|| Ok(()))?;
                 }
                 Pressure::Commit => {
                     drop(vol);
-                    self.shared.commit(false)?;
+                    // (A commit started meanwhile may hold the lock.)
+                    self.wait_for_commit(|| self.shared.commit(false))?;
                 }
             }
         }
+    }
+
+    /// A write waits for the commit in flight, then runs `then` (its own
+    /// commit, or nothing), counted in [`Fs::pending_writes`] throughout.
+    fn wait_for_commit(&self, then: impl FnOnce() -> Result<()>) -> Result<()> {
+        let waiting = &self.shared.writes_waiting;
+        waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.shared.with_commit_lock(|| ());
+        let r = then();
+        waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        r
     }
 
     /// Whether [`Fs::write`] of `len` bytes at `offset` of `ino` would
@@ -362,8 +371,8 @@ impl Fs {
         self.shared.sync()
     }
 
-    /// Writes waiting under dirty pressure for the commit in flight (for
-    /// tests).
+    /// Writes waiting for the commit in flight, under dirty pressure or for
+    /// the space it pins (for tests).
     #[doc(hidden)]
     pub fn pending_writes(&self) -> usize {
         self.shared
@@ -383,14 +392,22 @@ impl Fs {
     /// wait for this commit.
     #[doc(hidden)]
     pub fn sync_with(&self, during: impl FnOnce()) -> Result<()> {
-        self.shared.commit_with(false, during)
+        self.shared.commit_with(false, Phase::Data, during)
+    }
+
+    /// [`Fs::sync`], calling `during` once the commit's log is written,
+    /// before its flush: fsync commits made meanwhile follow it in the log
+    /// (see [`Fs::sync_with`]).
+    #[doc(hidden)]
+    pub fn sync_with_log_written(&self, during: impl FnOnce()) -> Result<()> {
+        self.shared.commit_with(false, Phase::LogWritten, during)
     }
 
     /// [`Fs::unify`], calling `during` while the unify writes its data and
     /// metadata, before its superblock (see [`Fs::sync_with`]).
     #[doc(hidden)]
     pub fn unify_with(&self, during: impl FnOnce()) -> Result<()> {
-        self.shared.commit_with(true, during)
+        self.shared.commit_with(true, Phase::Data, during)
     }
 
     /// Commit and then unify: write all retained metadata and restart the log.

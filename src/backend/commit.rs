@@ -113,6 +113,17 @@ impl CommitJob {
         self.write_log()
     }
 
+    /// Phase 2 in two steps, so that the log's tail may be handed on
+    /// between them: [`CommitJob::write_log_blocks`], then
+    /// [`CommitJob::flush_log`].
+    pub fn write_log(&mut self) -> Result<()> {
+        // An fsync commit is urgent from its first write to its flush.
+        let dev = self.dev.clone();
+        let _urgent = self.fsync.then(|| Urgent::new(dev.as_ref()));
+        self.write_log_blocks()?;
+        self.flush_log()
+    }
+
     /// Phase 1: data pages and leaves (a unify: everything but the
     /// superblock), then FLUSH, unless checksums prove them (single-flush
     /// commit) or the job is an fsync commit (invariants L1 and U1).
@@ -137,10 +148,11 @@ impl CommitJob {
         Ok(())
     }
 
-    /// Phase 2, once sealed: the log body, the commit block (or the
-    /// superblock), FLUSH. The log blocks need no flush between them: each
-    /// is found only through the one before it.
-    pub fn write_log(&mut self) -> Result<()> {
+    /// Phase 2, once sealed: the log body and the commit block (or the
+    /// superblock), written (completed, not yet durable). The log blocks
+    /// need no flush between them: each is found only through the one
+    /// before it.
+    pub fn write_log_blocks(&mut self) -> Result<()> {
         debug_assert!(
             self.unsealed.is_none(),
             "a commit's log written before it was sealed"
@@ -162,6 +174,12 @@ impl CommitJob {
             data,
             Some((self.last.0, &self.last.1)),
         )?;
+        Ok(())
+    }
+
+    /// The FLUSH that ends phase 2: the commit is durable.
+    pub fn flush_log(&self) -> Result<()> {
+        let _urgent = self.fsync.then(|| Urgent::new(self.dev.as_ref()));
         self.dev.flush()?;
         Ok(())
     }

@@ -35,6 +35,12 @@
 //! carries the next delta's number). Otherwise the fsync waits for the
 //! commit in flight. The same holds ahead of a unify that does not start a
 //! fresh log (`CommitJob::holds_log`).
+//!
+//! Once a delta commit in flight has written its log (`Volume::log_written`)
+//! and only its flush is left, an fsync commit of any inodes follows it in
+//! the chain, as after a finished delta: its own flush makes the delta
+//! durable too. (Replay drops such fsync commits with the delta if a crash
+//! before that flush left the delta unproven: `log/chain.rs`.)
 
 use super::names::Pos;
 use super::Volume;
@@ -130,7 +136,9 @@ impl Volume {
         };
         // Inodes whose changes in the commit in flight this one covers.
         let mut frozen_too = Vec::new();
-        if self.in_flight {
+        // A delta commit that has written its log is behind this one in
+        // nothing: this commit follows it in the chain.
+        if self.in_flight && !self.log_written {
             // Only ahead of a delta commit writing its data, and only when
             // that commit holds nothing of these inodes not yet durable — or
             // only their data and attributes, which this commit logs too.

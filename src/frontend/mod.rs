@@ -75,6 +75,10 @@ pub struct Volume {
     /// that no fsync commit has made durable already, and which of them an
     /// fsync commit may cover anyway (`fsync.rs`).
     frozen: Option<fsync::Frozen>,
+    /// The delta commit in flight has written its log (commit block
+    /// included) and only waits for its flush: an fsync commit may follow
+    /// it in the chain, its own flush making both durable.
+    log_written: bool,
     /// Inode images logged by fsync commits of the open delta, to tell at
     /// freeze which changes are durable already.
     fsync_logged: HashMap<Ino, Vec<u8>>,
@@ -127,6 +131,7 @@ impl Volume {
             in_flight: false,
             fsync_in_flight: false,
             frozen: None,
+            log_written: false,
             fsync_logged: HashMap::new(),
             changed: false,
             ns_touched: Default::default(),
@@ -434,6 +439,16 @@ impl Volume {
         r
     }
 
+    /// The delta commit in flight has written its log blocks (completed,
+    /// its flush not yet issued): from here on an fsync commit may follow
+    /// it in the log ([`Volume::fsync_plan`]), as if it were durable
+    /// already — the fsync commit's flush makes it so. Not for a unify that
+    /// starts a fresh log (its superblock is the commit).
+    pub fn log_written(&mut self, job: &CommitJob) {
+        debug_assert!(self.in_flight && !job.is_fsync() && !job.holds_log());
+        self.log_written = true;
+    }
+
     /// The I/O of `job` ended with `result`: on success the delta (or fsync
     /// commit) is durable; on failure the volume refuses further changes.
     /// Returns what the commit leaves to free — the job, with the pages it
@@ -451,6 +466,7 @@ impl Volume {
             debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
             self.in_flight = false;
             self.frozen = None;
+            self.log_written = false;
         }
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
         if let Err(e) = result {

@@ -4,8 +4,12 @@
 //! A small full commit is written with a single flush: its commit block
 //! lists a CRC32C of every other block it wrote (`BlockSum` records), so a
 //! crash that landed the commit block but not all of them is caught here.
-//! Only the last delta of the chain needs the check: any block after it was
-//! written after its flush returned.
+//! Only the last full delta of the chain needs the check, with the fsync
+//! commits after it: those may have been written once its log was, before
+//! its flush returned (one flush then makes them all durable, so a crash
+//! before it may land any of their blocks); any other block after it was
+//! written after its flush returned. An unproven delta goes with the fsync
+//! commits that follow it: none of them has returned.
 
 use super::block::LogBlock;
 use super::record::Record;
@@ -39,9 +43,10 @@ pub struct Chain {
     pub tail: Tail,
     /// Why reading stopped (the end of the log), for reports.
     pub end: String,
-    /// A last delta whose commit block landed but not all the blocks its
-    /// checksums name: not part of the volume (a crash cut its
-    /// single-flush commit short). Why, for reports.
+    /// A last full delta whose commit block landed but not all the blocks
+    /// its checksums name: not part of the volume, nor are the fsync
+    /// commits after it (a crash cut its single-flush commit short). Why,
+    /// for reports.
     pub unproven: Option<String>,
 }
 
@@ -109,16 +114,23 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
         }
     }
     let mut unproven = None;
-    if let Some(last) = deltas.last() {
+    if let Some(i) = deltas.iter().rposition(|d| !d.fsync) {
+        let last = &deltas[i];
         if let Some(why) = check_sums(dev, last)? {
+            let after = deltas.len() - i - 1;
             unproven = Some(format!(
-                "log block {}: delta {} is not part of the volume: {why}; a crash during its \
+                "log block {}: delta {} is not part of the volume{}: {why}; a crash during its \
                  single-flush commit leaves this",
                 last.blocks.last().copied().unwrap_or(0),
-                last.delta
+                last.delta,
+                if after > 0 {
+                    format!(", nor the {after} fsync commit(s) after it")
+                } else {
+                    String::new()
+                }
             ));
-            deltas.pop();
-            tail = starts.pop().unwrap_or(tail);
+            tail = starts[i];
+            deltas.truncate(i);
         }
     }
     Ok(Chain {

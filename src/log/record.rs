@@ -12,7 +12,7 @@
 //! | 7 | DataInline | ino u64, lblock u64, offset u16, len u16, bytes | (fsync) bytes at `offset` of block `lblock` of the file; a block first named by a DataInline starts zeroed |
 //! | 8 | DirentSet  | dir u64, key u64, len u16, entry | (fsync) a directory entry at position `key` |
 //! | 9 | Orphan     | ino u64 | `ino` has link count 0 but an open handle: on the orphan list until a Drop of `ino` |
-//! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last delta of the chain) |
+//! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last full delta of the chain) |
 //! | 11 | DirentRemove | dir u64, key u64 | (fsync) no entry at position `key` of `dir` |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC). Replay

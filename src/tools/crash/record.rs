@@ -197,15 +197,18 @@ impl Recorder {
     }
 
     /// `sync`, running `during` while its commit is in flight (its data
-    /// written, its log not yet): the calls `during` makes through the
+    /// written, its log not yet; with `after_log`, its log written and its
+    /// flush not yet): the calls `during` makes through the
     /// [`Interleaved`] belong to the next delta, and fsync commits among
-    /// them may go ahead of the sync's log. The sync is recorded first, as
-    /// a durability point for the state when it started (its snapshot);
-    /// the calls after it, in order. With `unify`, the commit is a unify
-    /// and the calls run before its superblock.
+    /// them may go ahead of the sync's log (or follow it, before its
+    /// flush). The sync is recorded first, as a durability point for the
+    /// state when it started (its snapshot); the calls after it, in order.
+    /// With `unify`, the commit is a unify and the calls run before its
+    /// superblock.
     pub fn sync_interleaved(
         &mut self,
         unify: bool,
+        after_log: bool,
         during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
     ) -> Result<()> {
         let before = Snapshot::take(self.fs())?;
@@ -221,6 +224,8 @@ impl Recorder {
         let run = || failed = during(&mut inner).err();
         let r = if unify {
             fs.unify_with(run)
+        } else if after_log {
+            fs.sync_with_log_written(run)
         } else {
             fs.sync_with(run)
         };

@@ -565,8 +565,9 @@ fn orphan(rec: &mut Recorder, rng: &mut Rng, round: u64) -> Result<()> {
 /// in flight leaves alone) and fsyncs it, writes and fsyncs `/b` (untouched
 /// since the round began), and writes `hot` again (and in even rounds
 /// fsyncs it: the commit in flight holds its earlier write, which that
-/// fsync commit logs too). Those fsyncs go ahead of the sync's log; a crash
-/// anywhere must keep each one that returned.
+/// fsync commit logs too). Those fsyncs go ahead of the sync's log — or,
+/// in every third round, follow it before its flush, the sync's log
+/// written — and a crash anywhere must keep each one that returned.
 fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     let d = rec
         .op("mkdir /d", false, |fs| fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0))?
@@ -601,8 +602,10 @@ fn fsync_ahead(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             (w2 % size.max(1), 1 + (w3 % 3000) as usize)
         };
         let new_file = rng.below(3) != 0;
-        // Every third round the commit in flight is a unify.
-        rec.sync_interleaved(round % 3 == 1, |ilv| {
+        // Every third round the commit in flight is a unify; of the
+        // others, every second one has written its log (the fsync commits
+        // follow it, before its flush).
+        rec.sync_interleaved(round % 3 == 1, round % 3 == 2, |ilv| {
             let data = fill(w3, len);
             ilv.op(format!("write ino {a} {at}+{len}"), |fs| fs.write(a, at, &data))?;
             ilv.fsync(a)?;
