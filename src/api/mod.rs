@@ -212,7 +212,7 @@ impl Fs {
                     let n = match written {
                         Err(e) if in_flight && e.errno() == crate::error::Errno::ENOSPC => {
                             drop(vol);
-                            self.wait_for_commit(|| Ok(()))?;
+                            self.waiting(|| self.shared.with_commit_lock(|| ()));
                             continue;
                         }
                         r => r?,
@@ -226,25 +226,24 @@ impl Fs {
                 }
                 Pressure::WaitCommit => {
                     drop(vol);
-                    self.wait_for_commit(|| Ok(()))?;
+                    self.waiting(|| self.shared.with_commit_lock(|| ()));
                 }
                 Pressure::Commit => {
                     drop(vol);
                     // (A commit started meanwhile may hold the lock.)
-                    self.wait_for_commit(|| self.shared.commit(false))?;
+                    self.waiting(|| self.shared.commit(false))?;
                 }
             }
         }
     }
 
-    /// A write waits for the commit in flight, then runs `then` (its own
-    /// commit, or nothing), counted in [`Fs::pending_writes`] throughout.
-    fn wait_for_commit(&self, then: impl FnOnce() -> Result<()>) -> Result<()> {
-        let waiting = &self.shared.writes_waiting;
-        waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.shared.with_commit_lock(|| ());
-        let r = then();
-        waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    /// A write waiting for a commit (the one in flight, or its own behind
+    /// it) in `wait`, counted in [`Fs::pending_writes`] meanwhile.
+    fn waiting<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let count = &self.shared.writes_waiting;
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let r = wait();
+        count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         r
     }
 

@@ -117,7 +117,9 @@ impl CommitJob {
     /// between them: [`CommitJob::write_log_blocks`], then
     /// [`CommitJob::flush_log`].
     pub fn write_log(&mut self) -> Result<()> {
-        // An fsync commit is urgent from its first write to its flush.
+        // An fsync commit (which only ever goes through here) is waited
+        // for: other batches make way for it from its first write to its
+        // flush.
         let dev = self.dev.clone();
         let _urgent = self.fsync.then(|| Urgent::new(dev.as_ref()));
         self.write_log_blocks()?;
@@ -165,8 +167,6 @@ impl CommitJob {
         } else {
             &[]
         };
-        // An fsync commit is waited for: other batches make way for it.
-        let _urgent = self.fsync.then(|| Urgent::new(self.dev.as_ref()));
         write_all(
             self.dev.as_ref(),
             self.bs,
@@ -179,7 +179,6 @@ impl CommitJob {
 
     /// The FLUSH that ends phase 2: the commit is durable.
     pub fn flush_log(&self) -> Result<()> {
-        let _urgent = self.fsync.then(|| Urgent::new(self.dev.as_ref()));
         self.dev.flush()?;
         Ok(())
     }
