@@ -29,5 +29,5 @@ pub mod structures;
 pub mod tools;
 
 pub use api::types::*;
-pub use api::Fs;
+pub use api::{default_dirty_limit, usable_memory, Fs};
 pub use error::{Errno, Error, Result};

@@ -5,6 +5,7 @@
 //! frontend (namespace and file operations in cache) or the backend (commit).
 
 mod commit;
+mod memory_budget;
 pub mod types;
 
 use crate::device::{CounterSnapshot, Device};
@@ -12,6 +13,7 @@ use crate::error::Result;
 use crate::frontend::{Pressure, Volume};
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
+pub use memory_budget::{default_dirty_limit, usable_memory};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 pub use types::*;

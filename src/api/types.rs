@@ -258,7 +258,8 @@ pub struct OpenOptions {
     /// the one block a truncate or symlink may dirty.
     ///
     /// The default is [`default_dirty_limit`]: a sixty-fourth of the
-    /// machine's memory, from 64 MiB to 1 GiB.
+    /// memory this process may use (the machine's, or its control group's
+    /// limit when lower), from 64 MiB to 1 GiB.
     pub dirty_limit: u64,
     /// The smaller bound a stream works within, when `dirty_limit` is
     /// larger: a file holding an eighth of it in memory (a heavy writer)
@@ -279,6 +280,8 @@ pub struct OpenOptions {
     pub fsync_strict: bool,
 }
 
+use super::default_dirty_limit;
+
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
@@ -290,21 +293,4 @@ impl Default for OpenOptions {
             fsync_strict: false,
         }
     }
-}
-
-/// The default [`OpenOptions::dirty_limit`]: a sixty-fourth of the
-/// machine's physical memory, at least 64 MiB and at most 1 GiB (as the
-/// kernel's own dirty thresholds, a share of memory rather than a size).
-pub fn default_dirty_limit() -> u64 {
-    // SAFETY: sysconf has no preconditions; it answers -1 for an unknown name.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let ram = u64::try_from(pages)
-        .unwrap_or(0)
-        .saturating_mul(u64::try_from(size).unwrap_or(0));
-    (ram / 64).clamp(64 << 20, 1 << 30)
 }
