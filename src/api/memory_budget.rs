@@ -63,19 +63,14 @@ fn cgroup_limit(proc_cgroup: &str, root: &Path, read: impl Fn(&Path) -> Option<S
         };
         // The group and each ancestor up to (not including) the root.
         let mut group = PathBuf::from(path.trim_start_matches('/'));
-        loop {
-            if group.as_os_str().is_empty() {
-                break;
-            }
+        while !group.as_os_str().is_empty() {
             for file in files {
                 let text = read(&base.join(&group).join(file));
                 if let Some(limit) = text.as_deref().and_then(parse_limit) {
                     lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
                 }
             }
-            if !group.pop() {
-                break;
-            }
+            group.pop();
         }
     }
     lowest
