@@ -37,7 +37,7 @@ fn bases() -> &'static [Base] {
                 let mut log: Vec<usize> = chain.blocks().map(|b| b as usize).collect();
                 assert!(!log.is_empty(), "base image without a log");
                 log.push(chain.tail.next as usize);
-                let meta = tux3::tools::fsck::metadata_blocks(dev)
+                let meta = tux3_tools::fsck::metadata_blocks(dev)
                     .expect("base metadata")
                     .into_iter()
                     .map(|b| b as usize)

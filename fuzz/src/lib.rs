@@ -169,12 +169,12 @@ pub fn exercise(dev: Arc<dyn Device>) {
 
 /// fsck (with repair, whose first pass is the plain check) and dump.
 pub fn check(dev: Arc<dyn Device>) {
-    let _ = tux3::tools::dump::report(dev.clone());
-    let opts = tux3::tools::fsck::FsckOptions {
+    let _ = tux3_tools::dump::report(dev.clone());
+    let opts = tux3_tools::fsck::FsckOptions {
         repair: true,
         progress: false,
     };
-    let _ = tux3::tools::fsck::check(dev, &opts);
+    let _ = tux3_tools::fsck::check(dev, &opts);
 }
 
 // ---- Seed images, built through the API on a memory device ----

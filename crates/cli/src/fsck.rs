@@ -1,0 +1,81 @@
+//! `tux3 fsck [--repair] TARGET`: check a volume, with e2fsck's exit codes:
+//! 0 clean, 1 problems repaired, 4 problems left, 8 operational error (the
+//! image cannot be opened or is not a usable volume).
+//!
+//! Calls [`tux3::device::file::open_path`] and [`tux3_tools::fsck::check`].
+
+use super::image::image_error;
+use super::{stdout_error, CliError};
+use tux3::device::file::open_path;
+use tux3_tools::fsck::{check, FsckOptions};
+use clap::Args;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+/// Exit code: no problems.
+pub const EXIT_CLEAN: u8 = 0;
+/// Exit code: problems found and all repaired.
+pub const EXIT_REPAIRED: u8 = 1;
+/// Exit code: problems left.
+pub const EXIT_ERRORS_LEFT: u8 = 4;
+/// Exit code: the check could not run.
+pub const EXIT_OPERATIONAL: u8 = 8;
+
+/// Arguments of `tux3 fsck`.
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// Repair what can be repaired (opens the image for writing)
+    #[arg(long)]
+    pub repair: bool,
+    /// Image file or block device holding the volume
+    pub target: PathBuf,
+}
+
+/// `tux3 fsck`.
+pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
+    let operational = |e| image_error(&args.target, e).with_exit(EXIT_OPERATIONAL);
+    let dev = open_path(&args.target, args.repair).map_err(operational)?;
+    let opts = FsckOptions {
+        repair: args.repair,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let report = check(dev, &opts).map_err(operational)?;
+
+    let mut text = String::new();
+    for line in &report.repaired {
+        text.push_str(&format!("repaired: {line}\n"));
+    }
+    for line in &report.notes {
+        text.push_str(&format!("note: {line}\n"));
+    }
+    for line in &report.problems {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
+    let target = args.target.display();
+    let (summary, code) = if !report.problems.is_empty() {
+        let s = format!(
+            "{target}: {} problems left, {} repaired; {counts}",
+            report.problems.len(),
+            report.repaired.len()
+        );
+        (s, EXIT_ERRORS_LEFT)
+    } else if !report.repaired.is_empty() {
+        let s = format!("{target}: {} problems repaired; {counts}", report.repaired.len());
+        (s, EXIT_REPAIRED)
+    } else {
+        (format!("{target}: clean, {counts}"), EXIT_CLEAN)
+    };
+    text.push_str(&summary);
+    text.push('\n');
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // A closed pipe does not change what the check found.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(stdout_error(e).with_exit(EXIT_OPERATIONAL))
+        }
+        _ => Ok(code),
+    }
+}

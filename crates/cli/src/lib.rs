@@ -1,0 +1,201 @@
+//! Command line: the `tux3` program. Owns argument parsing (clap), dispatch
+//! to one module per command, error printing and exit codes.
+//!
+//! Calls only the public surface of the crate: [`tux3::Fs`] (engine API),
+//! [`tux3::device`] (opening and creating images) and [`tux3::tools`]
+//! (offline fsck and dump), and [`tux3::fuse`] (`mount`, and `sync`'s
+//! ioctl number).
+
+mod args;
+mod cat;
+mod dump;
+mod format;
+mod fsck;
+mod graph;
+mod host;
+mod image;
+mod import;
+mod ls;
+mod mkfs;
+pub mod mount;
+mod mount_opts;
+mod sync;
+
+pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+pub use format::{civil_date, format_time, mode_string};
+pub use image::split_path;
+
+use clap::{Parser, Subcommand};
+use std::fmt::Display;
+use std::io::{self, ErrorKind};
+use std::process::ExitCode;
+
+/// `tux3`: make, check and inspect tux3 volumes.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tux3",
+    version,
+    about = "Make, check and inspect tux3 volumes (image files or block devices)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a tux3 volume, optionally filled from a host directory tree
+    Mkfs(mkfs::MkfsArgs),
+    /// Check a volume; exit 0 clean, 1 repaired, 4 errors left, 8 operational error
+    Fsck(fsck::FsckArgs),
+    /// Print a report of the volume's structures
+    Dump(dump::DumpArgs),
+    /// Draw the volume's disk structure as Graphviz (.dot, .svg or .png)
+    Graph(graph::GraphArgs),
+    /// List a directory of a volume (read-only)
+    Ls(ls::LsArgs),
+    /// Write a regular file of a volume to standard output (read-only)
+    Cat(cat::CatArgs),
+    /// Print the target of a symbolic link of a volume (read-only)
+    Readlink(cat::ReadlinkArgs),
+    /// Mount a volume through FUSE (in the background unless -f)
+    Mount(mount::MountArgs),
+    /// Make everything written through tux3 mounts durable now
+    Sync(sync::SyncArgs),
+}
+
+impl Command {
+    /// The subcommand's name, for error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Mkfs(_) => "mkfs",
+            Command::Fsck(_) => "fsck",
+            Command::Dump(_) => "dump",
+            Command::Graph(_) => "graph",
+            Command::Ls(_) => "ls",
+            Command::Cat(_) => "cat",
+            Command::Readlink(_) => "readlink",
+            Command::Mount(_) => "mount",
+            Command::Sync(_) => "sync",
+        }
+    }
+}
+
+/// A command's failure: the message printed after `tux3 <cmd>: ` and the
+/// process exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub message: String,
+    pub exit: u8,
+}
+
+impl CliError {
+    /// A failure with exit code 1.
+    pub fn new(message: impl Into<String>) -> CliError {
+        CliError {
+            message: strip_os_error(message.into()),
+            exit: 1,
+        }
+    }
+
+    /// `what: err`, exit code 1.
+    pub fn at(what: impl Display, err: impl Display) -> CliError {
+        CliError::new(format!("{what}: {err}"))
+    }
+
+    /// The same failure with another exit code.
+    pub fn with_exit(mut self, exit: u8) -> CliError {
+        self.exit = exit;
+        self
+    }
+
+    /// Standard output was closed by its reader (`| head`): stop quietly.
+    fn broken_pipe() -> CliError {
+        CliError {
+            message: String::new(),
+            exit: 0,
+        }
+    }
+}
+
+/// Remove the ` (os error N)` notes that `std::io::Error` adds to messages:
+/// `No such file or directory (os error 2)` becomes `No such file or directory`.
+pub fn strip_os_error(mut message: String) -> String {
+    const NOTE: &str = " (os error ";
+    while let Some(start) = message.find(NOTE) {
+        let rest = &message[start + NOTE.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || rest.as_bytes().get(digits) != Some(&b')') {
+            break;
+        }
+        message.replace_range(start..start + NOTE.len() + digits + 1, "");
+    }
+    message
+}
+
+/// Map an error writing to standard output: a closed pipe ends the command
+/// quietly, anything else is reported.
+pub(crate) fn stdout_error(e: io::Error) -> CliError {
+    if e.kind() == ErrorKind::BrokenPipe {
+        CliError::broken_pipe()
+    } else {
+        CliError::at("standard output", e)
+    }
+}
+
+/// Run one parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Mkfs(a) => mkfs::run(&a),
+        Command::Fsck(a) => fsck::run(&a),
+        Command::Dump(a) => dump::run(&a),
+        Command::Graph(a) => graph::run(&a),
+        Command::Ls(a) => ls::run(&a),
+        Command::Cat(a) => cat::run(&a),
+        Command::Readlink(a) => cat::run_readlink(&a),
+        Command::Mount(a) => mount::run(&a),
+        Command::Sync(a) => sync::run(&a),
+    }
+}
+
+/// Entry point of the `tux3` binary.
+/// Send the engine's warnings and errors (a background commit that failed,
+/// for one) to standard error, where a mount's daemon keeps it open;
+/// `RUST_LOG` (for example `tux3=debug`) selects more or less.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub fn main() -> ExitCode {
+    init_logging();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout and succeed; usage errors exit 2
+            // (16 for fsck, as e2fsck does).
+            let _ = e.print();
+            if !e.use_stderr() {
+                return ExitCode::SUCCESS;
+            }
+            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck");
+            return ExitCode::from(if is_fsck { 16 } else { 2 });
+        }
+    };
+    let name = cli.command.name();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if !e.message.is_empty() {
+                eprintln!("tux3 {name}: {}", e.message);
+            }
+            ExitCode::from(e.exit)
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `tux3 mount [-f] [-o OPTIONS] TARGET MOUNTPOINT` and the `mount.tux3`
+//! helper of mount(8): open the volume, mount it through FUSE and serve it —
+//! in the background (the command returns once the mount is live) or, with
+//! `-f`, in the foreground. The session ends at `umount`, SIGTERM or SIGINT;
+//! the volume is then closed (everything committed) and the server exits 0.
+//!
+//! Calls [`tux3::device::file::open_path`], [`tux3::Fs::open`] and
+//! [`tux3_fuse`] (mount and serve).
+
+use super::image::image_error;
+pub use super::mount_opts::{parse_helper_args, parse_options, HelperArgs, MountOptions};
+use super::CliError;
+use tux3::api::types::OpenOptions;
+use tux3::device::file::open_path;
+use tux3_fuse::Mounted;
+use tux3::Fs;
+use clap::Args;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `tux3 mount`.
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// Stay in the foreground (log to stderr; end with Ctrl-C or umount)
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Comma-separated options: ro, allow_other, default_permissions,
+    /// fsync=fast|strict, cache=SIZE, commit=SECONDS, writeback_cache,
+    /// threads=N, and mount(8)'s generic options
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Image file or block device holding the volume
+    pub target: PathBuf,
+    /// Directory to mount it on
+    pub mountpoint: PathBuf,
+}
+
+/// `tux3 mount`.
+pub fn run(args: &MountArgs) -> Result<u8, CliError> {
+    let opts = parse_options(&args.options, false).map_err(CliError::new)?;
+    if args.foreground {
+        let (mounted, _lock) = start(&args.target, &args.mountpoint, &opts).map_err(CliError::new)?;
+        serve(mounted)
+    } else {
+        daemon(&args.target, &args.mountpoint, &opts)
+    }
+}
+
+/// Entry point of the `mount.tux3` binary: `mount.tux3 SPEC DIR [-sfnv]
+/// [-o OPTIONS]`, as mount(8) runs it. Exit codes follow mount(8): 0
+/// mounted, 1 bad invocation, 32 mount failure.
+pub fn helper_main() -> ExitCode {
+    super::init_logging();
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let say = |msg: &str| {
+        let _ = writeln!(io::stderr(), "mount.tux3: {msg}");
+    };
+    let h = match parse_helper_args(&args) {
+        Ok(h) => h,
+        Err(e) => {
+            say(&e);
+            return ExitCode::from(1);
+        }
+    };
+    let opts = match parse_options(&h.options, h.sloppy) {
+        Ok(o) => o,
+        Err(e) => {
+            say(&e);
+            return ExitCode::from(1);
+        }
+    };
+    if h.fake {
+        return ExitCode::SUCCESS;
+    }
+    match daemon(&h.target, &h.mountpoint, &opts) {
+        Ok(0) => {
+            if h.verbose {
+                say(&format!(
+                    "{} mounted on {}",
+                    h.target.display(),
+                    h.mountpoint.display()
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(_) => ExitCode::from(32),
+        Err(e) => {
+            if !e.message.is_empty() {
+                say(&e.message);
+            }
+            ExitCode::from(32)
+        }
+    }
+}
+
+/// Serve a live mount until it ends; then the volume is closed.
+fn serve(mounted: Mounted) -> Result<u8, CliError> {
+    mounted.serve().map_err(CliError::new)?;
+    Ok(0)
+}
+
+/// Lock the volume, open it and mount it. Returns the live mount and the
+/// lock, which must be held until the volume is closed.
+fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mounted, File), String> {
+    tux3_fuse::block_signals().map_err(|e| format!("blocking signals: {e}"))?;
+    let ro = opts.fuse.read_only;
+    let lock = lock_volume(target, ro)?;
+    let dev = open_path(target, !ro).map_err(|e| image_error(target, e).message)?;
+    let mut open = OpenOptions {
+        read_only: ro,
+        commit_interval: opts.commit_interval,
+        fsync_strict: opts.fsync_strict,
+        ..OpenOptions::default()
+    };
+    if let Some(limit) = opts.dirty_limit {
+        open.dirty_limit = limit;
+    }
+    let fs = Fs::open(dev, open).map_err(|e| image_error(target, e).message)?;
+    let mut fopts = opts.fuse.clone();
+    fopts.fsname = target
+        .canonicalize()
+        .unwrap_or_else(|_| target.to_path_buf())
+        .to_string_lossy()
+        .into_owned();
+    let mounted = tux3_fuse::mount(fs, mountpoint, &fopts)
+        .map_err(|e| super::strip_os_error(format!("mounting on {}: {e}", mountpoint.display())))?;
+    Ok((mounted, lock))
+}
+
+/// Keep others from opening the volume while it is mounted: an exclusive
+/// open of a block device, a `flock` of an image file (shared when
+/// read-only, so several read-only mounts may coexist).
+fn lock_volume(target: &Path, read_only: bool) -> Result<File, String> {
+    let err = |e: io::Error| super::strip_os_error(format!("{}: {e}", target.display()));
+    let meta = std::fs::metadata(target).map_err(err)?;
+    if meta.file_type().is_block_device() {
+        return std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(target)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => format!("{}: device is busy (mounted or in use)", target.display()),
+                _ => err(e),
+            });
+    }
+    let file = File::open(target).map_err(err)?;
+    let how = if read_only { libc::LOCK_SH } else { libc::LOCK_EX };
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            format!("{}: in use (already mounted?)", target.display())
+        } else {
+            err(e)
+        });
+    }
+    Ok(file)
+}
+
+/// Mount in the background: fork (before any thread exists); the child
+/// starts a session, opens the volume and mounts it, tells the parent through
+/// a pipe (`OK`, or the error text), then serves. The parent returns 0 once
+/// the mount is live, or the child's error.
+fn daemon(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<u8, CliError> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(CliError::at("pipe", io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 returned two fresh descriptors that we now own.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no thread has been started yet (the caller only parsed
+    // arguments), so the child may go on running Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(CliError::at("fork", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(read_end);
+        return daemon_child(target, mountpoint, opts, File::from(write_end));
+    }
+    drop(write_end);
+    let mut msg = String::new();
+    let read = File::from(read_end).read_to_string(&mut msg);
+    if read.is_ok() && msg == "OK" {
+        return Ok(0);
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if !msg.is_empty() {
+        return Err(CliError::new(msg));
+    }
+    Err(CliError::new(format!(
+        "the mount server died before mounting (wait status {status})"
+    )))
+}
+
+/// The background server's side of [`daemon`].
+fn daemon_child(
+    target: &Path,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    mut report: File,
+) -> Result<u8, CliError> {
+    // SAFETY: plain system calls in a fresh, single-threaded child.
+    unsafe { libc::setsid() };
+    let (mounted, _lock) = match start(target, mountpoint, opts) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = report.write_all(e.as_bytes());
+            return Ok(1);
+        }
+    };
+    detach_stdio();
+    let _ = report.write_all(b"OK");
+    drop(report);
+    serve(mounted)
+}
+
+/// Point stdin and stdout at /dev/null and leave the mounter's directory;
+/// stderr stays open for error messages (the caller may redirect it).
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        // SAFETY: dup2 onto the standard descriptors.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+    let _ = std::env::set_current_dir("/");
+}

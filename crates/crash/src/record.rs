@@ -1,0 +1,484 @@
+//! The recording side of the crash harness: a workload runs through the
+//! `Fs` API on a [`RecordingDevice`] over a [`MemDevice`] holding a freshly
+//! formatted image. For every API call the [`Recorder`] keeps where it
+//! started and ended in the device op log, whether it was a durability point
+//! (sync, fsync, unify, close, or a remount), and the canonical snapshot of
+//! the namespace after it returned.
+//!
+//! Positions are counted from the device's counters (each logged write is
+//! one block, each flush one entry), so no copy of the log is needed per call.
+
+use super::snapshot::Snapshot;
+use tux3::api::types::{FormatOptions, Ino, OpenOptions};
+use tux3::api::Fs;
+use crate::faults::Fault;
+use tux3::device::{Device, MemDevice, RecordedOp, RecordingDevice};
+use tux3::error::{Error, Result};
+use std::sync::Arc;
+
+/// One API call of a workload.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// What was called, with its arguments and result.
+    pub desc: String,
+    /// Device op log length when the call started and when it returned.
+    pub start: usize,
+    pub end: usize,
+    /// Everything before this call returned is promised durable.
+    pub durable: bool,
+    /// The inodes an fsync call covers (several: a group commit).
+    pub fsynced: Vec<Ino>,
+    /// Flushes the call issued.
+    pub flushes: u64,
+    /// A delta commit ended during the call (an fsync that committed the
+    /// whole delta, a sync).
+    pub full: bool,
+}
+
+impl OpRecord {
+    /// An fsync that did not commit the whole delta: only its inodes (and
+    /// the name changes connected to them) are promised durable, and they
+    /// may be durable ahead of earlier changes.
+    pub fn is_fast_fsync(&self) -> bool {
+        !self.fsynced.is_empty() && !self.full
+    }
+}
+
+/// What a finished workload left behind.
+pub struct Recording {
+    pub block_size: u32,
+    /// The formatted image every crash image starts from.
+    pub base: Vec<u8>,
+    /// Every block write and flush, in the order the device saw them.
+    pub log: Vec<RecordedOp>,
+    pub ops: Vec<OpRecord>,
+    /// `snaps[0]` before the first call; `snaps[i + 1]` after call `i`.
+    pub snaps: Vec<Snapshot>,
+    pub fingerprints: Vec<u128>,
+    pub open: OpenOptions,
+}
+
+/// Runs a workload and records it.
+pub struct Recorder {
+    mem: Arc<MemDevice>,
+    dev: Arc<RecordingDevice>,
+    /// What the volume is opened on: `dev`, or `dev` behind a fault.
+    fs_dev: Arc<dyn Device>,
+    fs: Option<Fs>,
+    base: Vec<u8>,
+    open: OpenOptions,
+    ops: Vec<OpRecord>,
+    snaps: Vec<Snapshot>,
+}
+
+impl Recorder {
+    /// Format a `blocks`-block volume and open it with `open`.
+    /// `fault` sits between the volume and the recording (test-only
+    /// breakage the harness must catch; [`Fault::None`] for real runs).
+    pub fn new(block_size: u32, blocks: u64, open: OpenOptions, fault: Fault) -> Result<Recorder> {
+        let mem = Arc::new(MemDevice::new(block_size, blocks));
+        Fs::format(mem.clone(), &FormatOptions::default())?;
+        let base = mem.image();
+        let dev = Arc::new(RecordingDevice::new(mem.clone()));
+        let fs_dev = fault.wrap(dev.clone());
+        let fs = Fs::open(fs_dev.clone(), open.clone())?;
+        let snap = Snapshot::take(&fs)?;
+        Ok(Recorder {
+            mem,
+            dev,
+            fs_dev,
+            fs: Some(fs),
+            base,
+            open,
+            ops: Vec::new(),
+            snaps: vec![snap],
+        })
+    }
+
+    /// Length of the device op log so far.
+    fn pos(&self) -> usize {
+        log_pos(&self.dev)
+    }
+
+    fn flushes(&self) -> u64 {
+        self.dev.counters().flushes
+    }
+
+    /// Delta commits since the volume was opened.
+    fn deltas(&self) -> u64 {
+        self.fs().stats().deltas
+    }
+
+    /// The mounted volume (between a crash and a remount there is none).
+    pub fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("volume is mounted")
+    }
+
+    /// Run one API call `f`, record it, and return its result. POSIX errors
+    /// are results like any other (recorded in the description); the caller
+    /// decides whether one is expected.
+    pub fn op<T: std::fmt::Debug>(
+        &mut self,
+        desc: impl Into<String>,
+        durable: bool,
+        f: impl FnOnce(&Fs) -> Result<T>,
+    ) -> Result<T> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let r = f(self.fs());
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        let shown = match &r {
+            Ok(v) => format!("{} -> {}", desc.into(), short(&format!("{v:?}"))),
+            Err(e) => format!("{} -> error {e}", desc.into()),
+        };
+        if let Err(e) = &r {
+            if !matches!(e, Error::Posix(_)) {
+                return Err(Error::BadImage(format!("workload call failed: {shown}")));
+            }
+        }
+        let durable = durable && r.is_ok();
+        self.push(shown, start, end, durable, Vec::new(), (flushes, durable))?;
+        r
+    }
+
+    /// `fsync(ino)`: a durability point that names the file it covers.
+    pub fn fsync(&mut self, ino: Ino) -> Result<()> {
+        let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
+        let r = self.fs().fsync(ino, false);
+        let end = self.pos();
+        let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
+        let ok = r.is_ok();
+        let shown = format!("fsync(ino {ino}) -> {r:?}");
+        self.push(
+            shown,
+            start,
+            end,
+            ok,
+            if ok { vec![ino] } else { Vec::new() },
+            (flushes, full),
+        )?;
+        r
+    }
+
+    /// Fsyncs of `inos` queued together: one group commit serves them
+    /// all. A durability point for each of them.
+    pub fn fsync_group(&mut self, inos: &[Ino]) -> Result<()> {
+        let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
+        let r = self.fs().fsync_group(inos);
+        let end = self.pos();
+        let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
+        let ok = r.is_ok();
+        let shown = format!("fsync group {inos:?} -> {r:?}");
+        self.push(
+            shown,
+            start,
+            end,
+            ok,
+            if ok { inos.to_vec() } else { Vec::new() },
+            (flushes, full),
+        )?;
+        r
+    }
+
+    fn push(
+        &mut self,
+        desc: String,
+        start: usize,
+        end: usize,
+        durable: bool,
+        fsynced: Vec<Ino>,
+        (flushes, full): (u64, bool),
+    ) -> Result<()> {
+        let snap = snapshot_after(self.fs(), &self.dev, end, &desc)?;
+        self.ops.push(OpRecord {
+            desc,
+            start,
+            end,
+            durable,
+            fsynced,
+            flushes,
+            full,
+        });
+        self.snaps.push(snap);
+        Ok(())
+    }
+
+    /// `sync`, running `during` while its commit is in flight (its data
+    /// written, its log not yet; with `after_log`, its log written and its
+    /// flush not yet): the calls `during` makes through the
+    /// [`Interleaved`] belong to the next delta, and fsync commits among
+    /// them may go ahead of the sync's log (or follow it, before its
+    /// flush). The sync is recorded first, as a durability point for the
+    /// state when it started (its snapshot); the calls after it, in order.
+    /// With `unify`, the commit is a unify and the calls run before its
+    /// superblock.
+    pub fn sync_interleaved(
+        &mut self,
+        unify: bool,
+        after_log: bool,
+        during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let before = Snapshot::take(self.fs())?;
+        let (start, f0) = (self.pos(), self.flushes());
+        let fs = self.fs.as_ref().expect("volume is mounted");
+        let mut inner = Interleaved {
+            fs,
+            dev: &self.dev,
+            ops: Vec::new(),
+            snaps: Vec::new(),
+        };
+        let mut failed = None;
+        let run = || failed = during(&mut inner).err();
+        let r = if unify {
+            fs.unify_with(run)
+        } else if after_log {
+            fs.sync_with_log_written(run)
+        } else {
+            fs.sync_with(run)
+        };
+        let (ops, snaps) = (inner.ops, inner.snaps);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let end = self.pos();
+        let inner_flushes: u64 = ops.iter().map(|o| o.flushes).sum();
+        self.ops.push(OpRecord {
+            desc: format!(
+                "{} (with {} calls during its commit) -> {r:?}",
+                if unify { "unify" } else { "sync" },
+                ops.len()
+            ),
+            start,
+            end,
+            durable: r.is_ok(),
+            fsynced: Vec::new(),
+            flushes: self.flushes() - f0 - inner_flushes,
+            full: true,
+        });
+        self.snaps.push(before);
+        self.ops.extend(ops);
+        self.snaps.extend(snaps);
+        r.map_err(|e| Error::BadImage(format!("sync failed: {e}")))
+    }
+
+    /// Simulate a crash (drop the volume with its uncommitted delta) and
+    /// mount again: replay must write nothing. The remount is recorded as a
+    /// durability point whose snapshot is what replay recovered.
+    pub fn crash_and_remount(&mut self) -> Result<()> {
+        drop(self.fs.take());
+        let start = self.pos();
+        let fs = Fs::open(self.fs_dev.clone(), self.open.clone())?;
+        if self.pos() != start {
+            return Err(Error::BadImage(
+                "replay during remount wrote to the device".into(),
+            ));
+        }
+        self.fs = Some(fs);
+        // What replay recovered must be a state after the last durability
+        // point (later calls may have been committed by dirty pressure).
+        // (After a fast fsync the state may lead; the crash states check it.)
+        let lo = self.ops.iter().rposition(|o| o.durable).map_or(0, |i| i + 1);
+        let fast = self.ops[..]
+            .iter()
+            .rev()
+            .take_while(|o| !o.durable || o.is_fast_fsync())
+            .any(|o| o.is_fast_fsync());
+        let got = Snapshot::take(self.fs())?;
+        if !fast && !self.snaps[lo..].contains(&got) {
+            let diff = got.diff(&self.snaps[lo], 6).join("; ");
+            return Err(Error::BadImage(format!(
+                "remount after a crash recovered no state since the last durability point: {diff}"
+            )));
+        }
+        let stats = self.fs().stats();
+        self.push(
+            format!("crash and remount (replayed {} deltas)", stats.replayed_deltas),
+            start,
+            start,
+            true,
+            Vec::new(),
+            (0, true),
+        )
+    }
+
+    /// `Fs::close` (commits everything), then mount again so the workload
+    /// may go on. Recorded as one durability point.
+    pub fn close_and_remount(&mut self) -> Result<()> {
+        let (start, f0) = (self.pos(), self.flushes());
+        self.fs.take().expect("mounted").close()?;
+        let end = self.pos();
+        let flushes = self.flushes() - f0;
+        self.fs = Some(Fs::open(self.fs_dev.clone(), self.open.clone())?);
+        if self.pos() != end {
+            return Err(Error::BadImage("remount after close wrote to the device".into()));
+        }
+        self.push(
+            "close and remount".into(),
+            start,
+            end,
+            true,
+            Vec::new(),
+            (flushes, true),
+        )
+    }
+
+    /// Close the volume (a durability point) and return the recording.
+    pub fn finish(mut self) -> Result<Recording> {
+        let (start, f0) = (self.pos(), self.flushes());
+        let fs = self.fs.take().expect("mounted");
+        let snap = Snapshot::take(&fs)?;
+        fs.close()?;
+        let end = self.pos();
+        self.ops.push(OpRecord {
+            desc: "close".into(),
+            start,
+            end,
+            durable: true,
+            fsynced: Vec::new(),
+            flushes: self.flushes() - f0,
+            full: true,
+        });
+        self.snaps.push(snap);
+        let log = self.dev.take_ops();
+        // The log must reproduce the device exactly.
+        let mut check = self.base.clone();
+        tux3::device::recording::apply(&log, &mut check, self.mem.block_size());
+        if check != self.mem.image() {
+            return Err(Error::BadImage(
+                "recorded log does not reproduce the device".into(),
+            ));
+        }
+        let fingerprints = self.snaps.iter().map(Snapshot::fingerprint).collect();
+        Ok(Recording {
+            block_size: self.mem.block_size(),
+            base: self.base,
+            log,
+            ops: self.ops,
+            snaps: self.snaps,
+            fingerprints,
+            open: self.open,
+        })
+    }
+}
+
+/// Calls made while a sync's commit is in flight
+/// ([`Recorder::sync_interleaved`]), recorded like [`Recorder::op`] and
+/// [`Recorder::fsync`].
+pub struct Interleaved<'a> {
+    fs: &'a Fs,
+    dev: &'a RecordingDevice,
+    ops: Vec<OpRecord>,
+    snaps: Vec<Snapshot>,
+}
+
+impl Interleaved<'_> {
+    fn pos(&self) -> usize {
+        log_pos(self.dev)
+    }
+
+    fn record(
+        &mut self,
+        desc: String,
+        start: usize,
+        f0: u64,
+        durable: bool,
+        fsynced: Vec<Ino>,
+    ) -> Result<()> {
+        let end = self.pos();
+        let flushes = self.dev.counters().flushes - f0;
+        self.snaps.push(snapshot_after(self.fs, self.dev, end, &desc)?);
+        self.ops.push(OpRecord {
+            desc,
+            start,
+            end,
+            durable,
+            fsynced,
+            flushes,
+            // Calls during a commit never commit a delta themselves.
+            full: false,
+        });
+        Ok(())
+    }
+
+    /// One API call (not a durability point); see [`Recorder::op`].
+    pub fn op<T: std::fmt::Debug>(
+        &mut self,
+        desc: impl Into<String>,
+        f: impl FnOnce(&Fs) -> Result<T>,
+    ) -> Result<T> {
+        let (start, f0) = (self.pos(), self.dev.counters().flushes);
+        let r = f(self.fs);
+        let shown = match &r {
+            Ok(v) => format!("{} -> {}", desc.into(), short(&format!("{v:?}"))),
+            Err(e) => format!("{} -> error {e}", desc.into()),
+        };
+        if let Err(e) = &r {
+            if !matches!(e, Error::Posix(_)) {
+                return Err(Error::BadImage(format!("workload call failed: {shown}")));
+            }
+        }
+        self.record(shown, start, f0, false, Vec::new())?;
+        r
+    }
+
+    /// `fsync(ino)`, which must complete while the commit is in flight (an
+    /// fsync commit ahead of it). One that waits for the commit instead
+    /// could never return here: after a minute the workload fails.
+    pub fn fsync(&mut self, ino: Ino) -> Result<()> {
+        let (start, f0) = (self.pos(), self.dev.counters().flushes);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.fs.fsync_then(
+            ino,
+            false,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        let r = rx.recv_timeout(std::time::Duration::from_secs(60)).map_err(|_| {
+            Error::BadImage(format!(
+                "fsync(ino {ino}) during a commit waited for that commit instead of going ahead"
+            ))
+        })?;
+        let ok = r.is_ok();
+        self.record(
+            format!("fsync(ino {ino}) -> {r:?}"),
+            start,
+            f0,
+            ok,
+            if ok { vec![ino] } else { Vec::new() },
+        )?;
+        r
+    }
+}
+
+/// Length of `dev`'s op log so far (each logged write is one block, each
+/// flush one entry).
+fn log_pos(dev: &RecordingDevice) -> usize {
+    let c = dev.counters();
+    (c.blocks_written + c.flushes) as usize
+}
+
+/// The snapshot after call `desc`, which ended at log position `end`;
+/// taking it must not write.
+fn snapshot_after(fs: &Fs, dev: &RecordingDevice, end: usize, desc: &str) -> Result<Snapshot> {
+    let snap = Snapshot::take(fs)?;
+    if log_pos(dev) != end {
+        return Err(Error::BadImage(format!(
+            "taking a snapshot wrote to the device after {desc}"
+        )));
+    }
+    Ok(snap)
+}
+
+/// A result shown in at most 60 characters.
+fn short(s: &str) -> String {
+    if s.len() <= 60 {
+        s.to_string()
+    } else {
+        let mut end = 57;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    }
+}

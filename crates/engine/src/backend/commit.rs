@@ -1,0 +1,624 @@
+//! Delta commit and unify, as a sequence of named steps, in four phases so
+//! that device I/O runs without the volume lock:
+//!
+//! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
+//!   encode every block to write, and start the next delta;
+//! * [`CommitJob::write_data`] (no lock): data and leaves, and the first
+//!   flush (a single-flush or fsync commit keeps them for the log's batch);
+//! * [`Backend::seal`] (volume lock held): encode the log blocks at the log's
+//!   tail as it is now — an fsync commit of the next delta may have taken
+//!   the tail meanwhile, ahead of this one;
+//! * [`CommitJob::write_log`] (no lock): log blocks, commit block, flush;
+//! * [`Backend::finish`] (volume lock held): the delta is durable.
+//!
+//! Delta commit (the common case):
+//!   1. `write_data`    allocate and write dirty data pages; map extents
+//!   2. `flush_files`   write dirty leaves of file trees; collect leaf-map records
+//!   3. `store_inodes`  encode dirty inodes into the inode table
+//!   4. `flush_itable`  write dirty inode-table leaves; collect records
+//!   5. `log_records`   allocations and frees become records; then, in
+//!      `CommitJob::write_data`: data and leaves, FLUSH; `seal` encodes the
+//!      log; `CommitJob::write_log`: log blocks and commit block, FLUSH (the
+//!      commit block is "the real commit": the delta exists on media exactly
+//!      when its log can be read back, every block with a valid checksum and
+//!      chained to the one before). A small delta (at most
+//!      [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the first FLUSH:
+//!      its log carries a `BlockSum` of those blocks, and replay drops a last
+//!      delta whose blocks do not match (`log::chain`).
+//!   6. `finish`        release pinned frees
+//!
+//! Unify replaces step 5: after writing leaves it also writes every changed
+//! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
+//! superblock naming the new roots and a fresh log head, FLUSH. A unify is
+//! sealed when it is prepared (its superblock names the new log). The old
+//! log and old branches are freed (pinned until the superblock is durable).
+//! If the orphan list is not empty, the new log does not start empty: its
+//! head is a fresh block holding an FSYNC-flagged commit of the next delta
+//! with one `Orphan` record per orphan, written before the superblock
+//! (`restart_log`), so the list survives the unify.
+
+use super::writeout::write_all;
+use super::{Backend, BITMAP_INO};
+use crate::cache::InodeCache;
+use crate::device::{Device, Urgent};
+use crate::error::Result;
+use crate::log::{Record, Tail};
+use crate::structures::superblock::Superblock;
+use crate::structures::{bitmap, extent};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Blocks to write in this commit: (address, image).
+pub(super) type Writes = Vec<(u64, Vec<u8>)>;
+
+/// Data pages to write: (address, page), one block each. The pages are the
+/// cache's own (`Arc`-shared, not copied): a frontend write to one of them
+/// meanwhile forks it (`PageMap::page_mut`).
+type Pages = Vec<(u64, Arc<Vec<u8>>)>;
+
+/// A delta commit writing at most this many data and leaf blocks is written
+/// with one flush, its blocks proven by checksums in its log instead of by
+/// a flush before the commit block. Replay reads them back (only for the
+/// last delta), so the bound also bounds that work.
+pub const SINGLE_FLUSH_BLOCKS: usize = 256;
+
+/// A frozen delta: every block it writes, encoded, and the block that makes
+/// it durable. Holding a job means the volume lock is free for the frontend.
+pub struct CommitJob {
+    dev: Arc<dyn Device>,
+    bs: usize,
+    /// The delta this job makes durable.
+    pub delta: u64,
+    /// Data pages frozen into this delta, shared with the cache.
+    data: Pages,
+    /// Leaves, (for unify: branches, bitmap blocks and the new log's
+    /// head; for an fsync commit: its log body).
+    writes: Writes,
+    /// The log's records, until [`Backend::seal`] encodes them.
+    unsealed: Option<Vec<Record>>,
+    /// The log body of a sealed delta commit.
+    log_body: Writes,
+    /// The commit block (delta commit) or the superblock (unify).
+    last: (u64, Vec<u8>),
+    /// The superblock the unify installs.
+    unified: Option<Superblock>,
+    /// An fsync commit: only log blocks, which validate each other through
+    /// the chain, so one flush suffices.
+    fsync: bool,
+    /// A small delta commit whose log holds checksums of its other blocks:
+    /// one flush suffices.
+    single_flush: bool,
+    /// A unify whose new log starts at a fresh block (it carries the orphan
+    /// list): no fsync commit may be written before its superblock, so it
+    /// holds the log from freeze to finish.
+    fresh_log: bool,
+    /// Inodes whose pages are under writeback in this job.
+    pub inodes: Vec<u64>,
+    /// Bytes of file data this job holds until it is dropped: its data
+    /// pages, or an fsync commit's inline copies.
+    data_bytes: u64,
+}
+
+impl CommitJob {
+    /// All the I/O of a sealed job (an fsync commit or a unify; a delta
+    /// commit is sealed between its two phases).
+    pub fn write(&mut self) -> Result<()> {
+        self.write_data()?;
+        self.write_log()
+    }
+
+    /// Phase 2 in two steps, so that the log's tail may be handed on
+    /// between them: [`CommitJob::write_log_blocks`], then
+    /// [`CommitJob::flush_log`].
+    pub fn write_log(&mut self) -> Result<()> {
+        // An fsync commit (which only ever goes through here) is waited
+        // for: other batches make way for it from its first write to its
+        // flush.
+        let dev = self.dev.clone();
+        let _urgent = self.fsync.then(|| Urgent::new(dev.as_ref()));
+        self.write_log_blocks()?;
+        self.flush_log()
+    }
+
+    /// Phase 1: data pages and leaves (a unify: everything but the
+    /// superblock), then FLUSH, unless checksums prove them (single-flush
+    /// commit) or the job is an fsync commit (invariants L1 and U1).
+    ///
+    /// Those two kinds need no flush between their phases, so their data
+    /// waits for phase 2 and goes out in the same batch as the log.
+    pub fn write_data(&mut self) -> Result<()> {
+        if self.data_goes_with_log() {
+            return Ok(());
+        }
+        write_all(
+            self.dev.as_ref(),
+            self.bs,
+            std::mem::take(&mut self.writes),
+            &self.data,
+            None,
+        )?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Phase 2, once sealed: the log body and the commit block (or the
+    /// superblock), written (completed, not yet durable). The log blocks
+    /// need no flush between them: each is found only through the one
+    /// before it.
+    pub fn write_log_blocks(&mut self) -> Result<()> {
+        debug_assert!(
+            self.unsealed.is_none(),
+            "a commit's log written before it was sealed"
+        );
+        // Phase 1's writes, if they waited for this batch, then the log.
+        let mut writes = std::mem::take(&mut self.writes);
+        writes.append(&mut self.log_body);
+        let data: &[(u64, Arc<Vec<u8>>)] = if self.data_goes_with_log() {
+            &self.data
+        } else {
+            &[]
+        };
+        write_all(
+            self.dev.as_ref(),
+            self.bs,
+            writes,
+            data,
+            Some((self.last.0, &self.last.1)),
+        )?;
+        Ok(())
+    }
+
+    /// The FLUSH that ends phase 2: the commit is durable.
+    pub fn flush_log(&self) -> Result<()> {
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// No flush separates its phases (an fsync or single-flush commit), so
+    /// its data and leaves go out in the log's batch.
+    fn data_goes_with_log(&self) -> bool {
+        self.fsync || self.single_flush
+    }
+
+    /// Its log blocks are still to be encoded ([`Backend::seal`]).
+    pub fn needs_seal(&self) -> bool {
+        self.unsealed.is_some()
+    }
+
+    pub fn is_fsync(&self) -> bool {
+        self.fsync
+    }
+
+    pub fn is_unify(&self) -> bool {
+        self.unified.is_some()
+    }
+
+    /// Whether the job keeps the log from freeze to finish (a unify that
+    /// starts a fresh log): no fsync commit may go ahead of it. Any other
+    /// job needs the log only for its last phase.
+    pub fn holds_log(&self) -> bool {
+        self.fresh_log
+    }
+
+    /// Bytes of file data the job holds (for the dirty-memory bound).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+}
+
+impl Backend {
+    /// Freeze the current delta into a job (and, with `unify`, unify); the
+    /// next delta starts at once.
+    pub fn prepare(&mut self, cache: &mut InodeCache, unify: bool) -> Result<CommitJob> {
+        debug_assert!(!self.read_only);
+        let mut writes: Writes = Vec::new();
+        let mut data: Pages = Vec::new();
+        let mut records = std::mem::take(&mut self.records);
+        let inodes: Vec<u64> = cache.dirty.iter().copied().collect();
+        self.write_data(cache, &mut data)?;
+        self.flush_files(cache, unify, &mut writes, &mut records)?;
+        self.store_inodes(cache)?;
+        self.flush_itable(&mut writes, &mut records)?;
+        let single_flush = !unify && data.len() + writes.len() <= SINGLE_FLUSH_BLOCKS;
+        if single_flush {
+            records.extend(block_sums(self.bs, &writes, &data));
+        }
+        let fresh_log = unify && !self.orphans.is_empty();
+        let (last, unified, unsealed) = if unify {
+            let sb = self.unify_images(&mut writes)?;
+            ((sb.home(), sb.encode()), Some(sb), None)
+        } else {
+            ((0, Vec::new()), None, Some(self.log_records(records)))
+        };
+        let job = CommitJob {
+            dev: self.dev.clone(),
+            bs: self.bs,
+            delta: self.delta,
+            data_bytes: (data.len() * self.bs) as u64,
+            data,
+            writes,
+            unsealed,
+            log_body: Vec::new(),
+            last,
+            unified,
+            fsync: false,
+            single_flush,
+            fresh_log,
+            inodes,
+        };
+        cache.dirty.clear();
+        self.delta += 1;
+        Ok(job)
+    }
+
+    /// An fsync commit: `records` (inode images, inline data, directory
+    /// entries) in log blocks of the chain, flagged FSYNC. The open delta
+    /// goes on; its full commit will hold the same changes again.
+    pub fn prepare_fsync(&mut self, records: Vec<Record>) -> Result<CommitJob> {
+        let data_bytes = records
+            .iter()
+            .map(|r| match r {
+                Record::DataInline { data, .. } => data.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
+        Ok(CommitJob {
+            dev: self.dev.clone(),
+            bs: self.bs,
+            delta: self.delta,
+            data_bytes,
+            data: Vec::new(),
+            writes: images.body,
+            unsealed: None,
+            log_body: Vec::new(),
+            last: images.commit,
+            unified: None,
+            fsync: true,
+            single_flush: false,
+            fresh_log: false,
+            inodes: Vec::new(),
+        })
+    }
+
+    /// Encode a delta commit's log blocks at the log's tail (after any
+    /// fsync commit written since it was prepared).
+    pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
+        let Some(records) = job.unsealed.take() else {
+            return Ok(());
+        };
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, records, job.delta, false, self.bs)?;
+        job.log_body = images.body;
+        job.last = images.commit;
+        Ok(())
+    }
+
+    /// The job's I/O completed: the delta is durable. Release the pins of
+    /// its frees (A2) and install its superblock.
+    pub fn finish(&mut self, job: &CommitJob) {
+        if job.fsync {
+            self.stats.fsyncs += 1;
+            self.stats.log_blocks = self.log.since_unify.len() as u64;
+            return;
+        }
+        self.alloc.unpin_committed();
+        if let Some(sb) = &job.unified {
+            self.sb = sb.clone();
+            self.stats.unifies += 1;
+        }
+        self.stats.deltas += 1;
+        self.stats.log_blocks = self.log.since_unify.len() as u64;
+    }
+
+    /// Step 1: allocate each run of dirty pages contiguously near the file's
+    /// goal, queue its pages (shared, not copied), and map it in the file's
+    /// extent tree.
+    fn write_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
+        let dev = self.dev.clone();
+        for ino in cache.dirty.iter() {
+            let Some(inode) = cache.map.get_mut(ino) else {
+                continue;
+            };
+            let pages = inode.pages.start_writeback();
+            let mut i = 0;
+            while i < pages.len() {
+                // A run of consecutive logical blocks.
+                let mut j = i + 1;
+                while j < pages.len() && pages[j].0 == pages[j - 1].0 + 1 {
+                    j += 1;
+                }
+                while i < j {
+                    let goal = if inode.goal != 0 {
+                        inode.goal
+                    } else {
+                        self.data_cursor
+                    };
+                    let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
+                    let lblock = pages[i].0;
+                    for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
+                        data.push((start + k as u64, p.clone()));
+                    }
+                    let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n)?;
+                    let freed_blocks: u64 = freed.iter().map(|f| f.1).sum();
+                    for (s, c) in freed {
+                        self.alloc.free_range(s, c);
+                    }
+                    inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
+                    inode.goal = start + n;
+                    self.data_cursor = start + n;
+                    i += n as usize;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2: write dirty leaves of file trees (and, when unifying, their
+    /// changed branches, updating each inode's unified root).
+    fn flush_files(
+        &mut self,
+        cache: &mut InodeCache,
+        unify: bool,
+        writes: &mut Writes,
+        records: &mut Vec<Record>,
+    ) -> Result<()> {
+        let bs = self.bs;
+        let inos: Vec<u64> = if unify {
+            let mut v: Vec<u64> = cache
+                .map
+                .iter()
+                .filter(|(i, n)| cache.dirty.contains(i) || n.tree.needs_unify())
+                .map(|(i, _)| *i)
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            cache.dirty.iter().copied().collect()
+        };
+        for ino in inos {
+            let Some(inode) = cache.map.get_mut(&ino) else {
+                continue;
+            };
+            let tree = &mut inode.tree;
+            for sep in tree.unmaps.drain(..) {
+                records.push(Record::LeafUnmap { tree: ino, sep });
+            }
+            let mut maps = Vec::new();
+            let alloc = &mut self.alloc;
+            let goal = inode.goal;
+            let mut next_goal = goal;
+            tree.flush_leaves(
+                bs,
+                &mut || {
+                    let b = alloc.alloc_one(next_goal)?;
+                    next_goal = b + 1;
+                    Ok(b)
+                },
+                writes,
+                &mut maps,
+            )?;
+            for (sep, addr) in maps {
+                records.push(Record::LeafMap { tree: ino, sep, addr });
+            }
+            for b in tree.freed.drain(..) {
+                self.alloc.free_range(b, 1);
+            }
+            if unify {
+                let mut freed = Vec::new();
+                let alloc = &mut self.alloc;
+                let root = tree.flush_branches(bs, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
+                for b in freed {
+                    self.alloc.free_range(b, 1);
+                }
+                if inode.attrs.root != root {
+                    inode.attrs.root = root;
+                    cache.dirty.insert(ino);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3: encode every dirty inode into the inode table.
+    fn store_inodes(&mut self, cache: &mut InodeCache) -> Result<()> {
+        let dev = self.dev.clone();
+        for ino in cache.dirty.iter() {
+            if let Some(inode) = cache.map.get(ino) {
+                self.itable.insert(dev.as_ref(), *ino, inode.attrs.encode())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 4: write dirty inode-table leaves.
+    fn flush_itable(&mut self, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
+        for sep in self.itable.unmaps.drain(..) {
+            records.push(Record::LeafUnmap { tree: 0, sep });
+        }
+        let mut maps = Vec::new();
+        let alloc = &mut self.alloc;
+        let mut goal = 2;
+        self.itable.flush_leaves(
+            self.bs,
+            &mut || {
+                let b = alloc.alloc_one(goal)?;
+                goal = b + 1;
+                Ok(b)
+            },
+            writes,
+            &mut maps,
+        )?;
+        for (sep, addr) in maps {
+            records.push(Record::LeafMap { tree: 0, sep, addr });
+        }
+        for b in self.itable.freed.drain(..) {
+            self.alloc.free_range(b, 1);
+        }
+        Ok(())
+    }
+
+    /// Step 5: allocations and frees become records, the last of the
+    /// delta's log ([`Backend::seal`] encodes them).
+    fn log_records(&mut self, mut records: Vec<Record>) -> Vec<Record> {
+        let (allocs, frees) = self.alloc.take_delta();
+        records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
+            start: s,
+            count: c as u32,
+        }));
+        records.extend(frees.iter().map(|&(s, c)| Record::Bfree {
+            start: s,
+            count: c as u32,
+        }));
+        records
+    }
+
+    /// Unify after steps 1-4: branches and bitmap blocks join the writes;
+    /// returns the superblock that names them and the new log head.
+    fn unify_images(&mut self, writes: &mut Writes) -> Result<Superblock> {
+        let bs = self.bs;
+        // The inode table's changed branches.
+        let mut freed = Vec::new();
+        let alloc = &mut self.alloc;
+        self.sb.itable = self
+            .itable
+            .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        // The old log is no longer needed once the superblock is durable; its
+        // reserved next block becomes the new head (or, with orphans, a
+        // fresh block does).
+        freed.append(&mut self.log.since_unify);
+        for b in freed {
+            self.alloc.free_range(b, 1);
+        }
+        let head = self.restart_log(writes)?;
+        let relocated = self.relocate_bitmap(writes)?;
+        for (index, addr) in &relocated {
+            writes.push((
+                *addr,
+                bitmap::encode(*addr, *index, &self.alloc.bits(*index, bs), bs),
+            ));
+        }
+        self.alloc.dirty.clear();
+        let _ = self.alloc.take_delta();
+        let mut sb = self.sb.clone();
+        sb.seq += 1;
+        (sb.log_head, sb.log_seq, sb.log_prev_crc) = (head.next, head.seq, head.prev_crc);
+        sb.next_delta = self.delta + 1;
+        sb.unifies += 1;
+        Ok(sb)
+    }
+
+    /// Start the log the unify's superblock names; returns its head, the
+    /// sequence number and the `prev_crc` the head carries. Without orphans
+    /// the log simply goes on: the head is the old chain's reserved next
+    /// block, still empty, and carries the checksum of the block before it,
+    /// so an fsync commit written there while the unify writes its data
+    /// (before its superblock) extends the old chain and starts the new one
+    /// alike. With orphans it is a fresh
+    /// block (free in the old image, so a crash before the superblock lands
+    /// cannot make it extend the old chain; the old reserved block is freed)
+    /// and holds a commit of the next delta, flagged FSYNC because that
+    /// delta stays open, with one `Orphan` record per orphan in ascending
+    /// order. It goes out with the unify's other writes, before the flush
+    /// that precedes the superblock.
+    fn restart_log(&mut self, writes: &mut Writes) -> Result<Tail> {
+        let old = self.log.tail;
+        if self.orphans.is_empty() {
+            return Ok(old);
+        }
+        let head = self.alloc.alloc_one(old.next)?;
+        self.alloc.free_range(old.next, 1);
+        self.log.tail = Tail {
+            next: head,
+            seq: old.seq,
+            prev_crc: 0,
+        };
+        let records: Vec<Record> = self.orphans.iter().map(|&ino| Record::Orphan { ino }).collect();
+        let images = self
+            .log
+            .write_delta(&mut self.alloc, records, self.delta + 1, true, self.bs)?;
+        writes.extend(images.body);
+        writes.push(images.commit);
+        Ok(Tail {
+            next: head,
+            seq: old.seq,
+            prev_crc: 0,
+        })
+    }
+
+    /// Give every changed bitmap block a new address, updating the bitmap
+    /// file's extent tree, until allocation stops changing further bitmap
+    /// blocks (each block relocates at most once, so this ends).
+    fn relocate_bitmap(&mut self, writes: &mut Writes) -> Result<BTreeMap<u64, u64>> {
+        let dev = self.dev.clone();
+        let bs = self.bs;
+        let mut relocated: BTreeMap<u64, u64> = BTreeMap::new();
+        loop {
+            let todo: Vec<u64> = self
+                .alloc
+                .dirty
+                .iter()
+                .filter(|i| !relocated.contains_key(i))
+                .copied()
+                .collect();
+            if todo.is_empty() && !self.bitmap.needs_unify() {
+                break;
+            }
+            for index in todo {
+                let goal = extent::lookup(&mut self.bitmap, dev.as_ref(), index)?.map_or(2, |e| e.pblock);
+                let addr = self.alloc.alloc_one(goal)?;
+                for (s, c) in extent::map(&mut self.bitmap, dev.as_ref(), index, addr, 1)? {
+                    self.alloc.free_range(s, c);
+                }
+                relocated.insert(index, addr);
+            }
+            let mut maps = Vec::new();
+            let alloc = &mut self.alloc;
+            self.bitmap
+                .flush_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
+            let mut freed: Vec<u64> = self.bitmap.freed.drain(..).collect();
+            self.bitmap.unmaps.clear();
+            let alloc = &mut self.alloc;
+            self.sb.bitmap =
+                self.bitmap
+                    .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+            for b in freed {
+                self.alloc.free_range(b, 1);
+            }
+        }
+        debug_assert_eq!(self.bitmap.id, BITMAP_INO);
+        Ok(relocated)
+    }
+}
+
+/// Every block image a commit writes besides its commit block: metadata
+/// images, then data pages, as (address, bytes).
+pub(super) fn images<'a>(
+    writes: &'a Writes,
+    data: &'a [(u64, Arc<Vec<u8>>)],
+) -> impl Iterator<Item = (u64, &'a [u8])> {
+    writes
+        .iter()
+        .map(|(a, b)| (*a, b.as_slice()))
+        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
+}
+
+/// `BlockSum` records for the blocks a single-flush commit writes besides
+/// its log: one per block (CRC32C of its image), so a mismatch names the
+/// block.
+fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
+    let mut out = Vec::new();
+    for (addr, image) in images(writes, data) {
+        for (i, block) in image.chunks(bs).enumerate() {
+            out.push(Record::BlockSum {
+                start: addr + i as u64,
+                count: 1,
+                crc: crc32c::crc32c(block),
+            });
+        }
+    }
+    out
+}

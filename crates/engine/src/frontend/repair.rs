@@ -1,0 +1,59 @@
+//! Repair hooks for `fsck --repair` (src/tools/fsck/fix.rs): small, direct
+//! changes to a mounted volume that the checker has proven right — set a
+//! link count or a `blocks` attribute, free leaked blocks, mark referenced
+//! blocks in use. Each change joins the current delta like any operation;
+//! the caller unifies afterwards.
+//!
+//! Calls the cache (inodes) and the backend's allocator.
+
+use super::Volume;
+use crate::api::types::Ino;
+use crate::error::{err, Errno, Error, Result};
+
+impl Volume {
+    fn repair_begin(&self) -> Result<()> {
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        if self.failed {
+            return err(Errno::EIO);
+        }
+        Ok(())
+    }
+
+    /// Set the link count of `ino`.
+    pub fn repair_nlink(&mut self, ino: Ino, nlink: u32) -> Result<()> {
+        self.repair_begin()?;
+        self.inode(ino)?.attrs.nlink = nlink;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Set the `blocks` attribute (data blocks held) of `ino`.
+    pub fn repair_blocks(&mut self, ino: Ino, blocks: u64) -> Result<()> {
+        self.repair_begin()?;
+        self.inode(ino)?.attrs.blocks = blocks;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Free blocks that are in use but referenced by nothing.
+    pub fn repair_free(&mut self, start: u64, count: u64) -> Result<()> {
+        self.repair_begin()?;
+        self.be.alloc.free_range(start, count);
+        Ok(())
+    }
+
+    /// Mark referenced blocks in use that the bitmap says are free.
+    pub fn repair_mark_used(&mut self, start: u64, count: u64) -> Result<()> {
+        self.repair_begin()?;
+        if !self.be.alloc.apply_alloc(start, count) {
+            return Err(Error::corrupt(
+                start,
+                format!("{count} blocks outside the volume"),
+            ));
+        }
+        self.be.alloc.delta_allocs.push((start, count));
+        Ok(())
+    }
+}

@@ -1,0 +1,354 @@
+//! The adapter's state and the helpers its requests share, whichever
+//! transport brought them (`ops.rs` through fuser, `uring/` through
+//! io_uring): the `Fs` being served, the mount options, the parent of each
+//! directory the kernel knows (for the `..` entry of `readdir`; learned from
+//! lookups, dropped on forget), and the request logic both transports
+//! answer from.
+//!
+//! Calls only [`tux3::Fs`].
+
+use super::{errno, file_attr, from_system_time, FuseOptions, TTL};
+use tux3::api::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
+use tux3::error::{Errno, Error, Result};
+use tux3::Fs;
+use fuser::{FopenFlags, Generation, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Directory entries fetched from the engine per `readdir` call; a reply
+/// buffer (one page) holds about this many entries with short names.
+const READDIR_BATCH: usize = 128;
+
+/// Flags of every opened file: the page cache stays valid across opens (only
+/// we change the volume), and `close` needs no FLUSH round trip (flush is a
+/// no-op: data goes to the engine at each write).
+pub(super) const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+
+/// A mounted volume as a FUSE filesystem. Clones share one state: fuser
+/// holds one, each io_uring queue thread another.
+#[derive(Clone)]
+pub struct Tux3Fuse {
+    pub(super) fs: Arc<Fs>,
+    pub(super) opts: FuseOptions,
+    /// Parent of each directory the kernel holds an inode for.
+    pub(super) parents: Arc<Mutex<HashMap<Ino, Ino>>>,
+    /// The kernel leaves taking privileges away on write, truncate and
+    /// chown to us (`FUSE_HANDLE_KILLPRIV_V2`), so it need not ask for
+    /// `security.capability` before every write. Set at INIT.
+    strips_privs: Arc<AtomicBool>,
+    /// The kernel agreed at INIT to send requests through io_uring.
+    uring: Arc<AtomicBool>,
+}
+
+impl Tux3Fuse {
+    /// Serve `fs` with the given options.
+    pub fn new(fs: Arc<Fs>, opts: FuseOptions) -> Tux3Fuse {
+        Tux3Fuse {
+            fs,
+            opts,
+            parents: Arc::new(Mutex::new(HashMap::new())),
+            strips_privs: Arc::new(AtomicBool::new(false)),
+            uring: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub(super) fn set_strips_privs(&self, on: bool) {
+        self.strips_privs.store(on, Ordering::SeqCst);
+    }
+
+    /// Record that the kernel takes requests through io_uring.
+    pub(super) fn set_uring(&self, on: bool) {
+        self.uring.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the kernel agreed at INIT to use io_uring queues.
+    pub(super) fn uring(&self) -> bool {
+        self.uring.load(Ordering::SeqCst)
+    }
+
+    /// What a write takes away: the kernel marks the writes whose caller
+    /// lacks `CAP_FSETID` (`FUSE_WRITE_KILL_SUIDGID`).
+    pub(super) fn write_strips(&self, kill_suidgid: bool) -> StripPrivs {
+        match (self.strips_privs.load(Ordering::Relaxed), kill_suidgid) {
+            (false, _) => StripPrivs::Nothing,
+            (true, false) => StripPrivs::Caps,
+            (true, true) => StripPrivs::CapsAndIds,
+        }
+    }
+
+    /// What a setattr takes away. A chown takes the IDs always; a truncate
+    /// takes them from a caller without `CAP_FSETID`, which `keeps_ids`
+    /// tells (asked only then).
+    pub(super) fn setattr_strips(&self, set: &SetAttr, keeps_ids: impl FnOnce() -> bool) -> StripPrivs {
+        if !self.strips_privs.load(Ordering::Relaxed) {
+            StripPrivs::Nothing
+        } else if set.uid.is_some() || set.gid.is_some() {
+            StripPrivs::CapsAndIds
+        } else if set.size.is_some() {
+            if keeps_ids() {
+                StripPrivs::Caps
+            } else {
+                StripPrivs::CapsAndIds
+            }
+        } else {
+            StripPrivs::Nothing
+        }
+    }
+
+    /// Apply `set` to `ino`; with nothing to change (e.g. only a file
+    /// handle), just report its attributes.
+    pub(super) fn setattr(&self, ino: Ino, set: &SetAttr, strips: StripPrivs) -> Result<Attr> {
+        if *set == SetAttr::default() {
+            self.fs.getattr(ino)
+        } else {
+            self.fs.setattr_stripping(ino, set, strips)
+        }
+    }
+
+    /// Create and open `name` in `parent` for the caller `uid`/`gid`.
+    pub(super) fn create_open(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let (uid, gid, _) = self.owner(uid, gid, parent)?;
+        let attr = self.fs.create(parent, name, mode, uid, gid)?;
+        self.fs.open_handle(attr.ino)?;
+        Ok(attr)
+    }
+
+    /// SEEK_DATA / SEEK_HOLE (the kernel handles the other whences itself).
+    /// ENOSYS makes the kernel stop asking and treat every file as all data
+    /// up to its size: right only with the writeback cache, where the
+    /// newest data and size may still be in the kernel and we would answer
+    /// from stale ones.
+    pub(super) fn lseek(&self, ino: Ino, offset: i64, whence: i32) -> Result<i64> {
+        if self.opts.writeback_cache {
+            return Err(Error::Posix(Errno(libc::ENOSYS)));
+        }
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return Err(einval()),
+        };
+        let enxio = || Error::Posix(Errno::ENXIO);
+        let offset = u64::try_from(offset).map_err(|_| enxio())?;
+        let pos = self.fs.seek_data(ino, offset, data)?;
+        i64::try_from(pos).map_err(|_| enxio())
+    }
+
+    /// Set extended attribute `name` (`flags`: 0, XATTR_CREATE or
+    /// XATTR_REPLACE; `position` must be 0).
+    pub(super) fn setxattr(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        position: u32,
+    ) -> Result<()> {
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return Err(einval()),
+        };
+        if position != 0 {
+            return Err(einval());
+        }
+        // Without FUSE_POSIX_ACL the kernel passes ACLs through as plain
+        // xattrs but never enforces them: refuse them rather than store
+        // permissions nobody checks (cp -a then falls back to chmod).
+        if ACL_XATTRS.contains(&name) {
+            return Err(Error::Posix(Errno(libc::EOPNOTSUPP)));
+        }
+        self.fs.setxattr(ino, name, value, mode)
+    }
+
+    /// The names of `ino`'s extended attributes, each ended by a NUL.
+    pub(super) fn listxattr(&self, ino: Ino) -> Result<Vec<u8>> {
+        let mut list = Vec::new();
+        for n in self.fs.listxattr(ino)? {
+            list.extend_from_slice(&n);
+            list.push(0);
+        }
+        Ok(list)
+    }
+
+    /// Remember `attr`'s parent when it is a directory.
+    pub(super) fn learn(&self, parent: Ino, attr: &Attr) {
+        if attr.kind == FileType::Directory {
+            self.parents.lock().insert(attr.ino, parent);
+        }
+    }
+
+    /// The `..` of directory `ino`: its parent if known, else itself (the
+    /// kernel does not use `d_ino` of `..`).
+    pub(super) fn parent_of(&self, ino: Ino) -> Ino {
+        if ino == ROOT_INO {
+            return ROOT_INO;
+        }
+        self.parents.lock().get(&ino).copied().unwrap_or(ino)
+    }
+
+    /// Reply to a request that produced a new or found entry.
+    pub(super) fn entry(&self, parent: Ino, r: Result<Attr>, reply: ReplyEntry) {
+        match r {
+            Ok(attr) => {
+                self.learn(parent, &attr);
+                reply.entry(&TTL, &file_attr(&attr), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Owner of a new inode in `parent`: the caller, except that a setgid
+    /// directory gives its group (and, to new directories, its setgid bit).
+    /// Returns `(uid, gid, extra mode bits for a directory)`.
+    ///
+    /// Workaround: the engine's create calls take uid/gid as given and do
+    /// not apply this rule (inode_init_owner in the kernel), so the adapter
+    /// asks for the parent's attributes first.
+    pub(super) fn owner(&self, uid: u32, gid: u32, parent: Ino) -> Result<(u32, u32, u32)> {
+        let dir = self.fs.getattr(parent)?;
+        if dir.mode & libc::S_ISGID != 0 {
+            Ok((uid, dir.gid, libc::S_ISGID))
+        } else {
+            Ok((uid, gid, 0))
+        }
+    }
+
+    /// Fill a `readdir` reply from position `offset` through `add(ino,
+    /// next, kind, name)`, which returns true once the reply is full: `.`
+    /// has offset 0 and continues at 1, `..` continues at 2, engine entries
+    /// continue at their own positions (which are far above 2).
+    pub(super) fn fill_dir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        mut add: impl FnMut(Ino, u64, FileType, &[u8]) -> bool,
+    ) -> Result<()> {
+        let dir = FileType::Directory;
+        if offset < 1 && add(ino, 1, dir, b".") {
+            return Ok(());
+        }
+        if offset < 2 && add(self.parent_of(ino), 2, dir, b"..") {
+            return Ok(());
+        }
+        let mut pos = if offset <= 2 { 0 } else { offset };
+        loop {
+            let batch = self.fs.readdir(ino, pos, READDIR_BATCH)?;
+            for e in &batch {
+                if add(e.ino, e.next, e.kind, &e.name) {
+                    return Ok(());
+                }
+                pos = e.next;
+            }
+            if batch.len() < READDIR_BATCH {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// `TimeOrNow` to engine time.
+pub(super) fn time_or_now(t: TimeOrNow) -> Timespec {
+    match t {
+        TimeOrNow::Now => Timespec::now(),
+        TimeOrNow::SpecificTime(t) => from_system_time(t),
+    }
+}
+
+/// The answer to an extended-attribute read.
+pub(super) enum XattrAnswer<'a> {
+    /// The caller asked for the size only.
+    Size(u32),
+    Data(&'a [u8]),
+}
+
+/// The answer to an extended-attribute read of `bytes` into a buffer of
+/// `size`: the size when asked for it (size 0), ERANGE when the buffer is
+/// too small, else the bytes.
+pub(super) fn xattr_answer(bytes: &[u8], size: u32) -> Result<XattrAnswer<'_>> {
+    if size == 0 {
+        u32::try_from(bytes.len())
+            .map(XattrAnswer::Size)
+            .map_err(|_| Error::Posix(Errno(libc::E2BIG)))
+    } else if bytes.len() > size as usize {
+        Err(Error::Posix(Errno::ERANGE))
+    } else {
+        Ok(XattrAnswer::Data(bytes))
+    }
+}
+
+/// Reply to an extended-attribute read through fuser.
+pub(super) fn xattr_reply(r: Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    let bytes = match r {
+        Ok(b) => b,
+        Err(e) => return reply.error(errno(&e)),
+    };
+    match xattr_answer(&bytes, size) {
+        Ok(XattrAnswer::Size(n)) => reply.size(n),
+        Ok(XattrAnswer::Data(b)) => reply.data(b),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// Reply with nothing or an error.
+pub(super) fn empty(r: Result<()>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+pub(super) fn einval() -> Error {
+    Error::Posix(Errno::EINVAL)
+}
+
+/// Attributes of a negative entry (only its TTL matters to the kernel).
+pub(super) fn negative_attr() -> Attr {
+    Attr {
+        ino: 0,
+        kind: FileType::Regular,
+        mode: libc::S_IFREG,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        blocks: 0,
+        atime: Timespec::default(),
+        mtime: Timespec::default(),
+        ctime: Timespec::default(),
+        btime: Timespec::default(),
+        blksize: 4096,
+    }
+}
+
+/// The extended attributes that hold POSIX ACLs.
+const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// `CAP_FSETID` (linux/capability.h): keep set-user-ID and set-group-ID
+/// across a change.
+const CAP_FSETID: u32 = 4;
+
+/// Whether thread `pid` (as a FUSE request names its caller) holds
+/// `CAP_FSETID` in its effective set (`CapEff` in `/proc/PID/status`). A
+/// caller that cannot be read (gone already) is taken not to hold it:
+/// taking the IDs away is the safe side.
+pub(super) fn may_keep_ids(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
+}

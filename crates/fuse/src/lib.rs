@@ -1,0 +1,196 @@
+//! FUSE frontend: serves a mounted volume to the kernel through `fuser`.
+//!
+//! Owns the translation between FUSE requests and the engine API — and
+//! nothing else: every request maps to one call of the public [`tux3::Fs`]
+//! (plus a `getattr`/`open_handle` where FUSE wants an answer the engine call
+//! does not give). No filesystem logic lives here.
+//!
+//! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
+//! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
+//! - `uring/`: the io_uring transport (per-CPU queues, its own request
+//!   decoding and reply encoding over the same adapter);
+//! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
+//!   and closing the volume at the end;
+//! - this file: the mount-time options and value conversions.
+//!
+//! Calls only [`tux3::Fs`] and its value types.
+
+mod adapter;
+mod ops;
+mod serve;
+mod uring;
+
+pub use adapter::Tux3Fuse;
+use serve::log;
+pub use serve::{block_signals, mount, Mounted};
+
+use tux3::api::types::{Attr, FileType, Timespec};
+use tux3::error::Error;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache attributes and directory entries (positive
+/// and negative). Only this process changes the volume, so any value is
+/// coherent; 1 s keeps `stat` storms cheap.
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// Largest write request the kernel sends: 1 MiB (256 pages). A write of up
+/// to this size arrives as one request, so it is atomic (DESIGN.md 3.3).
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Read-ahead the kernel may do on sequential reads.
+pub const MAX_READAHEAD: u32 = 1 << 20;
+
+/// The ioctl that commits everything written so far through the mount
+/// (`_IO(0xE3, 1)`, no argument), on any file or directory of it: `sync`
+/// and `syncfs` do not reach a FUSE server, so `tux3 sync` sends this.
+/// Parallel ones are served by one commit.
+pub const IOC_SYNC: u32 = 0xE301;
+
+/// Default number of threads serving requests.
+pub const DEFAULT_THREADS: usize = 4;
+
+/// Options of one mount, as the FUSE frontend sees them.
+#[derive(Debug, Clone)]
+pub struct FuseOptions {
+    /// Mount read-only (the volume must be opened read-only too).
+    pub read_only: bool,
+    /// Let users other than the mounter in (`allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from mode, owner and group.
+    pub default_permissions: bool,
+    /// Enable the kernel's FUSE writeback cache. Faster for small writes, but
+    /// the kernel then splits, merges and reorders data writes against
+    /// namespace operations, so a `write()` is no longer atomic and the
+    /// ordering promise (DESIGN.md 3.4) no longer holds between data and
+    /// renames, unlinks or other files' writes. Off by default.
+    pub writeback_cache: bool,
+    /// Threads serving requests (each with its own cloned `/dev/fuse` fd;
+    /// with io_uring, spread over the per-CPU queues).
+    pub threads: usize,
+    /// Serve requests through io_uring queues: `None` when the kernel
+    /// allows it, `Some(true)` always (the mount fails if the kernel does
+    /// not allow it), `Some(false)` never.
+    pub uring: Option<bool>,
+    /// Source shown in `/proc/mounts` (the image path).
+    pub fsname: String,
+    /// Kernel mount flags passed through: `Some(true)` sets the flag's
+    /// positive form (`exec`, `suid`, `dev`, `atime`, `sync`).
+    pub exec: Option<bool>,
+    pub suid: Option<bool>,
+    pub dev: Option<bool>,
+    pub atime: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: bool,
+}
+
+impl Default for FuseOptions {
+    fn default() -> Self {
+        FuseOptions {
+            read_only: false,
+            allow_other: false,
+            default_permissions: true,
+            writeback_cache: false,
+            threads: DEFAULT_THREADS,
+            uring: None,
+            fsname: "tux3".to_string(),
+            exec: None,
+            suid: None,
+            dev: None,
+            atime: None,
+            sync: None,
+            dirsync: false,
+        }
+    }
+}
+
+/// The errno FUSE should return for an engine error.
+pub fn errno(e: &Error) -> fuser::Errno {
+    fuser::Errno::from_i32(e.errno().0)
+}
+
+/// Engine time to `SystemTime` (times before 1970 included).
+pub fn to_system_time(t: Timespec) -> SystemTime {
+    let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
+    let base = if t.sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(t.sec as u64))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
+    };
+    base.and_then(|b| b.checked_add(nsec)).unwrap_or(UNIX_EPOCH)
+}
+
+/// `SystemTime` to engine time (times before 1970 included).
+pub fn from_system_time(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let mut sec = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let mut nsec = d.subsec_nanos();
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec { sec, nsec }
+        }
+    }
+}
+
+/// Engine file type to FUSE file type.
+pub fn file_type(kind: FileType) -> fuser::FileType {
+    match kind {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Socket => fuser::FileType::Socket,
+    }
+}
+
+/// Engine attributes to FUSE attributes.
+pub fn file_attr(a: &Attr) -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: fuser::INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: to_system_time(a.atime),
+        mtime: to_system_time(a.mtime),
+        ctime: to_system_time(a.ctime),
+        crtime: to_system_time(a.btime),
+        kind: file_type(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        // FUSE carries the kernel's 32-bit device encoding, which equals
+        // glibc's for majors below 4096.
+        rdev: a.rdev as u32,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        for (sec, nsec) in [
+            (0, 0),
+            (1, 5),
+            (1_700_000_000, 999_999_999),
+            (-1, 0),
+            (-1, 1),
+            (-86_400, 500),
+        ] {
+            let t = Timespec { sec, nsec };
+            assert_eq!(from_system_time(to_system_time(t)), t, "{sec}.{nsec}");
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The `fuser::Filesystem` implementation: each FUSE request becomes one call
+//! of the engine API [`tux3::Fs`] (see `adapter.rs` for the state and the
+//! shared helpers), and its result becomes the reply.
+//!
+//! Calls only [`tux3::Fs`].
+
+use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
+use super::{errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_READAHEAD, MAX_WRITE, TTL};
+use super::{uring, Tux3Fuse};
+use tux3::api::types::{RenameFlags as EngineRenameFlags, SetAttr};
+use tux3::error::Errno;
+use fuser::{
+    FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::SystemTime;
+
+impl Filesystem for Tux3Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_READAHEAD) {
+            let _ = config.set_max_readahead(max);
+        }
+        // Lookups and readdirs of one directory may run in parallel: the
+        // engine serializes what needs it.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // We take privileges away on write, truncate and chown ourselves,
+        // which saves a getxattr round trip before every write.
+        self.set_strips_privs(
+            config
+                .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+                .is_ok(),
+        );
+        if self.opts.uring != Some(false) && uring::kernel_enabled() {
+            self.set_uring(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok());
+        }
+        if self.opts.writeback_cache {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel does not support the FUSE writeback cache"))?;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry: the kernel caches the absence for TTL.
+            Err(e) if e.errno() == Errno::ENOENT => {
+                let mut attr = file_attr(&negative_attr());
+                attr.ino = INodeNo(0);
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            r => self.entry(parent.0, r, reply),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.parents.lock().remove(&ino.0);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(from_system_time),
+        };
+        // fuser does not pass FATTR_KILL_SUIDGID on: the caller's
+        // capabilities are read from /proc instead.
+        let strips = self.setattr_strips(&set, || may_keep_ids(req.pid()));
+        match self.setattr(ino.0, &set, strips) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .owner(req.uid(), req.gid(), parent.0)
+            .and_then(|(uid, gid, _)| {
+                self.fs
+                    .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
+            });
+        self.entry(parent.0, r, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = self
+            .owner(req.uid(), req.gid(), parent.0)
+            .and_then(|(uid, gid, sgid)| self.fs.mkdir(parent.0, name.as_bytes(), mode | sgid, uid, gid));
+        self.entry(parent.0, r, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.unlink(parent.0, name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.rmdir(parent.0, name.as_bytes()), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = self
+            .owner(req.uid(), req.gid(), parent.0)
+            .and_then(|(uid, gid, _)| {
+                let target = target.as_os_str().as_bytes();
+                self.fs.symlink(parent.0, link_name.as_bytes(), target, uid, gid)
+            });
+        self.entry(parent.0, r, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = EngineRenameFlags::from_bits(flags.bits())
+            .ok_or_else(einval)
+            .and_then(|f| {
+                self.fs
+                    .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f)
+            });
+        empty(r, reply);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(newparent.0, r, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open_handle(ino.0) {
+            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write_stripping(
+            ino.0,
+            offset,
+            data,
+            self.write_strips(write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)),
+        ) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(self.fs.release_handle(ino.0), reply);
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        // Answered from the fsync committer once durable: this request
+        // thread is free at once, so any number of fsyncs can wait for the
+        // same group commit.
+        self.fs
+            .fsync_then(ino.0, datasync, Box::new(move |r| empty(r, reply)));
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A directory handle holds nothing here. ENOSYS tells the kernel so
+        // (`FUSE_NO_OPENDIR_SUPPORT`): it sends no more OPENDIR nor
+        // RELEASEDIR, two round trips per directory open, and opens
+        // directories with `FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR` — it may
+        // cache listings, which is coherent: only we change the volume, and
+        // every change through the mount resets the cache.
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let add = |ino, next, kind, name: &[u8]| {
+            reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
+        };
+        match self.fill_dir(ino.0, offset, add) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        // Answered from the fsync committer once durable: this request
+        // thread is free at once, so any number of fsyncs can wait for the
+        // same group commit.
+        self.fs
+            .fsync_then(ino.0, datasync, Box::new(move |r| empty(r, reply)));
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != IOC_SYNC {
+            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
+        }
+        // A whole commit on this request thread: the others serve on.
+        match self.fs.sync() {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_free,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            Tux3Fuse::setxattr(self, ino.0, name.as_bytes(), value, flags, position),
+            reply,
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.fs.getxattr(ino.0, name.as_bytes()), size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(Tux3Fuse::listxattr(self, ino.0), size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.removexattr(ino.0, name.as_bytes()), reply);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks access itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.create_open(parent.0, name.as_bytes(), mode, req.uid(), req.gid()) {
+            Ok(attr) => reply.created(&TTL, &file_attr(&attr), Generation(0), FileHandle(0), OPEN_FLAGS),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match Tux3Fuse::lseek(self, ino.0, offset, whence) {
+            Ok(pos) => reply.offset(pos),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

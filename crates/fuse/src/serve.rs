@@ -1,0 +1,237 @@
+//! Mounting and serving: mounts the FUSE filesystem (fuser, straight through
+//! mount(2)), runs the request threads, turns SIGTERM, SIGINT and SIGHUP
+//! into an unmount, and closes the volume with [`tux3::Fs::close`] once the
+//! session is over. (Deltas end by time in the engine's own commit thread:
+//! `OpenOptions::commit_interval`.)
+//!
+//! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
+
+use super::uring::{self, Rings};
+use super::{FuseOptions, Tux3Fuse};
+use tux3::Fs;
+use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::thread::JoinHandleExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+/// Signals that end the session; SIGUSR1 only wakes the signal thread so it
+/// can stop.
+const END_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+const WAKE_SIGNAL: libc::c_int = libc::SIGUSR1;
+
+/// Write one line to standard error, ignoring failures (a daemon's stderr
+/// may be gone).
+pub(crate) fn log(msg: &str) {
+    let _ = writeln!(io::stderr(), "tux3 mount: {msg}");
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in END_SIGNALS.iter().chain([WAKE_SIGNAL].iter()) {
+            libc::sigaddset(&mut set, *s);
+        }
+        set
+    }
+}
+
+/// Block the session-ending signals in the calling thread and every thread
+/// it starts afterwards, so that only the signal thread of [`Mounted::serve`]
+/// receives them. Call it before starting any thread (before opening the
+/// volume), or an early SIGTERM kills the process without closing it.
+pub fn block_signals() -> io::Result<()> {
+    let set = signal_set();
+    // SAFETY: valid set; the old mask is not wanted.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// A live mount: the kernel answered INIT, requests may arrive.
+pub struct Mounted {
+    session: Session<Tux3Fuse>,
+    fs: Arc<Fs>,
+    mountpoint: PathBuf,
+    /// The io_uring queue threads, if the kernel agreed to them.
+    rings: Option<Rings>,
+}
+
+/// Mount `fs` at `mountpoint`. Returns once the mount is live; the requests
+/// are served by [`Mounted::serve`].
+pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounted> {
+    let mountpoint = mountpoint.canonicalize()?;
+    if !mountpoint.is_dir() {
+        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+    }
+    if opts.uring == Some(true) && !uring::kernel_enabled() {
+        return Err(io::Error::other(
+            "the kernel does not let FUSE use io_uring (needs Linux 6.14 or later and \
+             `echo Y > /sys/module/fuse/parameters/enable_uring`); mount without -o uring",
+        ));
+    }
+    let fs = Arc::new(fs);
+    let config = session_config(opts);
+    let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
+    let session = Session::new(fuse.clone(), &mountpoint, &config)?;
+    // INIT is answered: the kernel takes ring registrations now.
+    let rings = if fuse.uring() {
+        let queues = uring::queue_count();
+        let per_queue = opts.threads.div_ceil(queues);
+        match Rings::start(&fuse, session.as_fd(), per_queue) {
+            Ok(r) => Some(r),
+            Err(e) if opts.uring == Some(true) => return Err(e),
+            Err(e) => {
+                log(&format!("io_uring queues: {e}; requests go through /dev/fuse"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    drop(fuse);
+    Ok(Mounted {
+        session,
+        fs,
+        mountpoint,
+        rings,
+    })
+}
+
+/// fuser's configuration for `opts`.
+fn session_config(opts: &FuseOptions) -> Config {
+    let mut mo = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        // Shows as type `fuse.tux3` in /proc/mounts.
+        MountOption::CUSTOM("subtype=tux3".to_string()),
+    ];
+    if opts.default_permissions {
+        mo.push(MountOption::DefaultPermissions);
+    }
+    mo.push(if opts.read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    let flags = [
+        (opts.exec, MountOption::Exec, MountOption::NoExec),
+        (opts.suid, MountOption::Suid, MountOption::NoSuid),
+        (opts.dev, MountOption::Dev, MountOption::NoDev),
+        (opts.atime, MountOption::Atime, MountOption::NoAtime),
+        (opts.sync, MountOption::Sync, MountOption::Async),
+    ];
+    for (set, yes, no) in flags {
+        match set {
+            Some(true) => mo.push(yes),
+            Some(false) => mo.push(no),
+            None => {}
+        }
+    }
+    if opts.dirsync {
+        mo.push(MountOption::DirSync);
+    }
+    let mut config = Config::default();
+    config.mount_options = mo;
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    config
+}
+
+impl Mounted {
+    /// The canonical path of the mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serve requests until the volume is unmounted (`umount`, `fusermount3
+    /// -u`, or SIGTERM/SIGINT/SIGHUP, which unmount it), then close the
+    /// volume, committing everything. The error is a message for the user.
+    pub fn serve(mut self) -> Result<(), String> {
+        block_signals().map_err(|e| format!("blocking signals: {e}"))?;
+        let done = Arc::new(AtomicBool::new(false));
+        let signals = spawn_signal_thread(self.session.unmount_callable(), &self.mountpoint, done.clone())
+            .map_err(|e| format!("starting the signal thread: {e}"))?;
+        let served = self.session.run();
+        // The kernel ended the queues with the connection.
+        if let Some(rings) = self.rings.take() {
+            rings.join();
+        }
+
+        done.store(true, Ordering::SeqCst);
+        // SAFETY: the thread is alive until it sees `done`; waking it with a
+        // blocked signal it waits for is harmless.
+        unsafe {
+            libc::pthread_kill(signals.as_pthread_t(), WAKE_SIGNAL);
+        }
+        let _ = signals.join();
+
+        let closed = match Arc::try_unwrap(self.fs) {
+            Ok(fs) => fs.close().map_err(|e| format!("closing the volume: {e}")),
+            // A request thread is still alive (it panicked): commit what we can.
+            Err(fs) => fs.sync().map_err(|e| format!("committing the volume: {e}")),
+        };
+        match (served, closed) {
+            (Ok(()), r) => r,
+            (Err(e), Ok(())) => Err(format!("serving {}: {e}", self.mountpoint.display())),
+            (Err(e), Err(c)) => Err(format!("serving {}: {e}; {c}", self.mountpoint.display())),
+        }
+    }
+}
+
+/// The thread that waits for SIGTERM/SIGINT/SIGHUP and unmounts.
+fn spawn_signal_thread(
+    mut unmounter: SessionUnmounter,
+    mountpoint: &Path,
+    done: Arc<AtomicBool>,
+) -> io::Result<JoinHandle<()>> {
+    let path = CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point contains a NUL byte"))?;
+    thread::Builder::new().name("tux3-signals".into()).spawn(move || {
+        let set = signal_set();
+        let mut unmounted = false;
+        loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: valid set and out pointer.
+            let r = unsafe { libc::sigwait(&set, &mut sig) };
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            if r != 0 || sig == WAKE_SIGNAL || unmounted {
+                continue;
+            }
+            unmounted = true;
+            if let Err(e) = unmounter.unmount() {
+                if e.raw_os_error() == Some(libc::EBUSY) {
+                    log(&format!(
+                        "{}: busy; detached, the volume closes when its last open file is closed",
+                        mountpoint_text(&path)
+                    ));
+                } else {
+                    log(&format!("unmounting {}: {e}", mountpoint_text(&path)));
+                }
+                // SAFETY: valid C string.
+                unsafe {
+                    libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+                }
+            }
+        }
+    })
+}
+
+fn mountpoint_text(path: &CString) -> String {
+    String::from_utf8_lossy(path.as_bytes()).into_owned()
+}

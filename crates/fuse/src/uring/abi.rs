@@ -1,0 +1,367 @@
+//! The kernel's FUSE wire format as the io_uring transport sees it
+//! (`include/uapi/linux/fuse.h`): opcodes, the layout of a ring entry's
+//! header buffer, the per-opcode argument structs read from it, and the
+//! reply structs written to the payload buffer. Plain byte offsets, native
+//! endian, as the kernel lays them out.
+//!
+//! Calls nothing.
+
+use tux3::api::types::{Attr, FileType, StatFs, Timespec};
+use std::time::Duration;
+
+/// Request opcodes served through the rings (FORGET, BATCH_FORGET and
+/// INTERRUPT arrive through `/dev/fuse`, to fuser).
+pub mod op {
+    pub const LOOKUP: u32 = 1;
+    pub const GETATTR: u32 = 3;
+    pub const SETATTR: u32 = 4;
+    pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const MKNOD: u32 = 8;
+    pub const MKDIR: u32 = 9;
+    pub const UNLINK: u32 = 10;
+    pub const RMDIR: u32 = 11;
+    pub const RENAME: u32 = 12;
+    pub const LINK: u32 = 13;
+    pub const OPEN: u32 = 14;
+    pub const READ: u32 = 15;
+    pub const WRITE: u32 = 16;
+    pub const STATFS: u32 = 17;
+    pub const RELEASE: u32 = 18;
+    pub const FSYNC: u32 = 20;
+    pub const SETXATTR: u32 = 21;
+    pub const GETXATTR: u32 = 22;
+    pub const LISTXATTR: u32 = 23;
+    pub const REMOVEXATTR: u32 = 24;
+    pub const FLUSH: u32 = 25;
+    pub const OPENDIR: u32 = 27;
+    pub const READDIR: u32 = 28;
+    pub const RELEASEDIR: u32 = 29;
+    pub const FSYNCDIR: u32 = 30;
+    pub const ACCESS: u32 = 34;
+    pub const CREATE: u32 = 35;
+    pub const DESTROY: u32 = 38;
+    pub const IOCTL: u32 = 39;
+    pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
+}
+
+/// `io_uring` command opcodes on `/dev/fuse`.
+pub const CMD_REGISTER: u32 = 1;
+pub const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// A ring entry's header buffer (`struct fuse_uring_req_header`): the
+/// in/out header, the opcode's own argument struct, and the entry's
+/// `fuse_uring_ent_in_out`.
+pub const HEADER_LEN: usize = 288;
+const OP_IN: usize = 128;
+/// Room for the opcode's argument struct.
+pub const OP_IN_LEN: usize = 128;
+const ENT_IN_OUT: usize = 256;
+/// `fuse_out_header` size.
+const OUT_HEADER_LEN: u32 = 16;
+
+/// `setattr` valid bits (`FATTR_*`).
+pub mod fattr {
+    pub const MODE: u32 = 1 << 0;
+    pub const UID: u32 = 1 << 1;
+    pub const GID: u32 = 1 << 2;
+    pub const SIZE: u32 = 1 << 3;
+    pub const ATIME: u32 = 1 << 4;
+    pub const MTIME: u32 = 1 << 5;
+    pub const ATIME_NOW: u32 = 1 << 7;
+    pub const MTIME_NOW: u32 = 1 << 8;
+    pub const CTIME: u32 = 1 << 10;
+    pub const KILL_SUIDGID: u32 = 1 << 11;
+}
+
+/// `FUSE_WRITE_KILL_SUIDGID` in `fuse_write_in.write_flags`.
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `FUSE_FSYNC_FDATASYNC` in `fuse_fsync_in.fsync_flags`.
+pub const FSYNC_FDATASYNC: u32 = 1;
+
+/// Native-endian reads from a byte slice; out-of-range reads give 0 (a
+/// short struct from an older kernel reads as zeros, never panics).
+pub fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_ne_bytes(s.try_into().unwrap_or_default()))
+}
+
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
+}
+
+/// The request in a ring entry's header buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct InHeader {
+    pub opcode: u32,
+    pub unique: u64,
+    pub nodeid: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// The id to commit the reply with.
+    pub commit_id: u64,
+    /// Bytes of arguments in the payload buffer.
+    pub payload_len: usize,
+}
+
+impl InHeader {
+    pub fn parse(header: &[u8]) -> InHeader {
+        InHeader {
+            opcode: u32_at(header, 4),
+            unique: u64_at(header, 8),
+            nodeid: u64_at(header, 16),
+            uid: u32_at(header, 24),
+            gid: u32_at(header, 28),
+            commit_id: u64_at(header, ENT_IN_OUT + 8),
+            payload_len: u32_at(header, ENT_IN_OUT + 16) as usize,
+        }
+    }
+}
+
+/// The opcode's argument struct in a header buffer.
+pub fn op_in(header: &[u8]) -> &[u8] {
+    &header[OP_IN..ENT_IN_OUT]
+}
+
+/// Write the reply's out header (and the payload length) into a header
+/// buffer: `error` is 0 or a negative errno, `len` the reply bytes in the
+/// payload buffer.
+pub fn set_out_header(header: &mut [u8], unique: u64, error: i32, len: usize) {
+    let total = OUT_HEADER_LEN + len as u32;
+    header[0..4].copy_from_slice(&total.to_ne_bytes());
+    header[4..8].copy_from_slice(&error.to_ne_bytes());
+    header[8..16].copy_from_slice(&unique.to_ne_bytes());
+    header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_ne_bytes());
+}
+
+/// Split the NUL-terminated strings at the start of a payload: the first
+/// `n` of them, or `None` if fewer are there.
+pub fn names(payload: &[u8], n: usize) -> Option<Vec<&[u8]>> {
+    let mut out = Vec::with_capacity(n);
+    let mut rest = payload;
+    for _ in 0..n {
+        let end = rest.iter().position(|&b| b == 0)?;
+        out.push(&rest[..end]);
+        rest = &rest[end + 1..];
+    }
+    Some(out)
+}
+
+/// The payload after the first `n` NUL-terminated strings.
+pub fn after_names(payload: &[u8], n: usize) -> &[u8] {
+    let mut rest = payload;
+    for _ in 0..n {
+        match rest.iter().position(|&b| b == 0) {
+            Some(end) => rest = &rest[end + 1..],
+            None => return &[],
+        }
+    }
+    rest
+}
+
+/// Appends reply structs to a payload buffer.
+pub struct Out<'a> {
+    buf: &'a mut [u8],
+    pub len: usize,
+}
+
+impl<'a> Out<'a> {
+    pub fn new(buf: &'a mut [u8]) -> Out<'a> {
+        Out { buf, len: 0 }
+    }
+
+    /// Room left in the buffer.
+    pub fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    /// Append `b`, cut to the room left (replies are sized by their
+    /// requests, which fit the buffer; a longer one must not panic the
+    /// queue thread and leave the kernel waiting).
+    pub fn bytes(&mut self, b: &[u8]) {
+        let n = b.len().min(self.room());
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    pub fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_ne_bytes());
+    }
+
+    pub fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_ne_bytes());
+    }
+
+    fn time(&mut self, t: Timespec) {
+        self.u64(t.sec as u64);
+    }
+
+    /// `struct fuse_attr` (88 bytes).
+    pub fn attr(&mut self, a: &Attr) {
+        for v in [a.ino, a.size, a.blocks] {
+            self.u64(v);
+        }
+        for t in [a.atime, a.mtime, a.ctime] {
+            self.time(t);
+        }
+        for t in [a.atime, a.mtime, a.ctime] {
+            self.u32(t.nsec.min(999_999_999));
+        }
+        let mode = a.kind.mode_bits() | (a.mode & 0o7777);
+        // The kernel's 32-bit device encoding equals glibc's for majors
+        // below 4096.
+        for v in [mode, a.nlink, a.uid, a.gid, a.rdev as u32, a.blksize, 0] {
+            self.u32(v);
+        }
+    }
+
+    fn valid(&mut self, ttl: Duration) {
+        self.u64(ttl.as_secs());
+    }
+
+    /// `struct fuse_entry_out`: an entry (a negative one for ino 0).
+    pub fn entry(&mut self, a: &Attr, ttl: Duration) {
+        self.u64(a.ino);
+        self.u64(0); // generation
+        self.valid(ttl);
+        self.valid(ttl);
+        self.u32(ttl.subsec_nanos());
+        self.u32(ttl.subsec_nanos());
+        self.attr(a);
+    }
+
+    /// `struct fuse_attr_out`.
+    pub fn attr_out(&mut self, a: &Attr, ttl: Duration) {
+        self.valid(ttl);
+        self.u32(ttl.subsec_nanos());
+        self.u32(0);
+        self.attr(a);
+    }
+
+    /// `struct fuse_open_out`.
+    pub fn open(&mut self, fh: u64, open_flags: u32) {
+        self.u64(fh);
+        self.u32(open_flags);
+        self.u32(0);
+    }
+
+    /// `struct fuse_statfs_out`.
+    pub fn statfs(&mut self, s: &StatFs) {
+        for v in [s.blocks, s.blocks_free, s.blocks_free, s.files, s.files_free] {
+            self.u64(v);
+        }
+        for v in [s.block_size, s.name_max, s.block_size, 0] {
+            self.u32(v);
+        }
+        self.bytes(&[0; 24]);
+    }
+
+    /// One `struct fuse_dirent`, padded to 8 bytes; false (and nothing
+    /// written) if it does not fit.
+    pub fn dirent(&mut self, ino: u64, next: u64, kind: FileType, name: &[u8]) -> bool {
+        let len = (24 + name.len()).next_multiple_of(8);
+        if len > self.room() {
+            return false;
+        }
+        self.u64(ino);
+        self.u64(next);
+        self.u32(name.len() as u32);
+        self.u32(u32::from(kind.dirent_code()));
+        self.bytes(name);
+        let pad = len - 24 - name.len();
+        self.bytes(&[0; 8][..pad]);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_at_nuls() {
+        let p = b"old\0new\0rest";
+        assert_eq!(names(p, 2).unwrap(), vec![&b"old"[..], &b"new"[..]]);
+        assert_eq!(after_names(p, 2), b"rest");
+        assert!(names(b"unterminated", 1).is_none());
+        assert_eq!(after_names(b"x", 1), b"");
+    }
+
+    #[test]
+    fn dirents_pad_to_eight_and_stop_when_full() {
+        let mut buf = [0u8; 64];
+        let mut out = Out::new(&mut buf);
+        assert!(out.dirent(7, 1, FileType::Directory, b"."));
+        assert_eq!(out.len, 32, "24 bytes of header, 1 of name, padded");
+        assert!(!out.dirent(8, 2, FileType::Regular, b"a-longer-name"));
+        assert_eq!(out.len, 32, "nothing written when it does not fit");
+        assert!(out.dirent(8, 2, FileType::Regular, b"b"));
+        assert_eq!(u32_at(&buf, 20), libc::DT_DIR as u32);
+        assert_eq!(u32_at(&buf, 32 + 20), libc::DT_REG as u32);
+    }
+
+    #[test]
+    fn reply_structs_have_the_kernel_sizes() {
+        let a = Attr {
+            ino: 5,
+            kind: FileType::Symlink,
+            mode: 0o777,
+            nlink: 1,
+            uid: 1,
+            gid: 2,
+            rdev: 0,
+            size: 11,
+            blocks: 0,
+            atime: Timespec { sec: -1, nsec: 7 },
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            btime: Timespec::default(),
+            blksize: 4096,
+        };
+        let mut buf = [0u8; 512];
+        let sizes: Vec<usize> = [0, 1, 2, 3]
+            .iter()
+            .map(|k| {
+                let mut out = Out::new(&mut buf);
+                match k {
+                    0 => out.entry(&a, Duration::from_secs(1)),
+                    1 => out.attr_out(&a, Duration::from_secs(1)),
+                    2 => out.open(0, 0),
+                    _ => out.statfs(&StatFs {
+                        block_size: 4096,
+                        blocks: 1,
+                        blocks_free: 1,
+                        files: 1,
+                        files_free: 1,
+                        name_max: 255,
+                    }),
+                }
+                out.len
+            })
+            .collect();
+        // fuse_entry_out, fuse_attr_out, fuse_open_out, fuse_statfs_out.
+        assert_eq!(sizes, vec![128, 104, 16, 80]);
+        let mut out = Out::new(&mut buf);
+        out.entry(&a, Duration::from_secs(1));
+        // fuse_attr starts at 40: ino, then mode (type bits and permissions)
+        // at 40 + 60, and a time before 1970 as its two's complement.
+        assert_eq!(u64_at(&buf, 0), 5);
+        assert_eq!(u64_at(&buf, 40), 5);
+        assert_eq!(u32_at(&buf, 40 + 60), libc::S_IFLNK | 0o777);
+        assert_eq!(u64_at(&buf, 40 + 24) as i64, -1);
+        assert_eq!(u32_at(&buf, 40 + 48), 7);
+    }
+
+    #[test]
+    fn out_header_records_length_and_error() {
+        let mut h = [0u8; HEADER_LEN];
+        h[ENT_IN_OUT + 8..ENT_IN_OUT + 16].copy_from_slice(&99u64.to_ne_bytes());
+        set_out_header(&mut h, 42, -libc::ENOENT, 0);
+        assert_eq!(u32_at(&h, 0), OUT_HEADER_LEN);
+        assert_eq!(u32_at(&h, 4) as i32, -libc::ENOENT);
+        assert_eq!(u64_at(&h, 8), 42);
+        assert_eq!(InHeader::parse(&h).commit_id, 99);
+    }
+}

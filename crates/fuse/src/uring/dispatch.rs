@@ -1,0 +1,315 @@
+//! Requests from an io_uring queue: decode the opcode's arguments (its
+//! struct in the header buffer, names and data in the payload buffer), make
+//! the same engine calls as the fuser path (`ops.rs`, through the shared
+//! helpers of `adapter.rs`), and encode the reply into the payload buffer.
+//!
+//! Calls [`tux3::Fs`] through [`Tux3Fuse`].
+
+use super::abi::{self, fattr, op, u32_at, u64_at, InHeader, Out};
+use tux3::api::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
+use tux3::error::{Errno, Error, Result};
+use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
+use crate::{Tux3Fuse, IOC_SYNC, TTL};
+use crossbeam_channel::{SendError, Sender};
+
+/// How a request ends.
+pub enum Outcome {
+    /// Answered: 0 or a negative errno, and the reply's length in the
+    /// payload buffer.
+    Reply { error: i32, len: usize },
+    /// Answered later through the callback the dispatcher took (fsync).
+    Later,
+}
+
+/// Called once with a deferred request's outcome (0 or a negative errno)
+/// and its reply.
+pub type Deferred = Box<dyn FnOnce(i32, &[u8]) + Send>;
+
+/// Work handed to a thread that may block (see [`Tux3Fuse::serve_ring`]).
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// What a request produced, before it is encoded.
+enum Answer {
+    Empty,
+    /// A found or new entry of directory `parent`.
+    Entry(Ino, Attr),
+    Negative,
+    Attr(Attr),
+    Open(u32),
+    Create(Attr),
+    Written(u32),
+    Data(Vec<u8>),
+    XattrSize(u32),
+    Statfs(StatFs),
+    Offset(i64),
+}
+
+fn time(sec: u64, nsec: u32) -> Timespec {
+    Timespec {
+        sec: sec as i64,
+        nsec,
+    }
+}
+
+fn errno_of(e: &Error) -> i32 {
+    -e.errno().0
+}
+
+impl Tux3Fuse {
+    /// Serve one ring request. `payload` holds its `h.payload_len` bytes of
+    /// arguments and receives the reply; `defer` gives the callback of a
+    /// request answered later.
+    ///
+    /// A ring thread must not block: the kernel places requests in any free
+    /// entry of the caller's CPU queue, so requests behind a blocked one in
+    /// its thread's ring would wait too — a small write and fsync behind a
+    /// stream's write held for a commit. A write that would wait for dirty
+    /// data to drain goes to `blocking` instead, with a copy of its data,
+    /// and so does a sync ([`IOC_SYNC`]).
+    pub(super) fn serve_ring(
+        &self,
+        h: &InHeader,
+        op_in: &[u8],
+        payload: &mut [u8],
+        defer: impl FnOnce() -> Deferred,
+        blocking: &Sender<Job>,
+    ) -> Outcome {
+        let r = match h.opcode {
+            op::READDIR => return self.ring_readdir(h, op_in, payload),
+            op::FSYNC | op::FSYNCDIR => {
+                let datasync = u32_at(op_in, 8) & abi::FSYNC_FDATASYNC != 0;
+                let done = defer();
+                self.fs.fsync_then(
+                    h.nodeid,
+                    datasync,
+                    Box::new(move |r| done(r.err().map_or(0, |e| errno_of(&e)), &[])),
+                );
+                return Outcome::Later;
+            }
+            op::WRITE => {
+                let (ino, offset) = (h.nodeid, u64_at(op_in, 8));
+                let data = &payload[..write_len(h, op_in, payload)];
+                let strip = self.write_strips(u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0);
+                if !self.fs.write_would_wait(ino, offset, data.len()) {
+                    self.fs
+                        .write_stripping(ino, offset, data, strip)
+                        .map(|n| Answer::Written(n as u32))
+                } else {
+                    let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
+                    let job: Job =
+                        Box::new(move || match fuse.fs.write_stripping(ino, offset, &data, strip) {
+                            Ok(n) => done(0, &written(n as u32)),
+                            Err(e) => done(errno_of(&e), &[]),
+                        });
+                    // Without a thread to take it (they are gone only if one
+                    // panicked), it runs here.
+                    if let Err(SendError(job)) = blocking.send(job) {
+                        job();
+                    }
+                    return Outcome::Later;
+                }
+            }
+            // `tux3 sync` (fuse_ioctl_in: fh, flags, cmd at 12): a whole
+            // commit, on a thread that may block.
+            op::IOCTL if u32_at(op_in, 12) == IOC_SYNC => {
+                let (fuse, done) = (self.clone(), defer());
+                let job: Job = Box::new(move || match fuse.fs.sync() {
+                    Ok(()) => done(0, &ioctl_out()),
+                    Err(e) => done(errno_of(&e), &[]),
+                });
+                if let Err(SendError(job)) = blocking.send(job) {
+                    job();
+                }
+                return Outcome::Later;
+            }
+            op::IOCTL => Err(Error::Posix(Errno(libc::ENOTTY))),
+            _ => {
+                let len = h.payload_len.min(payload.len());
+                self.answer(h, op_in, &payload[..len])
+            }
+        };
+        match r {
+            Ok(a) => {
+                let mut out = Out::new(payload);
+                self.encode(a, &mut out);
+                Outcome::Reply {
+                    error: 0,
+                    len: out.len,
+                }
+            }
+            Err(e) => Outcome::Reply {
+                error: errno_of(&e),
+                len: 0,
+            },
+        }
+    }
+
+    /// The engine calls of a request (all but READDIR, WRITE and the
+    /// fsyncs).
+    fn answer(&self, h: &InHeader, op_in: &[u8], payload: &[u8]) -> Result<Answer> {
+        let ino = h.nodeid;
+        let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
+        Ok(match h.opcode {
+            op::LOOKUP => match self.fs.lookup(ino, name()?) {
+                Ok(attr) => Answer::Entry(ino, attr),
+                // A negative entry: the kernel caches the absence for TTL.
+                Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
+                Err(e) => return Err(e),
+            },
+            op::GETATTR => Answer::Attr(self.fs.getattr(ino)?),
+            op::SETATTR => Answer::Attr(self.ring_setattr(ino, op_in)?),
+            op::READLINK => Answer::Data(self.fs.readlink(ino)?),
+            op::SYMLINK => {
+                let n = abi::names(payload, 2).ok_or_else(einval)?;
+                let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
+                Answer::Entry(ino, self.fs.symlink(ino, n[0], n[1], uid, gid)?)
+            }
+            op::MKNOD => {
+                let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
+                let (mode, rdev) = (u32_at(op_in, 0), u32_at(op_in, 4));
+                Answer::Entry(ino, self.fs.mknod(ino, name()?, mode, u64::from(rdev), uid, gid)?)
+            }
+            op::MKDIR => {
+                let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
+                Answer::Entry(
+                    ino,
+                    self.fs.mkdir(ino, name()?, u32_at(op_in, 0) | sgid, uid, gid)?,
+                )
+            }
+            op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
+            op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,
+            op::RENAME | op::RENAME2 => {
+                let n = abi::names(payload, 2).ok_or_else(einval)?;
+                let flags = if h.opcode == op::RENAME2 {
+                    u32_at(op_in, 8)
+                } else {
+                    0
+                };
+                let flags = RenameFlags::from_bits(flags).ok_or_else(einval)?;
+                self.fs.rename(ino, n[0], u64_at(op_in, 0), n[1], flags)?;
+                Answer::Empty
+            }
+            op::LINK => Answer::Entry(ino, self.fs.link(u64_at(op_in, 0), ino, name()?)?),
+            op::OPEN => {
+                self.fs.open_handle(ino)?;
+                Answer::Open(OPEN_FLAGS.bits())
+            }
+            // As `ops.rs` answers it: the kernel stops sending OPENDIR and
+            // RELEASEDIR, and may cache listings.
+            op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
+            op::READ => Answer::Data(self.fs.read(ino, u64_at(op_in, 8), u32_at(op_in, 16) as usize)?),
+            op::STATFS => Answer::Statfs(self.fs.statfs()?),
+            op::RELEASE => self.fs.release_handle(ino).map(|()| Answer::Empty)?,
+            op::SETXATTR => {
+                let value = abi::after_names(payload, 1);
+                let size = (u32_at(op_in, 0) as usize).min(value.len());
+                self.setxattr(ino, name()?, &value[..size], u32_at(op_in, 4) as i32, 0)?;
+                Answer::Empty
+            }
+            op::GETXATTR => xattr(&self.fs.getxattr(ino, name()?)?, u32_at(op_in, 0))?,
+            op::LISTXATTR => xattr(&self.listxattr(ino)?, u32_at(op_in, 0))?,
+            op::REMOVEXATTR => self.fs.removexattr(ino, name()?).map(|()| Answer::Empty)?,
+            // Flush is a no-op (data reaches the engine at each write);
+            // with default_permissions the kernel checks access itself.
+            op::FLUSH | op::RELEASEDIR | op::ACCESS | op::DESTROY => Answer::Empty,
+            op::CREATE => Answer::Create(self.create_open(ino, name()?, u32_at(op_in, 4), h.uid, h.gid)?),
+            op::LSEEK => {
+                Answer::Offset(self.lseek(ino, u64_at(op_in, 8) as i64, u32_at(op_in, 16) as i32)?)
+            }
+            _ => return Err(Error::Posix(Errno(libc::ENOSYS))),
+        })
+    }
+
+    fn ring_setattr(&self, ino: Ino, a: &[u8]) -> Result<Attr> {
+        let valid = u32_at(a, 0);
+        let has = |bit| valid & bit != 0;
+        let when = |bit, now, sec, nsec| {
+            if has(now) {
+                Some(Timespec::now())
+            } else if has(bit) {
+                Some(time(u64_at(a, sec), u32_at(a, nsec)))
+            } else {
+                None
+            }
+        };
+        let set = SetAttr {
+            mode: has(fattr::MODE).then(|| u32_at(a, 68)),
+            uid: has(fattr::UID).then(|| u32_at(a, 76)),
+            gid: has(fattr::GID).then(|| u32_at(a, 80)),
+            size: has(fattr::SIZE).then(|| u64_at(a, 16)),
+            atime: when(fattr::ATIME, fattr::ATIME_NOW, 32, 56),
+            mtime: when(fattr::MTIME, fattr::MTIME_NOW, 40, 60),
+            ctime: has(fattr::CTIME).then(|| time(u64_at(a, 48), u32_at(a, 64))),
+        };
+        // The kernel flags a truncate by a caller without CAP_FSETID.
+        let strips = self.setattr_strips(&set, || !has(fattr::KILL_SUIDGID));
+        self.setattr(ino, &set, strips)
+    }
+
+    fn ring_readdir(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8]) -> Outcome {
+        let size = (u32_at(op_in, 16) as usize).min(payload.len());
+        let mut out = Out::new(&mut payload[..size]);
+        let r = self.fill_dir(h.nodeid, u64_at(op_in, 8), |ino, next, kind, name| {
+            !out.dirent(ino, next, kind, name)
+        });
+        match r {
+            Ok(()) => Outcome::Reply {
+                error: 0,
+                len: out.len,
+            },
+            Err(e) => Outcome::Reply {
+                error: errno_of(&e),
+                len: 0,
+            },
+        }
+    }
+
+    fn encode(&self, a: Answer, out: &mut Out) {
+        match a {
+            Answer::Empty => {}
+            Answer::Entry(parent, attr) => {
+                self.learn(parent, &attr);
+                out.entry(&attr, TTL);
+            }
+            Answer::Negative => out.entry(&negative_attr(), TTL),
+            Answer::Attr(attr) => out.attr_out(&attr, TTL),
+            Answer::Open(flags) => out.open(0, flags),
+            Answer::Create(attr) => {
+                out.entry(&attr, TTL);
+                out.open(0, OPEN_FLAGS.bits());
+            }
+            Answer::Written(n) => out.bytes(&written(n)),
+            Answer::Data(d) => out.bytes(&d),
+            Answer::XattrSize(n) => {
+                out.u32(n);
+                out.u32(0);
+            }
+            Answer::Statfs(s) => out.statfs(&s),
+            Answer::Offset(o) => out.u64(o as u64),
+        }
+    }
+}
+
+/// The data length of a WRITE (`fuse_write_in.size`), within its payload.
+fn write_len(h: &InHeader, op_in: &[u8], payload: &[u8]) -> usize {
+    (u32_at(op_in, 16) as usize).min(h.payload_len).min(payload.len())
+}
+
+/// A WRITE's reply (`fuse_write_out`): the bytes written, padding.
+/// `fuse_ioctl_out` of an ioctl that returns 0 and no data.
+fn ioctl_out() -> [u8; 16] {
+    [0; 16]
+}
+
+fn written(n: u32) -> [u8; 8] {
+    let mut b = [0; 8];
+    b[..4].copy_from_slice(&n.to_ne_bytes());
+    b
+}
+
+fn xattr(bytes: &[u8], size: u32) -> Result<Answer> {
+    Ok(match xattr_answer(bytes, size)? {
+        XattrAnswer::Size(n) => Answer::XattrSize(n),
+        XattrAnswer::Data(d) => Answer::Data(d.to_vec()),
+    })
+}

@@ -1,0 +1,141 @@
+//! FUSE over io_uring: the kernel (6.14 and later, with the `fuse` module's
+//! `enable_uring` parameter on) places requests in ring entries of a queue
+//! per CPU instead of behind `/dev/fuse` reads, and takes each reply
+//! together with the fetch of the next request in one ring command. That
+//! halves the cost of a request round trip; a small fsync is two of them
+//! (WRITE and FSYNC).
+//!
+//! fuser still mounts, answers INIT (where we ask for
+//! `FUSE_OVER_IO_URING`) and serves what the kernel keeps sending through
+//! `/dev/fuse` (FORGET, INTERRUPT, and every request until all queues are
+//! registered). If registration fails, the kernel falls back to
+//! `/dev/fuse` for good.
+//!
+//! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs);
+//! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
+//!   with the fuser path;
+//! - `ring.rs`: one queue thread and its ring entries;
+//! - this file: starting the queue threads, and the threads that take
+//!   requests which may block (a write waiting for a commit, a sync) off
+//!   them.
+//!
+//! Calls [`tux3::Fs`] through [`Tux3Fuse`].
+
+mod abi;
+mod dispatch;
+mod ring;
+
+use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};
+use crossbeam_channel::{unbounded, Sender};
+use dispatch::Job;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+/// Where the kernel says whether FUSE may use io_uring.
+const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Ring entries per queue thread: requests one thread may hold at once
+/// (fsyncs waiting for a group commit hold theirs).
+const ENTRIES: usize = 16;
+
+/// Whether the running kernel lets FUSE servers use io_uring.
+pub fn kernel_enabled() -> bool {
+    std::fs::read_to_string(ENABLE).is_ok_and(|v| v.trim() == "Y")
+}
+
+/// The kernel's queue count: one per possible CPU
+/// (`/sys/devices/system/cpu/possible`, e.g. `0-3`).
+pub fn queue_count() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let last = text
+        .trim()
+        .split([',', '-'])
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max();
+    last.map_or_else(
+        || thread::available_parallelism().map_or(1, |n| n.get()),
+        |n| n + 1,
+    )
+}
+
+/// Threads taking requests that may block off the queue threads.
+const BLOCKING_THREADS: usize = 4;
+
+/// The queue threads of a mount, and the threads they hand requests that
+/// may block to.
+pub struct Rings {
+    threads: Vec<JoinHandle<()>>,
+    blocking: Vec<JoinHandle<()>>,
+}
+
+impl Rings {
+    /// Start `per_queue` threads for each CPU's queue, serving `fuse` on
+    /// the FUSE connection `dev` (after INIT agreed to io_uring).
+    pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize) -> io::Result<Rings> {
+        let dev = Arc::new(dev.try_clone_to_owned()?);
+        let payload = MAX_WRITE.max(MAX_READAHEAD) as usize;
+        let (jobs, job_rx) = unbounded::<Job>();
+        let mut rings = Rings {
+            threads: Vec::new(),
+            blocking: Vec::new(),
+        };
+        for t in 0..BLOCKING_THREADS {
+            let job_rx = job_rx.clone();
+            let name = format!("tux3-blocking{t}");
+            rings
+                .blocking
+                .push(thread::Builder::new().name(name).spawn(move || {
+                    // Ends once every queue thread (each holds a sender) is gone.
+                    for job in job_rx {
+                        job();
+                    }
+                })?);
+        }
+        for qid in 0..queue_count() {
+            for t in 0..per_queue.max(1) {
+                let (fuse, dev, jobs) = (fuse.clone(), dev.clone(), jobs.clone());
+                let name = format!("tux3-ring{qid}.{t}");
+                rings
+                    .threads
+                    .push(thread::Builder::new().name(name).spawn(move || {
+                        serve_queue(fuse, dev, qid, payload, jobs);
+                    })?);
+            }
+        }
+        Ok(rings)
+    }
+
+    /// Wait for every queue thread (they end when the kernel ends the
+    /// connection), then for the requests they handed off.
+    pub fn join(self) {
+        for t in self.threads.into_iter().chain(self.blocking) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize, jobs: Sender<Job>) {
+    pin_to_cpu(qid);
+    let r = u16::try_from(qid)
+        .map_err(|_| io::Error::other("too many CPUs"))
+        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, jobs))
+        .and_then(ring::Queue::run);
+    if let Err(e) = r {
+        log(&format!(
+            "io_uring queue {qid}: {e}; requests go through /dev/fuse"
+        ));
+    }
+}
+
+/// Run the calling thread on `cpu` only: the kernel queues a request on
+/// the queue of the CPU its caller runs on, so its server is close by.
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data, set through the libc macros.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+    }
+}

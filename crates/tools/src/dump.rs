@@ -1,0 +1,248 @@
+//! Human-readable report of a volume's structures: both superblock copies,
+//! geometry, the log since the last unify (block by block, and why reading
+//! stopped), the inode table after replay, inode counts by kind, free space
+//! and the device's I/O counters. Reads only; damage is described in the
+//! report, not raised, as far as the volume can be read at all.
+//!
+//! Calls `structures::superblock`, `backend::Backend::open` (read-only
+//! replay), `log` and the fsck tree walker (`tools::fsck::walk`).
+
+use super::fsck::{follow, walk};
+use tux3::api::types::FileType;
+use tux3::backend::Backend;
+use tux3::device::Device;
+use tux3::error::Result;
+use tux3::log::{read_chain, Record};
+use tux3::structures::inode::InodeAttrs;
+use tux3::structures::superblock::Superblock;
+use tux3::structures::{bitmap, extent};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Bitmap block addresses listed before the rest are summarized.
+const MAX_BITMAP_LISTED: u64 = 16;
+/// Log blocks listed before the rest are summarized.
+const MAX_LOG_LISTED: usize = 200;
+
+/// Superblock, log chain since the last unify, tree and free-space summary.
+pub fn report(dev: Arc<dyn Device>) -> Result<String> {
+    let mut out = String::new();
+    let sb = superblocks(dev.as_ref(), &mut out)?;
+    geometry(&sb, &mut out);
+    log(dev.as_ref(), &sb, &mut out)?;
+    match Backend::open(dev.clone(), true) {
+        Ok((mut be, _)) => {
+            itable(&mut be, &mut out);
+            free_space(&mut be, &mut out);
+        }
+        Err(e) => {
+            let _ = writeln!(out, "\nreplay\n  the volume cannot be mounted: {e}");
+        }
+    }
+    let c = dev.counters();
+    let _ = writeln!(
+        out,
+        "\ndevice\n  {} blocks read in {} requests, {} blocks written in {} requests, {} flushes",
+        c.blocks_read, c.reads, c.blocks_written, c.writes, c.flushes
+    );
+    Ok(out)
+}
+
+/// Both copies; returns the one in use (or the one-line reason none is).
+fn superblocks(dev: &dyn Device, out: &mut String) -> Result<Superblock> {
+    let _ = writeln!(out, "superblock");
+    let sb = Superblock::load(dev)?;
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    for copy in 0..2u64 {
+        let state = match dev.read(copy, &mut buf) {
+            Err(e) => format!("unreadable: {e}"),
+            Ok(()) => match Superblock::decode(&buf, copy) {
+                Ok(s) if s.seq == sb.seq => format!("valid, sequence {} (in use)", s.seq),
+                Ok(s) => format!("valid, sequence {}", s.seq),
+                Err(e) => format!("invalid: {e}"),
+            },
+        };
+        let _ = writeln!(out, "  copy {copy} (block {copy}): {state}");
+    }
+    Ok(sb)
+}
+
+fn geometry(sb: &Superblock, out: &mut String) {
+    let bytes = sb.block_count.saturating_mul(sb.block_size as u64);
+    let _ = writeln!(out, "\ngeometry");
+    let _ = writeln!(
+        out,
+        "  block size {}, {} blocks ({bytes} bytes), {} bitmap blocks",
+        sb.block_size, sb.block_count, sb.bitmap_blocks
+    );
+    let _ = writeln!(
+        out,
+        "  volume id {:#018x}, created {} (seconds since the epoch)",
+        sb.volume_id, sb.created
+    );
+    let _ = writeln!(out, "  {} unifies, next delta {}", sb.unifies, sb.next_delta);
+    let _ = writeln!(
+        out,
+        "  inode table root: block {}, depth {}",
+        sb.itable.addr, sb.itable.depth
+    );
+    let _ = writeln!(
+        out,
+        "  bitmap file root: block {}, depth {}",
+        sb.bitmap.addr, sb.bitmap.depth
+    );
+}
+
+fn counts(records: &[Record]) -> String {
+    let mut n = [0usize; tux3::log::record::KINDS.len()];
+    for r in records {
+        n[r.kind()] += 1;
+    }
+    let parts: Vec<String> = n
+        .iter()
+        .zip(tux3::log::record::KINDS)
+        .filter(|(c, _)| **c > 0)
+        .map(|(c, k)| format!("{c} {k}"))
+        .collect();
+    if parts.is_empty() {
+        "no records".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn log(dev: &dyn Device, sb: &Superblock, out: &mut String) -> Result<()> {
+    let _ = writeln!(
+        out,
+        "\nlog since the last unify (head block {}, sequence {}, prev crc {:#010x})",
+        sb.log_head, sb.log_seq, sb.log_prev_crc
+    );
+    let chain = read_chain(dev, sb.log_start())?;
+    let (blocks, stop, stop_seq) = follow(dev, sb.log_head, sb.log_seq, Some(sb.log_prev_crc));
+    let committed = chain.blocks().count().min(blocks.len());
+    for (i, lb) in blocks.iter().enumerate() {
+        if i == MAX_LOG_LISTED {
+            let _ = writeln!(out, "  ... {} more blocks", blocks.len() - i);
+            break;
+        }
+        let state = match (lb.commit, i < committed) {
+            (true, _) => "commit",
+            (false, true) => "      ",
+            (false, false) => "uncommitted",
+        };
+        let _ = writeln!(
+            out,
+            "  block {:>8}  seq {}  delta {}  {state}  {}",
+            lb.addr,
+            lb.seq,
+            lb.delta,
+            counts(&lb.records)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {} committed deltas in {committed} blocks; {} blocks after the last commit",
+        chain.deltas.len(),
+        blocks.len() - committed
+    );
+    let _ = writeln!(
+        out,
+        "  next log block: block {} (sequence {})",
+        chain.tail.next, chain.tail.seq
+    );
+    let _ = writeln!(out, "  reading stopped at block {stop} (sequence {stop_seq})");
+    let _ = writeln!(out, "  end: {}", chain.end);
+    Ok(())
+}
+
+fn itable(be: &mut Backend, out: &mut String) {
+    let dev = be.dev.clone();
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut bad = 0u64;
+    let w = walk(
+        dev.as_ref(),
+        &mut be.itable,
+        "inode table",
+        &mut |leaf, entries| {
+            for (ino, v) in entries {
+                match InodeAttrs::decode(v, *ino, leaf) {
+                    Ok(a) => {
+                        let k = FileType::from_mode(a.mode)
+                            .map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));
+                        *kinds.entry(k).or_default() += 1;
+                    }
+                    Err(_) => bad += 1,
+                }
+            }
+        },
+        &mut |_| {},
+    );
+    let inodes: u64 = kinds.values().sum::<u64>() + bad;
+    let _ = writeln!(out, "\ninode table (after replay)");
+    let _ = writeln!(
+        out,
+        "  depth {}, {} leaves, {} branches, {inodes} inodes",
+        be.itable.depth(),
+        w.leaves,
+        w.branches
+    );
+    for e in &w.errors {
+        let _ = writeln!(out, "  unreadable: {e}");
+    }
+    let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let _ = writeln!(out, "  by kind: {}", list.join(", "));
+    if bad > 0 {
+        let _ = writeln!(out, "  {bad} inode records do not decode");
+    }
+}
+
+fn free_space(be: &mut Backend, out: &mut String) {
+    let dev = be.dev.clone();
+    let a = &be.alloc;
+    let total = a.blocks();
+    let _ = writeln!(out, "\nfree space (after replay)");
+    let _ = writeln!(
+        out,
+        "  {} blocks used, {} free, of {total}",
+        total - a.free(),
+        a.free()
+    );
+    let mut listed = Vec::new();
+    for index in 0..be.sb.bitmap_blocks.min(MAX_BITMAP_LISTED) {
+        let at = match extent::lookup(&mut be.bitmap, dev.as_ref(), index) {
+            Ok(Some(e)) => format!("{}", e.pblock + (index - e.lblock)),
+            Ok(None) => "hole".to_string(),
+            Err(e) => format!("unreadable ({e})"),
+        };
+        listed.push(format!("{index}@{at}"));
+    }
+    let more = be.sb.bitmap_blocks.saturating_sub(MAX_BITMAP_LISTED);
+    let tail = if more > 0 {
+        format!(", ... {more} more")
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "  bitmap blocks (index@block, {} bits each): {}{tail}",
+        bitmap::bits_per_block(be.bs),
+        listed.join(", ")
+    );
+    let a = &be.alloc;
+    let (mut best, mut best_at, mut run, mut run_at) = (0u64, 0u64, 0u64, 0u64);
+    for b in 0..total {
+        if a.is_used(b) {
+            run = 0;
+            continue;
+        }
+        if run == 0 {
+            run_at = b;
+        }
+        run += 1;
+        if run > best {
+            (best, best_at) = (run, run_at);
+        }
+    }
+    let _ = writeln!(out, "  largest free run: {best} blocks at block {best_at}");
+}

@@ -1,0 +1,209 @@
+//! Volume checker: checks every invariant of a volume as the engine would
+//! see it after mounting (superblock, replayed log, bitmap, every tree node,
+//! namespace, link counts, block ownership) and, with `repair`, repairs what
+//! is safe (leaked blocks, link counts, `blocks` attributes, blocks in use but
+//! marked free, a damaged older superblock copy).
+//!
+//! This file owns the public API and the order of the passes; the passes live
+//! in `fsck/`: `scan` (superblocks, bitmap, inode table, file trees), `walk`
+//! (tolerant tree walker), `logscan` (log chain and damage beyond its end),
+//! `names` (namespace and link counts), `refs` (block ownership) and `fix`
+//! (repair through the engine).
+//!
+//! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
+//! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
+
+mod fix;
+mod logscan;
+mod names;
+mod refs;
+mod scan;
+mod walk;
+
+pub(crate) use logscan::follow;
+pub(crate) use walk::walk;
+
+use tux3::device::Device;
+use tux3::error::{Error, Result};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What fsck should do.
+#[derive(Debug, Clone, Default)]
+pub struct FsckOptions {
+    /// Repair what can be repaired.
+    pub repair: bool,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Default)]
+pub struct FsckReport {
+    /// One line per problem still present, naming the block/inode.
+    pub problems: Vec<String>,
+    /// One line per problem repaired.
+    pub repaired: Vec<String>,
+    /// Observations that are not problems: what a crash can leave (a torn
+    /// block at the end of the log), for the record.
+    pub notes: Vec<String>,
+    /// Counts for the summary line.
+    pub inodes: u64,
+    pub blocks_used: u64,
+}
+
+/// Most lines reported per kind of problem; the rest are counted.
+const MAX_LINES_PER_KIND: usize = 100;
+
+/// A repair fsck knows how to make safely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fix {
+    /// Set the link count of `ino`.
+    Nlink { ino: u64, nlink: u32 },
+    /// Set the `blocks` attribute of `ino`.
+    Blocks { ino: u64, blocks: u64 },
+    /// Free blocks in use that nothing references.
+    Free { start: u64, count: u64 },
+    /// Mark blocks in use that are referenced (by one owner) but marked free.
+    MarkUsed { start: u64, count: u64 },
+    /// Rewrite the damaged superblock copy (the next unify writes it).
+    Superblock { copy: u64 },
+}
+
+/// Problems and repairs collected by the passes.
+#[derive(Default)]
+pub(crate) struct Findings {
+    pub problems: Vec<String>,
+    /// Not problems: see [`FsckReport::notes`].
+    pub notes: Vec<String>,
+    /// Each repair with the problem line it repairs.
+    pub fixes: Vec<(Fix, String)>,
+    /// Problems no fix repairs.
+    pub unfixable: usize,
+    per_kind: HashMap<&'static str, usize>,
+}
+
+impl Findings {
+    /// Record a problem of kind `kind`.
+    pub fn problem(&mut self, kind: &'static str, line: String) {
+        self.unfixable += 1;
+        self.push(kind, line);
+    }
+
+    fn push(&mut self, kind: &'static str, line: String) {
+        let n = self.per_kind.entry(kind).or_default();
+        *n += 1;
+        if *n <= MAX_LINES_PER_KIND {
+            self.problems.push(line);
+        }
+    }
+
+    /// Record a problem that `fix` repairs.
+    pub fn fixable(&mut self, kind: &'static str, fix: Fix, line: String) {
+        self.fixes.push((fix, line.clone()));
+        self.push(kind, line);
+    }
+
+    /// Record an engine error as a problem (a corrupt block names itself).
+    pub fn error(&mut self, kind: &'static str, context: &str, e: &Error) {
+        self.problem(kind, describe(context, e));
+    }
+
+    /// Problems left out by the per-kind limit, as summary lines.
+    fn finish(&mut self) {
+        let mut over: Vec<_> = self
+            .per_kind
+            .iter()
+            .filter(|(_, n)| **n > MAX_LINES_PER_KIND)
+            .map(|(k, n)| (*k, *n - MAX_LINES_PER_KIND))
+            .collect();
+        over.sort();
+        for (kind, n) in over {
+            self.problems
+                .push(format!("... and {n} more problems of kind \"{kind}\""));
+        }
+    }
+}
+
+/// One line for an engine error: corrupt blocks lead with "block N".
+pub(crate) fn describe(context: &str, e: &Error) -> String {
+    match e {
+        Error::Corrupt { block, what } => format!("block {block}: {context}: {what}"),
+        other => format!("{context}: {other}"),
+    }
+}
+
+/// Result of one read-only pass over the volume.
+pub(crate) struct Pass {
+    pub findings: Findings,
+    pub inodes: u64,
+    pub blocks_used: u64,
+    /// Every referenced block range and its owner (when the volume opened).
+    pub refs: Vec<refs::Ref>,
+}
+
+/// Check every invariant of the volume on `dev`.
+pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
+    let first = scan::pass(dev.clone(), opts.progress)?;
+    if !opts.repair || first.findings.fixes.is_empty() {
+        return Ok(report(first, Vec::new()));
+    }
+    // Rewriting a superblock copy commits to the copy in use: only when
+    // nothing else is wrong with what it describes.
+    let unfixable = first.findings.unfixable > 0;
+    let fixes: Vec<(Fix, String)> = first
+        .findings
+        .fixes
+        .iter()
+        .filter(|(fix, _)| !(unfixable && matches!(fix, Fix::Superblock { .. })))
+        .cloned()
+        .collect();
+    if fixes.is_empty() {
+        return Ok(report(first, Vec::new()));
+    }
+    let repaired = match fix::apply(dev.clone(), &fixes) {
+        Ok(done) => done,
+        Err(e) => {
+            let mut r = report(first, Vec::new());
+            r.problems
+                .push(describe("repair failed, nothing was changed", &e));
+            return Ok(r);
+        }
+    };
+    let second = scan::pass(dev, opts.progress)?;
+    Ok(report(second, repaired))
+}
+
+fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
+    pass.findings.finish();
+    FsckReport {
+        problems: pass.findings.problems,
+        notes: pass.findings.notes,
+        repaired,
+        inodes: pass.inodes,
+        blocks_used: pass.blocks_used,
+    }
+}
+
+/// Every block holding metadata, as the engine would see the volume after
+/// mounting: both superblock copies, bitmap blocks, every node of the bitmap
+/// file, the inode table and every file tree, and the committed log blocks
+/// since the last unify. File data and the reserved next log block (which
+/// holds nothing yet) are left out. Sorted, without duplicates.
+pub fn metadata_blocks(dev: Arc<dyn Device>) -> Result<Vec<u64>> {
+    let pass = scan::pass(dev, false)?;
+    if pass.refs.is_empty() {
+        // The volume did not open: the first problem says why.
+        let why = pass.findings.problems.join("; ");
+        return Err(Error::BadImage(format!("cannot list metadata: {why}")));
+    }
+    let mut out: Vec<u64> = pass
+        .refs
+        .iter()
+        .filter(|r| r.owner.is_metadata())
+        .flat_map(|r| r.start..r.start.saturating_add(r.count))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}

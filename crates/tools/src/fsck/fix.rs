@@ -1,0 +1,34 @@
+//! `fsck --repair`: applies the repairs a read-only pass found safe, through
+//! the engine — mount read-write (replaying the log), call the
+//! `Volume::repair_*` hooks (src/frontend/repair.rs), unify so every change
+//! and a fresh superblock land together, and close. Nothing is written if
+//! the volume does not mount.
+//!
+//! Calls `frontend::Volume` only.
+
+use super::Fix;
+use tux3::api::types::OpenOptions;
+use tux3::device::Device;
+use tux3::error::Result;
+use tux3::frontend::Volume;
+use std::sync::Arc;
+
+/// Apply `fixes`; returns the problem lines repaired.
+pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec<String>> {
+    let mut v = Volume::open(dev, OpenOptions::default())?;
+    let mut done = Vec::new();
+    for (fix, line) in fixes {
+        match *fix {
+            Fix::Nlink { ino, nlink } => v.repair_nlink(ino, nlink)?,
+            Fix::Blocks { ino, blocks } => v.repair_blocks(ino, blocks)?,
+            Fix::Free { start, count } => v.repair_free(start, count)?,
+            Fix::MarkUsed { start, count } => v.repair_mark_used(start, count)?,
+            // The unify below writes the copy not in use: the damaged one.
+            Fix::Superblock { .. } => {}
+        }
+        done.push(line.clone());
+    }
+    v.unify()?;
+    v.close()?;
+    Ok(done)
+}

@@ -1,0 +1,547 @@
+//! One read-only fsck pass: both superblock copies, mount-time replay
+//! (`Backend::open`, which writes nothing), the log, the bitmap file and its
+//! blocks, every inode-table node and inode record, every file tree (with
+//! its replayed leaf changes applied as `Volume::open` does), extents and
+//! directory entries; then the namespace (`names`) and block ownership
+//! (`refs`) checks over what was collected.
+//!
+//! Calls `backend::Backend` (open, `replay_tree`), `structures` decoders,
+//! and the sibling modules `walk`, `logscan`, `names`, `refs`.
+
+use super::names::{self, Complete, Entry};
+use super::refs::{self, Owner, Ref};
+use super::walk::{place, walk};
+use super::{logscan, Findings, Fix, Pass};
+use tux3::api::types::{FileType, ROOT_INO};
+use tux3::backend::{Backend, TreeReplay, BITMAP_INO, FIRST_INO};
+use tux3::device::Device;
+use tux3::error::{Error, Result};
+use tux3::structures::bitmap;
+use tux3::structures::btree::{Tree, TreeKind};
+use tux3::structures::dirent::Dirent;
+use tux3::structures::extent::{self, Extent};
+use tux3::structures::inode::InodeAttrs;
+use tux3::structures::superblock::Superblock;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Run one pass. Errors only when the image is not a usable volume at all
+/// (no valid superblock, truncated, I/O failure); damage is reported.
+pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
+    let mut f = Findings::default();
+    let sb = Superblock::load(dev.as_ref())?;
+    check_copies(dev.as_ref(), &sb, &mut f);
+    let (mut be, replays) = match Backend::open(dev.clone(), true) {
+        Ok(x) => x,
+        Err(e @ Error::Corrupt { .. }) => {
+            f.error("mount", "the volume cannot be mounted", &e);
+            return Ok(Pass {
+                findings: f,
+                inodes: 0,
+                blocks_used: 0,
+                refs: Vec::new(),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let dev = be.dev.clone();
+    let dev = dev.as_ref();
+    let mut refs: Vec<Ref> = vec![
+        Ref {
+            start: 0,
+            count: 1,
+            owner: Owner::Superblock(0),
+        },
+        Ref {
+            start: 1,
+            count: 1,
+            owner: Owner::Superblock(1),
+        },
+    ];
+
+    // The log since the last unify.
+    let log = logscan::scan(dev, &be.sb, &|b| !be.alloc.is_used(b), &mut f)?;
+    for lb in &log.blocks[..log.committed] {
+        refs.push(Ref {
+            start: lb.addr,
+            count: 1,
+            owner: Owner::Log { seq: lb.seq },
+        });
+    }
+    refs.push(Ref {
+        start: log.chain.tail.next,
+        count: 1,
+        owner: Owner::LogReserved,
+    });
+
+    let mut complete = check_bitmap(&mut be, &mut refs, &mut f);
+
+    // The inode table.
+    let mut inodes: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
+    let walked = {
+        let (itable, fr) = (&mut be.itable, &mut f);
+        let (mut bad, mut shape) = (Vec::new(), Vec::new());
+        let w = walk(
+            dev,
+            itable,
+            "inode table",
+            &mut |leaf, entries| {
+                for (ino, v) in entries {
+                    match InodeAttrs::decode(v, *ino, leaf) {
+                        Ok(a) => {
+                            inodes.insert(*ino, a);
+                        }
+                        Err(e) => bad.push(super::describe(&format!("inode {ino}"), &e)),
+                    }
+                }
+            },
+            &mut |line| shape.push(line),
+        );
+        for line in bad.into_iter().chain(shape) {
+            fr.problem("inode table", line);
+        }
+        w
+    };
+    for &(addr, level) in &walked.nodes {
+        node_ref(&mut refs, addr, 0, level);
+    }
+    let itable_ok = walked.complete();
+    for e in &walked.errors {
+        f.error("inode table", "inode table node", e);
+        complete = false;
+    }
+
+    // Replayed changes of trees whose inode is gone.
+    for (ino, r) in &replays {
+        if itable_ok && !inodes.contains_key(ino) {
+            for (sep, addr) in &r.ops {
+                if let Some(a) = addr {
+                    f.problem(
+                        "log",
+                        format!(
+                            "block {a}: the log maps it as the leaf at {sep} of inode {ino}, \
+                             which is not in the inode table"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    // Every inode and its tree.
+    let bar = progress.then(|| progress_bar(inodes.len() as u64));
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut dirs_ok = itable_ok;
+    let bs = be.bs as u64;
+    for (&ino, a) in &inodes {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        let ok = check_inode(
+            &be,
+            ino,
+            a,
+            replays.get(&ino),
+            bs,
+            &mut refs,
+            &mut entries,
+            &mut f,
+        );
+        if !ok {
+            complete = false;
+            if FileType::from_mode(a.mode) == Some(FileType::Directory) {
+                dirs_ok = false;
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+
+    names::check(
+        &inodes,
+        &be.orphans,
+        &entries,
+        Complete {
+            itable: itable_ok,
+            dirs: dirs_ok,
+        },
+        &mut f,
+    );
+    let alloc = &be.alloc;
+    refs::check(&refs, &|b| alloc.is_used(b), be.sb.block_count, complete, &mut f);
+    Ok(Pass {
+        findings: f,
+        inodes: inodes.len() as u64,
+        blocks_used: alloc.blocks() - alloc.free(),
+        refs,
+    })
+}
+
+/// A bar on stderr, with the `progress` feature (the `tux3` command has it).
+#[cfg(feature = "progress")]
+fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("fsck: {bar:40} {pos}/{len} inodes checked ({eta} left)")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Without the `progress` feature, no bar.
+#[cfg(not(feature = "progress"))]
+fn progress_bar(_total: u64) -> NoBar {
+    NoBar
+}
+
+#[cfg(not(feature = "progress"))]
+struct NoBar;
+
+#[cfg(not(feature = "progress"))]
+impl NoBar {
+    fn inc(&self, _: u64) {}
+    fn finish_and_clear(&self) {}
+}
+
+fn node_ref(refs: &mut Vec<Ref>, addr: u64, tree: u64, level: u8) {
+    if addr != 0 {
+        refs.push(Ref {
+            start: addr,
+            count: 1,
+            owner: Owner::Node { tree, level },
+        });
+    }
+}
+
+/// Both superblock copies: the one not in use must be valid too, describe
+/// the same volume and sit in its home block.
+fn check_copies(dev: &dyn Device, sb: &Superblock, f: &mut Findings) {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    for copy in 0..2u64 {
+        if let Err(e) = dev.read(copy, &mut buf) {
+            f.problem("superblock", format!("block {copy}: superblock copy {copy}: {e}"));
+            continue;
+        }
+        match Superblock::decode(&buf, copy) {
+            Err(e) => f.fixable(
+                "superblock",
+                Fix::Superblock { copy },
+                super::describe(&format!("superblock copy {copy} is unusable"), &e),
+            ),
+            Ok(other) => {
+                if other.home() != copy {
+                    f.problem(
+                        "superblock",
+                        format!(
+                            "block {copy}: superblock copy {copy} has sequence {}, which \
+                             belongs in copy {}",
+                            other.seq,
+                            other.home()
+                        ),
+                    );
+                }
+                let same = other.volume_id == sb.volume_id
+                    && other.block_size == sb.block_size
+                    && other.block_count == sb.block_count;
+                if !same {
+                    f.problem(
+                        "superblock",
+                        format!(
+                            "block {copy}: superblock copy {copy} describes another volume \
+                             (id {:#x}, {} blocks of {} bytes; in use: id {:#x}, {} of {})",
+                            other.volume_id,
+                            other.block_count,
+                            other.block_size,
+                            sb.volume_id,
+                            sb.block_count,
+                            sb.block_size
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The bitmap file: its extent tree, that it maps exactly its blocks, and
+/// every bitmap block. Returns whether everything could be read.
+fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool {
+    let dev = be.dev.clone();
+    let dev = dev.as_ref();
+    let nb = be.sb.bitmap_blocks;
+    let mut extents: Vec<Extent> = Vec::new();
+    let (mut lines, mut shape) = (Vec::new(), Vec::new());
+    let w = walk(
+        dev,
+        &mut be.bitmap,
+        "bitmap file",
+        &mut |leaf, entries| {
+            for (k, v) in entries {
+                match extent::decode(*k, v, leaf) {
+                    Ok(e) => extents.push(e),
+                    Err(e) => lines.push(super::describe("bitmap file extent", &e)),
+                }
+            }
+        },
+        &mut |line| shape.push(line),
+    );
+    for line in lines.into_iter().chain(shape) {
+        f.problem("bitmap", line);
+    }
+    for &(addr, level) in &w.nodes {
+        node_ref(refs, addr, BITMAP_INO, level);
+    }
+    if !w.complete() {
+        for e in &w.errors {
+            f.error("bitmap", "bitmap file node", e);
+        }
+        return false;
+    }
+    let mut ok = true;
+    let mut next = 0u64;
+    let mut buf = vec![0u8; be.bs];
+    for e in &extents {
+        if e.lblock < next {
+            f.problem(
+                "bitmap",
+                format!(
+                    "block {}: bitmap file extent at {} overlaps the previous one",
+                    e.pblock, e.lblock
+                ),
+            );
+        }
+        if e.lblock.saturating_add(e.count) > nb {
+            f.problem(
+                "bitmap",
+                format!(
+                    "block {}: bitmap file maps logical blocks {}+{} beyond its {nb} blocks",
+                    e.pblock, e.lblock, e.count
+                ),
+            );
+        }
+        let count = e.count.min(nb.saturating_sub(e.lblock));
+        refs.push(Ref {
+            start: e.pblock,
+            count: e.count,
+            owner: Owner::BitmapBlock(e.lblock),
+        });
+        for i in 0..count {
+            let (index, addr) = (e.lblock + i, e.pblock.saturating_add(i));
+            if addr >= be.sb.block_count || dev.read(addr, &mut buf).is_err() {
+                ok = false;
+                continue;
+            }
+            if let Err(err) = bitmap::decode(&buf, addr, index) {
+                f.error("bitmap", &format!("bitmap block {index}"), &err);
+                ok = false;
+            }
+        }
+        next = next.max(e.lblock.saturating_add(e.count));
+    }
+    if next < nb {
+        f.problem(
+            "bitmap",
+            format!(
+                "block {}: bitmap file ends at block {next}, the volume needs {nb}",
+                be.sb.bitmap.addr
+            ),
+        );
+        ok = false;
+    }
+    ok
+}
+
+/// One inode: its number and attributes, its tree (with the log's changes),
+/// extents or directory entries. Returns whether its tree was read whole.
+#[allow(clippy::too_many_arguments)]
+fn check_inode(
+    be: &Backend,
+    ino: u64,
+    a: &InodeAttrs,
+    replay: Option<&TreeReplay>,
+    bs: u64,
+    refs: &mut Vec<Ref>,
+    entries: &mut Vec<Entry>,
+    f: &mut Findings,
+) -> bool {
+    let dev = be.dev.as_ref();
+    if ino != ROOT_INO && ino < FIRST_INO {
+        f.problem(
+            "inode",
+            format!("inode {ino}: reserved inode number in the inode table"),
+        );
+    }
+    let kind = FileType::from_mode(a.mode);
+    if kind.is_none() {
+        f.problem(
+            "inode",
+            format!("inode {ino}: mode {:o} names no file type", a.mode),
+        );
+    }
+    if a.nlink == 0 {
+        if be.orphans.contains(&ino) {
+            // Kept alive by a handle when the volume went down: the orphan
+            // list says so, and a writable mount frees it (names.rs checks
+            // the list itself).
+            f.notes.push(format!(
+                "inode {ino}: orphan (open and unlinked at the crash), freed at the next mount"
+            ));
+        } else {
+            f.problem(
+                "inode",
+                format!("inode {ino}: link count 0 but still in the inode table"),
+            );
+        }
+    }
+    let is_dir = kind == Some(FileType::Directory);
+    let tkind = if is_dir {
+        TreeKind::Dirents
+    } else {
+        TreeKind::Extents
+    };
+    let mut tree = if replay.is_some_and(|r| r.reset) {
+        Tree::open(ino, tkind, Default::default())
+    } else {
+        Tree::open(ino, tkind, a.root)
+    };
+    if let Some(r) = replay {
+        if let Err(e) = be.replay_tree(&mut tree, r) {
+            f.error("tree", &format!("inode {ino}: replaying its tree"), &e);
+            return false;
+        }
+    }
+    let what = if is_dir {
+        format!("directory {ino}")
+    } else {
+        format!("extent tree of inode {ino}")
+    };
+    let mut extents: Vec<(u64, Extent)> = Vec::new();
+    let (mut lines, mut shape) = (Vec::new(), Vec::new());
+    let w = walk(
+        dev,
+        &mut tree,
+        &what,
+        &mut |leaf, items| {
+            for (k, v) in items {
+                if is_dir {
+                    match Dirent::decode(v, *k, leaf) {
+                        Ok(d) => entries.push(Entry {
+                            dir: ino,
+                            leaf,
+                            ino: d.ino,
+                            kind: d.kind,
+                            name: d.name,
+                        }),
+                        Err(e) => lines.push(super::describe(&what, &e)),
+                    }
+                } else {
+                    match extent::decode(*k, v, leaf) {
+                        Ok(e) => extents.push((leaf, e)),
+                        Err(e) => lines.push(super::describe(&what, &e)),
+                    }
+                }
+            }
+        },
+        &mut |line| shape.push(line),
+    );
+    for line in lines.into_iter().chain(shape) {
+        f.problem("tree", line);
+    }
+    for &(addr, level) in &w.nodes {
+        node_ref(refs, addr, ino, level);
+    }
+    if !w.complete() {
+        for e in &w.errors {
+            f.error("tree", &what, e);
+        }
+        // What was read still owns its blocks; the totals cannot be checked.
+        for (_, e) in &extents {
+            let owner = Owner::Data {
+                ino,
+                lblock: e.lblock,
+            };
+            refs.push(Ref {
+                start: e.pblock,
+                count: e.count,
+                owner,
+            });
+        }
+        return false;
+    }
+    check_extents(ino, a, kind, &extents, bs, be.sb.block_count, refs, f);
+    true
+}
+
+/// Extents of one inode: disjoint, inside the volume, within the file size,
+/// summing to the `blocks` attribute; only files and symlinks hold any.
+#[allow(clippy::too_many_arguments)]
+fn check_extents(
+    ino: u64,
+    a: &InodeAttrs,
+    kind: Option<FileType>,
+    extents: &[(u64, Extent)],
+    bs: u64,
+    block_count: u64,
+    refs: &mut Vec<Ref>,
+    f: &mut Findings,
+) {
+    let holds_data = matches!(kind, Some(FileType::Regular | FileType::Symlink));
+    let size_blocks = a.size.div_ceil(bs);
+    let mut sum = 0u64;
+    let mut prev_end = 0u64;
+    for (i, (leaf, e)) in extents.iter().enumerate() {
+        let at = format!(
+            "inode {ino}, {}: extent at logical block {} (block {}, {} blocks)",
+            place(*leaf),
+            e.lblock,
+            e.pblock,
+            e.count
+        );
+        if !holds_data && i == 0 {
+            f.problem("extent", format!("{at}: a {kind:?} holds no data"));
+        }
+        if i > 0 && e.lblock < prev_end {
+            f.problem("extent", format!("{at} overlaps the previous extent"));
+        }
+        let end = e.lblock.saturating_add(e.count);
+        if e.lblock >= size_blocks {
+            f.problem(
+                "extent",
+                format!("{at} starts at or beyond the end of the file (size {})", a.size),
+            );
+        } else if end > size_blocks {
+            f.problem(
+                "extent",
+                format!("{at} reaches beyond the end of the file (size {})", a.size),
+            );
+        }
+        if e.pblock < 2 || e.pblock.saturating_add(e.count) > block_count {
+            f.problem(
+                "extent",
+                format!("{at} lies outside the volume ({block_count} blocks)"),
+            );
+        }
+        refs.push(Ref {
+            start: e.pblock,
+            count: e.count,
+            owner: Owner::Data {
+                ino,
+                lblock: e.lblock,
+            },
+        });
+        sum = sum.saturating_add(e.count);
+        prev_end = prev_end.max(end);
+    }
+    if sum != a.blocks {
+        f.fixable(
+            "blocks",
+            Fix::Blocks { ino, blocks: sum },
+            format!(
+                "inode {ino}: blocks attribute is {}, but its extents hold {sum}",
+                a.blocks
+            ),
+        );
+    }
+}

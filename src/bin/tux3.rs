@@ -1,5 +1,0 @@
-//! The `tux3` command: everything lives in the library's `cli` module.
-
-fn main() -> std::process::ExitCode {
-    tux3::cli::main()
-}

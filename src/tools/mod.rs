@@ -1,7 +1,0 @@
-//! Offline tools that read a volume through the engine's layers: the
-//! checker (`fsck`) and the structure report (`dump`).
-
-pub mod crash;
-pub mod dump;
-pub mod fsck;
-pub mod graph;
