@@ -19,15 +19,16 @@ build:
 	$(CARGO) build --release
 
 # Unit, model and integration tests (the mount tests need root and
-# /dev/fuse), lints, formatting, the import check, and the POSIX suite through
+# /dev/fuse), lints, formatting, the engine's layer check, the import check, and the POSIX suite through
 # a real tux3 mount and on tmpfs and ext4 (scripts/posix-all.sh, root), and
 # cp -a + diff -r of the sample tree through a mount and a remount (root).
 test: build
 	$(CARGO) test --release --workspace
 	# The pipeline's debug assertions (P1, P2) run only in a debug build.
-	$(CARGO) test --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test -p tux3 --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
+	scripts/check-layers.sh
 	TUX3=$(TUX3) scripts/check-import.sh $(SAMPLE)
 	TUX3=$(TUX3) scripts/posix-all.sh
 	TUX3=$(TUX3) scripts/cp-diff.sh $(SAMPLE)

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
-use tux3::structures::codec::block_crc;
+use tux3::codec::block_crc;
 use tux3::structures::superblock;
 use tux3::{FileType, FormatOptions, Fs, Ino, OpenOptions, RenameFlags, XattrMode, ROOT_INO};
 

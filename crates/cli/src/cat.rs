@@ -7,12 +7,12 @@
 
 use super::image::{open_read_only, resolve_arg};
 use super::{stdout_error, CliError};
-use tux3::api::types::FileType;
 use clap::Args;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use tux3::types::FileType;
 
 /// Bytes asked of the engine per read.
 const CHUNK: usize = 1 << 20;

@@ -1,15 +1,15 @@
 //! `tux3 dump TARGET`: print the structure report of a volume.
 //!
-//! Calls [`tux3::device::file::open_path`] (read-only) and
+//! Calls [`tux3::open_path`] (read-only) and
 //! [`tux3_tools::dump::report`].
 
 use super::image::image_error;
 use super::{stdout_error, CliError};
-use tux3::device::file::open_path;
-use tux3_tools::dump::report;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
+use tux3::open_path;
+use tux3_tools::dump::report;
 
 /// Arguments of `tux3 dump`.
 #[derive(Args, Debug)]

@@ -2,7 +2,7 @@
 //! Pure functions except [`local_offset`], which asks libc for the local
 //! time zone. Calls nothing else in the crate beyond the API's value types.
 
-use tux3::api::types::Timespec;
+use tux3::types::Timespec;
 
 /// The ten-character mode string of `ls -l`: type letter, then `rwx` for
 /// user, group and other, with set-user-id, set-group-id and sticky bits

@@ -2,15 +2,15 @@
 //! 0 clean, 1 problems repaired, 4 problems left, 8 operational error (the
 //! image cannot be opened or is not a usable volume).
 //!
-//! Calls [`tux3::device::file::open_path`] and [`tux3_tools::fsck::check`].
+//! Calls [`tux3::open_path`] and [`tux3_tools::fsck::check`].
 
 use super::image::image_error;
 use super::{stdout_error, CliError};
-use tux3::device::file::open_path;
-use tux3_tools::fsck::{check, FsckOptions};
 use clap::Args;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use tux3::open_path;
+use tux3_tools::fsck::{check, FsckOptions};
 
 /// Exit code: no problems.
 pub const EXIT_CLEAN: u8 = 0;

@@ -3,17 +3,17 @@
 //! `.dot`/`.gv` write the dot text, `.svg`/`.png` pipe it through Graphviz's
 //! `dot -Tsvg`/`-Tpng` (which must be installed).
 //!
-//! Calls [`tux3::device::file::open_path`] (read-only) and
+//! Calls [`tux3::open_path`] (read-only) and
 //! [`tux3_tools::graph::graph`].
 
 use super::image::image_error;
 use super::CliError;
-use tux3::device::file::open_path;
-use tux3_tools::graph::graph;
 use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use tux3::open_path;
+use tux3_tools::graph::graph;
 
 /// Arguments of `tux3 graph`.
 #[derive(Args, Debug)]

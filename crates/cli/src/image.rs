@@ -2,14 +2,14 @@
 //! opening an image read-only, resolving a path inside it without following
 //! symlinks, and reading a whole directory.
 //!
-//! Calls [`tux3::device::file::open_path`] and the engine API [`tux3::Fs`].
+//! Calls [`tux3::open_path`] and the engine API [`tux3::Fs`].
 
 use super::CliError;
-use tux3::api::types::{Attr, DirEntry, FileType, Ino, OpenOptions, NAME_MAX, ROOT_INO};
-use tux3::device::file::open_path;
-use tux3::error::{Errno, Error};
-use tux3::Fs;
 use std::path::Path;
+use tux3::error::{Errno, Error};
+use tux3::open_path;
+use tux3::types::{Attr, DirEntry, FileType, Ino, OpenOptions, NAME_MAX, ROOT_INO};
+use tux3::Fs;
 
 /// A message for an error opening the image at `path`. `BadImage` messages
 /// already name the path.

@@ -8,9 +8,6 @@
 
 use super::host::{count_entries, host_xattrs, read_full};
 use super::CliError;
-use tux3::api::types::{Ino, SetAttr, Timespec, XattrMode, ROOT_INO};
-use tux3::error::Error;
-use tux3::Fs;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -18,6 +15,9 @@ use std::fs::{self, File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use tux3::error::Error;
+use tux3::types::{Ino, SetAttr, Timespec, XattrMode, ROOT_INO};
+use tux3::Fs;
 
 /// Bytes copied per engine write.
 const CHUNK: usize = 1 << 20;

@@ -9,14 +9,14 @@
 use super::format::{format_local_time, mode_string};
 use super::image::{join, open_read_only, read_dir_sorted, resolve_arg};
 use super::{stdout_error, CliError};
-use tux3::api::types::{Attr, DirEntry, FileType, Ino};
-use tux3::Fs;
 use clap::Args;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::{BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use tux3::types::{Attr, DirEntry, FileType, Ino};
+use tux3::Fs;
 
 /// Arguments of `tux3 ls`.
 #[derive(Args, Debug)]

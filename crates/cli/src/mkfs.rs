@@ -9,16 +9,16 @@
 use super::args::{parse_block_size, parse_size};
 use super::import::{import_tree, ImportStats};
 use super::CliError;
-use tux3::api::types::{FormatOptions, OpenOptions};
-use tux3::device::file::{create_image, FileDevice};
-use tux3::device::Device;
-use tux3::Fs;
 use clap::Args;
 use std::fs;
 use std::io::{ErrorKind, IsTerminal};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tux3::device::file::{create_image, FileDevice};
+use tux3::device::Device;
+use tux3::types::{FormatOptions, OpenOptions};
+use tux3::Fs;
 
 /// Arguments of `tux3 mkfs`.
 #[derive(Args, Debug)]

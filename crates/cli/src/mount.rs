@@ -4,16 +4,12 @@
 //! `-f`, in the foreground. The session ends at `umount`, SIGTERM or SIGINT;
 //! the volume is then closed (everything committed) and the server exits 0.
 //!
-//! Calls [`tux3::device::file::open_path`], [`tux3::Fs::open`] and
+//! Calls [`tux3::open_path`], [`tux3::Fs::open`] and
 //! [`tux3_fuse`] (mount and serve).
 
 use super::image::image_error;
 pub use super::mount_opts::{parse_helper_args, parse_options, HelperArgs, MountOptions};
 use super::CliError;
-use tux3::api::types::OpenOptions;
-use tux3::device::file::open_path;
-use tux3_fuse::Mounted;
-use tux3::Fs;
 use clap::Args;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -21,6 +17,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tux3::open_path;
+use tux3::types::OpenOptions;
+use tux3::Fs;
+use tux3_fuse::Mounted;
 
 /// Arguments of `tux3 mount`.
 #[derive(Args, Debug)]

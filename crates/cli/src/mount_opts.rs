@@ -5,9 +5,9 @@
 //! Calls [`super::parse_size`] and the option types of [`tux3::fuse`].
 
 use super::parse_size;
-use tux3_fuse::FuseOptions;
 use std::path::PathBuf;
 use std::time::Duration;
+use tux3_fuse::FuseOptions;
 
 /// Most request threads `threads=N` accepts.
 pub const MAX_THREADS: usize = 64;

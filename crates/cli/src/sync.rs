@@ -7,13 +7,13 @@
 //! Calls only the FUSE frontend's ioctl number; the work is the server's.
 
 use super::CliError;
-use tux3_fuse::IOC_SYNC;
 use clap::Args;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use tux3_fuse::IOC_SYNC;
 
 /// Arguments of `tux3 sync`.
 #[derive(Args, Debug)]

@@ -4,10 +4,10 @@
 
 use clap::Parser;
 use proptest::prelude::*;
+use tux3::Timespec;
 use tux3_cli::{
     civil_date, format_time, mode_string, parse_block_size, parse_size, split_path, Cli, Command,
 };
-use tux3::Timespec;
 
 #[test]
 fn sizes_with_binary_suffixes() {

@@ -247,7 +247,7 @@ fn mkfs_from_a_tree_round_trips() {
 
     // Through the library: the root's mode, times to the nanosecond, xattrs
     // (atime is not compared: reading the file for the copy may change it).
-    let dev = tux3::device::file::open_path(&img, false).expect("open image");
+    let dev = tux3::open_path(&img, false).expect("open image");
     let opts = tux3::OpenOptions {
         read_only: true,
         ..Default::default()

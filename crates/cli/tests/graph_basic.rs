@@ -10,8 +10,8 @@ use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
 use tux3::log::{read_chain, Record};
 use tux3::structures::superblock::Superblock;
-use tux3_tools::graph::graph;
 use tux3::{Errno, Error, FormatOptions, Fs, OpenOptions, ROOT_INO};
+use tux3_tools::graph::graph;
 
 fn fresh(blocks: u64) -> Arc<dyn Device> {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, blocks));

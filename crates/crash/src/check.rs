@@ -35,12 +35,12 @@
 
 use super::record::Recording;
 use super::snapshot::{Node, Snapshot};
-use tux3::api::types::{FileType, Ino, OpenOptions};
-use tux3::api::Fs;
-use tux3::device::{Device, MemDevice};
-use tux3_tools::fsck::{self, FsckOptions};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use tux3::api::Fs;
+use tux3::device::{Device, MemDevice};
+use tux3::types::{FileType, Ino, OpenOptions};
+use tux3_tools::fsck::{self, FsckOptions};
 
 /// Which promise a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

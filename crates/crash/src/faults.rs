@@ -62,7 +62,7 @@ impl Device for FaultyDevice {
     fn flush(&self) -> std::io::Result<()> {
         let n = self.flushes.fetch_add(1, Ordering::Relaxed);
         match self.fault {
-            Fault::DropEveryOtherFlush if n % 2 == 0 => Ok(()),
+            Fault::DropEveryOtherFlush if n.is_multiple_of(2) => Ok(()),
             _ => self.inner.flush(),
         }
     }

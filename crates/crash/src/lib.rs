@@ -28,14 +28,14 @@ mod workloads;
 pub use check::{Ordering, Promise};
 pub use faults::{Fault, FaultyDevice};
 
-use tux3::device::RecordedOp;
-use tux3::error::Result;
 use record::Recording;
 use states::{Epoch, State};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
+use tux3::device::RecordedOp;
+use tux3::error::Result;
 
 /// How [`run_with`] runs.
 #[derive(Debug, Clone)]

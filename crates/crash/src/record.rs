@@ -9,12 +9,12 @@
 //! one block, each flush one entry), so no copy of the log is needed per call.
 
 use super::snapshot::Snapshot;
-use tux3::api::types::{FormatOptions, Ino, OpenOptions};
-use tux3::api::Fs;
 use crate::faults::Fault;
+use std::sync::Arc;
+use tux3::api::Fs;
 use tux3::device::{Device, MemDevice, RecordedOp, RecordingDevice};
 use tux3::error::{Error, Result};
-use std::sync::Arc;
+use tux3::types::{FormatOptions, Ino, OpenOptions};
 
 /// One API call of a workload.
 #[derive(Debug, Clone)]

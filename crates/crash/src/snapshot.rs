@@ -8,12 +8,12 @@
 //! Snapshots are compared whole (a 128-bit fingerprint) and, to explain a
 //! violation, path by path ([`Snapshot::diff`]). Taking one only reads.
 
-use tux3::api::types::{FileType, Ino, ROOT_INO};
-use tux3::api::Fs;
-use tux3::error::Result;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
+use tux3::api::Fs;
+use tux3::error::Result;
+use tux3::types::{FileType, Ino, ROOT_INO};
 
 /// Bytes covered by one content hash.
 const CHUNK: usize = 4096;

@@ -25,8 +25,8 @@
 
 use super::snapshot::hash128;
 use super::Rng;
-use tux3::device::RecordedOp;
 use std::collections::HashMap;
+use tux3::device::RecordedOp;
 
 /// Epochs of at most this many writes get every subset.
 pub const EXHAUSTIVE: usize = 8;

@@ -6,8 +6,8 @@
 
 use super::record::{Recorder, Recording};
 use super::{Fault, Rng};
-use tux3::api::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use tux3::error::{Error, Result};
+use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
 mod names;
 
@@ -180,7 +180,7 @@ fn churn(rec: &mut Recorder, rng: &mut Rng, steps: usize, all: bool) -> Result<(
                         Ok(a) => a,
                         Err(_) => fs.lookup(parent, name.as_bytes())?,
                     };
-                    if a.kind == tux3::api::types::FileType::Regular {
+                    if a.kind == tux3::types::FileType::Regular {
                         fs.write(a.ino, 0, &data)?;
                     }
                     Ok(a.ino)

@@ -206,8 +206,8 @@ fn say(line: String) {
 fn orphan_after_crash_is_freed_at_mount() {
     use std::sync::Arc;
     use tux3::device::MemDevice;
-    use tux3_tools::fsck;
     use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
+    use tux3_tools::fsck;
     let mem = Arc::new(MemDevice::new(4096, 512));
     Fs::format(mem.clone(), &FormatOptions::default()).unwrap();
     let fs = Fs::open(mem.clone(), OpenOptions::default()).unwrap();

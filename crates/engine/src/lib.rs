@@ -1,30 +1,38 @@
-//! tux3: a write-anywhere filesystem in the Tux3 design, in user space.
+//! tux3: a write-anywhere filesystem engine in the Tux3 design, in user
+//! space. An image file or block device in, POSIX-like operations out
+//! ([`Fs`]); the FUSE adapter, the `tux3` command and the crash harness are
+//! crates of their own that build on this one.
 //!
-//! Layers, top to bottom (each module calls only the ones below it):
+//! Layers, top to bottom. Each module imports only from the rows below it
+//! (`scripts/check-layers.sh` checks every `crate::` path, in `make test`):
 //!
 //! ```text
-//! api         Fs: lookup, create, read, write, rename, fsync, ...   (api/)
-//! frontend    namespace ops and file I/O in cache, delta tagging  (frontend/)
-//! cache       data pages and inodes, dirty per delta               (cache/)
-//! backend     delta commit, unify, allocator, mkfs                 (backend/)
-//! structures  btree, inode table, extents, directories, bitmap     (structures/)
-//! log         log blocks and records, replay reader                (log/)
-//! device      image file / block device, memory, recording         (device/)
+//! api          Fs: lookup, create, read, write, rename, fsync, ...; open_path   (api/)
+//! frontend     namespace ops and file I/O in cache, delta tagging, forking        (frontend/)
+//! backend      delta commit, fsync commit, unify, allocator, log writer, mkfs     (backend/)
+//! cache        data pages and inodes, dirty per delta                             (cache/)
+//! structures   btree, inode table, extent trees, directories, bitmaps, superblock (structures/)
+//! log          log blocks and records, replay reader                              (log/)
+//! device       image file / block device, memory, recording; I/O counters         (device/)
+//! base         value types, block codec, errors, memory budget
+//!              (types.rs, codec.rs, error.rs, memory_budget.rs)
 //! ```
 //!
-//! The offline tools (`fsck`, `dump`) read a volume through the same layers.
 //! See `docs/ARCHITECTURE.md` for the vocabulary and `docs/FORMAT.md` for the
 //! on-disk format.
 
 pub mod api;
 pub mod backend;
 pub mod cache;
+pub mod codec;
 pub mod device;
 pub mod error;
 pub mod frontend;
 pub mod log;
+pub mod memory_budget;
 pub mod structures;
+pub mod types;
 
-pub use api::types::*;
-pub use api::{default_dirty_limit, usable_memory, Fs};
+pub use api::{default_dirty_limit, open_path, usable_memory, Fs};
 pub use error::{Errno, Error, Result};
+pub use types::*;

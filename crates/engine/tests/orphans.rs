@@ -10,8 +10,8 @@ use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
 use tux3::log::{LogBlock, Record};
-use tux3_tools::fsck::{self, FsckReport};
 use tux3::{Errno, Error, FormatOptions, Fs, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::{self, FsckReport};
 
 fn volume() -> Arc<MemDevice> {
     let mem = Arc::new(MemDevice::new(4096, 1024));

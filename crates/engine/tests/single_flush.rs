@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use tux3::device::recording::apply;
 use tux3::device::{Device, MemDevice, RecordedOp, RecordingDevice};
-use tux3_tools::fsck;
 use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
+use tux3_tools::fsck;
 
 const BS: u32 = 4096;
 

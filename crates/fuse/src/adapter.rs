@@ -8,14 +8,14 @@
 //! Calls only [`tux3::Fs`].
 
 use super::{errno, file_attr, from_system_time, FuseOptions, TTL};
-use tux3::api::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
-use tux3::error::{Errno, Error, Result};
-use tux3::Fs;
 use fuser::{FopenFlags, Generation, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tux3::error::{Errno, Error, Result};
+use tux3::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
+use tux3::Fs;
 
 /// Directory entries fetched from the engine per `readdir` call; a reply
 /// buffer (one page) holds about this many entries with short names.

@@ -24,9 +24,9 @@ pub use adapter::Tux3Fuse;
 use serve::log;
 pub use serve::{block_signals, mount, Mounted};
 
-use tux3::api::types::{Attr, FileType, Timespec};
-use tux3::error::Error;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tux3::error::Error;
+use tux3::types::{Attr, FileType, Timespec};
 
 /// How long the kernel may cache attributes and directory entries (positive
 /// and negative). Only this process changes the volume, so any value is

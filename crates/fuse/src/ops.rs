@@ -7,8 +7,6 @@
 use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
 use super::{errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_READAHEAD, MAX_WRITE, TTL};
 use super::{uring, Tux3Fuse};
-use tux3::api::types::{RenameFlags as EngineRenameFlags, SetAttr};
-use tux3::error::Errno;
 use fuser::{
     FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
@@ -18,6 +16,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
+use tux3::error::Errno;
+use tux3::types::{RenameFlags as EngineRenameFlags, SetAttr};
 
 impl Filesystem for Tux3Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {

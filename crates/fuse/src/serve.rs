@@ -8,7 +8,6 @@
 
 use super::uring::{self, Rings};
 use super::{FuseOptions, Tux3Fuse};
-use tux3::Fs;
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use std::ffi::CString;
 use std::io::{self, Write};
@@ -19,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+use tux3::Fs;
 
 /// Signals that end the session; SIGUSR1 only wakes the signal thread so it
 /// can stop.

@@ -8,7 +8,9 @@
 //! replay), `log` and the fsck tree walker (`tools::fsck::walk`).
 
 use super::fsck::{follow, walk};
-use tux3::api::types::FileType;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::Device;
 use tux3::error::Result;
@@ -16,9 +18,7 @@ use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
 use tux3::structures::{bitmap, extent};
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Arc;
+use tux3::types::FileType;
 
 /// Bitmap block addresses listed before the rest are summarized.
 const MAX_BITMAP_LISTED: u64 = 16;

@@ -23,10 +23,10 @@ mod walk;
 pub(crate) use logscan::follow;
 pub(crate) use walk::walk;
 
-use tux3::device::Device;
-use tux3::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tux3::device::Device;
+use tux3::error::{Error, Result};
 
 /// What fsck should do.
 #[derive(Debug, Clone, Default)]

@@ -16,15 +16,15 @@
 mod trees;
 
 use super::fsck::follow;
-use tux3::api::types::FileType;
+use std::fmt::Write;
+use std::sync::Arc;
+use trees::{bitmap_file, data_trees, itable};
 use tux3::backend::Backend;
 use tux3::device::Device;
 use tux3::error::{Error, Result};
 use tux3::log::{read_chain, Record};
 use tux3::structures::superblock::Superblock;
-use std::fmt::Write;
-use std::sync::Arc;
-use trees::{bitmap_file, data_trees, itable};
+use tux3::types::FileType;
 
 /// Entries listed in one leaf node before the rest are summarized.
 const MAX_FIELDS: usize = 8;

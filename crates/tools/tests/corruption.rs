@@ -30,12 +30,12 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
-use tux3::device::file::open_path;
 use tux3::device::{Device, MemDevice};
 use tux3::log::read_chain;
+use tux3::open_path;
 use tux3::structures::superblock::Superblock;
-use tux3_tools::fsck;
 use tux3::{FileType, FormatOptions, Fs, Ino, OpenOptions, RenameFlags, ROOT_INO};
+use tux3_tools::fsck;
 
 /// Deterministic pseudo-random numbers (xorshift64*).
 struct Rng(u64);
@@ -329,7 +329,7 @@ fn reseal(b: &mut [u8], block: u64) {
         b[8..12].copy_from_slice(&crc.to_le_bytes());
     } else {
         b[4..8].copy_from_slice(&[0; 4]);
-        let crc = tux3::structures::codec::block_crc(b);
+        let crc = tux3::codec::block_crc(b);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
     }
 }

@@ -9,8 +9,8 @@ use tux3::structures::btree::node::decode;
 use tux3::structures::btree::{Node, Tree, TreeKind};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
-use tux3_tools::{dump, fsck};
 use tux3::{FormatOptions, Fs, OpenOptions, RenameFlags, ROOT_INO};
+use tux3_tools::{dump, fsck};
 
 fn fresh(bs: u32, blocks: u64) -> (Arc<MemDevice>, Arc<dyn Device>) {
     let mem = Arc::new(MemDevice::new(bs, blocks));
@@ -311,6 +311,6 @@ fn edit_inode(img: &mut [u8], dev: &Arc<dyn Device>, ino: u64, change: impl FnOn
 /// Recompute the common header checksum of a metadata block.
 fn reseal(block: &mut [u8]) {
     block[4..8].copy_from_slice(&[0; 4]);
-    let crc = tux3::structures::codec::block_crc(block);
+    let crc = tux3::codec::block_crc(block);
     block[4..8].copy_from_slice(&crc.to_le_bytes());
 }

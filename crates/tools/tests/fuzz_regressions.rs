@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
-use tux3_tools::fsck::{check, FsckOptions};
 use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::{check, FsckOptions};
 
 fn images() -> Vec<(String, Vec<u8>)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");

@@ -14,10 +14,10 @@
 //! valid ones.
 
 use super::{fill, resolve, size_of};
-use tux3::api::types::{Ino, RenameFlags};
-use tux3::error::{Error, Result};
 use crate::record::Recorder;
 use crate::Rng;
+use tux3::error::{Error, Result};
+use tux3::types::{Ino, RenameFlags};
 
 /// Directories (relative to the root) and names per directory.
 const DIRS: [&str; 3] = ["", "p", "q"];

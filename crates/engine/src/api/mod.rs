@@ -5,18 +5,18 @@
 //! frontend (namespace and file operations in cache) or the backend (commit).
 
 mod commit;
-mod memory_budget;
-pub mod types;
+mod image;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
 use crate::frontend::{Pressure, Volume};
+pub use crate::memory_budget::{default_dirty_limit, usable_memory};
+pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
-pub use memory_budget::{default_dirty_limit, usable_memory};
+pub use image::open_path;
 use parking_lot::MutexGuard;
 use std::sync::Arc;
-pub use types::*;
 
 /// A mounted tux3 volume.
 ///

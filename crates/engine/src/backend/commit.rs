@@ -37,7 +37,7 @@
 //! with one `Orphan` record per orphan, written before the superblock
 //! (`restart_log`), so the list survives the unify.
 
-use super::writeout::write_all;
+use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
 use crate::device::{Device, Urgent};
@@ -47,14 +47,6 @@ use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Blocks to write in this commit: (address, image).
-pub(super) type Writes = Vec<(u64, Vec<u8>)>;
-
-/// Data pages to write: (address, page), one block each. The pages are the
-/// cache's own (`Arc`-shared, not copied): a frontend write to one of them
-/// meanwhile forks it (`PageMap::page_mut`).
-type Pages = Vec<(u64, Arc<Vec<u8>>)>;
 
 /// A delta commit writing at most this many data and leaf blocks is written
 /// with one flush, its blocks proven by checksums in its log instead of by
@@ -592,18 +584,6 @@ impl Backend {
         debug_assert_eq!(self.bitmap.id, BITMAP_INO);
         Ok(relocated)
     }
-}
-
-/// Every block image a commit writes besides its commit block: metadata
-/// images, then data pages, as (address, bytes).
-pub(super) fn images<'a>(
-    writes: &'a Writes,
-    data: &'a [(u64, Arc<Vec<u8>>)],
-) -> impl Iterator<Item = (u64, &'a [u8])> {
-    writes
-        .iter()
-        .map(|(a, b)| (*a, b.as_slice()))
-        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
 }
 
 /// `BlockSum` records for the blocks a single-flush commit writes besides

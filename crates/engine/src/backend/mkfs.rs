@@ -7,13 +7,13 @@
 
 use super::alloc::Allocator;
 use super::BITMAP_INO;
-use crate::api::types::{FormatOptions, Timespec, ROOT_INO};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::inode::InodeAttrs;
 use crate::structures::superblock::{Superblock, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::structures::{bitmap, extent};
+use crate::types::{FormatOptions, Timespec, ROOT_INO};
 
 /// Smallest volume mkfs accepts, in blocks.
 pub const MIN_BLOCKS: u64 = 64;

@@ -355,7 +355,7 @@ impl Backend {
                 continue;
             };
             let mut inode = crate::cache::Inode::new(ino, attrs.clone());
-            if inode.kind() != crate::api::types::FileType::Regular {
+            if inode.kind() != crate::types::FileType::Regular {
                 continue;
             }
             if let Some(r) = trees.get(&ino) {

@@ -3,12 +3,19 @@
 //! a phase's requests handed over as one batch ([`Device::write_gather`]),
 //! which may put them in flight together.
 //!
-//! Calls only the device layer.
+//! Calls only the device layer; `commit.rs` calls it (never the reverse).
 
-use super::commit::{images, Writes};
 use crate::device::{Device, Gather};
 use crate::error::Result;
 use std::sync::Arc;
+
+/// Blocks to write in this commit: (address, image).
+pub(super) type Writes = Vec<(u64, Vec<u8>)>;
+
+/// Data pages to write: (address, page), one block each. The pages are the
+/// cache's own (`Arc`-shared, not copied): a frontend write to one of them
+/// meanwhile forks it (`PageMap::page_mut`).
+pub(super) type Pages = Vec<(u64, Arc<Vec<u8>>)>;
 
 /// Largest single device write assembled from neighbouring blocks.
 const MAX_MERGE: usize = 1 << 20;
@@ -46,4 +53,16 @@ pub(super) fn write_all(
     }
     dev.write_gather(&reqs)?;
     Ok(())
+}
+
+/// Every block image a commit writes besides its commit block: metadata
+/// images, then data pages, as (address, bytes).
+pub(super) fn images<'a>(
+    writes: &'a Writes,
+    data: &'a [(u64, Arc<Vec<u8>>)],
+) -> impl Iterator<Item = (u64, &'a [u8])> {
+    writes
+        .iter()
+        .map(|(a, b)| (*a, b.as_slice()))
+        .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
 }

@@ -10,7 +10,7 @@
 //! Calls only the inode cache.
 
 use super::inode::Inode;
-use crate::api::types::Ino;
+use crate::types::Ino;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 

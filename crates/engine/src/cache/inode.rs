@@ -2,9 +2,9 @@
 //! has been touched since open.
 
 use super::pages::PageMap;
-use crate::api::types::{Attr, FileType, Ino};
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::inode::InodeAttrs;
+use crate::types::{Attr, FileType, Ino};
 use std::collections::{BTreeSet, HashMap};
 
 /// One inode in cache.

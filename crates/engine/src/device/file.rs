@@ -1,25 +1,21 @@
 //! Image file or block device. Owns positional I/O on one file descriptor,
 //! `O_DIRECT` plus aligned bounce buffers on block devices, the device-size
-//! ioctl, opening an existing image (`open_path`) and creating a sparse one.
+//! ioctl, reading an image's head (where `tux3::open_path` looks for the
+//! superblock) and creating a sparse image.
 //!
-//! Calls nothing else in the crate except `error` and the superblock's
-//! block-size probe (in `open_path`).
+//! Calls nothing else in the crate.
 
 use super::batch::{pieces, AlignedBuf, Batch, Gate, PIECE_MAX};
 use super::{check_range, CounterSnapshot, Counters, Device, Gather};
-use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
 
 /// Largest bounce buffer; bigger requests are done in pieces.
 const BOUNCE_MAX: usize = 1 << 20;
-/// How much of an image `open_path` reads to find the superblock.
-const PROBE_BYTES: u64 = 128 * 1024;
 
 /// A device backed by a regular file or a block device.
 pub struct FileDevice {
@@ -252,37 +248,22 @@ thread_local! {
     static URGENT_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Open an existing tux3 image or block device, learning its block size from
-/// the superblock.
-pub fn open_path(path: &Path, writable: bool) -> Result<Arc<dyn Device>> {
-    let bad = |e: io::Error| Error::BadImage(format!("{}: {}", path.display(), e));
-    let file = File::open(path).map_err(bad)?;
-    let meta = file.metadata().map_err(bad)?;
+/// The size in bytes of an image file or block device, and its first
+/// `min(size, max)` bytes (where the superblock copies are).
+pub fn read_head(path: &Path, max: u64) -> io::Result<(u64, Vec<u8>)> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
     let kind = meta.file_type();
     let size = if kind.is_block_device() {
-        block_device_size(&file).map_err(bad)?
+        block_device_size(&file)?
     } else if kind.is_file() {
         meta.len()
     } else {
-        return Err(bad(not_file_error()));
+        return Err(not_file_error());
     };
-    let mut head = vec![0u8; size.min(PROBE_BYTES) as usize];
-    file.read_exact_at(&mut head, 0).map_err(bad)?;
-    let block_size = crate::structures::superblock::probe_block_size(&head).ok_or_else(|| {
-        Error::BadImage(format!(
-            "{}: not a tux3 volume (no valid superblock)",
-            path.display()
-        ))
-    })?;
-    if size < 2 * block_size as u64 {
-        return Err(Error::BadImage(format!(
-            "{}: image is truncated ({size} bytes, less than two {block_size}-byte blocks)",
-            path.display()
-        )));
-    }
-    drop(file);
-    let dev = FileDevice::open(path, block_size, writable).map_err(bad)?;
-    Ok(Arc::new(dev))
+    let mut head = vec![0u8; size.min(max) as usize];
+    file.read_exact_at(&mut head, 0)?;
+    Ok((size, head))
 }
 
 /// Create a sparse image file of `size` bytes at `path` if nothing is there.
@@ -531,18 +512,5 @@ mod tests {
         create_image(&path, 1 << 20).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"keep");
         assert!(create_image(dir.path(), 1 << 20).is_err());
-    }
-
-    #[test]
-    fn open_path_errors_name_the_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("missing");
-        let e = open_path(&missing, false).err().unwrap().to_string();
-        assert!(e.starts_with(&missing.display().to_string()), "{e}");
-        let junk = dir.path().join("junk");
-        std::fs::write(&junk, vec![0u8; 8192]).unwrap();
-        let e = open_path(&junk, false).err().unwrap().to_string();
-        assert!(e.contains("not a tux3 volume"), "{e}");
-        assert!(open_path(dir.path(), false).is_err());
     }
 }

@@ -6,9 +6,9 @@
 //! in cache and on media, so extending a file never exposes old data.
 
 use super::{max_file_size, Volume};
-use crate::api::types::*;
 use crate::error::{err, Errno, Result};
 use crate::structures::extent;
+use crate::types::*;
 
 impl Volume {
     /// Contents of logical block `lblock` of `ino` as it is now.

@@ -44,10 +44,10 @@
 
 use super::names::Pos;
 use super::Volume;
-use crate::api::types::*;
 use crate::backend::commit::CommitJob;
 use crate::error::Result;
 use crate::log::Record;
+use crate::types::*;
 use std::collections::{BTreeSet, HashSet};
 
 /// Most pages an fsync commit may log for one inode.

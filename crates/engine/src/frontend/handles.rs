@@ -8,9 +8,9 @@
 //! SEEK_DATA / SEEK_HOLE also live here.
 
 use super::Volume;
-use crate::api::types::*;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
+use crate::types::*;
 
 impl Volume {
     pub fn open_handle(&mut self, ino: Ino) -> Result<()> {

@@ -16,7 +16,6 @@ mod namespace;
 mod repair;
 mod xattr;
 
-use crate::api::types::*;
 use crate::backend::commit::CommitJob;
 use crate::backend::{Backend, FIRST_INO};
 use crate::cache::{CleanPages, Inode, InodeCache};
@@ -24,6 +23,7 @@ use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::Tree;
 use crate::structures::inode::{InodeAttrs, FIXED_ATTRS_MAX};
+use crate::types::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 

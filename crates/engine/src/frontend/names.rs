@@ -7,7 +7,7 @@
 //!
 //! Pure bookkeeping: calls nothing.
 
-use crate::api::types::Ino;
+use crate::types::Ino;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A directory position: (directory, key).

@@ -3,13 +3,13 @@
 //! directory's hashed tree (structures/dirent.rs).
 
 use super::Volume;
-use crate::api::types::*;
 use crate::error::{err, Errno, Error, Result};
 use crate::log::Record;
 use crate::structures::btree::Node;
 use crate::structures::dirent::{self, Dirent, COLLISIONS};
 use crate::structures::extent;
 use crate::structures::inode::InodeAttrs;
+use crate::types::*;
 
 /// Check a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {

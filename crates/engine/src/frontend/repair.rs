@@ -7,8 +7,8 @@
 //! Calls the cache (inodes) and the backend's allocator.
 
 use super::Volume;
-use crate::api::types::Ino;
 use crate::error::{err, Errno, Error, Result};
+use crate::types::Ino;
 
 impl Volume {
     fn repair_begin(&self) -> Result<()> {

@@ -3,9 +3,9 @@
 //! `xattr_space` (ENOSPC beyond it, as ext4 does when they do not fit).
 
 use super::Volume;
-use crate::api::types::*;
 use crate::error::{err, Errno, Result};
 use crate::structures::inode::xattr_cost;
+use crate::types::*;
 
 fn check_xattr_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.len() > NAME_MAX {

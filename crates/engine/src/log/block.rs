@@ -13,8 +13,8 @@
 //! ```
 
 use super::record::Record;
+use crate::codec::{begin, seal, verify, Reader};
 use crate::error::{Error, Result};
-use crate::structures::codec::{begin, seal, verify, Reader};
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3LG");
 pub const HEADER: usize = 56;

@@ -20,8 +20,8 @@
 //! later full delta already holds everything they describe. Orphan records
 //! count in every committed delta, full or fsync, in log order.
 
+use crate::codec::{Reader, Writer};
 use crate::error::Result;
-use crate::structures::codec::{Reader, Writer};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {

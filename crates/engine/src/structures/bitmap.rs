@@ -5,7 +5,7 @@
 //! header(16, magic "T3BM") | index u64 | 0 u64 | bits (LSB first)
 //! ```
 
-use super::codec::{begin, seal, verify, Reader};
+use crate::codec::{begin, seal, verify, Reader};
 use crate::error::Result;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3BM");

@@ -3,9 +3,9 @@
 //! of the tree (O(log n) blocks) and a position never moves while the entry
 //! exists (readdir positions stay valid). Value: `ino u64, type u8, name`.
 
-use super::codec::{Reader, Writer};
-use crate::api::types::FileType;
+use crate::codec::{Reader, Writer};
 use crate::error::Result;
+use crate::types::FileType;
 
 /// Collision indexes per hash value.
 pub const COLLISIONS: u64 = 1 << 16;
@@ -51,10 +51,7 @@ impl Dirent {
         let name = r.bytes(r.remaining(), "dirent name")?.to_vec();
         let kind = FileType::from_dirent_code(code)
             .ok_or_else(|| r.bad(format!("dirent at position {key:#x}: unknown type {code}")))?;
-        if name.is_empty()
-            || name.len() > crate::api::types::NAME_MAX
-            || name.contains(&b'/')
-            || name.contains(&0)
+        if name.is_empty() || name.len() > crate::types::NAME_MAX || name.contains(&b'/') || name.contains(&0)
         {
             return Err(r.bad(format!("dirent at position {key:#x}: invalid name")));
         }

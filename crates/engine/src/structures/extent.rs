@@ -3,7 +3,7 @@
 //! Operations here keep that true and report the physical blocks they free.
 
 use super::btree::Tree;
-use super::codec::{Reader, Writer};
+use crate::codec::{Reader, Writer};
 use crate::device::Device;
 use crate::error::Result;
 

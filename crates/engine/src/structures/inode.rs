@@ -13,10 +13,10 @@
 //! | 7 | xattr    | name length u8, name, value (the rest) |
 //! | 8 | blocks   | data blocks held u64 |
 
-use super::codec::{Reader, Writer};
 use super::superblock::Root;
-use crate::api::types::Timespec;
+use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
+use crate::types::Timespec;
 use std::collections::BTreeMap;
 
 const TAG_MODE: u8 = 1;

@@ -6,7 +6,6 @@
 //! Calls only the device layer (to load btree nodes).
 pub mod bitmap;
 pub mod btree;
-pub mod codec;
 pub mod dirent;
 pub mod extent;
 pub mod inode;

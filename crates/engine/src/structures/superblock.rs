@@ -18,7 +18,7 @@
 //! 56  u8  itable root depth (+7 pad)
 //! ```
 
-use super::codec::{Reader, Writer};
+use crate::codec::{Reader, Writer};
 use crate::device::Device;
 use crate::error::{Error, Result};
 

@@ -6,8 +6,8 @@
 //!
 //! Calls nothing.
 
-use tux3::api::types::{Attr, FileType, StatFs, Timespec};
 use std::time::Duration;
+use tux3::types::{Attr, FileType, StatFs, Timespec};
 
 /// Request opcodes served through the rings (FORGET, BATCH_FORGET and
 /// INTERRUPT arrive through `/dev/fuse`, to fuser).

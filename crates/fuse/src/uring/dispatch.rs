@@ -6,11 +6,11 @@
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
 use super::abi::{self, fattr, op, u32_at, u64_at, InHeader, Out};
-use tux3::api::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
-use tux3::error::{Errno, Error, Result};
 use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
+use tux3::error::{Errno, Error, Result};
+use tux3::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
 
 /// How a request ends.
 pub enum Outcome {

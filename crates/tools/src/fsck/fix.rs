@@ -7,11 +7,11 @@
 //! Calls `frontend::Volume` only.
 
 use super::Fix;
-use tux3::api::types::OpenOptions;
+use std::sync::Arc;
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::frontend::Volume;
-use std::sync::Arc;
+use tux3::types::OpenOptions;
 
 /// Apply `fixes`; returns the problem lines repaired.
 pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec<String>> {

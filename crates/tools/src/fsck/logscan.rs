@@ -19,12 +19,12 @@
 //! Calls `log` (block decoder, chain reader) and the device.
 
 use super::Findings;
+use std::collections::HashSet;
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::log::block::MAGIC as LOG_MAGIC;
 use tux3::log::{read_chain, Chain, LogBlock};
 use tux3::structures::superblock::Superblock;
-use std::collections::HashSet;
 
 /// Free blocks after the stop that are searched for the chain's continuation.
 const SEARCH_LIMIT: u64 = 2048;

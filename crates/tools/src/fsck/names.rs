@@ -11,9 +11,9 @@
 //! iterative with a visited set, so cycles in a damaged namespace end.
 
 use super::{Findings, Fix};
-use tux3::api::types::{FileType, ROOT_INO};
-use tux3::structures::inode::InodeAttrs;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use tux3::structures::inode::InodeAttrs;
+use tux3::types::{FileType, ROOT_INO};
 
 /// One directory entry as found in a directory leaf.
 pub(super) struct Entry {

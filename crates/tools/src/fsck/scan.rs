@@ -12,7 +12,8 @@ use super::names::{self, Complete, Entry};
 use super::refs::{self, Owner, Ref};
 use super::walk::{place, walk};
 use super::{logscan, Findings, Fix, Pass};
-use tux3::api::types::{FileType, ROOT_INO};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use tux3::backend::{Backend, TreeReplay, BITMAP_INO, FIRST_INO};
 use tux3::device::Device;
 use tux3::error::{Error, Result};
@@ -22,8 +23,7 @@ use tux3::structures::dirent::Dirent;
 use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use tux3::types::{FileType, ROOT_INO};
 
 /// Run one pass. Errors only when the image is not a usable volume at all
 /// (no valid superblock, truncated, I/O failure); damage is reported.

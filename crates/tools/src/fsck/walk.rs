@@ -11,11 +11,11 @@
 //!
 //! Calls `structures::btree` (Tree::visit for the root, node::decode).
 
+use std::collections::HashSet;
 use tux3::device::Device;
 use tux3::error::{Errno, Error};
 use tux3::structures::btree::node::{decode, Slot};
 use tux3::structures::btree::{Node, Tree, TreeKind};
-use std::collections::HashSet;
 
 /// Deepest nesting of branches accepted (the format allows 16 levels).
 const MAX_DEPTH: usize = 32;

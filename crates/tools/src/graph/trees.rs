@@ -8,7 +8,8 @@
 
 use super::{at, cut_text, esc, kind_name, Dot, BAD, BITMAP, BITMAP_BLOCK, DASHED, DIRENTS, EXTENTS};
 use super::{ITABLE, MAX_FIELDS, NAME_CHARS};
-use tux3::api::types::FileType;
+use crate::fsck::walk;
+use std::collections::HashMap;
 use tux3::backend::{Backend, TreeReplay, BITMAP_INO};
 use tux3::device::Device;
 use tux3::error::{Error, Result};
@@ -18,8 +19,7 @@ use tux3::structures::dirent::Dirent;
 use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
-use crate::fsck::walk;
-use std::collections::HashMap;
+use tux3::types::FileType;
 
 /// One (key, value) entry of a leaf.
 type Entry = (u64, Vec<u8>);

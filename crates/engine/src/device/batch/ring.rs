@@ -212,5 +212,4 @@ mod tests {
         file.read_exact_at(&mut back, 0).unwrap();
         assert!(back == data);
     }
-
 }

@@ -10,8 +10,8 @@
 //!         | count x (separator u64, child address u64)
 //! ```
 
+use crate::codec::{begin, seal, verify, Reader};
 use crate::error::{Error, Result};
-use crate::structures::codec::{begin, seal, verify, Reader};
 
 /// Magic of a leaf block ("T3LF").
 pub const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"T3LF");

@@ -280,7 +280,7 @@ pub struct OpenOptions {
     pub fsync_strict: bool,
 }
 
-use super::default_dirty_limit;
+use crate::memory_budget::default_dirty_limit;
 
 impl Default for OpenOptions {
     fn default() -> Self {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// The default [`super::OpenOptions::dirty_limit`]: a sixty-fourth of
+/// The default [`crate::types::OpenOptions::dirty_limit`]: a sixty-fourth of
 /// [`usable_memory`], at most 1 GiB and at least 64 MiB (as the kernel's own
 /// dirty thresholds, a share of memory rather than a size). Where the memory
 /// is so small that 64 MiB would be more than an eighth of it, the floor is
