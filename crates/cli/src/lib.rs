@@ -6,6 +6,9 @@
 //! (offline fsck and dump), and [`tux3::fuse`] (`mount`, and `sync`'s
 //! ioctl number).
 
+// Library code returns errors; it never unwraps (tests may).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod args;
 mod cat;
 mod dump;

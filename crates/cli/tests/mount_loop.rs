@@ -52,7 +52,7 @@ fn batched_direct_writes_read_back_whole() {
     }
     let fx = Fixture::new("256M");
     let Some(lo) = Loop::attach(&fx.img) else {
-        eprintln!("note: skipping: no loop device");
+        skip("no loop device");
         return;
     };
     let name = lo.0.trim_start_matches("/dev/");

@@ -16,6 +16,9 @@
 //! Entry points: [`run`] (used by the tests and meant for a future
 //! `tux3 crashtest`), [`run_with`], [`workloads`].
 
+// Library code returns errors; it never unwraps (tests may).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod check;
 mod faults;
 mod record;

@@ -106,12 +106,12 @@ impl Recorder {
 
     /// Delta commits since the volume was opened.
     fn deltas(&self) -> u64 {
-        self.fs().stats().deltas
+        self.fs.as_ref().map_or(0, |fs| fs.stats().deltas)
     }
 
-    /// The mounted volume (between a crash and a remount there is none).
-    pub fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("volume is mounted")
+    /// The mounted volume (after a remount that failed there is none).
+    pub fn fs(&self) -> Result<&Fs> {
+        self.fs.as_ref().ok_or_else(not_mounted)
     }
 
     /// Run one API call `f`, record it, and return its result. POSIX errors
@@ -124,7 +124,7 @@ impl Recorder {
         f: impl FnOnce(&Fs) -> Result<T>,
     ) -> Result<T> {
         let (start, f0) = (self.pos(), self.flushes());
-        let r = f(self.fs());
+        let r = f(self.fs()?);
         let end = self.pos();
         let flushes = self.flushes() - f0;
         let shown = match &r {
@@ -144,7 +144,7 @@ impl Recorder {
     /// `fsync(ino)`: a durability point that names the file it covers.
     pub fn fsync(&mut self, ino: Ino) -> Result<()> {
         let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
-        let r = self.fs().fsync(ino, false);
+        let r = self.fs()?.fsync(ino, false);
         let end = self.pos();
         let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
         let ok = r.is_ok();
@@ -164,7 +164,7 @@ impl Recorder {
     /// all. A durability point for each of them.
     pub fn fsync_group(&mut self, inos: &[Ino]) -> Result<()> {
         let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
-        let r = self.fs().fsync_group(inos);
+        let r = self.fs()?.fsync_group(inos);
         let end = self.pos();
         let (flushes, full) = (self.flushes() - f0, self.deltas() != d0);
         let ok = r.is_ok();
@@ -189,7 +189,7 @@ impl Recorder {
         fsynced: Vec<Ino>,
         (flushes, full): (u64, bool),
     ) -> Result<()> {
-        let snap = snapshot_after(self.fs(), &self.dev, end, &desc)?;
+        let snap = snapshot_after(self.fs()?, &self.dev, end, &desc)?;
         self.ops.push(OpRecord {
             desc,
             start,
@@ -218,9 +218,9 @@ impl Recorder {
         after_log: bool,
         during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
     ) -> Result<()> {
-        let before = Snapshot::take(self.fs())?;
+        let before = Snapshot::take(self.fs()?)?;
         let (start, f0) = (self.pos(), self.flushes());
-        let fs = self.fs.as_ref().expect("volume is mounted");
+        let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
         let mut inner = Interleaved {
             fs,
             dev: &self.dev,
@@ -283,14 +283,14 @@ impl Recorder {
             .rev()
             .take_while(|o| !o.durable || o.is_fast_fsync())
             .any(|o| o.is_fast_fsync());
-        let got = Snapshot::take(self.fs())?;
+        let got = Snapshot::take(self.fs()?)?;
         if !fast && !self.snaps[lo..].contains(&got) {
             let diff = got.diff(&self.snaps[lo], 6).join("; ");
             return Err(Error::BadImage(format!(
                 "remount after a crash recovered no state since the last durability point: {diff}"
             )));
         }
-        let stats = self.fs().stats();
+        let stats = self.fs()?.stats();
         self.push(
             format!("crash and remount (replayed {} deltas)", stats.replayed_deltas),
             start,
@@ -305,7 +305,7 @@ impl Recorder {
     /// may go on. Recorded as one durability point.
     pub fn close_and_remount(&mut self) -> Result<()> {
         let (start, f0) = (self.pos(), self.flushes());
-        self.fs.take().expect("mounted").close()?;
+        self.fs.take().ok_or_else(not_mounted)?.close()?;
         let end = self.pos();
         let flushes = self.flushes() - f0;
         self.fs = Some(Fs::open(self.fs_dev.clone(), self.open.clone())?);
@@ -325,7 +325,7 @@ impl Recorder {
     /// Close the volume (a durability point) and return the recording.
     pub fn finish(mut self) -> Result<Recording> {
         let (start, f0) = (self.pos(), self.flushes());
-        let fs = self.fs.take().expect("mounted");
+        let fs = self.fs.take().ok_or_else(not_mounted)?;
         let snap = Snapshot::take(&fs)?;
         fs.close()?;
         let end = self.pos();
@@ -481,4 +481,10 @@ fn short(s: &str) -> String {
         }
         format!("{}...", &s[..end])
     }
+}
+
+/// The error of a call on a recorder whose volume a failed remount left
+/// unmounted.
+fn not_mounted() -> Error {
+    Error::BadImage("the recorded volume is not mounted (a remount failed)".into())
 }

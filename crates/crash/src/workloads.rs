@@ -80,13 +80,13 @@ fn fill(tag: u64, len: usize) -> Vec<u8> {
 fn resolve(rec: &Recorder, path: &str) -> Option<Ino> {
     let mut ino = ROOT_INO;
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        ino = rec.fs().lookup(ino, part.as_bytes()).ok()?.ino;
+        ino = rec.fs().ok()?.lookup(ino, part.as_bytes()).ok()?.ino;
     }
     Some(ino)
 }
 
 fn size_of(rec: &Recorder, ino: Ino) -> u64 {
-    rec.fs().getattr(ino).map_or(0, |a| a.size)
+    rec.fs().and_then(|fs| fs.getattr(ino)).map_or(0, |a| a.size)
 }
 
 /// Seed 001's cycle: create foo.new, write 16,000 bytes, fsync (mostly),
@@ -454,7 +454,7 @@ fn unify(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
         }) {
             Ok(a) => a,
-            Err(_) => rec.fs().lookup(ROOT_INO, name.as_bytes())?,
+            Err(_) => rec.fs()?.lookup(ROOT_INO, name.as_bytes())?,
         };
         let data = fill(rng.next(), 1 + rng.below(20_000) as usize);
         rec.op(format!("write /{name} 0+{}", data.len()), false, |fs| {

@@ -21,6 +21,9 @@
 //! See `docs/ARCHITECTURE.md` for the vocabulary and `docs/FORMAT.md` for the
 //! on-disk format.
 
+// Library code returns errors; it never unwraps (tests may).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod api;
 pub mod backend;
 pub mod cache;

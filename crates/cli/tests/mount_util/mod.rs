@@ -15,13 +15,23 @@ use std::time::{Duration, Instant};
 pub const TUX3: &str = env!("CARGO_BIN_EXE_tux3");
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Root and /dev/fuse, or a note saying why the test does nothing.
+/// A test that cannot run here: a note saying why, and `false` — or, where
+/// the environment demands every mount test (`TUX3_REQUIRE_MOUNT=1`, as CI
+/// sets it), a failure, so a machine that cannot mount is never green.
+pub fn skip(why: &str) -> bool {
+    if std::env::var_os("TUX3_REQUIRE_MOUNT").is_some_and(|v| v == "1") {
+        panic!("TUX3_REQUIRE_MOUNT=1, but this mount test cannot run: {why}");
+    }
+    eprintln!("note: skipping the mount test: {why}");
+    false
+}
+
+/// Root and /dev/fuse, or [`skip`] saying why the test does nothing.
 pub fn can_mount() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("note: skipping the mount test: it needs root and /dev/fuse");
-        return false;
+        return skip("it needs root and /dev/fuse");
     }
     true
 }
@@ -385,8 +395,7 @@ pub fn can_use_uring() -> bool {
         return false;
     }
     if !Path::new(ENABLE).exists() {
-        eprintln!("note: skipping: the kernel has no FUSE over io_uring");
-        return false;
+        return skip("the kernel has no FUSE over io_uring");
     }
     true
 }

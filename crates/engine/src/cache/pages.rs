@@ -93,13 +93,13 @@ impl PageMap {
         page.delta = delta;
         let before = Arc::as_ptr(&page.data);
         let shared = Arc::strong_count(&page.data) > 1;
-        Arc::make_mut(&mut page.data);
+        let data = Arc::make_mut(&mut page.data);
         // P2: a page a commit still holds is forked, never written through.
         debug_assert!(
-            !shared || !std::ptr::eq(before, Arc::as_ptr(&page.data)),
+            !shared || !std::ptr::eq(before, &*data),
             "P2: wrote a page under commit"
         );
-        Arc::get_mut(&mut page.data).expect("unique after make_mut")
+        data
     }
 
     /// Record that the page's current content went out in an fsync commit.
