@@ -9,7 +9,7 @@ TUX3   := target/release/tux3
 # Cargo cannot put a dot in a binary's name: mount-tux3 installs as mount.tux3.
 MOUNT_HELPER := target/release/mount-tux3
 # The tree copied into images by `make demo` and the import check.
-SAMPLE := $(firstword $(wildcard /usr/include) src)
+SAMPLE := $(firstword $(wildcard /usr/include) crates)
 
 .PHONY: all build test demo install clean bench bench-quick fuzz
 
