@@ -8,7 +8,7 @@ use tux3_crash as crash;
 use tux3_crash::{CrashOptions, Fault, Promise};
 
 #[test]
-fn skipping_the_flush_before_the_commit_block_is_caught() {
+fn dropped_flushes_are_caught() {
     let keep = tempfile::tempdir().unwrap();
     let opts = CrashOptions {
         keep_dir: keep.path().to_path_buf(),
