@@ -18,8 +18,7 @@
 //!
 //! Delta commit (the common case), the steps of `prepare` and after:
 //!   1. `allocate_data`   allocate dirty data pages and queue them; map extents
-//!   2. `redirect_files`  give dirty leaves of file trees new addresses and
-//!                        encode them; collect leaf-map records
+//!   2. `redirect_files`  new addresses for dirty file-tree leaves; leaf-map records
 //!   3. `store_inodes`    encode dirty inodes into the inode table
 //!   4. `redirect_itable` the same for dirty inode-table leaves
 //!   5. `log_records`     allocations and frees become records; then, in

@@ -1,7 +1,7 @@
-//! Structures layer: the superblock, two alternating copies in blocks 0 and
-//! 1. Each unify writes the copy `seq % 2` with a higher sequence number;
-//! open picks the valid copy with the highest sequence, so a torn superblock
-//! write leaves the other, older copy in charge.
+//! Structures layer: the superblock, two alternating copies in blocks 0
+//! and 1. Each unify writes the copy `seq % 2` with a higher sequence
+//! number; open picks the valid copy with the highest sequence, so a torn
+//! superblock write leaves the other, older copy in charge.
 //!
 //! Layout (little-endian, rest of the block zero; see docs/FORMAT.md):
 //!
