@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use target::{Engine, Posix, Target};
-use tux3::device::file::{open_path, FileDevice};
+use tux3::device::file::FileDevice;
 use tux3::device::{CounterSnapshot, Device};
+use tux3::open_path;
 use tux3::{FormatOptions, Fs, OpenOptions};
 
 struct Args {

@@ -1,10 +1,11 @@
 //! Command line: the `tux3` program. Owns argument parsing (clap), dispatch
 //! to one module per command, error printing and exit codes.
 //!
-//! Calls only the public surface of the crate: [`tux3::Fs`] (engine API),
-//! [`tux3::device`] (opening and creating images) and [`tux3::tools`]
-//! (offline fsck and dump), and [`tux3::fuse`] (`mount`, and `sync`'s
-//! ioctl number).
+//! The top of the stack (crate tux3-cli): calls the engine's public
+//! surface — [`tux3::Fs`] (engine API), [`tux3::open_path`] and
+//! [`tux3::device`] (opening and creating images) — the offline tools
+//! ([`tux3_tools`]: fsck, dump, graph) and the FUSE adapter
+//! ([`tux3_fuse`]: `mount`, and `sync`'s ioctl number).
 
 // Library code returns errors; it never unwraps (tests may).
 #![deny(clippy::unwrap_used, clippy::expect_used)]

@@ -2,7 +2,7 @@
 //! command line mount(8) gives a helper (`SPEC DIR [-sfnv] [-o OPTS]`).
 //! Pure parsing: no I/O.
 //!
-//! Calls [`super::parse_size`] and the option types of [`tux3::fuse`].
+//! Calls [`super::parse_size`] and the option types of [`tux3_fuse`].
 
 use super::parse_size;
 use std::path::PathBuf;

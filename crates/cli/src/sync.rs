@@ -4,7 +4,7 @@
 //! file or directory of a mount), or on the root of every tux3 mount in
 //! `/proc/self/mounts` when no PATH is given.
 //!
-//! Calls only the FUSE frontend's ioctl number; the work is the server's.
+//! Calls only the FUSE adapter's ioctl number; the work is the server's.
 
 use super::CliError;
 use clap::Args;

@@ -4,17 +4,20 @@
 //! formatted in-memory image; the harness keeps the device's op log (block
 //! writes and flushes, in order), where each API call started and returned in
 //! it, which calls were durability points, and the namespace snapshot after
-//! every call (`crash/record.rs`, `crash/workloads.rs`). From the log it
+//! every call (`record.rs`, `workloads.rs`). From the log it
 //! builds crash images — per flush epoch, the durable prefix plus subsets of
-//! the epoch's writes and torn sector writes, deduplicated (`crash/states.rs`)
+//! the epoch's writes and torn sector writes, deduplicated (`states.rs`)
 //! — and checks each against the promises of DESIGN.md section 3: mount and
 //! fsck succeed, the recovered namespace equals the state after some prefix
 //! of the completed calls that includes the last durability point, and
-//! mounting wrote nothing (`crash/check.rs`). `docs/TESTING.md` describes the
+//! mounting wrote nothing (`check.rs`). `docs/TESTING.md` describes the
 //! method and how to run it long.
 //!
 //! Entry points: [`run`] (used by the tests and meant for a future
-//! `tux3 crashtest`), [`run_with`], [`workloads`].
+//! `tux3 crashtest`), [`run_with`], [`workloads`]. A test can put a
+//! [`Fault`] between the volume and the recording device
+//! ([`FaultyDevice`], `faults.rs`) to show that the harness catches a
+//! broken engine; the engine's own write path has no such switch.
 
 // Library code returns errors; it never unwraps (tests may).
 #![deny(clippy::unwrap_used, clippy::expect_used)]

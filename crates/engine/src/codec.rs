@@ -1,4 +1,5 @@
-//! Byte-level encoding shared by every on-disk structure: little-endian
+//! Base (bottom layer): byte-level encoding shared by every on-disk
+//! structure — little-endian
 //! readers that never read out of bounds (errors name the block and field),
 //! and the common block header with its CRC32C.
 //!
@@ -9,6 +10,8 @@
 //! 4   u32 crc32c     of the whole block, computed with this field zero
 //! 8   u64 address    the block's own address (catches misdirected writes)
 //! ```
+//!
+//! Calls only `error`; the log and structures layers build on it.
 
 use crate::error::{Error, Result};
 

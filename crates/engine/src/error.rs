@@ -1,8 +1,11 @@
-//! Error values for every layer: POSIX errors that the API returns to callers,
-//! and structural errors (corruption, I/O) that carry the block they concern.
+//! Base (bottom layer): error values for every layer — POSIX errors that the
+//! API returns to callers, and structural errors (corruption, I/O) that carry
+//! the block they concern.
 //!
-//! Bad input never panics: decoders return `Error::Corrupt` naming the block and
-//! field, and the API maps it to `EIO` for callers that only speak errno.
+//! Bad input never panics: decoders return `Error::Corrupt` naming the block
+//! and field, and the API maps it to `EIO` for callers that only speak errno.
+//!
+//! Calls nothing else in the crate.
 
 use std::fmt;
 

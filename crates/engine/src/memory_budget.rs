@@ -1,7 +1,11 @@
-//! How much memory the engine may hold dirty by default: a share of the
-//! memory this process may use, which is the machine's physical memory or,
-//! inside a container, its memory control group's limit when that is lower.
-//! Reads /proc and /sys only; the parsing is pure so tests feed it text.
+//! Base (bottom layer): how much memory the engine may hold dirty by default:
+//! a share of the memory this process may use, which is the machine's
+//! physical memory or, inside a container, its memory control group's limit
+//! when that is lower. Reads /proc and /sys only; the parsing is pure so
+//! tests feed it text.
+//!
+//! Calls nothing else in the crate; the API re-exports it and `types`
+//! uses it for `OpenOptions`' default.
 
 use std::path::{Path, PathBuf};
 

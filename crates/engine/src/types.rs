@@ -1,5 +1,8 @@
-//! Value types of the engine API: attributes, directory entries, flags.
+//! Base (bottom layer): the value types every layer shares and the API
+//! re-exports — attributes, directory entries, flags, options.
 //! Plain data; no behaviour beyond small conversions.
+//!
+//! Calls only `memory_budget` (the default dirty limit).
 
 /// An inode number. [`ROOT_INO`] is the root directory.
 pub type Ino = u64;

@@ -55,7 +55,7 @@ fn enospc_then_delete_gives_space_back() {
     for f in 0..files.len() {
         fs.unlink(ROOT_INO, format!("fill{f}").as_bytes()).unwrap();
     }
-    // Unify so that the log written by the deletes is retired too.
+    // Unify so that the log written by the deletes is freed too.
     fs.unify().unwrap();
     let free_after = fs.statfs().unwrap().blocks_free;
     assert!(

@@ -1,4 +1,5 @@
-//! FUSE frontend: serves a mounted volume to the kernel through `fuser`.
+//! FUSE adapter (crate tux3-fuse, above the engine API): serves a mounted
+//! volume to the kernel through `fuser` or io_uring.
 //!
 //! Owns the translation between FUSE requests and the engine API — and
 //! nothing else: every request maps to one call of the public [`tux3::Fs`]

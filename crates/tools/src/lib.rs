@@ -1,5 +1,9 @@
 //! Offline tools that read a volume through the engine's layers: the
-//! checker (`fsck`) and the structure report (`dump`).
+//! checker (`fsck`), the structure report (`dump`) and the structure graph
+//! (`graph`). A crate of its own (tux3-tools) above the engine: it opens a
+//! volume through the backend, as a mount does (replay, writing nothing),
+//! and reads it with the structures', log's and device's decoders; only
+//! `fsck --repair` changes a volume, through the frontend's repair hooks.
 
 // Library code returns errors; it never unwraps (tests may).
 #![deny(clippy::unwrap_used, clippy::expect_used)]

@@ -1,19 +1,20 @@
-//! Commit scheduling for an open volume: the commit lock that serializes
-//! deltas, the periodic flusher thread, and the fsync committer thread that
-//! turns concurrent fsyncs into group commits.
+//! API layer: commit scheduling for an open volume — the commit lock that
+//! serializes deltas, the delta committer thread (periodic and early
+//! commits), and the fsync committer thread that turns concurrent fsyncs
+//! into group commits.
 //!
-//! May call the frontend (`Volume::freeze`, `seal`, `fsync_plan`, `finish`)
-//! and the backend's commit jobs; holds the volume lock only to freeze,
-//! seal, plan and finish, never across device I/O.
+//! Calls the frontend (`Volume::freeze`, `encode_log`, `fsync_plan`,
+//! `finish`) and the backend's commit jobs; holds the volume lock only to
+//! freeze, encode the log, plan and finish, never across device I/O.
 //!
-//! Two locks order the commits. `commit` serializes delta commits (held
-//! from freeze to finish). `log` serializes the log's tail: an fsync commit
-//! holds it from plan to finish; a delta commit holds it while it freezes
-//! and from seal until its log blocks are written (a unify that starts a
-//! fresh log, throughout). So while a delta commit writes its data, an
-//! fsync commit may take the tail ahead of it; while it flushes its log,
-//! one may follow it (its flush makes both durable). When both are held,
-//! `commit` is taken first.
+//! Two locks order the commits. `commit` serializes delta commits (held from
+//! freeze to finish). `log` serializes the log's tail: an fsync commit holds
+//! it from plan to finish; a delta commit holds it while it freezes and from
+//! encoding its log until its log blocks are written (a unify that starts a
+//! fresh log, throughout). So while a delta commit writes its data, an fsync
+//! commit may take the tail ahead of it; while it flushes its log, one may
+//! follow it (its flush makes both durable). When both are held, `commit` is
+//! taken first.
 
 use super::Ino;
 use crate::error::{Error, Result};
@@ -28,7 +29,7 @@ use std::thread::JoinHandle;
 /// Called once with an fsync's outcome, from the fsync committer thread.
 pub type FsyncDone = Box<dyn FnOnce(Result<()>) + Send>;
 
-/// State shared by the API, the flusher and the fsync committer.
+/// State shared by the API, the delta committer and the fsync committer.
 pub(super) struct Shared {
     pub(super) volume: Mutex<Volume>,
     /// Serializes delta commits: held from freeze to finish.
@@ -157,7 +158,7 @@ impl Shared {
         during.at(Phase::Data, job.holds_log());
         let mut log = Some(log.unwrap_or_else(|| self.log.lock()));
         if r.is_ok() {
-            r = self.volume.lock().seal(&mut job);
+            r = self.volume.lock().encode_log(&mut job);
         }
         if r.is_ok() {
             r = job.write_log_blocks();
@@ -314,7 +315,8 @@ impl Shared {
 /// Where in a delta commit a test's callback runs ([`Shared::commit_with`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Phase {
-    /// Its data written, before it is sealed: fsync commits go ahead of it.
+    /// Its data written, before its log is encoded: fsync commits go ahead
+    /// of it.
     Data,
     /// Its log written, before its flush: fsync commits follow it. (A unify
     /// that keeps the log to itself runs the callback after its data
@@ -353,7 +355,7 @@ impl During<fn()> {
     }
 }
 
-/// A background thread of the volume: the periodic flusher or the fsync
+/// A background thread of the volume: the delta committer or the fsync
 /// committer. Stopped (and joined) when the `Fs` closes or is dropped.
 pub(super) struct Worker {
     stop: Box<dyn Fn() + Send + Sync>,
@@ -365,7 +367,10 @@ impl Worker {
     /// wakes it through the returned sender because half the dirty limit is
     /// dirty (so the next delta fills while this one is written). It holds
     /// only a weak reference to the volume.
-    pub(super) fn flusher(shared: &Arc<Shared>, every: std::time::Duration) -> Result<(Worker, Sender<()>)> {
+    pub(super) fn delta_committer(
+        shared: &Arc<Shared>,
+        every: std::time::Duration,
+    ) -> Result<(Worker, Sender<()>)> {
         let (stop, stopped) = bounded::<()>(1);
         let (wake, woken) = bounded::<()>(1);
         let weak = Arc::downgrade(shared);

@@ -1,8 +1,8 @@
-//! Opening an existing image file or block device by path: the device
-//! layer reads its head, the superblock's probe finds the block size, and
-//! the device is opened with it.
+//! API layer: opening an existing image file or block device by path — the
+//! device layer reads its head, the superblock's probe finds the block
+//! size, and the device is opened with it.
 //!
-//! Calls the device layer and the superblock's probe.
+//! Calls the device layer and structures (the superblock's probe).
 
 use crate::device::{file, Device, FileDevice};
 use crate::error::{Error, Result};

@@ -1,8 +1,13 @@
-//! Engine API: the library's public surface. [`Fs`] is a mounted volume; every
-//! method is one POSIX-like operation and returns POSIX errors as values.
+//! API layer (top of the engine): the library's public surface. [`Fs`] is a
+//! mounted volume; every method is one POSIX-like operation and returns
+//! POSIX errors as values. Owns the volume lock, the commit scheduling and
+//! its threads (`commit.rs`), and opening an image by path (`image.rs`).
 //!
-//! This layer holds no filesystem logic: it takes the volume lock and calls the
-//! frontend (namespace and file operations in cache) or the backend (commit).
+//! This layer holds no filesystem logic: it takes the volume lock and calls
+//! the frontend (namespace and file operations in cache, `Volume`), which
+//! drives the backend. May call every layer below; besides the frontend it
+//! uses the backend (mkfs, commit jobs), the device layer (counters) and
+//! the base modules.
 
 mod commit;
 mod image;
@@ -27,11 +32,11 @@ use std::sync::Arc;
 /// would; nothing committed is lost.
 pub struct Fs {
     shared: Arc<Shared>,
-    /// The flusher (when `commit_interval` is set) and the fsync committer
-    /// (when writable); stopped in this order on close or drop.
+    /// The delta committer (when `commit_interval` is set) and the fsync
+    /// committer (when writable); stopped in this order on close or drop.
     workers: Vec<Worker>,
-    /// Wakes the flusher to commit early (half the dirty limit is dirty).
-    wake_flusher: Option<crossbeam_channel::Sender<()>>,
+    /// Wakes the delta committer to commit early (half the dirty limit is dirty).
+    wake_committer: Option<crossbeam_channel::Sender<()>>,
 }
 
 impl Drop for Fs {
@@ -58,12 +63,12 @@ impl Fs {
         let mut fs = Fs {
             shared,
             workers: Vec::new(),
-            wake_flusher: None,
+            wake_committer: None,
         };
         if let Some(every) = interval {
-            let (flusher, wake) = Worker::flusher(&fs.shared, every)?;
-            fs.workers.push(flusher);
-            fs.wake_flusher = Some(wake);
+            let (committer, wake) = Worker::delta_committer(&fs.shared, every)?;
+            fs.workers.push(committer);
+            fs.wake_committer = Some(wake);
         }
         if writable {
             fs.workers.push(Worker::fsync_committer(&fs.shared)?);
@@ -221,7 +226,7 @@ impl Fs {
                     };
                     let early = vol.wants_commit(ino);
                     drop(vol);
-                    if let (true, Some(wake)) = (early, &self.wake_flusher) {
+                    if let (true, Some(wake)) = (early, &self.wake_committer) {
                         let _ = wake.try_send(());
                     }
                     return Ok(n);

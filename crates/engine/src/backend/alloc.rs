@@ -1,12 +1,15 @@
-//! Block allocator: the whole free-space bitmap in memory, the changes of
-//! the current delta (logged as Balloc/Bfree records at commit), and the
-//! pinned set: blocks freed but still referenced by the durable image.
+//! Backend layer: the block allocator — the whole free-space bitmap in
+//! memory, the changes of the current delta (logged as Balloc/Bfree records
+//! at commit), and the pinned set: blocks freed but still referenced by the
+//! durable image.
 //!
 //! Invariant A1: a block is handed out only if its bit is clear and it is
 //! not pinned, so no allocation ever overwrites a block that the durable
 //! image (last unify + committed log) still references.
 //! Invariant A2: pins are released only after the commit that freed the
-//! block is durable (`unpin_delta`).
+//! block is durable (`unpin_committed`, called by `Backend::finish`).
+//!
+//! Calls structures (bitmap block encoding).
 
 use crate::error::{err, Errno, Result};
 use crate::structures::bitmap;

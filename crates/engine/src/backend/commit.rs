@@ -1,41 +1,46 @@
-//! Delta commit and unify, as a sequence of named steps, in four phases so
-//! that device I/O runs without the volume lock:
+//! Backend layer: delta commit and unify, as a sequence of named steps.
+//! Calls the cache (to take dirty inodes and pages), structures (trees,
+//! bitmap, superblock), the log writer and the device; the frontend and the
+//! API above drive it. A commit runs in five stages, so that its two I/O
+//! phases run without the volume lock:
 //!
 //! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
 //!   encode every block to write, and start the next delta;
-//! * [`CommitJob::write_data`] (no lock): data and leaves, and the first
-//!   flush (a single-flush or fsync commit keeps them for the log's batch);
-//! * [`Backend::seal`] (volume lock held): encode the log blocks at the log's
-//!   tail as it is now — an fsync commit of the next delta may have taken
-//!   the tail meanwhile, ahead of this one;
-//! * [`CommitJob::write_log`] (no lock): log blocks, commit block, flush;
+//! * [`CommitJob::write_data`] (no lock), I/O phase 1: data and leaves, and
+//!   the first flush (a single-flush or fsync commit keeps them for the
+//!   log's batch);
+//! * [`Backend::encode_log`] (volume lock held): encode the log blocks at
+//!   the log's tail as it is now — an fsync commit of the next delta may
+//!   have taken the tail meanwhile, ahead of this one;
+//! * [`CommitJob::write_log`] (no lock), I/O phase 2: log blocks, commit
+//!   block, flush;
 //! * [`Backend::finish`] (volume lock held): the delta is durable.
 //!
-//! Delta commit (the common case):
-//!   1. `write_data`    allocate and write dirty data pages; map extents
-//!   2. `flush_files`   write dirty leaves of file trees; collect leaf-map records
-//!   3. `store_inodes`  encode dirty inodes into the inode table
-//!   4. `flush_itable`  write dirty inode-table leaves; collect records
-//!   5. `log_records`   allocations and frees become records; then, in
-//!      `CommitJob::write_data`: data and leaves, FLUSH; `seal` encodes the
-//!      log; `CommitJob::write_log`: log blocks and commit block, FLUSH (the
-//!      commit block is "the real commit": the delta exists on media exactly
-//!      when its log can be read back, every block with a valid checksum and
-//!      chained to the one before). A small delta (at most
-//!      [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the first FLUSH:
-//!      its log carries a `BlockSum` of those blocks, and replay drops a last
-//!      delta whose blocks do not match (`log::chain`).
-//!   6. `finish`        release pinned frees
+//! Delta commit (the common case), the steps of `prepare` and after:
+//!   1. `allocate_data`   allocate dirty data pages and queue them; map extents
+//!   2. `redirect_files`  new addresses for dirty file-tree leaves; leaf-map records
+//!   3. `store_inodes`    encode dirty inodes into the inode table
+//!   4. `redirect_itable` the same for dirty inode-table leaves
+//!   5. `log_records`     allocations and frees become records; then, in
+//!      `CommitJob::write_data`: data and leaves, FLUSH; `encode_log`
+//!      encodes the log; `CommitJob::write_log`: log blocks and commit
+//!      block, FLUSH (the commit block is "the real commit": the delta
+//!      exists on media exactly when its log can be read back, every block
+//!      with a valid checksum and chained to the one before). A small delta
+//!      (at most [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the
+//!      first FLUSH: its log carries a `BlockSum` of those blocks, and
+//!      replay drops a last delta whose blocks do not match (`log::chain`).
+//!   6. `finish`          release pinned frees
 //!
-//! Unify replaces step 5: after writing leaves it also writes every changed
-//! branch, relocates changed bitmap blocks, writes them, FLUSH, writes the
-//! superblock naming the new roots and a fresh log head, FLUSH. A unify is
-//! sealed when it is prepared (its superblock names the new log). The old
-//! log and old branches are freed (pinned until the superblock is durable).
-//! If the orphan list is not empty, the new log does not start empty: its
-//! head is a fresh block holding an FSYNC-flagged commit of the next delta
-//! with one `Orphan` record per orphan, written before the superblock
-//! (`restart_log`), so the list survives the unify.
+//! Unify replaces step 5: after the leaves it also redirects every changed
+//! branch, relocates changed bitmap blocks, writes them all, FLUSH, writes
+//! the superblock naming the new roots and the log head, FLUSH. A unify's
+//! log is encoded when it is prepared (its superblock names the new log).
+//! The old log and old branches are freed (pinned until the superblock is
+//! durable). If the orphan list is not empty, the new log does not start
+//! empty: its head is a fresh block holding an FSYNC-flagged commit of the
+//! next delta with one `Orphan` record per orphan, written before the
+//! superblock (`restart_log`), so the list survives the unify.
 
 use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
@@ -66,9 +71,9 @@ pub struct CommitJob {
     /// Leaves, (for unify: branches, bitmap blocks and the new log's
     /// head; for an fsync commit: its log body).
     writes: Writes,
-    /// The log's records, until [`Backend::seal`] encodes them.
-    unsealed: Option<Vec<Record>>,
-    /// The log body of a sealed delta commit.
+    /// The log's records, until [`Backend::encode_log`] encodes them.
+    unencoded: Option<Vec<Record>>,
+    /// The log body of a delta commit, once its log is encoded.
     log_body: Writes,
     /// The commit block (delta commit) or the superblock (unify).
     last: (u64, Vec<u8>),
@@ -92,8 +97,8 @@ pub struct CommitJob {
 }
 
 impl CommitJob {
-    /// All the I/O of a sealed job (an fsync commit or a unify; a delta
-    /// commit is sealed between its two phases).
+    /// All the I/O of a job whose log is encoded already (an fsync commit or
+    /// a unify; a delta commit's log is encoded between its two phases).
     pub fn write(&mut self) -> Result<()> {
         self.write_data()?;
         self.write_log()
@@ -133,14 +138,14 @@ impl CommitJob {
         Ok(())
     }
 
-    /// Phase 2, once sealed: the log body and the commit block (or the
-    /// superblock), written (completed, not yet durable). The log blocks
+    /// Phase 2, once the log is encoded: the log body and the commit block
+    /// (or the superblock), written (completed, not yet durable). The log blocks
     /// need no flush between them: each is found only through the one
     /// before it.
     pub fn write_log_blocks(&mut self) -> Result<()> {
         debug_assert!(
-            self.unsealed.is_none(),
-            "a commit's log written before it was sealed"
+            self.unencoded.is_none(),
+            "a commit's log written before it was encoded"
         );
         // Phase 1's writes, if they waited for this batch, then the log.
         let mut writes = std::mem::take(&mut self.writes);
@@ -172,9 +177,9 @@ impl CommitJob {
         self.fsync || self.single_flush
     }
 
-    /// Its log blocks are still to be encoded ([`Backend::seal`]).
-    pub fn needs_seal(&self) -> bool {
-        self.unsealed.is_some()
+    /// Its log blocks are still to be encoded ([`Backend::encode_log`]).
+    pub fn log_unencoded(&self) -> bool {
+        self.unencoded.is_some()
     }
 
     pub fn is_fsync(&self) -> bool {
@@ -207,16 +212,16 @@ impl Backend {
         let mut data: Pages = Vec::new();
         let mut records = std::mem::take(&mut self.records);
         let inodes: Vec<u64> = cache.dirty.iter().copied().collect();
-        self.write_data(cache, &mut data)?;
-        self.flush_files(cache, unify, &mut writes, &mut records)?;
+        self.allocate_data(cache, &mut data)?;
+        self.redirect_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
-        self.flush_itable(&mut writes, &mut records)?;
+        self.redirect_itable(&mut writes, &mut records)?;
         let single_flush = !unify && data.len() + writes.len() <= SINGLE_FLUSH_BLOCKS;
         if single_flush {
             records.extend(block_sums(self.bs, &writes, &data));
         }
         let fresh_log = unify && !self.orphans.is_empty();
-        let (last, unified, unsealed) = if unify {
+        let (last, unified, unencoded) = if unify {
             let sb = self.unify_images(&mut writes)?;
             ((sb.home(), sb.encode()), Some(sb), None)
         } else {
@@ -229,7 +234,7 @@ impl Backend {
             data_bytes: (data.len() * self.bs) as u64,
             data,
             writes,
-            unsealed,
+            unencoded,
             log_body: Vec::new(),
             last,
             unified,
@@ -264,7 +269,7 @@ impl Backend {
             data_bytes,
             data: Vec::new(),
             writes: images.body,
-            unsealed: None,
+            unencoded: None,
             log_body: Vec::new(),
             last: images.commit,
             unified: None,
@@ -277,8 +282,8 @@ impl Backend {
 
     /// Encode a delta commit's log blocks at the log's tail (after any
     /// fsync commit written since it was prepared).
-    pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
-        let Some(records) = job.unsealed.take() else {
+    pub fn encode_log(&mut self, job: &mut CommitJob) -> Result<()> {
+        let Some(records) = job.unencoded.take() else {
             return Ok(());
         };
         let images = self
@@ -309,7 +314,7 @@ impl Backend {
     /// Step 1: allocate each run of dirty pages contiguously near the file's
     /// goal, queue its pages (shared, not copied), and map it in the file's
     /// extent tree.
-    fn write_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
+    fn allocate_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
         let dev = self.dev.clone();
         for ino in cache.dirty.iter() {
             let Some(inode) = cache.map.get_mut(ino) else {
@@ -349,9 +354,10 @@ impl Backend {
         Ok(())
     }
 
-    /// Step 2: write dirty leaves of file trees (and, when unifying, their
-    /// changed branches, updating each inode's unified root).
-    fn flush_files(
+    /// Step 2: give every dirty leaf of a file tree a new address and encode
+    /// it into `writes`, with a `LeafMap` record (and, when unifying, do the
+    /// same for their changed branches, updating each inode's unified root).
+    fn redirect_files(
         &mut self,
         cache: &mut InodeCache,
         unify: bool,
@@ -383,7 +389,7 @@ impl Backend {
             let alloc = &mut self.alloc;
             let goal = inode.goal;
             let mut next_goal = goal;
-            tree.flush_leaves(
+            tree.redirect_leaves(
                 bs,
                 &mut || {
                     let b = alloc.alloc_one(next_goal)?;
@@ -402,7 +408,7 @@ impl Backend {
             if unify {
                 let mut freed = Vec::new();
                 let alloc = &mut self.alloc;
-                let root = tree.flush_branches(bs, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
+                let root = tree.redirect_branches(bs, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
                 for b in freed {
                     self.alloc.free_range(b, 1);
                 }
@@ -426,15 +432,16 @@ impl Backend {
         Ok(())
     }
 
-    /// Step 4: write dirty inode-table leaves.
-    fn flush_itable(&mut self, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
+    /// Step 4: give dirty inode-table leaves new addresses and encode them,
+    /// with their `LeafMap` records.
+    fn redirect_itable(&mut self, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
         for sep in self.itable.unmaps.drain(..) {
             records.push(Record::LeafUnmap { tree: 0, sep });
         }
         let mut maps = Vec::new();
         let alloc = &mut self.alloc;
         let mut goal = 2;
-        self.itable.flush_leaves(
+        self.itable.redirect_leaves(
             self.bs,
             &mut || {
                 let b = alloc.alloc_one(goal)?;
@@ -454,7 +461,7 @@ impl Backend {
     }
 
     /// Step 5: allocations and frees become records, the last of the
-    /// delta's log ([`Backend::seal`] encodes them).
+    /// delta's log ([`Backend::encode_log`] encodes them).
     fn log_records(&mut self, mut records: Vec<Record>) -> Vec<Record> {
         let (allocs, frees) = self.alloc.take_delta();
         records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
@@ -477,7 +484,7 @@ impl Backend {
         let alloc = &mut self.alloc;
         self.sb.itable = self
             .itable
-            .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+            .redirect_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
         // The old log is no longer needed once the superblock is durable; its
         // reserved next block becomes the new head (or, with orphans, a
         // fresh block does).
@@ -570,13 +577,13 @@ impl Backend {
             let mut maps = Vec::new();
             let alloc = &mut self.alloc;
             self.bitmap
-                .flush_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
+                .redirect_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
             let mut freed: Vec<u64> = self.bitmap.freed.drain(..).collect();
             self.bitmap.unmaps.clear();
             let alloc = &mut self.alloc;
             self.sb.bitmap =
                 self.bitmap
-                    .flush_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+                    .redirect_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
             for b in freed {
                 self.alloc.free_range(b, 1);
             }

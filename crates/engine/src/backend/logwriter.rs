@@ -1,7 +1,9 @@
-//! Log writer: packs a delta's records into log blocks on the forward chain.
-//! Each block reserves the address of the next one (its Balloc record rides
-//! in the same block), so the commit block is the only thing that has to
-//! land last, and no superblock write is needed per delta.
+//! Backend layer: the log writer packs a delta's records into log blocks on
+//! the forward chain. Each block reserves the address of the next one (its
+//! Balloc record rides in the same block), so the commit block is the only
+//! thing that has to land last, and no superblock write is needed per delta.
+//!
+//! Calls the log layer (block and record encoding).
 
 use super::alloc::Allocator;
 use crate::error::Result;

@@ -1,9 +1,11 @@
-//! mkfs: write an empty volume — a unified image with no log.
+//! Backend layer: mkfs writes an empty volume — a unified image with no log.
 //!
 //! Layout of a new volume: blocks 0 and 1 superblocks, then the bitmap
 //! blocks, then the bitmap file's extent leaf, the inode-table leaf holding
 //! the root directory, and the reserved log head (zeroed). Everything after
 //! that is free.
+//!
+//! Calls structures (superblock, bitmap, btree leaves) and the device.
 
 use super::alloc::Allocator;
 use super::BITMAP_INO;
@@ -46,8 +48,8 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
     let bitmap_root = {
         let a = &mut alloc;
         let mut f = || a.alloc_one(2);
-        bitmap_tree.flush_leaves(bs, &mut f, &mut writes, &mut maps)?;
-        bitmap_tree.flush_branches(bs, &mut f, &mut writes, &mut freed)?
+        bitmap_tree.redirect_leaves(bs, &mut f, &mut writes, &mut maps)?;
+        bitmap_tree.redirect_branches(bs, &mut f, &mut writes, &mut freed)?
     };
 
     // The inode table with the root directory.
@@ -69,8 +71,8 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
     let itable_root = {
         let a = &mut alloc;
         let mut f = || a.alloc_one(2);
-        itable.flush_leaves(bs, &mut f, &mut writes, &mut maps)?;
-        itable.flush_branches(bs, &mut f, &mut writes, &mut freed)?
+        itable.redirect_leaves(bs, &mut f, &mut writes, &mut maps)?;
+        itable.redirect_branches(bs, &mut f, &mut writes, &mut freed)?
     };
 
     // The log head: reserved and zeroed so no stale block can pass for it.

@@ -1,11 +1,14 @@
-//! Backend: everything that changes media — delta commit, unify, the block
+//! Backend layer, below the frontend and above the cache: everything that
+//! changes media — delta commit, unify, the block
 //! allocator, the log writer, mkfs — and mount-time replay, which reads the
 //! media and rebuilds the cache without writing. It also keeps the orphan
 //! list (inodes with link count 0 kept alive by open handles): replay
 //! collects it from `Orphan` and `Drop` records, and a unify carries it over
 //! into the restarted log (`commit.rs`, `restart_log`).
 //!
-//! Calls cache (to flush cached inodes), structures, log and device.
+//! May call every layer below: the cache (to take dirty inodes and pages at
+//! commit, and to fill it at replay), structures, log, device and base
+//! (types, codec, error, memory_budget).
 
 pub mod alloc;
 pub mod commit;

@@ -1,7 +1,7 @@
-//! How a commit's block images reach the device: sorted by address,
-//! neighbours merged into requests of up to [`MAX_MERGE`] bytes, and all of
-//! a phase's requests handed over as one batch ([`Device::write_gather`]),
-//! which may put them in flight together.
+//! Backend layer: how a commit's block images reach the device: sorted by
+//! address, neighbours merged into requests of up to [`MAX_MERGE`] bytes, and
+//! all of a phase's requests handed over as one batch
+//! ([`Device::write_gather`]), which may put them in flight together.
 //!
 //! Calls only the device layer; `commit.rs` calls it (never the reverse).
 

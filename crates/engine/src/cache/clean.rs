@@ -1,13 +1,13 @@
-//! The bound on clean pages: blocks a full commit wrote, kept in their
-//! files' [`PageMap`](super::PageMap)s so that a partial write of one (an
-//! append to a log, a record updated in place) need not read it back from
-//! the device on the request's thread. They cost memory only: the volume
+//! Cache layer: the bound on clean pages — blocks a full commit wrote, kept
+//! in their files' [`PageMap`](super::PageMap)s so that a partial write of
+//! one (an append to a log, a record updated in place) need not read it back
+//! from the device on the request's thread. They cost memory only: the volume
 //! keeps at most `limit` bytes of them, evicting whole files' clean pages,
-//! the files that got theirs first going first. A file that one commit
-//! wrote more than a quarter of the stream bound of (a stream) keeps none
-//! of them: they would only push the other files' out.
+//! the files that got theirs first going first. A file that one commit wrote
+//! more than a quarter of the stream bound of (a stream) keeps none of them:
+//! they would only push the other files' out.
 //!
-//! Calls only the inode cache.
+//! Calls only the inode cache (and the base types).
 
 use super::inode::Inode;
 use crate::types::Ino;

@@ -1,5 +1,7 @@
-//! Cached inodes: attributes, data tree and dirty pages of each inode that
-//! has been touched since open.
+//! Cache layer: cached inodes — attributes, data tree and dirty pages of each
+//! inode that has been touched since open.
+//!
+//! Calls structures (the inode's attribute record and data tree).
 
 use super::pages::PageMap;
 use crate::structures::btree::{Tree, TreeKind};

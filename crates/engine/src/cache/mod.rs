@@ -1,4 +1,5 @@
-//! Cache: inodes and their dirty data pages, tagged by delta.
+//! Cache layer, below the backend and above structures: inodes and their
+//! data pages, dirty per delta. The frontend fills it, the backend drains it.
 //!
 //! A cached [`Inode`] owns its attributes, its data tree (loaded lazily by
 //! the btree) and its dirty pages. Pages are `Arc`-shared blocks: a commit
@@ -7,7 +8,8 @@
 //! waiting — the block forking of DESIGN.md, in Rust terms. Pages a commit
 //! wrote stay as clean pages, within a bound (`clean.rs`).
 //!
-//! Calls structures only.
+//! May call structures (a cached inode holds its `Tree` and `InodeAttrs`)
+//! and the layers below them; calls nothing above.
 
 pub mod clean;
 pub mod inode;

@@ -1,14 +1,16 @@
-//! Data pages of one file: block-sized buffers keyed by logical block, each
-//! tagged with the delta that last changed it. A page is *dirty* (belongs to
-//! the open delta) or under *writeback* (frozen into a commit whose I/O is in
-//! flight; it stays readable here until the commit is durable). Writing a
-//! page under writeback forks it: the commit keeps its `Arc`, the frontend
-//! gets a copy (DESIGN.md "block forking").
+//! Cache layer: data pages of one file — block-sized buffers keyed by logical
+//! block, each tagged with the delta that last changed it. A page is *dirty*
+//! (belongs to the open delta) or under *writeback* (frozen into a commit
+//! whose I/O is in flight; it stays readable here until the commit is
+//! durable). Writing a page under writeback forks it: the commit keeps its
+//! `Arc`, the frontend gets a copy (DESIGN.md "block forking").
 //!
 //! Once the commit is durable, the pages it wrote stay on as *clean* pages
 //! (the block as the device holds it) until the volume evicts them
 //! (`cache/clean.rs`), so a partial write of such a block — an append to
 //! a log file — need not read it back from the device.
+//!
+//! Calls nothing else in the crate.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
-//! Image file or block device. Owns positional I/O on one file descriptor,
-//! `O_DIRECT` plus aligned bounce buffers on block devices, the device-size
-//! ioctl, reading an image's head (where `tux3::open_path` looks for the
-//! superblock) and creating a sparse image.
+//! Device layer: an image file or block device. Owns positional I/O on one
+//! file descriptor, `O_DIRECT` plus aligned bounce buffers on block devices,
+//! the device-size ioctl, reading an image's head (where `tux3::open_path`
+//! looks for the superblock) and creating a sparse image.
 //!
 //! Calls nothing else in the crate.
 

@@ -1,5 +1,7 @@
-//! In-memory device for tests: a vector of bytes behind a lock.
-//! Writes are durable at once; `flush` only counts.
+//! Device layer: the in-memory device, for tests — a vector of bytes behind a
+//! lock. Writes are durable at once; `flush` only counts.
+//!
+//! Calls nothing else in the crate.
 
 use super::{check_range, CounterSnapshot, Counters, Device};
 use parking_lot::RwLock;

@@ -1,11 +1,13 @@
-//! Device layer: where blocks live. Everything above reads and writes whole
+//! Device layer, below the log and above only the base modules: where
+//! blocks live. Everything above reads and writes whole
 //! blocks through the [`Device`] trait and never touches files directly.
 //!
-//! Implementations: [`file::FileDevice`] (image file or block device, `O_DIRECT`
-//! on block devices), [`memory::MemDevice`] (tests), [`recording::RecordingDevice`]
-//! (logs every write and flush for the crash harness). Each counts blocks read,
-//! blocks written and flushes in [`Counters`]. `batch.rs` puts a batch of
-//! writes in flight at once (io_uring) for the file device.
+//! Implementations: [`file::FileDevice`] (image file or block device,
+//! `O_DIRECT` on block devices), [`memory::MemDevice`] (tests),
+//! [`recording::RecordingDevice`] (logs every write and flush for the crash
+//! harness). Each counts blocks read, blocks written and flushes in
+//! [`Counters`]. `batch.rs` puts a batch of writes in flight at once
+//! (io_uring) for the file device.
 //!
 //! This layer calls nothing else in the crate.
 

@@ -1,6 +1,7 @@
-//! Recording device for the crash harness: passes all I/O to an inner device
-//! and logs every successful write (one entry per block) and flush, in the
-//! order the inner device saw them. `apply` replays a log onto a byte image.
+//! Device layer: the recording device for the crash harness — passes all I/O
+//! to an inner device and logs every successful write (one entry per block)
+//! and flush, in the order the inner device saw them. `apply` replays a log
+//! onto a byte image.
 //!
 //! Calls nothing else in the crate.
 

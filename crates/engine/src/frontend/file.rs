@@ -1,9 +1,12 @@
-//! File data and attributes: read, write, truncate, setattr. Writes land in
-//! dirty pages of the current delta; the backend allocates and writes them
-//! at commit (delayed allocation keeps sequential files contiguous).
+//! Frontend layer: file data and attributes — read, write, truncate, setattr.
+//! Writes land in dirty pages of the current delta; the backend allocates and
+//! writes them at commit (delayed allocation keeps sequential files
+//! contiguous).
 //!
 //! Invariant F1: bytes beyond the file size within its last block are zero,
 //! in cache and on media, so extending a file never exposes old data.
+//!
+//! Calls the cache (through `Volume`) and structures (extent trees).
 
 use super::{max_file_size, Volume};
 use crate::error::{err, Errno, Result};
@@ -92,12 +95,12 @@ impl Volume {
         if data.is_empty() {
             return Ok(0);
         }
-        self.write_data(ino, offset, data)?;
+        self.copy_to_pages(ino, offset, data)?;
         Ok(data.len())
     }
 
     /// Put `data` at `offset` into dirty pages and extend the size.
-    pub(super) fn write_data(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
+    pub(super) fn copy_to_pages(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs();
         let end = offset
             .checked_add(data.len() as u64)

@@ -1,46 +1,47 @@
-//! Fast fsync: commit one inode's changes ahead of the open delta, as an
-//! fsync commit in the log — its record (inode image), its dirty data inline
-//! in the log blocks, and the closure of its pending name changes (below) —
-//! with a single flush. The open delta keeps the same changes; its full
-//! commit later supersedes the fsync commit (replay skips fsync commits that
-//! a full commit follows).
+//! Frontend layer: fast fsync — commit one inode's changes ahead of the open
+//! delta, as an fsync commit in the log — its record (inode image), its dirty
+//! data inline in the log blocks, and the closure of its pending name changes
+//! (below) — with a single flush. The open delta keeps the same changes; its
+//! full commit later supersedes the fsync commit (replay skips fsync commits
+//! that a full commit follows).
 //!
 //! The closure ([`Volume::closure`]): the fsynced inode brings its pending
-//! directory positions (`names.rs`), each position the inodes its new and
-//! its removed durable entry name (and a new entry the removed durable
-//! entries under its name hash), and so on. Each live inode in it is logged
-//! whole (image, pages not yet logged, `Orphan` if it is one); each inode
-//! freed in the open delta as its image with link count 0 plus `Orphan`, so
-//! the next mount frees it; each position as `DirentSet` or `DirentRemove`;
-//! each directory as its image. Replay then finds names and link counts
-//! that agree, and a rename lands whole. The fast path needs every other
-//! inode of the closure to be a regular file or symlink without pending extent-tree
+//! directory positions (`names.rs`), each position the inodes its new and its
+//! removed durable entry name (and a new entry the removed durable entries
+//! under its name hash), and so on. Each live inode in it is logged whole
+//! (image, pages not yet logged, `Orphan` if it is one); each inode freed in
+//! the open delta as its image with link count 0 plus `Orphan`, so the next
+//! mount frees it; each position as `DirentSet` or `DirentRemove`; each
+//! directory as its image. Replay then finds names and link counts that
+//! agree, and a rename lands whole. The fast path needs every other inode of
+//! the closure to be a regular file or symlink without pending extent-tree
 //! changes, at most [`INLINE_PAGES`] pages each to log, at most
 //! [`CLOSURE_MAX`] inodes reached through name changes, and every directory
-//! involved either durable where it is or made in the open delta (then
-//! logged as its image and new entry); a directory whose link count changed
-//! brings its entries that name directories. Anything else (a directory
-//! moved or removed) falls back to a full delta commit, which is always
-//! correct.
+//! involved either durable where it is or made in the open delta (then logged
+//! as its image and new entry); a directory whose link count changed brings
+//! its entries that name directories. Anything else (a directory moved or
+//! removed) falls back to a full delta commit, which is always correct.
 //!
 //! An fsync commit may also go ahead of a delta commit in flight, while that
-//! commit writes its data (before it is sealed, `Volume::seal`), when the
-//! delta in flight holds no change to the inodes of the closure (nor to its
-//! directories and freed inodes) that an fsync commit has not made durable
-//! already, and no orphan is among them — or
-//! only data and attributes of theirs, whose frozen pages it then logs too
-//! ([`Frozen::coverable`]): the fsync commit then depends on nothing the
-//! commit in flight writes, and the commit's log follows it in the chain.
-//! Replay keeps such an fsync commit live after that delta's commit (it
-//! carries the next delta's number). Otherwise the fsync waits for the
-//! commit in flight. The same holds ahead of a unify that does not start a
-//! fresh log (`CommitJob::holds_log`).
+//! commit writes its data (before its log is encoded, `Volume::encode_log`),
+//! when the delta in flight holds no change to the inodes of the closure (nor
+//! to its directories and freed inodes) that an fsync commit has not made
+//! durable already, and no orphan is among them — or only data and attributes
+//! of theirs, whose frozen pages it then logs too ([`Frozen::coverable`]):
+//! the fsync commit then depends on nothing the commit in flight writes, and
+//! the commit's log follows it in the chain. Replay keeps such an fsync
+//! commit live after that delta's commit (it carries the next delta's
+//! number). Otherwise the fsync waits for the commit in flight. The same
+//! holds ahead of a unify that does not start a fresh log
+//! (`CommitJob::holds_log`).
 //!
 //! Once a delta commit in flight has written its log (`Volume::log_written`)
 //! and only its flush is left, an fsync commit of any inodes follows it in
 //! the chain, as after a finished delta: its own flush makes the delta
 //! durable too. (Replay drops such fsync commits with the delta if a crash
 //! before that flush left the delta unproven: `log/chain.rs`.)
+//!
+//! Calls the backend (`prepare_fsync`), the cache and log (the records).
 
 use super::names::Pos;
 use super::Volume;

@@ -1,11 +1,13 @@
-//! Open handles and orphans: an inode whose last name is removed while a
-//! handle is open stays alive until the last handle is released, so reads
-//! and writes through open file descriptors keep working, as POSIX requires.
-//! Such an orphan is on the backend's orphan list (`be.orphans`), which the
-//! log makes durable (`Orphan` records, re-logged by each unify): after a
-//! crash the next writable open frees what the list holds
-//! ([`Volume::free_replayed_orphans`]); a clean close frees them too.
+//! Frontend layer: open handles and orphans — an inode whose last name is
+//! removed while a handle is open stays alive until the last handle is
+//! released, so reads and writes through open file descriptors keep working,
+//! as POSIX requires. Such an orphan is on the backend's orphan list
+//! (`be.orphans`), which the log makes durable (`Orphan` records, re-logged
+//! by each unify): after a crash the next writable open frees what the list
+//! holds ([`Volume::free_replayed_orphans`]); a clean close frees them too.
 //! SEEK_DATA / SEEK_HOLE also live here.
+//!
+//! Calls the backend's orphan list, the cache and structures (extent trees).
 
 use super::Volume;
 use crate::error::{err, Errno, Error, Result};

@@ -1,12 +1,15 @@
-//! Frontend: every POSIX operation, run in cache. A [`Volume`] holds the
+//! Frontend layer, below the API and above the backend: every POSIX
+//! operation, run in cache. A [`Volume`] holds the
 //! backend (media side) and the inode cache; operations change cached
 //! inodes, directory and extent trees and dirty pages, all tagged with the
 //! current delta, and never write to the device themselves. Deltas end on
 //! sync/fsync, on dirty-memory pressure (`dirty_limit`) and at close; the
 //! log is unified once it holds `unify_log_blocks` blocks.
 //!
-//! Calls the backend (commit, replay) and the cache; uses structures for
-//! tree operations.
+//! May call every layer below: the backend (commit, fsync commit, replay,
+//! allocator), the cache, structures (trees, attribute records, directory
+//! entries), log (the records of fsync commits), device and the base
+//! modules.
 
 mod file;
 pub mod fsync;
@@ -70,8 +73,8 @@ pub struct Volume {
     /// An fsync commit's I/O is in flight (between `fsync_plan` and
     /// `finish`).
     fsync_in_flight: bool,
-    /// While the delta commit in flight writes its data (frozen, not yet
-    /// sealed; never for a unify that holds the log): the inodes it changes
+    /// While the delta commit in flight writes its data (frozen, its log not
+    /// yet encoded; never for a unify that holds the log): the inodes it changes
     /// that no fsync commit has made durable already, and which of them an
     /// fsync commit may cover anyway (`fsync.rs`).
     frozen: Option<fsync::Frozen>,
@@ -350,14 +353,14 @@ impl Volume {
             return Ok(());
         };
         let r = job.write_data();
-        let r = r.and_then(|()| self.seal(&mut job));
+        let r = r.and_then(|()| self.encode_log(&mut job));
         let r = r.and_then(|()| job.write_log());
         self.finish(job, r).map(drop)
     }
 
     /// Freeze the current delta into a commit job whose I/O the caller runs
     /// without holding the volume: [`CommitJob::write_data`], then
-    /// [`Volume::seal`], then [`CommitJob::write_log`], then
+    /// [`Volume::encode_log`], then [`CommitJob::write_log`], then
     /// [`Volume::finish`]. `None` when there is nothing to commit. Only one
     /// job may be in flight when a delta freezes.
     pub fn freeze(&mut self, unify: bool) -> Result<Option<CommitJob>> {
@@ -430,9 +433,9 @@ impl Volume {
 
     /// Between a delta commit's data and its log: encode the log at the
     /// tail as it is now. From here on no fsync commit may go ahead of it.
-    pub fn seal(&mut self, job: &mut CommitJob) -> Result<()> {
+    pub fn encode_log(&mut self, job: &mut CommitJob) -> Result<()> {
         self.frozen = None;
-        let r = self.be.seal(job);
+        let r = self.be.encode_log(job);
         if r.is_err() {
             self.failed = true;
         }

@@ -1,7 +1,7 @@
-//! Pending name changes of the open delta: the directory positions whose
-//! entry differs from what a crash would recover (filled since their
-//! durable state, or emptied of a durable entry), and the inodes each
-//! involves. An fsync commit logs the closure of its inode's pending
+//! Frontend layer: pending name changes of the open delta — the directory
+//! positions whose entry differs from what a crash would recover (filled
+//! since their durable state, or emptied of a durable entry), and the inodes
+//! each involves. An fsync commit logs the closure of its inode's pending
 //! changes and marks them durable here (`fsync.rs`); a delta commit makes
 //! them all durable (cleared at freeze).
 //!

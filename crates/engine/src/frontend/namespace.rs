@@ -1,6 +1,9 @@
-//! Namespace operations: lookup, create (mknod, mkdir, symlink), link,
-//! unlink, rmdir, rename and readdir. Directory entries live in each
-//! directory's hashed tree (structures/dirent.rs).
+//! Frontend layer: namespace operations — lookup, create (mknod, mkdir,
+//! symlink), link, unlink, rmdir, rename and readdir. Directory entries live
+//! in each directory's hashed tree (`structures/dirent.rs`).
+//!
+//! Calls the cache, structures (directory trees) and log (`Orphan`,
+//! `Drop` records for the backend).
 
 use super::Volume;
 use crate::error::{err, Errno, Error, Result};
@@ -178,7 +181,7 @@ impl Volume {
             return err(Errno::ENAMETOOLONG);
         }
         let ino = self.new_inode(parent, name, libc::S_IFLNK | 0o777, 0, uid, gid)?;
-        self.write_data(ino, 0, target)?;
+        self.copy_to_pages(ino, 0, target)?;
         self.getattr(ino)
     }
 

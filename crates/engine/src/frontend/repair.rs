@@ -1,4 +1,5 @@
-//! Repair hooks for `fsck --repair` (src/tools/fsck/fix.rs): small, direct
+//! Frontend layer: repair hooks for `fsck --repair`
+//! (`crates/tools/src/fsck/fix.rs`) — small, direct
 //! changes to a mounted volume that the checker has proven right — set a
 //! link count or a `blocks` attribute, free leaked blocks, mark referenced
 //! blocks in use. Each change joins the current delta like any operation;

@@ -1,6 +1,9 @@
-//! Extended attributes: stored as optional attributes of the inode record,
-//! so they cost no extra block. Their total cost per inode is bounded by
-//! `xattr_space` (ENOSPC beyond it, as ext4 does when they do not fit).
+//! Frontend layer: extended attributes, stored as optional attributes of the
+//! inode record, so they cost no extra block. Their total cost per inode is
+//! bounded by `xattr_space` (ENOSPC beyond it, as ext4 does when they do not
+//! fit).
+//!
+//! Calls the cache and structures (the inode record's xattr cost).
 
 use super::Volume;
 use crate::error::{err, Errno, Result};

@@ -1,4 +1,4 @@
-//! Log block layout:
+//! Log layer: the log block. Layout:
 //!
 //! ```text
 //! 0   header(16): magic "T3LG", crc32c, own address
@@ -11,6 +11,8 @@
 //! 48  u64 nonce      random per mount session
 //! 56  records
 //! ```
+//!
+//! Calls the base modules only (codec, error).
 
 use super::record::Record;
 use crate::codec::{begin, seal, verify, Reader};

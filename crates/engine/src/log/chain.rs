@@ -1,5 +1,6 @@
-//! The chain reader: follows the log from its head and returns every
-//! committed delta, in order, plus where the next block goes. Reads only.
+//! Log layer: the chain reader — follows the log from its head and returns
+//! every committed delta, in order, plus where the next block goes. Reads
+//! only.
 //!
 //! A small full commit is written with a single flush: its commit block
 //! lists a CRC32C of every other block it wrote (`BlockSum` records), so a
@@ -10,6 +11,8 @@
 //! before it may land any of their blocks); any other block after it was
 //! written after its flush returned. An unproven delta goes with the fsync
 //! commits that follow it: none of them has returned.
+//!
+//! Calls the device layer (reads) and the base modules.
 
 use super::block::LogBlock;
 use super::record::Record;

@@ -1,4 +1,5 @@
-//! Log: the records a delta commit writes instead of rewriting parents and
+//! Log layer, below structures and above the device: the records a delta
+//! commit writes instead of rewriting parents and
 //! bitmaps, the log blocks that carry them, and the chain reader that finds
 //! every committed delta since the last unify.
 //!
@@ -10,7 +11,8 @@
 //! a delta counts only if its COMMIT block was reached. No superblock write
 //! is needed per delta.
 //!
-//! Calls only the device layer.
+//! May call the device layer (the chain reader reads blocks) and the base
+//! modules (codec, error); the backend's log writer encodes into it.
 
 pub mod block;
 pub mod chain;

@@ -1,5 +1,6 @@
-//! Log record types. Each record is a type byte followed by fixed fields;
-//! the table below is the whole vocabulary (docs/FORMAT.md repeats it).
+//! Log layer: the record types. Each record is a type byte followed by fixed
+//! fields; the table below is the whole vocabulary (docs/FORMAT.md repeats
+//! it).
 //!
 //! | type | record | fields | replay effect |
 //! |------|--------|--------|---------------|
@@ -15,10 +16,13 @@
 //! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last full delta of the chain) |
 //! | 11 | DirentRemove | dir u64, key u64 | (fsync) no entry at position `key` of `dir` |
 //!
-//! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC). Replay
-//! applies them only when no full delta commit follows them in the chain: a
-//! later full delta already holds everything they describe. Orphan records
-//! count in every committed delta, full or fsync, in log order.
+//! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
+//! Replay applies them unless a later full commit in the chain carries a
+//! delta number at least theirs: that delta holds everything they describe.
+//! Orphan records count in every committed delta, full or fsync, in log
+//! order.
+//!
+//! Calls the base modules only (codec, error).
 
 use crate::codec::{Reader, Writer};
 use crate::error::Result;

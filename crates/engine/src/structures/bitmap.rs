@@ -1,9 +1,12 @@
-//! Free-space bitmap blocks: the data blocks of the bitmap file. Bit `i` of
-//! bitmap block `n` covers volume block `n * bits_per_block + i`; 1 = in use.
+//! Structures layer: free-space bitmap blocks, the data blocks of the
+//! bitmap file. Bit `i` of bitmap block `n` covers volume block
+//! `n * bits_per_block + i`; 1 = in use.
 //!
 //! ```text
 //! header(16, magic "T3BM") | index u64 | 0 u64 | bits (LSB first)
 //! ```
+//!
+//! Calls the base modules only (codec, error).
 
 use crate::codec::{begin, seal, verify, Reader};
 use crate::error::Result;

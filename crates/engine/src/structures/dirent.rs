@@ -1,7 +1,10 @@
-//! Directory entries. A directory's data tree is keyed by hash position:
-//! `key = hash47(name) << 16 | collision index`, so a lookup reads one path
-//! of the tree (O(log n) blocks) and a position never moves while the entry
-//! exists (readdir positions stay valid). Value: `ino u64, type u8, name`.
+//! Structures layer: directory entries. A directory's data tree is keyed by
+//! hash position: `key = hash47(name) << 16 | collision index`, so a lookup
+//! reads one path of the tree (O(log n) blocks) and a position never moves
+//! while the entry exists (readdir positions stay valid). Value: `ino u64,
+//! type u8, name`.
+//!
+//! Calls the btree and the base modules (codec, error, types).
 
 use crate::codec::{Reader, Writer};
 use crate::error::Result;

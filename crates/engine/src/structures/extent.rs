@@ -1,6 +1,9 @@
-//! Extent trees: a file's data map, keyed by logical block, each value an
-//! extent `physical start u64, block count u32`. Extents never overlap.
-//! Operations here keep that true and report the physical blocks they free.
+//! Structures layer: extent trees, a file's data map, keyed by logical block,
+//! each value an extent `physical start u64, block count u32`. Extents never
+//! overlap. Operations here keep that true and report the physical blocks
+//! they free.
+//!
+//! Calls the btree, the device (through it) and the base modules.
 
 use super::btree::Tree;
 use crate::codec::{Reader, Writer};

@@ -1,6 +1,6 @@
-//! Inode attributes as stored in the inode table: a list of optional,
-//! variable-length attributes, each `tag u8, length u16, body`. Absent
-//! attributes take their default (zero); unknown tags are corruption.
+//! Structures layer: inode attributes as stored in the inode table, a list of
+//! optional, variable-length attributes, each `tag u8, length u16, body`.
+//! Absent attributes take their default (zero); unknown tags are corruption.
 //!
 //! | tag | attribute | body |
 //! |-----|-----------|------|

@@ -1,7 +1,7 @@
-//! The superblock: two alternating copies in blocks 0 and 1. Each unify
-//! writes the copy `seq % 2` with a higher sequence number; open picks the
-//! valid copy with the highest sequence, so a torn superblock write leaves
-//! the other, older copy in charge.
+//! Structures layer: the superblock, two alternating copies in blocks 0
+//! and 1. Each unify writes the copy `seq % 2` with a higher sequence
+//! number; open picks the valid copy with the highest sequence, so a torn
+//! superblock write leaves the other, older copy in charge.
 //!
 //! Layout (little-endian, rest of the block zero; see docs/FORMAT.md):
 //!
@@ -14,7 +14,7 @@
 //! 24  u64 block count            104 u64 next delta number
 //! 32  u64 superblock sequence    112 i64 creation time (seconds)
 //! 40  [8] volume id              120 u64 unify count
-//! 48  u64 itable root address    128 u64 log nonce seed (unused: 0)
+//! 48  u64 itable root address    128 u64 log head prev crc (u32, high 32 bits 0)
 //! 56  u8  itable root depth (+7 pad)
 //! ```
 

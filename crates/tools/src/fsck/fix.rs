@@ -1,7 +1,7 @@
 //! `fsck --repair`: applies the repairs a read-only pass found safe, through
 //! the engine — mount read-write (replaying the log), call the
-//! `Volume::repair_*` hooks (src/frontend/repair.rs), unify so every change
-//! and a fresh superblock land together, and close. Nothing is written if
+//! `Volume::repair_*` hooks (`crates/engine/src/frontend/repair.rs`), unify
+//! so every change and a fresh superblock land together, and close. Nothing is written if
 //! the volume does not mount.
 //!
 //! Calls `frontend::Volume` only.

@@ -1,6 +1,6 @@
-//! The io_uring behind [`Batch`] (the `uring` feature): up to [`DEPTH`]
-//! pieces of a batch in flight at once, each in its own bounce buffer that
-//! outlives the kernel's use of it.
+//! Device layer: the io_uring behind [`Batch`] (the `uring` feature): up to
+//! [`DEPTH`] pieces of a batch in flight at once, each in its own bounce
+//! buffer that outlives the kernel's use of it.
 //!
 //! Calls nothing else in the crate; `batch.rs` owns the pieces and the gate.
 

@@ -1,4 +1,7 @@
-//! Generic btree used by the inode table, extent trees and directories.
+//! Structures layer: the generic btree used by the inode table, extent trees
+//! and directories.
+//!
+//! Calls the device (to load nodes) and the base modules.
 pub mod node;
 pub mod tree;
 

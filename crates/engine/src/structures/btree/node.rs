@@ -1,7 +1,7 @@
-//! Btree nodes in memory and on disk: leaves hold sorted (key, value) pairs
-//! with variable-length values; branches hold sorted (separator, child)
-//! pairs. Encoding and validating decoding live here; tree algorithms live in
-//! `tree.rs`.
+//! Structures layer: btree nodes in memory and on disk — leaves hold sorted
+//! (key, value) pairs with variable-length values; branches hold sorted
+//! (separator, child) pairs. Encoding and validating decoding live here; tree
+//! algorithms live in `tree.rs`.
 //!
 //! ```text
 //! leaf:   header(16) | owner u64 | kind u8 | level u8 = 0 | count u16 | 0 u32

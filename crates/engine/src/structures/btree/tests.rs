@@ -1,6 +1,6 @@
-//! Property tests of the btree against a `BTreeMap`, including the log
-//! contract: replaying the leaf-map records of each commit on top of the
-//! last unified root yields exactly the committed contents.
+//! Structures layer: property tests of the btree against a `BTreeMap`,
+//! including the log contract: replaying the leaf-map records of each commit
+//! on top of the last unified root yields exactly the committed contents.
 
 use super::{Tree, TreeKind};
 use crate::device::{Device, MemDevice};
@@ -75,11 +75,11 @@ proptest! {
                     let mut maps = Vec::new();
                     let mut next = h.next;
                     let mut alloc = || { next += 1; Ok(next) };
-                    t.flush_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+                    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
                     let unmaps = std::mem::take(&mut t.unmaps);
                     if matches!(op, Op::Unify) {
                         let mut freed = Vec::new();
-                        base = t.flush_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+                        base = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
                         log.clear();
                     } else {
                         log.push((unmaps, maps));

@@ -1,16 +1,18 @@
-//! The generic btree: one algorithm for the inode table, extent trees and
-//! directories. Nodes load lazily from the device and stay in memory.
+//! Structures layer: the generic btree, one algorithm for the inode table,
+//! extent trees and directories. Nodes load lazily from the device and stay
+//! in memory.
 //!
 //! Logically a tree is an ordered list of leaves, each with a separator
 //! (`sep`): key k lives in the leaf with the largest sep <= k (or the first
 //! leaf). Branches are only an index over that list. This is what makes the
 //! log work (docs/ARCHITECTURE.md, "leaf map"):
 //!
-//! * a delta commit writes each dirty leaf to a new address and logs
+//! * a delta commit redirects each dirty leaf to a new address and logs
 //!   `LeafMap(tree, sep, addr)`; a leaf removed from the list is logged as
 //!   `LeafUnmap(tree, sep)`;
-//! * branches are written only at unify; replay rebuilds them in cache by
-//!   applying the same list changes to the last unified branches.
+//! * branches are redirected and written only at unify; replay rebuilds
+//!   them in cache by applying the same list changes to the last unified
+//!   branches.
 //!
 //! Invariant T1: every branch entry's sep equals the sep of the first leaf
 //! below it, so any branch shape over the same leaf list routes every key to
@@ -260,10 +262,11 @@ impl Tree {
         Ok(())
     }
 
-    /// Delta commit: write every dirty leaf to a new address from `alloc`,
-    /// pushing (address, image) to `out`, old addresses to `self.freed`, and
-    /// (sep, address) to `maps`.
-    pub fn flush_leaves(
+    /// Delta commit: give every dirty leaf a new address from `alloc`
+    /// (redirect) and encode it, pushing (address, image) to `out` for the
+    /// caller to write, old addresses to `self.freed`, and (sep, address)
+    /// to `maps`.
+    pub fn redirect_leaves(
         &mut self,
         bs: usize,
         alloc: &mut dyn FnMut() -> Result<u64>,
@@ -286,10 +289,11 @@ impl Tree {
         Ok(())
     }
 
-    /// Unify: write every dirty branch to a new address (children first),
-    /// pushing old branch addresses to `freed`. Leaves must be clean.
+    /// Unify: give every dirty branch a new address (children first) and
+    /// encode it into `out`, pushing old branch addresses to `freed`.
+    /// Leaves must be clean.
     /// Sets and returns the new unified root.
-    pub fn flush_branches(
+    pub fn redirect_branches(
         &mut self,
         bs: usize,
         alloc: &mut dyn FnMut() -> Result<u64>,
