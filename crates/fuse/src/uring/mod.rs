@@ -12,7 +12,8 @@
 //! `/dev/fuse` for good.
 //!
 //! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs);
-//! - `args.rs`: the per-opcode argument structs requests are read through;
+//! - `args.rs`: the per-opcode argument structs requests are read through
+//!   (`decode_tests.rs` tests them, and EINVAL for short requests);
 //! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
