@@ -209,14 +209,28 @@ fn stopper(unmounter: SessionUnmounter, mountpoint: &Path) -> io::Result<uring::
     let unmounter = parking_lot::Mutex::new(unmounter);
     let mountpoint = mountpoint.to_path_buf();
     Ok(Arc::new(move || {
-        if let Err(e) = abort_connection(&mountpoint) {
+        let dev = mount_dev(&mountpoint);
+        let aborted = match &dev {
+            Ok(dev) => abort_connection(dev),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        if let Err(e) = aborted {
             log(&format!(
                 "aborting the FUSE connection of {}: {e}",
                 mountpoint.display()
             ));
         }
-        if let Err(e) = unmounter.lock().unmount() {
-            log(&format!("unmounting {}: {e}; detaching it", mountpoint.display()));
+        let unmounted = unmounter.lock().unmount();
+        // fuser leaves a mount it takes for gone, or a busy one: detach it
+        // if it is still this one.
+        if dev.is_ok() && mount_dev(&mountpoint).ok() == dev.as_ref().ok().cloned() {
+            let why = unmounted
+                .err()
+                .map_or("still mounted".to_string(), |e| e.to_string());
+            log(&format!(
+                "unmounting {}: {why}; detaching it",
+                mountpoint.display()
+            ));
             // SAFETY: valid C string.
             unsafe {
                 libc::umount2(path.as_ptr(), libc::MNT_DETACH);
@@ -228,10 +242,9 @@ fn stopper(unmounter: SessionUnmounter, mountpoint: &Path) -> io::Result<uring::
 /// The FUSE control filesystem, where each connection has an `abort` file.
 const FUSECTL: &str = "/sys/fs/fuse/connections";
 
-/// Abort the FUSE connection mounted at `mountpoint` through the control
-/// filesystem (mounting it if the system has not).
-fn abort_connection(mountpoint: &Path) -> io::Result<()> {
-    let dev = mount_dev(mountpoint)?;
+/// Abort the FUSE connection of the mount on device `dev` (`major:minor`)
+/// through the control filesystem (mounting it if the system has not).
+fn abort_connection(dev: &str) -> io::Result<()> {
     let minor = dev
         .split(':')
         .nth(1)

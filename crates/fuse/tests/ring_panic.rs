@@ -138,7 +138,14 @@ fn a_panicking_ring_thread_leaks_its_buffers_and_the_mount_ends() {
     let (done_rx, server) = serve(open());
     fs::write(mnt.join("before"), b"written before the panic").unwrap();
     fs::File::open(mnt.join("before")).unwrap().sync_all().unwrap();
-    assert!(test_hooks::ring_requests() > 0, "the rings serve requests");
+    // Until the kernel has every queue's entries it sends through /dev/fuse:
+    // look up fresh names until one comes through a ring.
+    let mut probe = 0;
+    wait_until("a request through the rings", || {
+        probe += 1;
+        let _ = fs::metadata(mnt.join(format!("probe{probe}")));
+        test_hooks::ring_requests() > 0
+    });
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
     let served = done_rx
         .recv_timeout(DEADLINE)
