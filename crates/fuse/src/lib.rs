@@ -12,13 +12,19 @@
 //!   decoding and reply encoding over the same adapter);
 //! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
 //!   and closing the volume at the end;
+//! - `test_hooks.rs` (feature `test-hooks`, tests only): faults injected on
+//!   purpose (a queue thread that panics);
 //! - this file: the mount-time options and value conversions.
 //!
 //! Calls only [`tux3::Fs`] and its value types.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
 mod ops;
 mod serve;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod test_hooks;
 mod uring;
 
 pub use adapter::Tux3Fuse;

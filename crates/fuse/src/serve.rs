@@ -1,8 +1,9 @@
 //! Mounting and serving: mounts the FUSE filesystem (fuser, straight through
 //! mount(2)), runs the request threads, turns SIGTERM, SIGINT and SIGHUP
-//! into an unmount, and closes the volume with [`tux3::Fs::close`] once the
-//! session is over. (Deltas end by time in the engine's own commit thread:
-//! `OpenOptions::commit_interval`.)
+//! into an unmount, ends the mount if an io_uring queue thread panics
+//! (aborting the connection, then unmounting), and closes the volume with
+//! [`tux3::Fs::close`] once the session is over. (Deltas end by time in the
+//! engine's own commit thread: `OpenOptions::commit_interval`.)
 //!
 //! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
 
@@ -82,12 +83,13 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
     let fs = Arc::new(fs);
     let config = session_config(opts);
     let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
-    let session = Session::new(fuse.clone(), &mountpoint, &config)?;
+    let mut session = Session::new(fuse.clone(), &mountpoint, &config)?;
     // INIT is answered: the kernel takes ring registrations now.
     let rings = if fuse.uring() {
         let queues = uring::queue_count();
         let per_queue = opts.threads.div_ceil(queues);
-        match Rings::start(&fuse, session.as_fd(), per_queue) {
+        let stop = stopper(session.unmount_callable(), &mountpoint)?;
+        match Rings::start(&fuse, session.as_fd(), per_queue, stop) {
             Ok(r) => Some(r),
             Err(e) if opts.uring == Some(true) => return Err(e),
             Err(e) => {
@@ -167,9 +169,7 @@ impl Mounted {
             .map_err(|e| format!("starting the signal thread: {e}"))?;
         let served = self.session.run();
         // The kernel ended the queues with the connection.
-        if let Some(rings) = self.rings.take() {
-            rings.join();
-        }
+        let ring_panicked = self.rings.take().is_some_and(Rings::join);
 
         done.store(true, Ordering::SeqCst);
         // SAFETY: the thread is alive until it sees `done`; waking it with a
@@ -184,12 +184,119 @@ impl Mounted {
             // A request thread is still alive (it panicked): commit what we can.
             Err(fs) => fs.sync().map_err(|e| format!("committing the volume: {e}")),
         };
+        let served = if ring_panicked {
+            Err(io::Error::other(
+                "an io_uring queue thread panicked; the mount was ended",
+            ))
+        } else {
+            served
+        };
         match (served, closed) {
             (Ok(()), r) => r,
             (Err(e), Ok(())) => Err(format!("serving {}: {e}", self.mountpoint.display())),
             (Err(e), Err(c)) => Err(format!("serving {}: {e}; {c}", self.mountpoint.display())),
         }
     }
+}
+
+/// What ends the mount after an io_uring queue thread panicked: abort the
+/// FUSE connection (every request in flight fails, none waits for the dead
+/// thread; fuser's session and the other queues end), then unmount it, or
+/// detach it if it is busy.
+fn stopper(unmounter: SessionUnmounter, mountpoint: &Path) -> io::Result<uring::Stop> {
+    let path = CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point contains a NUL byte"))?;
+    let unmounter = parking_lot::Mutex::new(unmounter);
+    let mountpoint = mountpoint.to_path_buf();
+    Ok(Arc::new(move || {
+        let dev = mount_dev(&mountpoint);
+        let aborted = match &dev {
+            Ok(dev) => abort_connection(dev),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        if let Err(e) = aborted {
+            log(&format!(
+                "aborting the FUSE connection of {}: {e}",
+                mountpoint.display()
+            ));
+        }
+        let unmounted = unmounter.lock().unmount();
+        // fuser leaves a mount it takes for gone, or a busy one: detach it
+        // if it is still this one.
+        if dev.is_ok() && mount_dev(&mountpoint).ok() == dev.as_ref().ok().cloned() {
+            let why = unmounted
+                .err()
+                .map_or("still mounted".to_string(), |e| e.to_string());
+            log(&format!(
+                "unmounting {}: {why}; detaching it",
+                mountpoint.display()
+            ));
+            // SAFETY: valid C string.
+            unsafe {
+                libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+    }))
+}
+
+/// The FUSE control filesystem, where each connection has an `abort` file.
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+/// Abort the FUSE connection of the mount on device `dev` (`major:minor`)
+/// through the control filesystem (mounting it if the system has not).
+fn abort_connection(dev: &str) -> io::Result<()> {
+    let minor = dev
+        .split(':')
+        .nth(1)
+        .ok_or_else(|| io::Error::other(format!("device {dev} in mountinfo")))?;
+    let abort = Path::new(FUSECTL).join(minor).join("abort");
+    if !abort.exists() {
+        let (src, dir) = (c"fusectl", CString::new(FUSECTL).map_err(io::Error::other)?);
+        // SAFETY: valid C strings; no mount data.
+        unsafe {
+            libc::mount(src.as_ptr(), dir.as_ptr(), src.as_ptr(), 0, std::ptr::null());
+        }
+    }
+    std::fs::write(&abort, b"1")
+}
+
+/// The `major:minor` of the mount at `mountpoint` (the last one there),
+/// from /proc/self/mountinfo: no request to the mount itself.
+fn mount_dev(mountpoint: &Path) -> io::Result<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.as_os_str().as_bytes();
+    info.lines()
+        .rev()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let (dev, at) = (f.get(2)?, f.get(4)?);
+            (unescape(at) == want).then(|| dev.to_string())
+        })
+        .ok_or_else(|| io::Error::other("not in /proc/self/mountinfo"))
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).and_then(|d| {
+            let d = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(d, 8).ok()
+        });
+        match (b[i], octal) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The thread that waits for SIGTERM/SIGINT/SIGHUP and unmounts.

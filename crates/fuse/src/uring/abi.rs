@@ -1,13 +1,16 @@
 //! The kernel's FUSE wire format as the io_uring transport sees it
 //! (`include/uapi/linux/fuse.h`): opcodes, the layout of a ring entry's
 //! header buffer, the per-opcode argument structs read from it, and the
-//! reply structs written to the payload buffer. Plain byte offsets, native
-//! endian, as the kernel lays them out.
+//! reply structs written to the payload buffer. Requests are read through
+//! `#[repr(C)]` structs (zerocopy) with their lengths checked: a request
+//! shorter than its struct is refused (EINVAL), never read as zeros.
+//! Native endian, as the kernel lays them out.
 //!
 //! Calls nothing.
 
 use std::time::Duration;
 use tux3::types::{Attr, FileType, StatFs, Timespec};
+use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// Request opcodes served through the rings (FORGET, BATCH_FORGET and
 /// INTERRUPT arrive through `/dev/fuse`, to fuser).
@@ -80,17 +83,34 @@ pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `FUSE_FSYNC_FDATASYNC` in `fuse_fsync_in.fsync_flags`.
 pub const FSYNC_FDATASYNC: u32 = 1;
 
-/// Native-endian reads from a byte slice; out-of-range reads give 0 (a
-/// short struct from an older kernel reads as zeros, never panics).
-pub fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_ne_bytes(s.try_into().unwrap_or_default()))
+/// `struct fuse_in_header`.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+struct FuseInHeader {
+    len: u32,
+    opcode: u32,
+    unique: u64,
+    nodeid: u64,
+    uid: u32,
+    gid: u32,
+    pid: u32,
+    total_extlen: u16,
+    padding: u16,
 }
 
-pub fn u64_at(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8)
-        .map_or(0, |s| u64::from_ne_bytes(s.try_into().unwrap_or_default()))
+/// `struct fuse_uring_ent_in_out`.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+struct EntInOut {
+    flags: u64,
+    commit_id: u64,
+    payload_sz: u32,
+    padding: u32,
+    reserved: u64,
 }
+
+/// `fuse_in_header` size: the part of `len` that is not arguments.
+const IN_HEADER_LEN: usize = std::mem::size_of::<FuseInHeader>();
 
 /// The request in a ring entry's header buffer.
 #[derive(Debug, Clone, Copy)]
@@ -104,25 +124,60 @@ pub struct InHeader {
     pub commit_id: u64,
     /// Bytes of arguments in the payload buffer.
     pub payload_len: usize,
+    /// Bytes of the request (`fuse_in_header.len`): header, the opcode's
+    /// argument struct, and the payload.
+    pub len: usize,
+}
+
+/// A request whose lengths do not hold what its opcode needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short;
+
+/// The `T` at the start of `b`, or [`Short`] if `b` is shorter than `T`.
+pub fn read<T: FromBytes + KnownLayout + Immutable>(b: &[u8]) -> Result<T, Short> {
+    T::read_from_prefix(b).map(|(t, _)| t).map_err(|_| Short)
 }
 
 impl InHeader {
-    pub fn parse(header: &[u8]) -> InHeader {
-        InHeader {
-            opcode: u32_at(header, 4),
-            unique: u64_at(header, 8),
-            nodeid: u64_at(header, 16),
-            uid: u32_at(header, 24),
-            gid: u32_at(header, 28),
-            commit_id: u64_at(header, ENT_IN_OUT + 8),
-            payload_len: u32_at(header, ENT_IN_OUT + 16) as usize,
+    /// The request of a header buffer; [`Short`] if the buffer cannot hold
+    /// one (a ring entry's always does).
+    pub fn parse(header: &[u8]) -> Result<InHeader, Short> {
+        let h: FuseInHeader = read(header)?;
+        let ent: EntInOut = read(header.get(ENT_IN_OUT..).ok_or(Short)?)?;
+        Ok(InHeader {
+            opcode: h.opcode,
+            unique: h.unique,
+            nodeid: h.nodeid,
+            uid: h.uid,
+            gid: h.gid,
+            commit_id: ent.commit_id,
+            payload_len: ent.payload_sz as usize,
+            len: h.len as usize,
+        })
+    }
+
+    /// The bytes of the opcode's argument struct the kernel wrote: what
+    /// `len` leaves after the header and the payload. [`Short`] if the
+    /// lengths contradict each other or the buffers.
+    pub fn op_in_len(&self, payload_room: usize) -> Result<usize, Short> {
+        if self.payload_len > payload_room {
+            return Err(Short);
         }
+        let n = self
+            .len
+            .checked_sub(IN_HEADER_LEN)
+            .and_then(|n| n.checked_sub(self.payload_len))
+            .ok_or(Short)?;
+        if n > OP_IN_LEN {
+            return Err(Short);
+        }
+        Ok(n)
     }
 }
 
-/// The opcode's argument struct in a header buffer.
+/// The opcode's argument struct in a header buffer (all its room).
 pub fn op_in(header: &[u8]) -> &[u8] {
-    &header[OP_IN..ENT_IN_OUT]
+    header.get(OP_IN..ENT_IN_OUT).unwrap_or_default()
 }
 
 /// Write the reply's out header (and the payload length) into a header
@@ -280,6 +335,14 @@ impl<'a> Out<'a> {
 mod tests {
     use super::*;
 
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
     #[test]
     fn names_split_at_nuls() {
         let p = b"old\0new\0rest";
@@ -362,6 +425,6 @@ mod tests {
         assert_eq!(u32_at(&h, 0), OUT_HEADER_LEN);
         assert_eq!(u32_at(&h, 4) as i32, -libc::ENOENT);
         assert_eq!(u64_at(&h, 8), 42);
-        assert_eq!(InHeader::parse(&h).commit_id, 99);
+        assert_eq!(InHeader::parse(&h).unwrap().commit_id, 99);
     }
 }

@@ -5,7 +5,11 @@
 //!
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
-use super::abi::{self, fattr, op, u32_at, u64_at, InHeader, Out};
+use super::abi::{self, fattr, op, read, InHeader, Out, Short};
+use super::args::{
+    CreateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn,
+    SetattrIn, SetxattrIn, WriteIn,
+};
 use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
@@ -55,10 +59,26 @@ fn errno_of(e: &Error) -> i32 {
     -e.errno().0
 }
 
+/// A request shorter than its opcode's struct is refused with EINVAL.
+impl From<Short> for Error {
+    fn from(_: Short) -> Error {
+        Error::Posix(Errno(libc::EINVAL))
+    }
+}
+
+fn refused(_: Short) -> Outcome {
+    Outcome::Reply {
+        error: -libc::EINVAL,
+        len: 0,
+    }
+}
+
 impl Tux3Fuse {
-    /// Serve one ring request. `payload` holds its `h.payload_len` bytes of
+    /// Serve one ring request. `op_in` is the room of its argument struct
+    /// in the header buffer, `payload` holds its `h.payload_len` bytes of
     /// arguments and receives the reply; `defer` gives the callback of a
-    /// request answered later.
+    /// request answered later. A request whose lengths do not hold what its
+    /// opcode reads is answered EINVAL.
     ///
     /// A ring thread must not block: the kernel places requests in any free
     /// entry of the caller's CPU queue, so requests behind a blocked one in
@@ -74,10 +94,18 @@ impl Tux3Fuse {
         defer: impl FnOnce() -> Deferred,
         blocking: &Sender<Job>,
     ) -> Outcome {
+        let op_in = match h.op_in_len(payload.len()) {
+            Ok(n) => op_in.get(..n).unwrap_or(op_in),
+            Err(short) => return refused(short),
+        };
         let r = match h.opcode {
             op::READDIR => return self.ring_readdir(h, op_in, payload),
             op::FSYNC | op::FSYNCDIR => {
-                let datasync = u32_at(op_in, 8) & abi::FSYNC_FDATASYNC != 0;
+                let a: FsyncIn = match read(op_in) {
+                    Ok(a) => a,
+                    Err(short) => return refused(short),
+                };
+                let datasync = a.fsync_flags & abi::FSYNC_FDATASYNC != 0;
                 let done = defer();
                 self.fs.fsync_then(
                     h.nodeid,
@@ -87,9 +115,13 @@ impl Tux3Fuse {
                 return Outcome::Later;
             }
             op::WRITE => {
-                let (ino, offset) = (h.nodeid, u64_at(op_in, 8));
-                let data = &payload[..write_len(h, op_in, payload)];
-                let strip = self.write_strips(u32_at(op_in, 20) & abi::WRITE_KILL_SUIDGID != 0);
+                let a: WriteIn = match read(op_in) {
+                    Ok(a) => a,
+                    Err(short) => return refused(short),
+                };
+                let (ino, offset) = (h.nodeid, a.offset);
+                let data = &payload[..write_len(h, &a, payload)];
+                let strip = self.write_strips(a.write_flags & abi::WRITE_KILL_SUIDGID != 0);
                 if !self.fs.write_would_wait(ino, offset, data.len()) {
                     self.fs
                         .write_stripping(ino, offset, data, strip)
@@ -111,7 +143,7 @@ impl Tux3Fuse {
             }
             // `tux3 sync` (fuse_ioctl_in: fh, flags, cmd at 12): a whole
             // commit, on a thread that may block.
-            op::IOCTL if u32_at(op_in, 12) == IOC_SYNC => {
+            op::IOCTL if read::<IoctlIn>(op_in).is_ok_and(|a| a.cmd == IOC_SYNC) => {
                 let (fuse, done) = (self.clone(), defer());
                 let job: Job = Box::new(move || match fuse.fs.sync() {
                     Ok(()) => done(0, &ioctl_out()),
@@ -122,7 +154,10 @@ impl Tux3Fuse {
                 }
                 return Outcome::Later;
             }
-            op::IOCTL => Err(Error::Posix(Errno(libc::ENOTTY))),
+            op::IOCTL => match read::<IoctlIn>(op_in) {
+                Ok(_) => Err(Error::Posix(Errno(libc::ENOTTY))),
+                Err(short) => return refused(short),
+            },
             _ => {
                 let len = h.payload_len.min(payload.len());
                 self.answer(h, op_in, &payload[..len])
@@ -157,7 +192,7 @@ impl Tux3Fuse {
                 Err(e) => return Err(e),
             },
             op::GETATTR => Answer::Attr(self.fs.getattr(ino)?),
-            op::SETATTR => Answer::Attr(self.ring_setattr(ino, op_in)?),
+            op::SETATTR => Answer::Attr(self.ring_setattr(ino, &read(op_in)?)?),
             op::READLINK => Answer::Data(self.fs.readlink(ino)?),
             op::SYMLINK => {
                 let n = abi::names(payload, 2).ok_or_else(einval)?;
@@ -165,31 +200,33 @@ impl Tux3Fuse {
                 Answer::Entry(ino, self.fs.symlink(ino, n[0], n[1], uid, gid)?)
             }
             op::MKNOD => {
+                let a: MknodIn = read(op_in)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
-                let (mode, rdev) = (u32_at(op_in, 0), u32_at(op_in, 4));
-                Answer::Entry(ino, self.fs.mknod(ino, name()?, mode, u64::from(rdev), uid, gid)?)
-            }
-            op::MKDIR => {
-                let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
                 Answer::Entry(
                     ino,
-                    self.fs.mkdir(ino, name()?, u32_at(op_in, 0) | sgid, uid, gid)?,
+                    self.fs.mknod(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?,
                 )
+            }
+            op::MKDIR => {
+                let a: MkdirIn = read(op_in)?;
+                let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
+                Answer::Entry(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?)
             }
             op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
             op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,
             op::RENAME | op::RENAME2 => {
-                let n = abi::names(payload, 2).ok_or_else(einval)?;
-                let flags = if h.opcode == op::RENAME2 {
-                    u32_at(op_in, 8)
+                let (newdir, flags) = if h.opcode == op::RENAME2 {
+                    let a: Rename2In = read(op_in)?;
+                    (a.newdir, a.flags)
                 } else {
-                    0
+                    (read::<RenameIn>(op_in)?.newdir, 0)
                 };
+                let n = abi::names(payload, 2).ok_or_else(einval)?;
                 let flags = RenameFlags::from_bits(flags).ok_or_else(einval)?;
-                self.fs.rename(ino, n[0], u64_at(op_in, 0), n[1], flags)?;
+                self.fs.rename(ino, n[0], newdir, n[1], flags)?;
                 Answer::Empty
             }
-            op::LINK => Answer::Entry(ino, self.fs.link(u64_at(op_in, 0), ino, name()?)?),
+            op::LINK => Answer::Entry(ino, self.fs.link(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?),
             op::OPEN => {
                 self.fs.open_handle(ino)?;
                 Answer::Open(OPEN_FLAGS.bits())
@@ -197,49 +234,59 @@ impl Tux3Fuse {
             // As `ops.rs` answers it: the kernel stops sending OPENDIR and
             // RELEASEDIR, and may cache listings.
             op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
-            op::READ => Answer::Data(self.fs.read(ino, u64_at(op_in, 8), u32_at(op_in, 16) as usize)?),
+            op::READ => {
+                let a: ReadIn = read(op_in)?;
+                Answer::Data(self.fs.read(ino, a.offset, a.size as usize)?)
+            }
             op::STATFS => Answer::Statfs(self.fs.statfs()?),
             op::RELEASE => self.fs.release_handle(ino).map(|()| Answer::Empty)?,
             op::SETXATTR => {
+                let a: SetxattrIn = read(op_in)?;
                 let value = abi::after_names(payload, 1);
-                let size = (u32_at(op_in, 0) as usize).min(value.len());
-                self.setxattr(ino, name()?, &value[..size], u32_at(op_in, 4) as i32, 0)?;
+                let size = (a.size as usize).min(value.len());
+                self.setxattr(ino, name()?, &value[..size], a.flags as i32, 0)?;
                 Answer::Empty
             }
-            op::GETXATTR => xattr(&self.fs.getxattr(ino, name()?)?, u32_at(op_in, 0))?,
-            op::LISTXATTR => xattr(&self.listxattr(ino)?, u32_at(op_in, 0))?,
+            op::GETXATTR => {
+                let a: GetxattrIn = read(op_in)?;
+                xattr(&self.fs.getxattr(ino, name()?)?, a.size)?
+            }
+            op::LISTXATTR => xattr(&self.listxattr(ino)?, read::<GetxattrIn>(op_in)?.size)?,
             op::REMOVEXATTR => self.fs.removexattr(ino, name()?).map(|()| Answer::Empty)?,
             // Flush is a no-op (data reaches the engine at each write);
             // with default_permissions the kernel checks access itself.
             op::FLUSH | op::RELEASEDIR | op::ACCESS | op::DESTROY => Answer::Empty,
-            op::CREATE => Answer::Create(self.create_open(ino, name()?, u32_at(op_in, 4), h.uid, h.gid)?),
+            op::CREATE => {
+                let a: CreateIn = read(op_in)?;
+                Answer::Create(self.create_open(ino, name()?, a.mode, h.uid, h.gid)?)
+            }
             op::LSEEK => {
-                Answer::Offset(self.lseek(ino, u64_at(op_in, 8) as i64, u32_at(op_in, 16) as i32)?)
+                let a: LseekIn = read(op_in)?;
+                Answer::Offset(self.lseek(ino, a.offset as i64, a.whence as i32)?)
             }
             _ => return Err(Error::Posix(Errno(libc::ENOSYS))),
         })
     }
 
-    fn ring_setattr(&self, ino: Ino, a: &[u8]) -> Result<Attr> {
-        let valid = u32_at(a, 0);
-        let has = |bit| valid & bit != 0;
+    fn ring_setattr(&self, ino: Ino, a: &SetattrIn) -> Result<Attr> {
+        let has = |bit| a.valid & bit != 0;
         let when = |bit, now, sec, nsec| {
             if has(now) {
                 Some(Timespec::now())
             } else if has(bit) {
-                Some(time(u64_at(a, sec), u32_at(a, nsec)))
+                Some(time(sec, nsec))
             } else {
                 None
             }
         };
         let set = SetAttr {
-            mode: has(fattr::MODE).then(|| u32_at(a, 68)),
-            uid: has(fattr::UID).then(|| u32_at(a, 76)),
-            gid: has(fattr::GID).then(|| u32_at(a, 80)),
-            size: has(fattr::SIZE).then(|| u64_at(a, 16)),
-            atime: when(fattr::ATIME, fattr::ATIME_NOW, 32, 56),
-            mtime: when(fattr::MTIME, fattr::MTIME_NOW, 40, 60),
-            ctime: has(fattr::CTIME).then(|| time(u64_at(a, 48), u32_at(a, 64))),
+            mode: has(fattr::MODE).then_some(a.mode),
+            uid: has(fattr::UID).then_some(a.uid),
+            gid: has(fattr::GID).then_some(a.gid),
+            size: has(fattr::SIZE).then_some(a.size),
+            atime: when(fattr::ATIME, fattr::ATIME_NOW, a.atime, a.atimensec),
+            mtime: when(fattr::MTIME, fattr::MTIME_NOW, a.mtime, a.mtimensec),
+            ctime: has(fattr::CTIME).then(|| time(a.ctime, a.ctimensec)),
         };
         // The kernel flags a truncate by a caller without CAP_FSETID.
         let strips = self.setattr_strips(&set, || !has(fattr::KILL_SUIDGID));
@@ -247,9 +294,13 @@ impl Tux3Fuse {
     }
 
     fn ring_readdir(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8]) -> Outcome {
-        let size = (u32_at(op_in, 16) as usize).min(payload.len());
+        let a: ReadIn = match read(op_in) {
+            Ok(a) => a,
+            Err(short) => return refused(short),
+        };
+        let size = (a.size as usize).min(payload.len());
         let mut out = Out::new(&mut payload[..size]);
-        let r = self.fill_dir(h.nodeid, u64_at(op_in, 8), |ino, next, kind, name| {
+        let r = self.fill_dir(h.nodeid, a.offset, |ino, next, kind, name| {
             !out.dirent(ino, next, kind, name)
         });
         match r {
@@ -291,8 +342,8 @@ impl Tux3Fuse {
 }
 
 /// The data length of a WRITE (`fuse_write_in.size`), within its payload.
-fn write_len(h: &InHeader, op_in: &[u8], payload: &[u8]) -> usize {
-    (u32_at(op_in, 16) as usize).min(h.payload_len).min(payload.len())
+fn write_len(h: &InHeader, a: &WriteIn, payload: &[u8]) -> usize {
+    (a.size as usize).min(h.payload_len).min(payload.len())
 }
 
 /// A WRITE's reply (`fuse_write_out`): the bytes written, padding.

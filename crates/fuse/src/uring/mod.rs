@@ -12,6 +12,8 @@
 //! `/dev/fuse` for good.
 //!
 //! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs);
+//! - `args.rs`: the per-opcode argument structs requests are read through
+//!   (`decode_tests.rs` tests them, and EINVAL for short requests);
 //! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
@@ -19,9 +21,23 @@
 //!   requests which may block (a write waiting for a commit, a sync) off
 //!   them.
 //!
+//! A queue thread that panics leaks its buffers (`ring.rs` argues why);
+//! its ring closes as it unwinds, so the kernel cancels its idle entries,
+//! but the requests it held stay unanswered, and its CPU's queue may have
+//! no entry left to take new ones: callers there would wait forever. So the
+//! thread catches its panic at the top and ends the mount through `Stop`
+//! (given by `serve.rs`: it aborts the FUSE connection, which fails every
+//! request in flight, then unmounts). The other queue threads see their
+//! entries end and return, fuser's session ends, and the volume is closed
+//! as after an unmount, committing what was written; `Mounted::serve`
+//! then reports the panic.
+//!
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
 mod abi;
+mod args;
+#[cfg(test)]
+mod decode_tests;
 mod dispatch;
 mod ring;
 
@@ -30,6 +46,8 @@ use crossbeam_channel::{unbounded, Sender};
 use dispatch::Job;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
@@ -60,6 +78,11 @@ pub fn queue_count() -> usize {
     )
 }
 
+pub use ring::leaked_slots;
+
+/// Ends the mount after a queue thread panicked (see the header).
+pub type Stop = Arc<dyn Fn() + Send + Sync>;
+
 /// Threads taking requests that may block off the queue threads.
 const BLOCKING_THREADS: usize = 4;
 
@@ -68,18 +91,22 @@ const BLOCKING_THREADS: usize = 4;
 pub struct Rings {
     threads: Vec<JoinHandle<()>>,
     blocking: Vec<JoinHandle<()>>,
+    /// A queue thread panicked.
+    panicked: Arc<AtomicBool>,
 }
 
 impl Rings {
     /// Start `per_queue` threads for each CPU's queue, serving `fuse` on
-    /// the FUSE connection `dev` (after INIT agreed to io_uring).
-    pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize) -> io::Result<Rings> {
+    /// the FUSE connection `dev` (after INIT agreed to io_uring); `stop`
+    /// ends the mount if one of them panics.
+    pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize, stop: Stop) -> io::Result<Rings> {
         let dev = Arc::new(dev.try_clone_to_owned()?);
         let payload = MAX_WRITE.max(MAX_READAHEAD) as usize;
         let (jobs, job_rx) = unbounded::<Job>();
         let mut rings = Rings {
             threads: Vec::new(),
             blocking: Vec::new(),
+            panicked: Arc::new(AtomicBool::new(false)),
         };
         for t in 0..BLOCKING_THREADS {
             let job_rx = job_rx.clone();
@@ -96,11 +123,23 @@ impl Rings {
         for qid in 0..queue_count() {
             for t in 0..per_queue.max(1) {
                 let (fuse, dev, jobs) = (fuse.clone(), dev.clone(), jobs.clone());
+                let (stop, panicked) = (stop.clone(), rings.panicked.clone());
                 let name = format!("tux3-ring{qid}.{t}");
                 rings
                     .threads
                     .push(thread::Builder::new().name(name).spawn(move || {
-                        serve_queue(fuse, dev, qid, payload, jobs);
+                        let served = panic::catch_unwind(AssertUnwindSafe(|| {
+                            serve_queue(fuse, dev, qid, payload, jobs)
+                        }));
+                        if served.is_err() {
+                            log(&format!(
+                                "io_uring queue {qid}: a queue thread panicked; {} ring entries \
+                                 leaked so far; ending the mount",
+                                leaked_slots()
+                            ));
+                            panicked.store(true, Ordering::SeqCst);
+                            stop();
+                        }
                     })?);
             }
         }
@@ -108,11 +147,13 @@ impl Rings {
     }
 
     /// Wait for every queue thread (they end when the kernel ends the
-    /// connection), then for the requests they handed off.
-    pub fn join(self) {
+    /// connection), then for the requests they handed off. True if a queue
+    /// thread panicked.
+    pub fn join(self) -> bool {
         for t in self.threads.into_iter().chain(self.blocking) {
             let _ = t.join();
         }
+        self.panicked.load(Ordering::SeqCst)
     }
 }
 

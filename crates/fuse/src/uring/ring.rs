@@ -6,6 +6,25 @@
 //! a channel and an eventfd the ring also waits on; so do writes handed to
 //! a thread that may block.
 //!
+//! Soundness under panic. Every command in flight names buffers of this
+//! thread (an entry's header and payload, the eventfd read's 8 bytes) that
+//! the kernel writes into whenever it likes until the command completes,
+//! and a request may arrive in a registered entry at any time. The buffers
+//! are therefore owned by [`Buffers`], whose `Drop` frees the entries only
+//! when the ring is known quiesced (every command naming them has
+//! completed: `run` saw the last one end) and leaks them otherwise — on an
+//! error return with entries still registered, and on unwinding, since a
+//! panic anywhere in the thread (the dispatcher, the engine, this file)
+//! unwinds through `run` with the kernel still holding the entries. A leak
+//! is bounded (one queue's entries, about 16 MiB) and counted
+//! ([`leaked_slots`]); freeing memory the kernel may still copy a request
+//! into would be a use-after-free in safe code's heap. Aborting the process
+//! instead would be sound too, but would drop every request in flight and
+//! the volume's last writes with it. The eventfd read's buffer is always
+//! leaked: the read stays armed until the kernel tears the ring down, on
+//! its own time. What happens to the mount after a ring thread panicked
+//! is decided in `mod.rs`.
+//!
 //! Calls the dispatcher (`dispatch.rs`).
 
 use super::abi::{self, InHeader, HEADER_LEN};
@@ -14,7 +33,9 @@ use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// `user_data` of the eventfd read (entries use their index).
@@ -62,6 +83,37 @@ impl Slot {
     }
 }
 
+/// Ring entries whose buffers were leaked because the kernel might still
+/// hold them when their queue thread ended (a panic, an error).
+static LEAKED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many ring entries' buffers were leaked so far (see the header).
+pub fn leaked_slots() -> usize {
+    LEAKED.load(Ordering::SeqCst)
+}
+
+/// The buffers the kernel may write into: leaked unless known quiesced.
+struct Buffers {
+    slots: ManuallyDrop<Vec<Slot>>,
+    wake_buf: ManuallyDrop<Box<[u8; 8]>>,
+    /// No command naming a slot is in flight any more.
+    quiesced: bool,
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        if self.quiesced {
+            // SAFETY: `slots` is dropped here only, once; the kernel has
+            // completed every command that named its buffers.
+            unsafe { ManuallyDrop::drop(&mut self.slots) }
+        } else {
+            LEAKED.fetch_add(self.slots.len(), Ordering::SeqCst);
+        }
+        // `wake_buf` is never dropped: the eventfd read stays armed until
+        // the ring is torn down.
+    }
+}
+
 /// A deferred reply: slot index, outcome (0 or a negative errno), reply.
 type Done = (usize, i32, Vec<u8>);
 
@@ -72,11 +124,11 @@ pub struct Queue {
     dev: Arc<OwnedFd>,
     qid: u16,
     ring: IoUring<squeue::Entry128>,
-    slots: Vec<Slot>,
+    /// The entries' buffers and the eventfd read's.
+    bufs: Buffers,
     /// Shared with the callbacks of deferred requests, so it stays open
     /// until the last of them is gone.
     wake: Arc<OwnedFd>,
-    wake_buf: Box<[u8; 8]>,
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
     /// Threads for requests that may block (see `serve_ring`).
@@ -111,9 +163,12 @@ impl Queue {
             dev,
             qid,
             ring,
-            slots: (0..entries).map(|_| Slot::new(payload_len)).collect(),
+            bufs: Buffers {
+                slots: ManuallyDrop::new((0..entries).map(|_| Slot::new(payload_len)).collect()),
+                wake_buf: ManuallyDrop::new(Box::new([0; 8])),
+                quiesced: false,
+            },
             wake,
-            wake_buf: Box::new([0; 8]),
             done_tx,
             done_rx,
             blocking,
@@ -125,9 +180,10 @@ impl Queue {
     fn command(&mut self, cmd_op: u32, i: usize) -> squeue::Entry128 {
         let mut cmd = [0u8; 80];
         // struct fuse_uring_cmd_req: flags, commit_id, qid.
-        cmd[8..16].copy_from_slice(&self.slots[i].commit_id.to_ne_bytes());
+        let slot = &mut self.bufs.slots[i];
+        cmd[8..16].copy_from_slice(&slot.commit_id.to_ne_bytes());
         cmd[16..18].copy_from_slice(&self.qid.to_ne_bytes());
-        let iov = self.slots[i].iov.as_mut_ptr() as u64;
+        let iov = slot.iov.as_mut_ptr() as u64;
         let e = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), cmd_op)
             .cmd(cmd)
             .addr(Some(iov))
@@ -137,8 +193,9 @@ impl Queue {
     }
 
     fn push(&mut self, e: squeue::Entry128) -> io::Result<()> {
-        // SAFETY: every buffer an entry names lives in `self` until the
-        // kernel completes it (the kernel ends all of them at unmount).
+        // SAFETY: every buffer an entry names lives in `self.bufs`, which
+        // frees them only once the kernel has completed every command
+        // (never on unwinding).
         while unsafe { self.ring.submission().push(&e) }.is_err() {
             self.ring.submit()?;
         }
@@ -146,9 +203,13 @@ impl Queue {
     }
 
     fn arm_wake(&mut self) -> io::Result<()> {
-        let e = opcode::Read::new(types::Fd(self.wake.as_raw_fd()), self.wake_buf.as_mut_ptr(), 8)
-            .build()
-            .user_data(WAKE);
+        let e = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.bufs.wake_buf.as_mut_ptr(),
+            8,
+        )
+        .build()
+        .user_data(WAKE);
         self.push(e.into())
     }
 
@@ -156,25 +217,20 @@ impl Queue {
     /// (unmount): it completes each entry with an error then.
     pub fn run(mut self) -> io::Result<()> {
         let r = self.serve_all();
-        if r.is_err() && self.live > 0 {
-            // The kernel may still hold entries (until the ring closes and
-            // cancels them) and copy into their buffers: never free them.
-            std::mem::forget(std::mem::take(&mut self.slots));
-        }
-        // The eventfd read stays armed until the ring is torn down, which
-        // the kernel finishes on its own time: its 8 bytes are never freed.
-        std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new([0; 8])));
+        // With entries left, the kernel may still copy into their buffers
+        // (until the ring closes and cancels them): `bufs` leaks them.
+        self.bufs.quiesced = self.live == 0;
         r
     }
 
     fn serve_all(&mut self) -> io::Result<()> {
-        for i in 0..self.slots.len() {
+        for i in 0..self.bufs.slots.len() {
             let e = self.command(abi::CMD_REGISTER, i);
             self.push(e)?;
             self.live += 1;
         }
         self.arm_wake()?;
-        let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.slots.len() + 1);
+        let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.bufs.slots.len() + 1);
         while self.live > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -205,7 +261,7 @@ impl Queue {
     /// lives; a refused registration gives the slot up.
     fn failed(&mut self, i: usize, errno: i32) -> io::Result<()> {
         let gone = [libc::ENOTCONN, libc::ECONNABORTED, libc::ECANCELED].contains(&errno);
-        if gone || self.slots[i].registering {
+        if gone || self.bufs.slots[i].registering {
             if !gone {
                 log(&format!(
                     "io_uring queue {}: registering an entry: {}",
@@ -221,17 +277,22 @@ impl Queue {
             self.qid,
             io::Error::from_raw_os_error(errno)
         ));
-        self.slots[i].registering = true;
+        self.bufs.slots[i].registering = true;
         let e = self.command(abi::CMD_REGISTER, i);
         self.push(e)
     }
 
     /// Serve the request in slot `i`.
     fn serve(&mut self, i: usize) -> io::Result<()> {
-        let slot = &mut self.slots[i];
-        let h = InHeader::parse(&slot.header[..]);
+        let slot = &mut self.bufs.slots[i];
+        let Ok(h) = InHeader::parse(&slot.header[..]) else {
+            // A ring entry's header buffer always holds a request.
+            return self.commit(i, -libc::EINVAL, 0);
+        };
         slot.unique = h.unique;
         slot.commit_id = h.commit_id;
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::ring_request();
         let tx = self.done_tx.clone();
         let efd = self.wake.clone();
         let me = std::thread::current().id();
@@ -258,7 +319,7 @@ impl Queue {
 
     /// Commit slot `i`'s reply and fetch its next request.
     fn commit(&mut self, i: usize, error: i32, len: usize) -> io::Result<()> {
-        let slot = &mut self.slots[i];
+        let slot = &mut self.bufs.slots[i];
         slot.registering = false;
         abi::set_out_header(&mut slot.header[..], slot.unique, error, len);
         let e = self.command(abi::CMD_COMMIT_AND_FETCH, i);
@@ -268,8 +329,11 @@ impl Queue {
     /// Commit the replies answered from other threads.
     fn deliver(&mut self) -> io::Result<()> {
         while let Ok((i, error, reply)) = self.done_rx.try_recv() {
-            let len = reply.len().min(self.slots[i].payload.len());
-            self.slots[i].payload[..len].copy_from_slice(&reply[..len]);
+            let Some(slot) = self.bufs.slots.get_mut(i) else {
+                continue;
+            };
+            let len = reply.len().min(slot.payload.len());
+            slot.payload[..len].copy_from_slice(&reply[..len]);
             self.commit(i, error, len)?;
         }
         Ok(())
@@ -295,5 +359,87 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
         let mut raw: [u8; 128] = std::mem::transmute(e);
         raw[24..28].copy_from_slice(&len.to_ne_bytes());
         std::mem::transmute::<[u8; 128], squeue::Entry128>(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(e: squeue::Entry128) -> [u8; 128] {
+        // SAFETY: `Entry128` is 128 bytes of plain data (the size is checked
+        // by transmute).
+        unsafe { std::mem::transmute::<squeue::Entry128, [u8; 128]>(e) }
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    /// `struct io_uring_sqe` offsets (`include/uapi/linux/io_uring.h`).
+    const OPCODE: usize = 0;
+    const FD: usize = 4;
+    const OFF: usize = 8; // also `cmd_op` (u32) of a ring command
+    const ADDR: usize = 16;
+    const LEN: usize = 24;
+    const USER_DATA: usize = 32;
+    const CMD: usize = 48; // the command bytes of an SQE128
+
+    #[test]
+    fn entries_have_the_kernel_sqe_layout() {
+        // The io-uring version is pinned exactly (=0.7.15): this checks that
+        // its entries are the kernel's bytes.
+        let buf = [0u8; 16];
+        let e = opcode::Read::new(types::Fd(7), buf.as_ptr().cast_mut(), 4096)
+            .offset(0x1122_3344_5566)
+            .build()
+            .user_data(0xdead_beef_0bad_cafe);
+        let b = bytes(e.into());
+        assert_eq!(b[OPCODE], opcode::Read::CODE);
+        assert_eq!(u32_at(&b, FD) as i32, 7);
+        assert_eq!(u64_at(&b, OFF), 0x1122_3344_5566);
+        assert_eq!(u64_at(&b, ADDR), buf.as_ptr() as u64);
+        assert_eq!(u32_at(&b, LEN), 4096);
+        assert_eq!(u64_at(&b, USER_DATA), 0xdead_beef_0bad_cafe);
+        assert!(
+            b[64..].iter().all(|&x| x == 0),
+            "a 64-byte entry's second half is zero"
+        );
+    }
+
+    #[test]
+    fn with_len_sets_the_field_the_kernel_reads() {
+        let mut cmd = [0u8; 80];
+        for (k, c) in cmd.iter_mut().enumerate() {
+            *c = k as u8 + 1;
+        }
+        let iov = 0x7f00_1234_5678u64;
+        let e = opcode::UringCmd80::new(types::Fd(9), abi::CMD_COMMIT_AND_FETCH)
+            .cmd(cmd)
+            .addr(Some(iov))
+            .build()
+            .user_data(5);
+        let before = bytes(e.clone());
+        assert_eq!(before[OPCODE], opcode::UringCmd80::CODE);
+        assert_eq!(u32_at(&before, FD) as i32, 9);
+        assert_eq!(u32_at(&before, OFF), abi::CMD_COMMIT_AND_FETCH, "cmd_op");
+        assert_eq!(u64_at(&before, ADDR), iov);
+        assert_eq!(u32_at(&before, LEN), 0, "the builder leaves len alone");
+        assert_eq!(u64_at(&before, USER_DATA), 5);
+        assert_eq!(&before[CMD..CMD + 80], &cmd[..]);
+
+        let after = bytes(with_len(e, 2));
+        assert_eq!(
+            u32_at(&after, LEN),
+            2,
+            "the iovec count where the kernel reads it"
+        );
+        let mut expect = before;
+        expect[LEN..LEN + 4].copy_from_slice(&2u32.to_ne_bytes());
+        assert_eq!(after, expect, "and nothing else changed");
     }
 }
