@@ -243,21 +243,30 @@ fn stopper(unmounter: SessionUnmounter, mountpoint: &Path) -> io::Result<uring::
 const FUSECTL: &str = "/sys/fs/fuse/connections";
 
 /// Abort the FUSE connection of the mount on device `dev` (`major:minor`)
-/// through the control filesystem (mounting it if the system has not).
+/// through the control filesystem (mounting it for the moment if the
+/// system has not, and unmounting it again after).
 fn abort_connection(dev: &str) -> io::Result<()> {
     let minor = dev
         .split(':')
         .nth(1)
         .ok_or_else(|| io::Error::other(format!("device {dev} in mountinfo")))?;
     let abort = Path::new(FUSECTL).join(minor).join("abort");
+    let dir = CString::new(FUSECTL).map_err(io::Error::other)?;
+    let mut mounted_here = false;
     if !abort.exists() {
-        let (src, dir) = (c"fusectl", CString::new(FUSECTL).map_err(io::Error::other)?);
+        let src = c"fusectl";
         // SAFETY: valid C strings; no mount data.
+        mounted_here =
+            unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), src.as_ptr(), 0, std::ptr::null()) } == 0;
+    }
+    let done = std::fs::write(&abort, b"1");
+    if mounted_here {
+        // SAFETY: valid C string; only the mount made above.
         unsafe {
-            libc::mount(src.as_ptr(), dir.as_ptr(), src.as_ptr(), 0, std::ptr::null());
+            libc::umount2(dir.as_ptr(), 0);
         }
     }
-    std::fs::write(&abort, b"1")
+    done
 }
 
 /// The `major:minor` of the mount at `mountpoint` (the last one there),
