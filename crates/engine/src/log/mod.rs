@@ -12,6 +12,8 @@
 //!
 //! Calls only the device layer.
 
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+
 pub mod block;
 pub mod chain;
 pub mod record;

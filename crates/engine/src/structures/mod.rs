@@ -4,9 +4,19 @@
 //! here is untrusted input: decoders check bounds and name the block.
 //!
 //! Calls only the device layer (to load btree nodes).
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+
 pub mod bitmap;
 pub mod btree;
 pub mod dirent;
 pub mod extent;
 pub mod inode;
 pub mod superblock;
+
+use crate::codec::Bounds;
+use crate::device::Device;
+
+/// The bounds decoders check values read from `dev` against.
+pub fn bounds(dev: &dyn Device) -> Bounds {
+    Bounds::new(dev.block_size(), dev.block_count())
+}

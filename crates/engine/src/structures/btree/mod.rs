@@ -5,4 +5,5 @@ pub mod tree;
 pub use node::{Node, TreeKind};
 pub use tree::Tree;
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests;

@@ -52,6 +52,30 @@ struct Ctx<'a> {
 /// after it in its parent.
 type Splits = Vec<(u64, Node)>;
 
+/// An entry found in a tree, with the address of the leaf that holds it
+/// (0 for a leaf never written), so errors about the value name the block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub key: u64,
+    pub value: Vec<u8>,
+    pub leaf: u64,
+}
+
+/// Level of a branch's children. Branches are at level 1 or above: decode
+/// checks the level the parent expects, and new branches go above a node.
+fn child_level(b: &Branch) -> u8 {
+    b.level.saturating_sub(1)
+}
+
+/// Child `i` of branch `b`, or an error naming the branch.
+fn child_mut(b: &mut Branch, i: usize) -> Result<&mut Child> {
+    let addr = b.addr;
+    let n = b.children.len();
+    b.children
+        .get_mut(i)
+        .ok_or_else(|| Error::corrupt(addr, format!("branch has no child {i} (it has {n})")))
+}
+
 impl Tree {
     /// A tree whose unified root is `root` (address 0: empty).
     pub fn open(id: u64, kind: TreeKind, root: Root) -> Tree {
@@ -85,7 +109,7 @@ impl Tree {
 
     /// Largest value this tree accepts for block size `bs`: two always fit in a leaf.
     pub fn max_value(bs: usize) -> usize {
-        (bs - NODE_HEADER) / 2 - LEAF_ENTRY_OVERHEAD
+        (bs.saturating_sub(NODE_HEADER) / 2).saturating_sub(LEAF_ENTRY_OVERHEAD)
     }
 
     fn ctx<'a>(&self, dev: &'a dyn Device) -> Ctx<'a> {
@@ -98,6 +122,12 @@ impl Tree {
 
     /// Value stored under `key`.
     pub fn get(&mut self, dev: &dyn Device, key: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_at(dev, key)?.map(|(v, _)| v))
+    }
+
+    /// Value stored under `key` and the address of the leaf holding it (0
+    /// for a leaf never written), for errors about the value.
+    pub fn get_at(&mut self, dev: &dyn Device, key: u64) -> Result<Option<(Vec<u8>, u64)>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -108,6 +138,11 @@ impl Tree {
 
     /// First entry with key >= `from`.
     pub fn next(&mut self, dev: &dyn Device, from: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(self.next_at(dev, from)?.map(|e| (e.key, e.value)))
+    }
+
+    /// First entry with key >= `from`, with the address of its leaf.
+    pub fn next_at(&mut self, dev: &dyn Device, from: u64) -> Result<Option<Found>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -118,6 +153,11 @@ impl Tree {
 
     /// Last entry with key <= `at`.
     pub fn prev(&mut self, dev: &dyn Device, at: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(self.prev_at(dev, at)?.map(|e| (e.key, e.value)))
+    }
+
+    /// Last entry with key <= `at`, with the address of its leaf.
+    pub fn prev_at(&mut self, dev: &dyn Device, at: u64) -> Result<Option<Found>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -128,12 +168,23 @@ impl Tree {
 
     /// Entries with keys in `from..to`, at most `max` of them.
     pub fn range(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
+        Ok(self
+            .range_at(dev, from, to, max)?
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect())
+    }
+
+    /// Entries with keys in `from..to`, at most `max` of them, each with
+    /// the address of its leaf.
+    pub fn range_at(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<Found>> {
         let mut out = Vec::new();
         let mut at = from;
         while out.len() < max && at < to {
-            match self.next(dev, at)? {
-                Some((k, v)) if k < to => {
-                    out.push((k, v));
+            match self.next_at(dev, at)? {
+                Some(e) if e.key < to => {
+                    let k = e.key;
+                    out.push(e);
                     match k.checked_add(1) {
                         Some(n) => at = n,
                         None => break,
@@ -190,7 +241,7 @@ impl Tree {
     fn grow(&mut self, mut splits: Splits, bs: usize, leaves_dirty: bool) {
         while !splits.is_empty() {
             let Some(old) = self.root.take() else { return };
-            let level = self.depth + 1;
+            let level = self.depth.saturating_add(1);
             let mut children = vec![Child { sep: 0, slot: old }];
             for (sep, n) in splits.drain(..) {
                 children.push(Child {
@@ -389,31 +440,38 @@ fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     }
 }
 
-fn get_rec(node: &mut Node, cx: &Ctx, key: u64) -> Result<Option<Vec<u8>>> {
+fn get_rec(node: &mut Node, cx: &Ctx, key: u64) -> Result<Option<(Vec<u8>, u64)>> {
     match node {
         Node::Leaf(l) => Ok(l
             .entries
             .binary_search_by_key(&key, |(k, _)| *k)
             .ok()
-            .map(|i| l.entries[i].1.clone())),
+            .and_then(|i| l.entries.get(i))
+            .map(|(_, v)| (v.clone(), l.addr))),
         Node::Branch(b) => {
             let i = b.child_index(key);
-            let level = b.level - 1;
-            get_rec(load(&mut b.children[i].slot, cx, level)?, cx, key)
+            let level = child_level(b);
+            get_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, key)
         }
     }
 }
 
-fn next_rec(node: &mut Node, cx: &Ctx, from: u64) -> Result<Option<(u64, Vec<u8>)>> {
+fn found(l: &Leaf, i: usize) -> Option<Found> {
+    l.entries.get(i).map(|(k, v)| Found {
+        key: *k,
+        value: v.clone(),
+        leaf: l.addr,
+    })
+}
+
+fn next_rec(node: &mut Node, cx: &Ctx, from: u64) -> Result<Option<Found>> {
     match node {
-        Node::Leaf(l) => {
-            let i = l.lower_bound(from);
-            Ok(l.entries.get(i).cloned())
-        }
+        Node::Leaf(l) => Ok(found(l, l.lower_bound(from))),
         Node::Branch(b) => {
-            let level = b.level - 1;
-            for i in b.child_index(from)..b.children.len() {
-                let found = next_rec(load(&mut b.children[i].slot, cx, level)?, cx, from)?;
+            let level = child_level(b);
+            let first = b.child_index(from);
+            for c in b.children.iter_mut().skip(first) {
+                let found = next_rec(load(&mut c.slot, cx, level)?, cx, from)?;
                 if found.is_some() {
                     return Ok(found);
                 }
@@ -423,16 +481,17 @@ fn next_rec(node: &mut Node, cx: &Ctx, from: u64) -> Result<Option<(u64, Vec<u8>
     }
 }
 
-fn prev_rec(node: &mut Node, cx: &Ctx, at: u64) -> Result<Option<(u64, Vec<u8>)>> {
+fn prev_rec(node: &mut Node, cx: &Ctx, at: u64) -> Result<Option<Found>> {
     match node {
         Node::Leaf(l) => {
             let i = l.entries.partition_point(|(k, _)| *k <= at);
-            Ok(i.checked_sub(1).map(|i| l.entries[i].clone()))
+            Ok(i.checked_sub(1).and_then(|i| found(l, i)))
         }
         Node::Branch(b) => {
-            let level = b.level - 1;
-            for i in (0..=b.child_index(at)).rev() {
-                let found = prev_rec(load(&mut b.children[i].slot, cx, level)?, cx, at)?;
+            let level = child_level(b);
+            let last = b.child_index(at).saturating_add(1);
+            for c in b.children.iter_mut().take(last).rev() {
+                let found = prev_rec(load(&mut c.slot, cx, level)?, cx, at)?;
                 if found.is_some() {
                     return Ok(found);
                 }
@@ -446,7 +505,11 @@ fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) ->
     match node {
         Node::Leaf(l) => {
             match l.entries.binary_search_by_key(&key, |(k, _)| *k) {
-                Ok(i) => l.entries[i].1 = value,
+                Ok(i) => {
+                    if let Some(e) = l.entries.get_mut(i) {
+                        e.1 = value;
+                    }
+                }
                 Err(i) => l.entries.insert(i, (key, value)),
             }
             l.dirty = true;
@@ -454,29 +517,32 @@ fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) ->
         }
         Node::Branch(b) => {
             let i = b.child_index(key);
-            let level = b.level - 1;
-            let splits = insert_rec(load(&mut b.children[i].slot, cx, level)?, cx, bs, key, value)?;
+            let level = child_level(b);
+            let splits = insert_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, bs, key, value)?;
             b.leaves_dirty = true;
             if splits.is_empty() {
                 return Ok(Vec::new());
             }
             b.dirty = true;
-            for (n, (sep, node)) in splits.into_iter().enumerate() {
-                b.children.insert(
-                    i + 1 + n,
-                    Child {
-                        sep,
-                        slot: Slot::Mem(Box::new(node)),
-                    },
-                );
-            }
+            insert_after(b, i, splits);
             Ok(split_branch(b, bs))
         }
     }
 }
 
+/// Insert split-off pieces as children of `b` right after child `i`.
+fn insert_after(b: &mut Branch, i: usize, splits: Splits) {
+    let at = i.saturating_add(1).min(b.children.len());
+    let pieces = splits.into_iter().map(|(sep, node)| Child {
+        sep,
+        slot: Slot::Mem(Box::new(node)),
+    });
+    b.children.splice(at..at, pieces);
+}
+
 /// Split an overflowing leaf into pieces that each fit; returns the pieces
 /// to the right of `l` with their seps (each a dirty, unwritten leaf).
+#[allow(clippy::arithmetic_side_effects)] // why: sizes of entries held in memory, each value at most a block; the loop runs only with two or more entries
 fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
     let mut out: Splits = Vec::new();
     while l.size() > bs && l.entries.len() >= 2 {
@@ -491,7 +557,7 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
             }
         }
         let right = l.entries.split_off(cut);
-        let sep = right[0].0;
+        let sep = right.first().map_or(0, |e| e.0);
         let mut r = Leaf {
             addr: 0,
             dirty: true,
@@ -515,14 +581,15 @@ fn split_branch(b: &mut Branch, bs: usize) -> Splits {
     if b.children.len() <= cap {
         return out;
     }
-    let mut rest = b.children.split_off(b.children.len() / 2);
+    let half = b.children.len() / 2;
+    let mut rest = b.children.split_off(half);
     while !rest.is_empty() {
         let tail = if rest.len() > cap {
             rest.split_off(cap)
         } else {
             Vec::new()
         };
-        let sep = rest[0].sep;
+        let sep = rest.first().map_or(0, |c| c.sep);
         out.push((
             sep,
             Node::Branch(Branch {
@@ -561,19 +628,20 @@ fn remove_rec(
         },
         Node::Branch(b) => {
             let i = b.child_index(key);
-            let level = b.level - 1;
-            let child = load(&mut b.children[i].slot, cx, level)?;
+            let level = child_level(b);
+            let c = child_mut(b, i)?;
+            let child = load(&mut c.slot, cx, level)?;
             let (v, first) = remove_rec(child, cx, key, ev)?;
             let empty_leaf = matches!(child, Node::Leaf(l) if l.entries.is_empty());
+            if let Some(sep) = first {
+                c.sep = sep;
+                b.dirty = true;
+            }
             if v.is_some() {
                 b.leaves_dirty = true;
             }
-            if let Some(sep) = first {
-                b.children[i].sep = sep;
-                b.dirty = true;
-            }
             let mut removed = false;
-            if empty_leaf && b.children.len() > 1 {
+            if empty_leaf && b.children.len() > 1 && i < b.children.len() {
                 let gone = b.children.remove(i);
                 ev.unmaps.push(gone.sep);
                 if gone.slot.addr() != 0 {
@@ -583,7 +651,7 @@ fn remove_rec(
                 removed = true;
             }
             let first_changed = if i == 0 && (removed || first.is_some()) {
-                Some(b.children[0].sep)
+                b.children.first().map(|c| c.sep)
             } else {
                 None
             };
@@ -602,8 +670,8 @@ fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<
     if b.level == 1 {
         let pos = b.children.partition_point(|c| c.sep < sep);
         let mut first = None;
-        if b.children.get(pos).is_some_and(|c| c.sep == sep) {
-            b.children[pos].slot = Slot::Disk(addr);
+        if let Some(c) = b.children.get_mut(pos).filter(|c| c.sep == sep) {
+            c.slot = Slot::Disk(addr);
         } else {
             b.children.insert(
                 pos,
@@ -618,24 +686,17 @@ fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<
         }
         return Ok((split_branch(b, bs), first));
     }
-    let level = b.level - 1;
-    let (splits, first) = map_rec(load(&mut b.children[i].slot, cx, level)?, cx, bs, sep, addr)?;
+    let level = child_level(b);
+    let c = child_mut(b, i)?;
+    let (splits, first) = map_rec(load(&mut c.slot, cx, level)?, cx, bs, sep, addr)?;
     let mut up = None;
     if let Some(s) = first {
-        b.children[i].sep = s;
+        c.sep = s;
         if i == 0 {
             up = Some(s);
         }
     }
-    for (n, (s, node)) in splits.into_iter().enumerate() {
-        b.children.insert(
-            i + 1 + n,
-            Child {
-                sep: s,
-                slot: Slot::Mem(Box::new(node)),
-            },
-        );
-    }
+    insert_after(b, i, splits);
     Ok((split_branch(b, bs), up))
 }
 
@@ -660,17 +721,18 @@ fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Res
     };
     let i = b.child_index(sep);
     let result = if b.level == 1 {
-        if b.children[i].sep != sep {
+        if b.children.get(i).is_none_or(|c| c.sep != sep) {
             return Ok(Unmapped::Same);
         }
         b.children.remove(i);
         Unmapped::Same
     } else {
-        let level = b.level - 1;
-        match unmap_rec(load(&mut b.children[i].slot, cx, level)?, cx, sep, retired)? {
+        let level = child_level(b);
+        let c = child_mut(b, i)?;
+        match unmap_rec(load(&mut c.slot, cx, level)?, cx, sep, retired)? {
             Unmapped::Same => return Ok(Unmapped::Same),
             Unmapped::FirstSep(s) => {
-                b.children[i].sep = s;
+                c.sep = s;
                 Unmapped::Same
             }
             Unmapped::Empty => {
@@ -686,8 +748,8 @@ fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Res
     if b.children.is_empty() {
         return Ok(Unmapped::Empty);
     }
-    if i == 0 {
-        return Ok(Unmapped::FirstSep(b.children[0].sep));
+    if let (0, Some(c)) = (i, b.children.first()) {
+        return Ok(Unmapped::FirstSep(c.sep));
     }
     Ok(result)
 }
@@ -786,7 +848,7 @@ fn visit_rec(
     };
     f(addr, level, sep, node)?;
     if let Node::Branch(b) = node {
-        let level = b.level - 1;
+        let level = child_level(b);
         for c in b.children.iter_mut() {
             let s = c.sep;
             visit_rec(load(&mut c.slot, cx, level)?, cx, s, f)?;
