@@ -141,11 +141,62 @@ mod tests {
             crc: 0,
         };
         let b = lb.encode(1024);
+        // Block 12 (the leaf map) lies outside a volume of 12 blocks.
+        let e = LogBlock::decode(&b, 9, 12).unwrap_err().to_string();
+        assert!(e.contains("block 9") && e.contains("leafmap address"), "{e}");
         let d = LogBlock::decode(&b, 9, 100).unwrap();
         assert_eq!(d.records, lb.records);
         assert_eq!(
             (d.seq, d.next, d.delta, d.prev_crc, d.commit, d.nonce),
             (77, 10, 3, 0xdead, true, 5)
         );
+    }
+
+    /// Record fields out of bounds make the block fail to decode, naming it.
+    #[test]
+    fn records_out_of_bounds_are_refused() {
+        let bad = [
+            Record::Balloc { start: 95, count: 6 },
+            Record::Bfree { start: 1, count: 1 },
+            Record::Balloc {
+                start: u64::MAX,
+                count: u32::MAX,
+            },
+            Record::LeafMap {
+                tree: 2,
+                sep: 0,
+                addr: 12,
+            },
+            Record::Drop { tree: 1 << 48 },
+            Record::InodeImage {
+                ino: 0,
+                attrs: vec![],
+            },
+            Record::DataInline {
+                ino: 16,
+                lblock: 0,
+                offset: 1000,
+                data: vec![0; 100],
+            },
+            Record::DirentRemove { dir: 0, key: 5 },
+        ];
+        for r in bad {
+            let lb = LogBlock {
+                addr: 9,
+                seq: 1,
+                next: 10,
+                delta: 1,
+                prev_crc: 0,
+                commit: true,
+                fsync: true,
+                nonce: 0,
+                records: vec![r.clone()],
+                crc: 0,
+            };
+            let e = LogBlock::decode(&lb.encode(1024), 9, 100)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("corrupt block 9"), "{r:?}: {e}");
+        }
     }
 }

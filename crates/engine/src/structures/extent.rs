@@ -165,6 +165,32 @@ mod tests {
     use crate::device::MemDevice;
     use crate::structures::btree::TreeKind;
 
+    /// Extents past the volume, of length 0, or whose sums overflow are
+    /// corruption naming the leaf they were read from.
+    #[test]
+    fn decode_bounds_every_extent() {
+        let vol = Bounds::new(1024, 100);
+        let e = |p: u64, c: u32| {
+            let mut w = Writer::default();
+            w.u64(p);
+            w.u32(c);
+            w.buf
+        };
+        assert!(decode(5, &e(10, 90), 42, &vol).is_ok());
+        for (l, p, c) in [
+            (5, 10, 91),
+            (5, 100, 1),
+            (5, 1, 1),
+            (5, 10, 0),
+            (5, u64::MAX, u32::MAX),
+            (u64::MAX, 10, 1),
+            (MAX_FILE_BLOCKS, 10, 1),
+        ] {
+            let err = decode(l, &e(p, c), 42, &vol).unwrap_err().to_string();
+            assert!(err.contains("block 42"), "{l} {p} {c}: {err}");
+        }
+    }
+
     #[test]
     fn punch_and_map_keep_extents_disjoint() {
         let dev = MemDevice::new(1024, 1024);
