@@ -1,5 +1,8 @@
 //! Generic btree used by the inode table, extent trees and directories.
+mod flush;
 pub mod node;
+mod replay;
+mod search;
 pub mod tree;
 
 pub use node::{Node, TreeKind};

@@ -211,6 +211,13 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
             let k = r.u64("entry key")?;
             let len = r.u16("entry length")? as usize;
             let v = r.bytes(len, "entry value")?;
+            // Writers keep two values in a leaf (Tree::max_value).
+            let max = (b.len().saturating_sub(NODE_HEADER) / 2).saturating_sub(LEAF_ENTRY_OVERHEAD);
+            if len > max {
+                return Err(r.bad(format!(
+                    "{what} leaf: entry {i} value of {len} bytes, at most {max}"
+                )));
+            }
             if let Some((prev, _)) = entries.last() {
                 if *prev >= k {
                     return Err(r.bad(format!("{what} leaf: entry {i} key {k} not above {prev}")));

@@ -16,9 +16,12 @@
 //! below it, so any branch shape over the same leaf list routes every key to
 //! the same leaf. Leaf splits, leaf removal and replay all preserve T1.
 
+use super::flush::{write_branches, LeafWriter};
 use super::node::{
     branch_capacity, decode, Branch, Child, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD, NODE_HEADER,
 };
+use super::replay::{map_rec, unmap_rec, Unmapped};
+use super::search::{get_rec, next_rec, prev_rec};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::structures::superblock::Root;
@@ -42,15 +45,15 @@ pub struct Tree {
 }
 
 /// Read-only context for loading nodes.
-struct Ctx<'a> {
-    dev: &'a dyn Device,
-    owner: u64,
-    kind: TreeKind,
+pub(super) struct Ctx<'a> {
+    pub(super) dev: &'a dyn Device,
+    pub(super) owner: u64,
+    pub(super) kind: TreeKind,
 }
 
 /// Pieces split off to the right of a node: (sep, node) pairs to insert
 /// after it in its parent.
-type Splits = Vec<(u64, Node)>;
+pub(super) type Splits = Vec<(u64, Node)>;
 
 /// An entry found in a tree, with the address of the leaf that holds it
 /// (0 for a leaf never written), so errors about the value name the block.
@@ -63,12 +66,12 @@ pub struct Found {
 
 /// Level of a branch's children. Branches are at level 1 or above: decode
 /// checks the level the parent expects, and new branches go above a node.
-fn child_level(b: &Branch) -> u8 {
+pub(super) fn child_level(b: &Branch) -> u8 {
     b.level.saturating_sub(1)
 }
 
 /// Child `i` of branch `b`, or an error naming the branch.
-fn child_mut(b: &mut Branch, i: usize) -> Result<&mut Child> {
+pub(super) fn child_mut(b: &mut Branch, i: usize) -> Result<&mut Child> {
     let addr = b.addr;
     let n = b.children.len();
     b.children
@@ -421,7 +424,7 @@ fn disk_leaf_placeholder() -> Leaf {
 }
 
 /// Turn a `Disk` slot into a loaded node and return it.
-fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
+pub(super) fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     if let Slot::Disk(addr) = *slot {
         let count = cx.dev.block_count();
         if addr < 2 || addr >= count {
@@ -437,67 +440,6 @@ fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     match slot {
         Slot::Mem(n) => Ok(n),
         Slot::Disk(a) => Err(Error::corrupt(*a, "node failed to load")),
-    }
-}
-
-fn get_rec(node: &mut Node, cx: &Ctx, key: u64) -> Result<Option<(Vec<u8>, u64)>> {
-    match node {
-        Node::Leaf(l) => Ok(l
-            .entries
-            .binary_search_by_key(&key, |(k, _)| *k)
-            .ok()
-            .and_then(|i| l.entries.get(i))
-            .map(|(_, v)| (v.clone(), l.addr))),
-        Node::Branch(b) => {
-            let i = b.child_index(key);
-            let level = child_level(b);
-            get_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, key)
-        }
-    }
-}
-
-fn found(l: &Leaf, i: usize) -> Option<Found> {
-    l.entries.get(i).map(|(k, v)| Found {
-        key: *k,
-        value: v.clone(),
-        leaf: l.addr,
-    })
-}
-
-fn next_rec(node: &mut Node, cx: &Ctx, from: u64) -> Result<Option<Found>> {
-    match node {
-        Node::Leaf(l) => Ok(found(l, l.lower_bound(from))),
-        Node::Branch(b) => {
-            let level = child_level(b);
-            let first = b.child_index(from);
-            for c in b.children.iter_mut().skip(first) {
-                let found = next_rec(load(&mut c.slot, cx, level)?, cx, from)?;
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-            Ok(None)
-        }
-    }
-}
-
-fn prev_rec(node: &mut Node, cx: &Ctx, at: u64) -> Result<Option<Found>> {
-    match node {
-        Node::Leaf(l) => {
-            let i = l.entries.partition_point(|(k, _)| *k <= at);
-            Ok(i.checked_sub(1).and_then(|i| found(l, i)))
-        }
-        Node::Branch(b) => {
-            let level = child_level(b);
-            let last = b.child_index(at).saturating_add(1);
-            for c in b.children.iter_mut().take(last).rev() {
-                let found = prev_rec(load(&mut c.slot, cx, level)?, cx, at)?;
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-            Ok(None)
-        }
     }
 }
 
@@ -531,7 +473,7 @@ fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) ->
 }
 
 /// Insert split-off pieces as children of `b` right after child `i`.
-fn insert_after(b: &mut Branch, i: usize, splits: Splits) {
+pub(super) fn insert_after(b: &mut Branch, i: usize, splits: Splits) {
     let at = i.saturating_add(1).min(b.children.len());
     let pieces = splits.into_iter().map(|(sep, node)| Child {
         sep,
@@ -575,7 +517,7 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
 }
 
 /// Split an overflowing branch in halves; returns the right halves.
-fn split_branch(b: &mut Branch, bs: usize) -> Splits {
+pub(super) fn split_branch(b: &mut Branch, bs: usize) -> Splits {
     let cap = branch_capacity(bs);
     let mut out = Splits::new();
     if b.children.len() <= cap {
@@ -658,182 +600,6 @@ fn remove_rec(
             Ok((v, first_changed))
         }
     }
-}
-
-/// Replay insertion of a leaf address into the level-1 branch covering `sep`.
-fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<(Splits, Option<u64>)> {
-    let Node::Branch(b) = node else {
-        return Err(Error::corrupt(node.addr(), "log maps a leaf below a leaf"));
-    };
-    b.dirty = true;
-    let i = b.child_index(sep);
-    if b.level == 1 {
-        let pos = b.children.partition_point(|c| c.sep < sep);
-        let mut first = None;
-        if let Some(c) = b.children.get_mut(pos).filter(|c| c.sep == sep) {
-            c.slot = Slot::Disk(addr);
-        } else {
-            b.children.insert(
-                pos,
-                Child {
-                    sep,
-                    slot: Slot::Disk(addr),
-                },
-            );
-            if pos == 0 {
-                first = Some(sep);
-            }
-        }
-        return Ok((split_branch(b, bs), first));
-    }
-    let level = child_level(b);
-    let c = child_mut(b, i)?;
-    let (splits, first) = map_rec(load(&mut c.slot, cx, level)?, cx, bs, sep, addr)?;
-    let mut up = None;
-    if let Some(s) = first {
-        c.sep = s;
-        if i == 0 {
-            up = Some(s);
-        }
-    }
-    insert_after(b, i, splits);
-    Ok((split_branch(b, bs), up))
-}
-
-/// What replay removal did to a node.
-enum Unmapped {
-    /// Nothing to report upward.
-    Same,
-    /// The node's first sep rose to this value (T1).
-    FirstSep(u64),
-    /// The node lost its last child and must leave its parent.
-    Empty,
-}
-
-/// Replay removal of the leaf with separator `sep`. A branch left without
-/// children leaves its parent too (its on-disk address goes to `retired`,
-/// freed at the next unify): replay may group leaves differently from the
-/// tree that logged the change, so a leaf that had siblings there may be
-/// alone here.
-fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Result<Unmapped> {
-    let Node::Branch(b) = node else {
-        return Ok(Unmapped::Same);
-    };
-    let i = b.child_index(sep);
-    let result = if b.level == 1 {
-        if b.children.get(i).is_none_or(|c| c.sep != sep) {
-            return Ok(Unmapped::Same);
-        }
-        b.children.remove(i);
-        Unmapped::Same
-    } else {
-        let level = child_level(b);
-        let c = child_mut(b, i)?;
-        match unmap_rec(load(&mut c.slot, cx, level)?, cx, sep, retired)? {
-            Unmapped::Same => return Ok(Unmapped::Same),
-            Unmapped::FirstSep(s) => {
-                c.sep = s;
-                Unmapped::Same
-            }
-            Unmapped::Empty => {
-                let gone = b.children.remove(i);
-                if gone.slot.addr() != 0 {
-                    retired.push(gone.slot.addr());
-                }
-                Unmapped::Same
-            }
-        }
-    };
-    b.dirty = true;
-    if b.children.is_empty() {
-        return Ok(Unmapped::Empty);
-    }
-    if let (0, Some(c)) = (i, b.children.first()) {
-        return Ok(Unmapped::FirstSep(c.sep));
-    }
-    Ok(result)
-}
-
-struct LeafWriter<'a> {
-    bs: usize,
-    owner: u64,
-    kind: TreeKind,
-    alloc: &'a mut dyn FnMut() -> Result<u64>,
-    out: &'a mut Vec<(u64, Vec<u8>)>,
-    maps: &'a mut Vec<(u64, u64)>,
-    freed: &'a mut Vec<u64>,
-}
-
-impl LeafWriter<'_> {
-    /// Write dirty leaves under `node` (whose sep is `sep`); returns whether
-    /// the node's own address changed.
-    fn node(&mut self, node: &mut Node, sep: u64) -> Result<bool> {
-        match node {
-            Node::Leaf(l) => {
-                if !l.dirty && l.addr != 0 {
-                    return Ok(false);
-                }
-                let new = (self.alloc)()?;
-                if l.addr != 0 {
-                    self.freed.push(l.addr);
-                }
-                self.out
-                    .push((new, l.encode(new, self.owner, self.kind, self.bs)));
-                l.addr = new;
-                l.dirty = false;
-                self.maps.push((sep, new));
-                Ok(true)
-            }
-            Node::Branch(b) => {
-                if !b.leaves_dirty {
-                    return Ok(false);
-                }
-                for c in b.children.iter_mut() {
-                    if let Slot::Mem(n) = &mut c.slot {
-                        if self.node(n, c.sep)? {
-                            b.dirty = true;
-                        }
-                    }
-                }
-                b.leaves_dirty = false;
-                Ok(false)
-            }
-        }
-    }
-}
-
-/// Write `b` if it or any branch below it changed since the last unify;
-/// returns whether `b` got a new address.
-fn write_branches(
-    b: &mut Branch,
-    bs: usize,
-    owner: u64,
-    kind: TreeKind,
-    alloc: &mut dyn FnMut() -> Result<u64>,
-    out: &mut Vec<(u64, Vec<u8>)>,
-    freed: &mut Vec<u64>,
-) -> Result<bool> {
-    debug_assert!(!b.leaves_dirty, "unify with dirty leaves");
-    for c in b.children.iter_mut() {
-        if let Slot::Mem(n) = &mut c.slot {
-            if let Node::Branch(cb) = n.as_mut() {
-                if write_branches(cb, bs, owner, kind, alloc, out, freed)? {
-                    b.dirty = true;
-                }
-            }
-        }
-    }
-    if !b.dirty && b.addr != 0 {
-        return Ok(false);
-    }
-    let new = alloc()?;
-    if b.addr != 0 {
-        freed.push(b.addr);
-    }
-    out.push((new, b.encode(new, owner, kind, bs)));
-    b.addr = new;
-    b.dirty = false;
-    Ok(true)
 }
 
 fn visit_rec(
