@@ -12,7 +12,8 @@ use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
 use tux3_tools::fsck::{check, FsckOptions};
 
 fn images() -> Vec<(String, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    // The workspace root holds fuzz/: two levels above this crate.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions");
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
