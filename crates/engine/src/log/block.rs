@@ -77,7 +77,9 @@ impl LogBlock {
         let crc = r.u32("log crc")?;
         r.u64("log address")?;
         let seq = r.u64("log seq")?;
-        let next = r.u64("log next")?;
+        // The block after this one is reserved inside the volume (its
+        // Balloc); a writer goes on at this address.
+        let next = r.addr("log next", &bounds)?;
         let delta = r.u64("log delta")?;
         let prev_crc = r.u32("log prev crc")?;
         let flags = r.u16("log flags")?;
