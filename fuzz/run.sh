@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzz the tux3 engine: builds the seed corpus if missing, replays the saved
 # reproducers (fuzz/regressions/NAME.TARGET.bin), runs each target
-# (open_image, fsck_image, replay_log) for SECONDS/3 (default total 600 s) in
-# libFuzzer's fork mode (a crash is saved and fuzzing goes on), then prints per
-# target the executions and the crashes found, each with its panic line.
+# (open_image, fsck_image, replay_log, resealed_image) for SECONDS/4 (default
+# total 600 s) in libFuzzer's fork mode (a crash is saved and fuzzing goes
+# on), then prints per target the executions and the crashes found, each with
+# its panic line.
 # Exits non-zero if any target crashed or a reproducer still crashes.
 # Usage: fuzz/run.sh [SECONDS]   (env: FUZZ_TARGETS, FUZZ_JOBS, FUZZ_BUILD_FLAGS)
 set -euo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")"
 export PATH="$HOME/.cargo/bin:$PATH"
 
 total=${1:-600}
-read -r -a targets <<<"${FUZZ_TARGETS:-open_image fsck_image replay_log}"
+read -r -a targets <<<"${FUZZ_TARGETS:-open_image fsck_image replay_log resealed_image}"
 each=$(( total / ${#targets[@]} ))
 (( each > 0 )) || each=1
 # No sanitizer: over MemDevice the engine is safe Rust (bounds are checked and
@@ -46,8 +47,12 @@ for t in "${targets[@]}"; do
     before=$(find "artifacts/$t" -type f | sort)
     log="logs/$t.log"
     echo "== $t: ${each}s (log: fuzz/$log)"
+    # resealed_image takes short edit scripts; 64 KiB and more is a whole
+    # image (its regressions' form), which open_image covers already.
+    maxlen=262144
+    [[ $t == resealed_image ]] && maxlen=4096
     cargo +nightly fuzz run "${build_flags[@]}" "$t" "corpus/$t" -- \
-        -max_total_time="$each" -timeout=10 -rss_limit_mb=2048 -max_len=262144 \
+        -max_total_time="$each" -timeout=10 -rss_limit_mb=2048 -max_len="$maxlen" \
         -fork="${FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
         >"$log" 2>&1 || status=1
     execs[$t]=$(grep -o '^#[0-9]*: cov.*exec/s: [0-9]*' "$log" | tail -1 |

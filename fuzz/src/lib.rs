@@ -3,13 +3,18 @@
 //! decoders, building small valid images through the API, and the bounded
 //! namespace walk and changes every target runs on a volume that mounted.
 //!
+//! `fields` lists the fields of a metadata block for the structure-aware
+//! `resealed_image` target.
+//!
 //! Every engine call here may fail; errors are ignored. Only a panic, a hang
 //! (libFuzzer's -timeout) or an out-of-memory is a finding.
 
+pub mod fields;
+
 use std::collections::HashSet;
 use std::sync::Arc;
-use tux3::device::{Device, MemDevice};
 use tux3::codec::block_crc;
+use tux3::device::{Device, MemDevice};
 use tux3::structures::superblock;
 use tux3::{FileType, FormatOptions, Fs, Ino, OpenOptions, RenameFlags, XattrMode, ROOT_INO};
 

@@ -13,10 +13,58 @@
 //!
 //! Calls only `error`; the log and structures layers build on it.
 
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+
 use crate::error::{Error, Result};
 
 /// Bytes of the common header.
 pub const HEADER: usize = 16;
+
+/// What a decoder checks values against: the volume's geometry. Block
+/// addresses must lie in `2..block_count` (blocks 0 and 1 are the
+/// superblocks), ranges must end inside the volume, file sizes must fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub block_size: u32,
+    pub block_count: u64,
+}
+
+/// Most logical blocks a file may have (docs/FORMAT.md section 11).
+pub const MAX_FILE_BLOCKS: u64 = 1 << 40;
+/// Deepest tree: branch levels above the leaves.
+pub const MAX_DEPTH: u8 = 16;
+/// Inode numbers stay below this.
+pub const INO_LIMIT: u64 = 1 << 48;
+
+impl Bounds {
+    pub fn new(block_size: u32, block_count: u64) -> Bounds {
+        Bounds {
+            block_size,
+            block_count,
+        }
+    }
+
+    /// True if `addr` may hold a tree node, bitmap, log or data block.
+    pub fn holds(&self, addr: u64) -> bool {
+        addr >= 2 && addr < self.block_count
+    }
+
+    /// True if blocks `start ..< start + count` lie inside the volume, past
+    /// the superblocks, and the sum does not overflow.
+    pub fn holds_range(&self, start: u64, count: u64) -> bool {
+        start >= 2
+            && start
+                .checked_add(count)
+                .is_some_and(|end| end <= self.block_count)
+    }
+
+    /// Largest file size: 2^40 blocks or 2^63-1 bytes, whichever is smaller.
+    pub fn max_file_size(&self) -> u64 {
+        u64::from(self.block_size)
+            .checked_mul(MAX_FILE_BLOCKS)
+            .map_or(i64::MAX as u64, |s| s.min(i64::MAX as u64))
+    }
+}
 
 /// Checked little-endian reader over one block. Every error names `block`.
 pub struct Reader<'a> {
@@ -35,15 +83,21 @@ impl<'a> Reader<'a> {
     pub fn pos(&self) -> usize {
         self.pos
     }
+    /// The block this reader's errors name.
+    pub fn block(&self) -> u64 {
+        self.block
+    }
     pub fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }
     pub fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        match end {
-            Some(end) => {
-                let s = &self.buf[self.pos..end];
-                self.pos = end;
+        let s = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.buf.get(self.pos..end));
+        match s {
+            Some(s) => {
+                self.pos = self.pos.saturating_add(n);
                 Ok(s)
             }
             None => Err(Error::corrupt(
@@ -52,25 +106,37 @@ impl<'a> Reader<'a> {
             )),
         }
     }
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        let b = self.bytes(N, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(b);
+        Ok(a)
+    }
     pub fn u8(&mut self, what: &str) -> Result<u8> {
-        Ok(self.bytes(1, what)?[0])
+        Ok(u8::from_le_bytes(self.array(what)?))
     }
     pub fn u16(&mut self, what: &str) -> Result<u16> {
-        let b = self.bytes(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        Ok(u16::from_le_bytes(self.array(what)?))
     }
     pub fn u32(&mut self, what: &str) -> Result<u32> {
-        let b = self.bytes(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_le_bytes(self.array(what)?))
     }
     pub fn u64(&mut self, what: &str) -> Result<u64> {
-        let b = self.bytes(8, what)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
+        Ok(u64::from_le_bytes(self.array(what)?))
     }
     pub fn i64(&mut self, what: &str) -> Result<i64> {
-        Ok(self.u64(what)? as i64)
+        Ok(i64::from_le_bytes(self.array(what)?))
+    }
+    /// A block address that must lie in `2..block_count`.
+    pub fn addr(&mut self, what: &str, bounds: &Bounds) -> Result<u64> {
+        let a = self.u64(what)?;
+        if !bounds.holds(a) {
+            return Err(self.bad(format!(
+                "{what} {a} outside the volume (2..{})",
+                bounds.block_count
+            )));
+        }
+        Ok(a)
     }
     /// An error naming this reader's block.
     pub fn bad(&self, what: impl Into<String>) -> Error {
@@ -108,6 +174,13 @@ impl Writer {
     pub fn bytes(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b)
     }
+    /// Overwrite the u16 at byte `at` (a length known only after what follows).
+    pub fn set_u16(&mut self, at: usize, v: u16) {
+        let end = at.saturating_add(2);
+        if let Some(field) = self.buf.get_mut(at..end) {
+            field.copy_from_slice(&v.to_le_bytes());
+        }
+    }
     pub fn len(&self) -> usize {
         self.buf.len()
     }
@@ -116,11 +189,17 @@ impl Writer {
     }
 }
 
-/// CRC32C of `block` with bytes 4..8 taken as zero.
+/// CRC32C of `block` with bytes 4..8 taken as zero (a block shorter than
+/// the header is checksummed as it is).
 pub fn block_crc(block: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&block[..4]);
-    let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
-    crc32c::crc32c_append(crc, &block[8..])
+    match (block.get(..4), block.get(8..)) {
+        (Some(head), Some(rest)) => {
+            let crc = crc32c::crc32c(head);
+            let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
+            crc32c::crc32c_append(crc, rest)
+        }
+        _ => crc32c::crc32c(block),
+    }
 }
 
 /// Start a block image: header with `magic` and `address`, zero-padded to
@@ -133,6 +212,15 @@ pub fn begin(magic: u32, address: u64, size: usize) -> Writer {
     w
 }
 
+/// Store the checksum of a whole block image in its header (bytes 4..8).
+/// Does nothing to a buffer shorter than the header.
+pub fn reseal(block: &mut [u8]) {
+    let crc = block_crc(block);
+    if let Some(field) = block.get_mut(4..8) {
+        field.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 /// Pad `w` to `size` bytes and store the checksum. Panics if the content
 /// overflows the block: callers size their content first (our invariant).
 pub fn seal(mut w: Writer, size: usize) -> Vec<u8> {
@@ -142,8 +230,7 @@ pub fn seal(mut w: Writer, size: usize) -> Vec<u8> {
         w.len()
     );
     w.buf.resize(size, 0);
-    let crc = block_crc(&w.buf);
-    w.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    reseal(&mut w.buf);
     w.buf
 }
 
@@ -153,14 +240,15 @@ pub fn verify(block: &[u8], address: u64, magic: u32, kind: &str) -> Result<()> 
     if block.len() < HEADER {
         return Err(Error::corrupt(address, format!("{kind}: block too small")));
     }
-    let got_magic = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+    let mut r = Reader::new(block, address);
+    let got_magic = r.u32("magic")?;
     if got_magic != magic {
         return Err(Error::corrupt(
             address,
             format!("{kind}: bad magic {got_magic:#010x}, expected {magic:#010x}"),
         ));
     }
-    let stored = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let stored = r.u32("checksum")?;
     let actual = block_crc(block);
     if stored != actual {
         return Err(Error::corrupt(
@@ -168,9 +256,7 @@ pub fn verify(block: &[u8], address: u64, magic: u32, kind: &str) -> Result<()> 
             format!("{kind}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"),
         ));
     }
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&block[8..16]);
-    let self_addr = u64::from_le_bytes(a);
+    let self_addr = r.u64("address")?;
     if self_addr != address {
         return Err(Error::corrupt(
             address,
@@ -181,6 +267,7 @@ pub fn verify(block: &[u8], address: u64, magic: u32, kind: &str) -> Result<()> 
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

@@ -166,7 +166,7 @@ fn itable(be: &mut Backend, out: &mut String) {
         "inode table",
         &mut |leaf, entries| {
             for (ino, v) in entries {
-                match InodeAttrs::decode(v, *ino, leaf) {
+                match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev.as_ref())) {
                     Ok(a) => {
                         let k = FileType::from_mode(a.mode)
                             .map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));

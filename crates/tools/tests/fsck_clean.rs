@@ -302,7 +302,13 @@ fn edit_inode(img: &mut [u8], dev: &Arc<dyn Device>, ino: u64, change: impl FnOn
         panic!("not a leaf")
     };
     let e = leaf.entries.iter_mut().find(|(k, _)| *k == ino).unwrap();
-    let mut a = InodeAttrs::decode(&e.1, ino, addr).unwrap();
+    let mut a = InodeAttrs::decode(
+        &e.1,
+        ino,
+        addr,
+        &tux3::codec::Bounds::new(bs as u32, sb.block_count),
+    )
+    .unwrap();
     change(&mut a);
     e.1 = a.encode();
     img[at..at + bs].copy_from_slice(&leaf.encode(addr, 0, TreeKind::Itable, bs));

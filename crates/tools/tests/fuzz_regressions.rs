@@ -1,6 +1,9 @@
 //! Scenario: every image the fuzzer once crashed on (fuzz/regressions/)
 //! now gives errors, never a panic or an abort — open, a full walk with
 //! reads and readlinks, changes, sync, close, fsck (with repair) and dump.
+//! Files of every `*_image` target are images (`resealed_image` keeps its
+//! findings as the mutated image); for `resealed_image` ones the test also
+//! runs fsck first and that target's writes and fsyncs.
 //! The test profile keeps overflow checks on, as the fuzzer's builds do.
 
 use std::sync::Arc;
@@ -9,6 +12,7 @@ use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
 use tux3_tools::fsck::{check, FsckOptions};
 
 fn images() -> Vec<(String, Vec<u8>)> {
+    // The workspace root holds fuzz/: two levels above this crate.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions");
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
@@ -48,13 +52,48 @@ fn walk(fs: &Fs, ino: u64, depth: usize) {
     }
 }
 
+/// What the `resealed_image` target does after its walk: write into the
+/// root's regular files (inside and past the end), read, fsync, and the same
+/// on a new file.
+fn write_and_fsync(fs: &Fs) {
+    let Ok(batch) = fs.readdir(ROOT_INO, 0, 16) else {
+        return;
+    };
+    for e in batch.iter().filter(|e| e.kind == FileType::Regular).take(4) {
+        let Ok(a) = fs.getattr(e.ino) else { continue };
+        let _ = fs.write(e.ino, 100, b"overwritten");
+        let _ = fs.write(e.ino, a.size.saturating_add(3000), b"past the end");
+        let _ = fs.read(e.ino, 0, 8192);
+        let _ = fs.fsync(e.ino, false);
+    }
+    if let Ok(a) = fs.create(ROOT_INO, b"resealed-new", 0o644, 0, 0) {
+        let _ = fs.write(a.ino, 0, &[5u8; 5000]);
+        let _ = fs.fsync(a.ino, false);
+        let _ = fs.read(a.ino, 0, 5000);
+    }
+}
+
 #[test]
 fn fuzzer_findings_stay_fixed() {
     for (name, image) in images() {
+        let resealed = name.ends_with(".resealed_image.bin");
+        if resealed {
+            let dev: Arc<dyn Device> = Arc::new(MemDevice::from_image(1024, image.clone()));
+            let _ = check(
+                dev,
+                &FsckOptions {
+                    repair: false,
+                    progress: false,
+                },
+            );
+        }
         let mem = Arc::new(MemDevice::from_image(1024, image.clone()));
         let dev: Arc<dyn Device> = mem.clone();
         if let Ok(fs) = Fs::open(dev.clone(), OpenOptions::default()) {
             walk(&fs, ROOT_INO, 0);
+            if resealed {
+                write_and_fsync(&fs);
+            }
             let _ = fs.create(ROOT_INO, b"fuzz-new", 0o644, 0, 0);
             let _ = fs.sync();
             let _ = fs.unify();

@@ -42,14 +42,15 @@ fn at_block(d: &crate::log::chain::LoggedDelta) -> u64 {
 /// table of the superblock in use always names the right one; the image's
 /// may be newer: an fsync commit written while a unify was in flight logs
 /// the roots that unify gave, and the unify may not have landed.
-fn keep_root(itable: &mut Tree, dev: &dyn Device, ino: u64, image: Vec<u8>) -> Result<Vec<u8>> {
+fn keep_root(itable: &mut Tree, dev: &dyn Device, ino: u64, image: Vec<u8>, at: u64) -> Result<Vec<u8>> {
     use crate::structures::inode::InodeAttrs;
-    let Some(raw) = itable.get(dev, ino)? else {
+    let Some((raw, leaf)) = itable.get_at(dev, ino)? else {
         return Ok(image);
     };
+    let bounds = crate::structures::bounds(dev);
     let (now, mut attrs) = (
-        InodeAttrs::decode(&raw, ino, 0)?,
-        InodeAttrs::decode(&image, ino, 0)?,
+        InodeAttrs::decode(&raw, ino, leaf, &bounds)?,
+        InodeAttrs::decode(&image, ino, at, &bounds)?,
     );
     if attrs.root == now.root {
         return Ok(image);
@@ -204,7 +205,7 @@ impl Backend {
         // Live fsync images apply after every full commit's leaf maps, in
         // log order: a full commit that follows one rewrites the inode
         // table's leaves from its own (older) images.
-        let mut images: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut images: Vec<(u64, Vec<u8>, u64)> = Vec::new();
         for (n, d) in chain.deltas.iter().enumerate() {
             let at = d.blocks.first().copied().unwrap_or(0);
             let live_fsync = d.fsync && later_full[n + 1].is_none_or(|f| f < d.delta);
@@ -214,8 +215,9 @@ impl Backend {
                 match *r {
                     Record::InodeImage { ino, ref attrs } => {
                         if live_fsync {
-                            crate::structures::inode::InodeAttrs::decode(attrs, ino, at)?;
-                            images.push((ino, attrs.clone()));
+                            let bounds = crate::structures::bounds(dev.as_ref());
+                            crate::structures::inode::InodeAttrs::decode(attrs, ino, at, &bounds)?;
+                            images.push((ino, attrs.clone(), at));
                         }
                     }
                     Record::DirentSet { dir, key, ref entry } => {
@@ -305,9 +307,9 @@ impl Backend {
             }
             delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }
-        let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _)| *ino).collect();
-        for (ino, attrs) in images {
-            let attrs = keep_root(&mut itable, dev.as_ref(), ino, attrs)?;
+        let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _, _)| *ino).collect();
+        for (ino, attrs, at) in images {
+            let attrs = keep_root(&mut itable, dev.as_ref(), ino, attrs, at)?;
             itable.insert(dev.as_ref(), ino, attrs)?;
         }
         replayed_images.sort_unstable();
@@ -354,7 +356,8 @@ impl Backend {
             let Ok(Some(raw)) = self.itable.get(dev.as_ref(), ino) else {
                 continue;
             };
-            let Ok(mut attrs) = crate::structures::inode::InodeAttrs::decode(&raw, ino, 0) else {
+            let bounds = crate::structures::bounds(dev.as_ref());
+            let Ok(mut attrs) = crate::structures::inode::InodeAttrs::decode(&raw, ino, 0, &bounds) else {
                 continue;
             };
             let mut inode = crate::cache::Inode::new(ino, attrs.clone());

@@ -149,10 +149,10 @@ impl Volume {
         ids.sort_unstable();
         for id in ids {
             let dev = v.be.dev.clone();
-            let Some(raw) = v.be.itable.get(dev.as_ref(), id)? else {
+            let Some((raw, leaf)) = v.be.itable.get_at(dev.as_ref(), id)? else {
                 continue;
             };
-            let attrs = InodeAttrs::decode(&raw, id, 0)?;
+            let attrs = InodeAttrs::decode(&raw, id, leaf, &crate::structures::bounds(dev.as_ref()))?;
             let mut inode = Inode::new(id, attrs);
             let replay = &replays[&id];
             if replay.reset {
@@ -254,12 +254,12 @@ impl Volume {
                 return err(Errno::ENOENT);
             }
             let dev = self.be.dev.clone();
-            let raw = self
+            let (raw, leaf) = self
                 .be
                 .itable
-                .get(dev.as_ref(), ino)?
+                .get_at(dev.as_ref(), ino)?
                 .ok_or(Error::Posix(Errno::ENOENT))?;
-            let attrs = InodeAttrs::decode(&raw, ino, 0)?;
+            let attrs = InodeAttrs::decode(&raw, ino, leaf, &crate::structures::bounds(dev.as_ref()))?;
             self.cache.map.insert(ino, Inode::new(ino, attrs));
         }
         self.cache.map.get_mut(&ino).ok_or(Error::Posix(Errno::ENOENT))

@@ -35,11 +35,12 @@ impl Volume {
         }
         let base = dirent::key_base(name);
         let mut at = base;
-        while let Some((k, v)) = d.tree.next(dev.as_ref(), at)? {
+        while let Some(f) = d.tree.next_at(dev.as_ref(), at)? {
+            let k = f.key;
             if k >= base + COLLISIONS {
                 break;
             }
-            let e = Dirent::decode(&v, k, d.tree.unified.addr)?;
+            let e = Dirent::decode(&f.value, k, f.leaf)?;
             if e.name == name {
                 return Ok(Some((k, e)));
             }
@@ -506,10 +507,10 @@ impl Volume {
     pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
         let dev = self.be.dev.clone();
         let d = self.dir(ino)?;
-        let leaf = d.tree.unified.addr;
         let mut out = Vec::new();
-        for (k, v) in d.tree.range(dev.as_ref(), pos, u64::MAX, max)? {
-            let e = Dirent::decode(&v, k, leaf)?;
+        for f in d.tree.range_at(dev.as_ref(), pos, u64::MAX, max)? {
+            let k = f.key;
+            let e = Dirent::decode(&f.value, k, f.leaf)?;
             out.push(DirEntry {
                 ino: e.ino,
                 kind: e.kind,

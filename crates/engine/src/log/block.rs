@@ -15,7 +15,7 @@
 //! Calls the base modules only (codec, error).
 
 use super::record::Record;
-use crate::codec::{begin, seal, verify, Reader};
+use crate::codec::{begin, seal, verify, Bounds, Reader};
 use crate::error::{Error, Result};
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3LG");
@@ -43,7 +43,7 @@ pub struct LogBlock {
 
 /// Bytes of records one block holds.
 pub fn capacity(bs: usize) -> usize {
-    bs - HEADER
+    bs.saturating_sub(HEADER)
 }
 
 impl LogBlock {
@@ -64,23 +64,28 @@ impl LogBlock {
         for r in &self.records {
             r.encode(&mut w);
         }
-        let used = w.len() - start;
+        let used = w.len().saturating_sub(start);
         assert!(used <= capacity(bs), "log block overfilled");
-        w.buf[used_at..used_at + 2].copy_from_slice(&(used as u16).to_le_bytes());
+        w.set_u16(used_at, u16::try_from(used).unwrap_or(u16::MAX));
         seal(w, bs)
     }
 
-    /// Decode and validate the block read from `addr`.
-    pub fn decode(b: &[u8], addr: u64) -> Result<LogBlock> {
+    /// Decode and validate the block read from `addr` of a volume of
+    /// `block_count` blocks (its records' fields must lie inside it).
+    pub fn decode(b: &[u8], addr: u64, block_count: u64) -> Result<LogBlock> {
         verify(b, addr, MAGIC, "log block")?;
-        let crc = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let mut r = Reader::at(b, 16, addr);
+        let bounds = Bounds::new(u32::try_from(b.len()).unwrap_or(u32::MAX), block_count);
+        let mut r = Reader::at(b, 4, addr);
+        let crc = r.u32("log crc")?;
+        r.u64("log address")?;
         let seq = r.u64("log seq")?;
-        let next = r.u64("log next")?;
+        // The block after this one is reserved inside the volume (its
+        // Balloc); a writer goes on at this address.
+        let next = r.addr("log next", &bounds)?;
         let delta = r.u64("log delta")?;
         let prev_crc = r.u32("log prev crc")?;
         let flags = r.u16("log flags")?;
-        let used = r.u16("log used")? as usize;
+        let used = usize::from(r.u16("log used")?);
         let nonce = r.u64("log nonce")?;
         if used > capacity(b.len()) {
             return Err(Error::corrupt(
@@ -92,7 +97,7 @@ impl LogBlock {
         let mut rr = Reader::new(body, addr);
         let mut records = Vec::new();
         while rr.remaining() > 0 {
-            records.push(Record::decode(&mut rr)?);
+            records.push(Record::decode(&mut rr, &bounds)?);
         }
         Ok(LogBlock {
             addr,
@@ -110,6 +115,7 @@ impl LogBlock {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -139,11 +145,62 @@ mod tests {
             crc: 0,
         };
         let b = lb.encode(1024);
-        let d = LogBlock::decode(&b, 9).unwrap();
+        // Block 12 (the leaf map) lies outside a volume of 12 blocks.
+        let e = LogBlock::decode(&b, 9, 12).unwrap_err().to_string();
+        assert!(e.contains("block 9") && e.contains("leafmap address"), "{e}");
+        let d = LogBlock::decode(&b, 9, 100).unwrap();
         assert_eq!(d.records, lb.records);
         assert_eq!(
             (d.seq, d.next, d.delta, d.prev_crc, d.commit, d.nonce),
             (77, 10, 3, 0xdead, true, 5)
         );
+    }
+
+    /// Record fields out of bounds make the block fail to decode, naming it.
+    #[test]
+    fn records_out_of_bounds_are_refused() {
+        let bad = [
+            Record::Balloc { start: 95, count: 6 },
+            Record::Bfree { start: 1, count: 1 },
+            Record::Balloc {
+                start: u64::MAX,
+                count: u32::MAX,
+            },
+            Record::LeafMap {
+                tree: 2,
+                sep: 0,
+                addr: 12,
+            },
+            Record::Drop { tree: 1 << 48 },
+            Record::InodeImage {
+                ino: 0,
+                attrs: vec![],
+            },
+            Record::DataInline {
+                ino: 16,
+                lblock: 0,
+                offset: 1000,
+                data: vec![0; 100],
+            },
+            Record::DirentRemove { dir: 0, key: 5 },
+        ];
+        for r in bad {
+            let lb = LogBlock {
+                addr: 9,
+                seq: 1,
+                next: 10,
+                delta: 1,
+                prev_crc: 0,
+                commit: true,
+                fsync: true,
+                nonce: 0,
+                records: vec![r.clone()],
+                crc: 0,
+            };
+            let e = LogBlock::decode(&lb.encode(1024), 9, 100)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("corrupt block 9"), "{r:?}: {e}");
+        }
     }
 }

@@ -81,7 +81,7 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
             break;
         }
         dev.read(at.next, &mut buf)?;
-        let lb = match LogBlock::decode(&buf, at.next) {
+        let lb = match LogBlock::decode(&buf, at.next, dev.block_count()) {
             Ok(lb) => lb,
             Err(e) => {
                 end = format!(
@@ -100,9 +100,16 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
         }
         pending.extend_from_slice(&lb.records);
         pending_blocks.push(lb.addr);
+        // The head's seq is below 2^62 (the superblock checks it) and each
+        // block's is one above its predecessor's: this cannot overflow
+        // before the volume runs out of blocks.
+        let Some(seq) = lb.seq.checked_add(1) else {
+            end = format!("block {} holds the last sequence number", at.next);
+            break;
+        };
         at = Tail {
             next: lb.next,
-            seq: lb.seq + 1,
+            seq,
             prev_crc: lb.crc,
         };
         if lb.commit {
@@ -117,10 +124,10 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
         }
     }
     let mut unproven = None;
-    if let Some(i) = deltas.iter().rposition(|d| !d.fsync) {
-        let last = &deltas[i];
+    let last_full = deltas.iter().enumerate().rev().find(|(_, d)| !d.fsync);
+    if let Some((i, last)) = last_full {
         if let Some(why) = check_sums(dev, last)? {
-            let after = deltas.len() - i - 1;
+            let after = deltas.len().saturating_sub(i).saturating_sub(1);
             unproven = Some(format!(
                 "log block {}: delta {} is not part of the volume{}: {why}; a crash during its \
                  single-flush commit leaves this",
@@ -132,7 +139,9 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
                     String::new()
                 }
             ));
-            tail = starts[i];
+            if let Some(&t) = starts.get(i) {
+                tail = t;
+            }
             deltas.truncate(i);
         }
     }
@@ -171,14 +180,16 @@ fn check_sums(dev: &dyn Device, d: &LoggedDelta) -> Result<Option<String>> {
                 ),
             ));
         }
-        buf.resize(count as usize * bs, 0);
+        // count <= 2^16 and bs <= 2^16: at most 4 GiB, within usize on the
+        // 64-bit targets this builds for; saturate elsewhere.
+        buf.resize((count as usize).saturating_mul(bs), 0);
         dev.read(start, &mut buf)?;
         let got = crc32c::crc32c(&buf);
         if got != crc {
             let which = if count == 1 {
                 format!("block {start}")
             } else {
-                format!("blocks {start}..{}", start + count as u64)
+                format!("blocks {start}..{}", start.saturating_add(u64::from(count)))
             };
             return Ok(Some(format!(
                 "{which} holds checksum {got:#010x}, its commit says {crc:#010x}"

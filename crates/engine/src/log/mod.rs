@@ -14,6 +14,8 @@
 //! May call the device layer (the chain reader reads blocks) and the base
 //! modules (codec, error); the backend's log writer encodes into it.
 
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+
 pub mod block;
 pub mod chain;
 pub mod record;

@@ -24,8 +24,13 @@
 //!
 //! Calls the base modules only (codec, error).
 
-use crate::codec::{Reader, Writer};
+use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_FILE_BLOCKS};
 use crate::error::Result;
+
+/// Bitmap file's inode number: its tree is never logged.
+const BITMAP_INO: u64 = 2;
+/// Lowest inode number of an ordinary file (docs/FORMAT.md section 5).
+const FIRST_INO: u64 = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -102,9 +107,9 @@ impl Record {
             Record::LeafUnmap { .. } | Record::DirentRemove { .. } => 17,
             Record::Drop { .. } | Record::Orphan { .. } => 9,
             Record::BlockSum { .. } => 17,
-            Record::InodeImage { attrs, .. } => 11 + attrs.len(),
-            Record::DataInline { data, .. } => 21 + data.len(),
-            Record::DirentSet { entry, .. } => 19 + entry.len(),
+            Record::InodeImage { attrs, .. } => attrs.len().saturating_add(11),
+            Record::DataInline { data, .. } => data.len().saturating_add(21),
+            Record::DirentSet { entry, .. } => entry.len().saturating_add(19),
         }
     }
 
@@ -130,7 +135,7 @@ impl Record {
             Record::InodeImage { ino, ref attrs } => {
                 w.u8(6);
                 w.u64(ino);
-                w.u16(attrs.len() as u16);
+                w.u16(u16::try_from(attrs.len()).unwrap_or(u16::MAX));
                 w.bytes(attrs);
             }
             Record::DataInline {
@@ -143,14 +148,14 @@ impl Record {
                 w.u64(ino);
                 w.u64(lblock);
                 w.u16(offset);
-                w.u16(data.len() as u16);
+                w.u16(u16::try_from(data.len()).unwrap_or(u16::MAX));
                 w.bytes(data);
             }
             Record::DirentSet { dir, key, ref entry } => {
                 w.u8(8);
                 w.u64(dir);
                 w.u64(key);
-                w.u16(entry.len() as u16);
+                w.u16(u16::try_from(entry.len()).unwrap_or(u16::MAX));
                 w.bytes(entry);
             }
             Record::DirentRemove { dir, key } => {
@@ -196,10 +201,13 @@ impl Record {
         }
     }
 
-    /// Decode one record; `r` is positioned at its type byte.
-    pub fn decode(r: &mut Reader) -> Result<Record> {
+    /// Decode one record; `r` is positioned at its type byte. Every field
+    /// is checked against the volume's `bounds` (docs/FORMAT.md 8.2): ranges
+    /// and leaf addresses inside the volume, inode numbers below 2^48,
+    /// inline data inside one block; errors name the reader's block.
+    pub fn decode(r: &mut Reader, bounds: &Bounds) -> Result<Record> {
         let t = r.u8("record type")?;
-        Ok(match t {
+        let rec = match t {
             1 => Record::Balloc {
                 start: r.u64("balloc start")?,
                 count: r.u32("balloc count")?,
@@ -211,7 +219,7 @@ impl Record {
             3 => Record::LeafMap {
                 tree: r.u64("leafmap tree")?,
                 sep: r.u64("leafmap sep")?,
-                addr: r.u64("leafmap address")?,
+                addr: r.addr("leafmap address", bounds)?,
             },
             4 => Record::LeafUnmap {
                 tree: r.u64("leafunmap tree")?,
@@ -222,7 +230,7 @@ impl Record {
             },
             6 => {
                 let ino = r.u64("inode image ino")?;
-                let n = r.u16("inode image length")? as usize;
+                let n = usize::from(r.u16("inode image length")?);
                 Record::InodeImage {
                     ino,
                     attrs: r.bytes(n, "inode image")?.to_vec(),
@@ -232,7 +240,7 @@ impl Record {
                 let ino = r.u64("inline ino")?;
                 let lblock = r.u64("inline block")?;
                 let offset = r.u16("inline offset")?;
-                let n = r.u16("inline length")? as usize;
+                let n = usize::from(r.u16("inline length")?);
                 Record::DataInline {
                     ino,
                     lblock,
@@ -243,7 +251,7 @@ impl Record {
             8 => {
                 let dir = r.u64("dirent dir")?;
                 let key = r.u64("dirent key")?;
-                let n = r.u16("dirent length")? as usize;
+                let n = usize::from(r.u16("dirent length")?);
                 Record::DirentSet {
                     dir,
                     key,
@@ -263,6 +271,61 @@ impl Record {
                 key: r.u64("unentry key")?,
             },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
-        })
+        };
+        rec.check(r, bounds)?;
+        Ok(rec)
+    }
+
+    /// The bounds of a decoded record's fields (see [`Record::decode`]).
+    fn check(&self, r: &Reader, bounds: &Bounds) -> Result<()> {
+        let name = KINDS.get(self.kind()).copied().unwrap_or("record");
+        let bad = |what: String| Err(r.bad(format!("log record {name}: {what}")));
+        match *self {
+            Record::Balloc { start, count } | Record::Bfree { start, count } => {
+                if !bounds.holds_range(start, u64::from(count)) {
+                    return bad(format!(
+                        "blocks {start}+{count} outside the volume (2..{})",
+                        bounds.block_count
+                    ));
+                }
+            }
+            Record::LeafMap { tree, .. } | Record::LeafUnmap { tree, .. } | Record::Drop { tree } => {
+                if tree == BITMAP_INO || tree >= INO_LIMIT {
+                    return bad(format!("tree {tree} is not a logged tree"));
+                }
+            }
+            Record::InodeImage { ino, .. } => {
+                if ino == 0 || ino >= INO_LIMIT {
+                    return bad(format!("inode {ino} out of range"));
+                }
+            }
+            Record::DataInline {
+                ino,
+                lblock,
+                offset,
+                ref data,
+            } => {
+                let end = usize::from(offset).saturating_add(data.len());
+                if !(FIRST_INO..INO_LIMIT).contains(&ino) || lblock >= MAX_FILE_BLOCKS {
+                    return bad(format!("inode {ino} block {lblock} out of range"));
+                }
+                if end > bounds.block_size as usize {
+                    return bad(format!(
+                        "{} bytes at offset {offset} overflow a block",
+                        data.len()
+                    ));
+                }
+            }
+            Record::DirentSet { dir, .. } | Record::DirentRemove { dir, .. } => {
+                if dir == 0 || dir >= INO_LIMIT {
+                    return bad(format!("directory {dir} out of range"));
+                }
+            }
+            // Checked where they are used: an orphan number below 16 and a
+            // block checksum range outside the volume are reported as
+            // damage by replay and the chain reader.
+            Record::Orphan { .. } | Record::BlockSum { .. } => {}
+        }
+        Ok(())
     }
 }

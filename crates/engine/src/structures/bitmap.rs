@@ -16,12 +16,12 @@ pub const HEADER: usize = 32;
 
 /// Volume blocks covered by one bitmap block.
 pub fn bits_per_block(bs: usize) -> u64 {
-    ((bs - HEADER) * 8) as u64
+    (bs.saturating_sub(HEADER) as u64).saturating_mul(8)
 }
 
 /// Bitmap blocks needed for a volume of `blocks` blocks.
 pub fn blocks_needed(bs: usize, blocks: u64) -> u64 {
-    blocks.div_ceil(bits_per_block(bs))
+    blocks.div_ceil(bits_per_block(bs).max(1))
 }
 
 /// Encode bitmap block `index` at `addr` from its bit bytes.
@@ -42,5 +42,5 @@ pub fn decode(b: &[u8], addr: u64, index: u64) -> Result<&[u8]> {
         return Err(r.bad(format!("bitmap block: index {got}, expected {index}")));
     }
     r.u64("reserved")?;
-    r.bytes(b.len() - HEADER, "bitmap bits")
+    r.bytes(r.remaining(), "bitmap bits")
 }

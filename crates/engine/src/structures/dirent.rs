@@ -6,7 +6,7 @@
 //!
 //! Calls the btree and the base modules (codec, error, types).
 
-use crate::codec::{Reader, Writer};
+use crate::codec::{Reader, Writer, INO_LIMIT};
 use crate::error::Result;
 use crate::types::FileType;
 
@@ -39,7 +39,7 @@ pub struct Dirent {
 
 impl Dirent {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(9 + self.name.len());
+        let mut w = Writer::with_capacity(self.name.len().saturating_add(9));
         w.u64(self.ino);
         w.u8(self.kind.dirent_code());
         w.bytes(&self.name);
@@ -52,6 +52,9 @@ impl Dirent {
         let ino = r.u64("dirent inode")?;
         let code = r.u8("dirent type")?;
         let name = r.bytes(r.remaining(), "dirent name")?.to_vec();
+        if ino == 0 || ino >= INO_LIMIT {
+            return Err(r.bad(format!("dirent at position {key:#x}: inode {ino} out of range")));
+        }
         let kind = FileType::from_dirent_code(code)
             .ok_or_else(|| r.bad(format!("dirent at position {key:#x}: unknown type {code}")))?;
         if name.is_empty() || name.len() > crate::types::NAME_MAX || name.contains(&b'/') || name.contains(&0)
@@ -68,6 +71,7 @@ impl Dirent {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

@@ -5,17 +5,32 @@
 //!
 //! Calls the btree, the device (through it) and the base modules.
 
+use super::btree::tree::Found;
 use super::btree::Tree;
-use crate::codec::{Reader, Writer};
+use crate::codec::{Bounds, Reader, Writer, MAX_FILE_BLOCKS};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Errno, Error, Result};
 
 /// One mapping: logical `[lblock, lblock + count)` -> physical `[pblock, ..)`.
+/// A decoded extent lies inside the volume and below [`MAX_FILE_BLOCKS`], so
+/// sums of its bounds never overflow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
     pub lblock: u64,
     pub pblock: u64,
     pub count: u64,
+}
+
+impl Extent {
+    /// First logical block past the extent.
+    pub fn end(&self) -> u64 {
+        self.lblock.saturating_add(self.count)
+    }
+
+    /// Physical block of logical block `lblock` (which the extent covers).
+    pub fn physical(&self, lblock: u64) -> u64 {
+        self.pblock.saturating_add(lblock.saturating_sub(self.lblock))
+    }
 }
 
 /// Longest extent stored in one entry.
@@ -24,17 +39,30 @@ pub const MAX_EXTENT: u64 = u32::MAX as u64;
 fn encode(pblock: u64, count: u64) -> Vec<u8> {
     let mut w = Writer::with_capacity(12);
     w.u64(pblock);
-    w.u32(count as u32);
+    w.u32(u32::try_from(count).unwrap_or(u32::MAX));
     w.buf
 }
 
-/// Decode the extent stored at `lblock`. `block` names the leaf for errors.
-pub fn decode(lblock: u64, v: &[u8], block: u64) -> Result<Extent> {
+/// Decode the extent stored at `lblock` in leaf `block` of a volume with
+/// `bounds`: its length is 1 ..= 2^32 - 1, its physical blocks lie in
+/// `2..block_count` and its logical blocks below [`MAX_FILE_BLOCKS`].
+pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Extent> {
     let mut r = Reader::new(v, block);
     let pblock = r.u64("extent start")?;
-    let count = r.u32("extent length")? as u64;
+    let count = u64::from(r.u32("extent length")?);
     if count == 0 || r.remaining() != 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
+    }
+    if !bounds.holds_range(pblock, count) {
+        return Err(r.bad(format!(
+            "extent at logical block {lblock}: physical blocks {pblock}+{count} outside the volume (2..{})",
+            bounds.block_count
+        )));
+    }
+    if lblock.checked_add(count).is_none_or(|end| end > MAX_FILE_BLOCKS) {
+        return Err(r.bad(format!(
+            "extent at logical block {lblock}: {count} blocks run past the largest file"
+        )));
     }
     Ok(Extent {
         lblock,
@@ -43,28 +71,29 @@ pub fn decode(lblock: u64, v: &[u8], block: u64) -> Result<Extent> {
     })
 }
 
-fn get(t: &mut Tree, dev: &dyn Device, found: Option<(u64, Vec<u8>)>) -> Result<Option<Extent>> {
-    let _ = (t, dev);
+fn get(dev: &dyn Device, found: Option<Found>) -> Result<Option<Extent>> {
     match found {
         None => Ok(None),
-        Some((k, v)) => decode(k, &v, 0).map(Some),
+        Some(f) => decode(f.key, &f.value, f.leaf, &super::bounds(dev)).map(Some),
     }
 }
 
 /// The extent covering `lblock`, if any.
 pub fn lookup(t: &mut Tree, dev: &dyn Device, lblock: u64) -> Result<Option<Extent>> {
-    let found = t.prev(dev, lblock)?;
-    let e = get(t, dev, found)?;
-    Ok(e.filter(|e| e.lblock + e.count > lblock))
+    let found = t.prev_at(dev, lblock)?;
+    let e = get(dev, found)?;
+    Ok(e.filter(|e| e.end() > lblock))
 }
 
 /// Next extent starting at or after `lblock`.
 pub fn next(t: &mut Tree, dev: &dyn Device, lblock: u64) -> Result<Option<Extent>> {
-    let found = t.next(dev, lblock)?;
-    get(t, dev, found)
+    let found = t.next_at(dev, lblock)?;
+    get(dev, found)
 }
 
 /// Unmap logical blocks `[from, to)`; returns the freed physical ranges.
+/// The extents met are decoded ones, so the differences and sums of their
+/// bounds below are exact.
 pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
     let mut freed = Vec::new();
     if from >= to {
@@ -73,13 +102,13 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
     // An extent starting before `from` may reach into the range.
     if let Some(e) = lookup(t, dev, from)? {
         if e.lblock < from {
-            let head = from - e.lblock;
+            let head = from.saturating_sub(e.lblock);
             t.insert(dev, e.lblock, encode(e.pblock, head))?;
-            let end = e.lblock + e.count;
+            let end = e.end();
             let cut_end = end.min(to);
-            freed.push((e.pblock + head, cut_end - from));
+            freed.push((e.physical(from), cut_end.saturating_sub(from)));
             if end > to {
-                t.insert(dev, to, encode(e.pblock + (to - e.lblock), end - to))?;
+                t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to)))?;
             }
         }
     }
@@ -88,10 +117,10 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
             break;
         }
         t.remove(dev, e.lblock)?;
-        let end = e.lblock + e.count;
+        let end = e.end();
         if end > to {
-            freed.push((e.pblock, to - e.lblock));
-            t.insert(dev, to, encode(e.pblock + (to - e.lblock), end - to))?;
+            freed.push((e.pblock, to.saturating_sub(e.lblock)));
+            t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to)))?;
             break;
         }
         freed.push((e.pblock, e.count));
@@ -103,11 +132,16 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
 /// mapped there (returned as freed ranges). Merges with a contiguous
 /// predecessor so sequential files stay one extent.
 pub fn map(t: &mut Tree, dev: &dyn Device, lblock: u64, pblock: u64, count: u64) -> Result<Vec<(u64, u64)>> {
-    let freed = punch(t, dev, lblock, lblock + count)?;
-    if lblock > 0 {
-        if let Some(p) = lookup(t, dev, lblock - 1)? {
-            if p.lblock + p.count == lblock && p.pblock + p.count == pblock && p.count + count <= MAX_EXTENT {
-                t.insert(dev, p.lblock, encode(p.pblock, p.count + count))?;
+    let end = lblock
+        .checked_add(count)
+        .filter(|&end| end <= MAX_FILE_BLOCKS && count <= MAX_EXTENT)
+        .ok_or(Error::Posix(Errno::EFBIG))?;
+    let freed = punch(t, dev, lblock, end)?;
+    if let Some(before) = lblock.checked_sub(1) {
+        if let Some(p) = lookup(t, dev, before)? {
+            let merged = p.count.saturating_add(count);
+            if p.end() == lblock && p.pblock.checked_add(p.count) == Some(pblock) && merged <= MAX_EXTENT {
+                t.insert(dev, p.lblock, encode(p.pblock, merged))?;
                 return Ok(freed);
             }
         }
@@ -121,21 +155,48 @@ pub fn all(t: &mut Tree, dev: &dyn Device) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
     let mut at = 0;
     while let Some(e) = next(t, dev, at)? {
-        at = e.lblock + e.count;
+        at = e.end();
         out.push(e);
     }
     Ok(out)
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
     use crate::device::MemDevice;
     use crate::structures::btree::TreeKind;
 
+    /// Extents past the volume, of length 0, or whose sums overflow are
+    /// corruption naming the leaf they were read from.
+    #[test]
+    fn decode_bounds_every_extent() {
+        let vol = Bounds::new(1024, 100);
+        let e = |p: u64, c: u32| {
+            let mut w = Writer::default();
+            w.u64(p);
+            w.u32(c);
+            w.buf
+        };
+        assert!(decode(5, &e(10, 90), 42, &vol).is_ok());
+        for (l, p, c) in [
+            (5, 10, 91),
+            (5, 100, 1),
+            (5, 1, 1),
+            (5, 10, 0),
+            (5, u64::MAX, u32::MAX),
+            (u64::MAX, 10, 1),
+            (MAX_FILE_BLOCKS, 10, 1),
+        ] {
+            let err = decode(l, &e(p, c), 42, &vol).unwrap_err().to_string();
+            assert!(err.contains("block 42"), "{l} {p} {c}: {err}");
+        }
+    }
+
     #[test]
     fn punch_and_map_keep_extents_disjoint() {
-        let dev = MemDevice::new(1024, 64);
+        let dev = MemDevice::new(1024, 1024);
         let mut t = Tree::new_empty(9, TreeKind::Extents);
         assert!(map(&mut t, &dev, 0, 100, 10).unwrap().is_empty());
         assert!(map(&mut t, &dev, 10, 110, 5).unwrap().is_empty());

@@ -14,7 +14,7 @@
 //! | 8 | blocks   | data blocks held u64 |
 
 use super::superblock::Root;
-use crate::codec::{Reader, Writer};
+use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_DEPTH};
 use crate::error::{Error, Result};
 use crate::types::Timespec;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub const FIXED_ATTRS_MAX: usize = (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 
 
 /// Cost of one xattr in the inode record: tag, length, name length, name, value.
 pub fn xattr_cost(name: &[u8], value: &[u8]) -> usize {
-    4 + name.len() + value.len()
+    name.len().saturating_add(value.len()).saturating_add(4)
 }
 
 /// Attributes of one inode.
@@ -106,16 +106,20 @@ impl InodeAttrs {
         }
         for (name, value) in &self.xattrs {
             w.u8(TAG_XATTR);
-            w.u16((1 + name.len() + value.len()) as u16);
-            w.u8(name.len() as u8);
+            let len = name.len().saturating_add(value.len()).saturating_add(1);
+            w.u16(u16::try_from(len).unwrap_or(u16::MAX));
+            w.u8(u8::try_from(name.len()).unwrap_or(u8::MAX));
             w.bytes(name);
             w.bytes(value);
         }
         w.buf
     }
 
-    /// Decode the record of inode `ino` found in itable leaf `block`.
-    pub fn decode(b: &[u8], ino: u64, block: u64) -> Result<InodeAttrs> {
+    /// Decode the record of inode `ino` found in itable leaf `block` (or a
+    /// log block) of a volume with `bounds`: the size fits a file, the data
+    /// tree's root lies in the volume with a depth of at most 16, the block
+    /// count fits the volume, the parent is an inode number.
+    pub fn decode(b: &[u8], ino: u64, block: u64, bounds: &Bounds) -> Result<InodeAttrs> {
         let mut a = InodeAttrs::default();
         let mut r = Reader::new(b, block);
         let mut seen_mode = false;
@@ -144,6 +148,9 @@ impl InodeAttrs {
                 TAG_SIZE => {
                     need(8)?;
                     a.size = br.u64("size")?;
+                    if a.size > bounds.max_file_size() {
+                        return Err(bad(format!("size {} is past the largest file", a.size)));
+                    }
                 }
                 TAG_TIMES => {
                     need(48)?;
@@ -164,6 +171,9 @@ impl InodeAttrs {
                 TAG_PARENT => {
                     need(8)?;
                     a.parent = br.u64("parent")?;
+                    if a.parent >= INO_LIMIT {
+                        return Err(bad(format!("parent {} is not an inode number", a.parent)));
+                    }
                 }
                 TAG_ROOT => {
                     need(9)?;
@@ -171,13 +181,25 @@ impl InodeAttrs {
                         addr: br.u64("root address")?,
                         depth: br.u8("root depth")?,
                     };
-                    if a.root.depth > 16 {
+                    if a.root.depth > MAX_DEPTH {
                         return Err(bad(format!("data tree depth {}", a.root.depth)));
+                    }
+                    if !bounds.holds(a.root.addr) {
+                        return Err(bad(format!(
+                            "data tree root {} outside the volume (2..{})",
+                            a.root.addr, bounds.block_count
+                        )));
                     }
                 }
                 TAG_BLOCKS => {
                     need(8)?;
                     a.blocks = br.u64("blocks")?;
+                    if a.blocks > bounds.block_count {
+                        return Err(bad(format!(
+                            "holds {} blocks, the volume has {}",
+                            a.blocks, bounds.block_count
+                        )));
+                    }
                 }
                 TAG_XATTR => {
                     let n = br.u8("xattr name length")? as usize;
@@ -199,8 +221,14 @@ impl InodeAttrs {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    const VOLUME: Bounds = Bounds {
+        block_size: 4096,
+        block_count: 1000,
+    };
 
     #[test]
     fn round_trip() {
@@ -223,10 +251,35 @@ mod tests {
         a.xattrs.insert(b"user.x".to_vec(), b"value".to_vec());
         a.xattrs.insert(b"user.empty".to_vec(), Vec::new());
         let b = a.encode();
-        assert_eq!(InodeAttrs::decode(&b, 5, 100).unwrap(), a);
+        assert_eq!(InodeAttrs::decode(&b, 5, 100, &VOLUME).unwrap(), a);
         assert!(b.len() <= FIXED_ATTRS_MAX + a.xattr_bytes());
         for cut in 0..b.len() {
-            let _ = InodeAttrs::decode(&b[..cut], 5, 100);
+            let _ = InodeAttrs::decode(&b[..cut], 5, 100, &VOLUME);
+        }
+    }
+
+    /// Values past the volume's bounds are corruption naming the block.
+    #[test]
+    fn out_of_bounds_values_name_the_block() {
+        type Patch = fn(&mut InodeAttrs);
+        let patches: [(&str, Patch); 4] = [
+            ("root", |a| a.root.addr = 1000),
+            ("size", |a| a.size = u64::MAX),
+            ("blocks", |a| a.blocks = 1001),
+            ("parent", |a| a.parent = 1 << 48),
+        ];
+        for (what, patch) in patches {
+            let mut a = InodeAttrs {
+                mode: 0o40755,
+                nlink: 2,
+                root: Root { addr: 9, depth: 0 },
+                ..Default::default()
+            };
+            patch(&mut a);
+            let e = InodeAttrs::decode(&a.encode(), 5, 123, &VOLUME)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("block 123") && e.contains(what), "{what}: {e}");
         }
     }
 }

@@ -7,9 +7,19 @@
 //! May call the log (the superblock names the log's head as a `log::Tail`),
 //! the device (to load btree nodes) and the base modules (codec, error,
 //! types).
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+
 pub mod bitmap;
 pub mod btree;
 pub mod dirent;
 pub mod extent;
 pub mod inode;
 pub mod superblock;
+
+use crate::codec::Bounds;
+use crate::device::Device;
+
+/// The bounds decoders check values read from `dev` against.
+pub fn bounds(dev: &dyn Device) -> Bounds {
+    Bounds::new(dev.block_size(), dev.block_count())
+}

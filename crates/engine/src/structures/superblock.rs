@@ -84,7 +84,9 @@ impl Superblock {
         let mut b = w.buf;
         b.resize(self.block_size as usize, 0);
         let crc = crc_superblock(&b);
-        b[8..12].copy_from_slice(&crc.to_le_bytes());
+        if let Some(field) = b.get_mut(8..12) {
+            field.copy_from_slice(&crc.to_le_bytes());
+        }
         b
     }
 
@@ -96,7 +98,9 @@ impl Superblock {
         }
         let stored = r.u32("crc")?;
         let mut copy = b.to_vec();
-        copy[8..12].copy_from_slice(&[0; 4]);
+        if let Some(field) = copy.get_mut(8..12) {
+            field.fill(0);
+        }
         // The checksum helper zeroes bytes 4..8; the superblock keeps its crc at 8..12.
         let actual = crc_superblock(&copy);
         if stored != actual {
@@ -163,6 +167,24 @@ impl Superblock {
                 })?
             },
         };
+        // The volume's size in bytes fits a u64, and the bitmap file covers
+        // exactly its blocks.
+        if block_count.checked_mul(u64::from(block_size)).is_none() {
+            return Err(Error::corrupt(
+                addr,
+                format!("superblock: block count {block_count} is implausible"),
+            ));
+        }
+        let need = super::bitmap::blocks_needed(block_size as usize, block_count);
+        if sb.bitmap_blocks != need {
+            return Err(Error::corrupt(
+                addr,
+                format!(
+                    "superblock: bitmap has {} blocks, the volume needs {need}",
+                    sb.bitmap_blocks
+                ),
+            ));
+        }
         // Counters that commits and unifies increment: far from overflow.
         if sb.next_delta >= 1 << 62 || sb.log_seq >= 1 << 62 || sb.seq >= 1 << 62 || sb.unifies >= 1 << 62 {
             return Err(Error::corrupt(
@@ -264,24 +286,23 @@ fn crc_superblock(b: &[u8]) -> u32 {
 /// Given the first bytes of an image (at least 128 KiB or the whole image),
 /// find the volume's block size from whichever superblock copy is valid.
 pub fn probe_block_size(head: &[u8]) -> Option<u32> {
-    let mut bs = MIN_BLOCK_SIZE;
-    while bs <= MAX_BLOCK_SIZE {
-        for copy in 0..2usize {
-            let start = copy * bs as usize;
-            if let Some(b) = head.get(start..start + bs as usize) {
-                if let Ok(sb) = Superblock::decode(b, copy as u64) {
-                    if sb.block_size == bs {
-                        return Some(bs);
-                    }
+    let sizes = std::iter::successors(Some(MIN_BLOCK_SIZE), |bs| bs.checked_mul(2));
+    for bs in sizes.take_while(|&bs| bs <= MAX_BLOCK_SIZE) {
+        let n = bs as usize;
+        // Copy 0 at byte 0, copy 1 at byte `bs`.
+        for (copy, b) in head.chunks_exact(n).take(2).enumerate() {
+            if let Ok(sb) = Superblock::decode(b, copy as u64) {
+                if sb.block_size == bs {
+                    return Some(bs);
                 }
             }
         }
-        bs *= 2;
     }
     None
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

@@ -60,7 +60,7 @@ pub(crate) fn follow(
         if dev.read(addr, &mut buf).is_err() {
             break;
         }
-        let Ok(lb) = LogBlock::decode(&buf, addr) else {
+        let Ok(lb) = LogBlock::decode(&buf, addr, dev.block_count()) else {
             break;
         };
         if lb.seq != seq || prev_crc.is_some_and(|p| p != lb.prev_crc) {
@@ -162,7 +162,7 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
     let mut own = [0u8; 8];
     own.copy_from_slice(&raw[8..16]);
     if magic == LOG_MAGIC && u64::from_le_bytes(own) == x {
-        if let Err(e) = LogBlock::decode(&raw, x) {
+        if let Err(e) = LogBlock::decode(&raw, x, dev.block_count()) {
             // A crash can tear the write of the block after the last commit
             // (its first sectors land): exactly this picture. Nothing durable
             // is lost then, so it is a note, not a problem.
@@ -209,7 +209,7 @@ fn continuation(
     let n = dev.block_count();
     let bs = dev.block_size() as usize;
     let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64)> {
-        let lb = LogBlock::decode(image, c).ok()?;
+        let lb = LogBlock::decode(image, c, n).ok()?;
         if lb.seq != seq.checked_add(1)? {
             return None;
         }

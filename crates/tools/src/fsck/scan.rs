@@ -87,7 +87,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
             "inode table",
             &mut |leaf, entries| {
                 for (ino, v) in entries {
-                    match InodeAttrs::decode(v, *ino, leaf) {
+                    match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev)) {
                         Ok(a) => {
                             inodes.insert(*ino, a);
                         }
@@ -279,7 +279,7 @@ fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool
         "bitmap file",
         &mut |leaf, entries| {
             for (k, v) in entries {
-                match extent::decode(*k, v, leaf) {
+                match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
                     Ok(e) => extents.push(e),
                     Err(e) => lines.push(super::describe("bitmap file extent", &e)),
                 }
@@ -437,7 +437,7 @@ fn check_inode(
                         Err(e) => lines.push(super::describe(&what, &e)),
                     }
                 } else {
-                    match extent::decode(*k, v, leaf) {
+                    match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
                         Ok(e) => extents.push((leaf, e)),
                         Err(e) => lines.push(super::describe(&what, &e)),
                     }

@@ -200,7 +200,7 @@ pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> Vec<Inode> {
         ITABLE,
         &mut |id, leaf, entries| {
             let show = |ino, v: &[u8]| {
-                let a = InodeAttrs::decode(v, ino, leaf)?;
+                let a = InodeAttrs::decode(v, ino, leaf, &tux3::structures::bounds(dev.as_ref()))?;
                 Ok((
                     format!("inode {ino}: {} {} B", kind_name(a.mode), a.size),
                     (ino, a),
@@ -224,9 +224,15 @@ pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> Vec<Inode> {
 }
 
 /// Fields of an extent leaf; `out` collects (drawn place, extent) pairs.
-fn extent_fields(id: Option<&str>, leaf: u64, entries: &Entries, out: &mut Vec<(String, Extent)>) -> Fields {
+fn extent_fields(
+    id: Option<&str>,
+    leaf: u64,
+    entries: &Entries,
+    bounds: &tux3::codec::Bounds,
+    out: &mut Vec<(String, Extent)>,
+) -> Fields {
     let show = |k, v: &[u8]| {
-        let e = extent::decode(k, v, leaf)?;
+        let e = extent::decode(k, v, leaf, bounds)?;
         Ok((format!("{}..+{} -> {}", e.lblock, e.count, e.pblock), e))
     };
     entry_fields(id, entries, "extents", show, &mut |at, e| {
@@ -240,7 +246,7 @@ pub(super) fn bitmap_file(d: &mut Dot, dev: &dyn Device, sb: &Superblock) {
     let mut extents = Vec::new();
     d.open("bitmap", "bitmap file (inode 2)", "#666666");
     let (root, mut cut) = draw_tree(d, dev, &mut tree, "bitmap", BITMAP, &mut |id, leaf, entries| {
-        extent_fields(id, leaf, entries, &mut extents)
+        extent_fields(id, leaf, entries, &tux3::structures::bounds(dev), &mut extents)
     });
     if let Some(r) = &root {
         d.edge("sb_use:bm", r, "label=bitmap, color=\"#666666\"");
@@ -327,7 +333,7 @@ pub(super) fn data_trees(d: &mut Dot, be: &Backend, inodes: &[Inode], replays: &
                 })
             }),
             _ => draw_tree(d, dev, &mut tree, "extent", EXTENTS, &mut |id, leaf, entries| {
-                extent_fields(id, leaf, entries, &mut Vec::new())
+                extent_fields(id, leaf, entries, &tux3::structures::bounds(dev), &mut Vec::new())
             }),
         };
         cut_nodes += cut;

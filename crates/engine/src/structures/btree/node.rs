@@ -113,12 +113,9 @@ impl Node {
 impl Leaf {
     /// Encoded size in bytes.
     pub fn size(&self) -> usize {
-        NODE_HEADER
-            + self
-                .entries
-                .iter()
-                .map(|(_, v)| LEAF_ENTRY_OVERHEAD + v.len())
-                .sum::<usize>()
+        self.entries.iter().fold(NODE_HEADER, |n, (_, v)| {
+            n.saturating_add(LEAF_ENTRY_OVERHEAD).saturating_add(v.len())
+        })
     }
 
     /// Index of the first entry with key >= `key`.
@@ -165,13 +162,19 @@ impl Branch {
 
 /// Most entries a branch of this block size holds.
 pub fn branch_capacity(block_size: usize) -> usize {
-    (block_size - NODE_HEADER) / BRANCH_ENTRY
+    block_size.saturating_sub(NODE_HEADER) / BRANCH_ENTRY
 }
 
 /// Decode and validate a node read from `addr`. `level` is the level the
 /// parent expects (0 = leaf); `block_count` bounds child addresses.
 pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_count: u64) -> Result<Node> {
     let what = kind.name();
+    if level > crate::codec::MAX_DEPTH {
+        return Err(Error::corrupt(
+            addr,
+            format!("{what} node: level {level} is deeper than a tree goes"),
+        ));
+    }
     let magic = if level == 0 { LEAF_MAGIC } else { BRANCH_MAGIC };
     let node_kind = if level == 0 { "leaf" } else { "branch" };
     verify(b, addr, magic, &format!("{what} {node_kind}"))?;
@@ -208,6 +211,13 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
             let k = r.u64("entry key")?;
             let len = r.u16("entry length")? as usize;
             let v = r.bytes(len, "entry value")?;
+            // Writers keep two values in a leaf (Tree::max_value).
+            let max = (b.len().saturating_sub(NODE_HEADER) / 2).saturating_sub(LEAF_ENTRY_OVERHEAD);
+            if len > max {
+                return Err(r.bad(format!(
+                    "{what} leaf: entry {i} value of {len} bytes, at most {max}"
+                )));
+            }
             if let Some((prev, _)) = entries.last() {
                 if *prev >= k {
                     return Err(r.bad(format!("{what} leaf: entry {i} key {k} not above {prev}")));

@@ -21,6 +21,9 @@
 use super::node::{
     branch_capacity, decode, Branch, Child, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD, NODE_HEADER,
 };
+use super::redirect::{write_branches, LeafWriter};
+use super::replay::{map_rec, unmap_rec, Unmapped};
+use super::search::{get_rec, next_rec, prev_rec};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::structures::superblock::Root;
@@ -44,15 +47,39 @@ pub struct Tree {
 }
 
 /// Read-only context for loading nodes.
-struct Ctx<'a> {
-    dev: &'a dyn Device,
-    owner: u64,
-    kind: TreeKind,
+pub(super) struct Ctx<'a> {
+    pub(super) dev: &'a dyn Device,
+    pub(super) owner: u64,
+    pub(super) kind: TreeKind,
 }
 
 /// Pieces split off to the right of a node: (sep, node) pairs to insert
 /// after it in its parent.
-type Splits = Vec<(u64, Node)>;
+pub(super) type Splits = Vec<(u64, Node)>;
+
+/// An entry found in a tree, with the address of the leaf that holds it
+/// (0 for a leaf never written), so errors about the value name the block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub key: u64,
+    pub value: Vec<u8>,
+    pub leaf: u64,
+}
+
+/// Level of a branch's children. Branches are at level 1 or above: decode
+/// checks the level the parent expects, and new branches go above a node.
+pub(super) fn child_level(b: &Branch) -> u8 {
+    b.level.saturating_sub(1)
+}
+
+/// Child `i` of branch `b`, or an error naming the branch.
+pub(super) fn child_mut(b: &mut Branch, i: usize) -> Result<&mut Child> {
+    let addr = b.addr;
+    let n = b.children.len();
+    b.children
+        .get_mut(i)
+        .ok_or_else(|| Error::corrupt(addr, format!("branch has no child {i} (it has {n})")))
+}
 
 impl Tree {
     /// A tree whose unified root is `root` (address 0: empty).
@@ -87,7 +114,7 @@ impl Tree {
 
     /// Largest value this tree accepts for block size `bs`: two always fit in a leaf.
     pub fn max_value(bs: usize) -> usize {
-        (bs - NODE_HEADER) / 2 - LEAF_ENTRY_OVERHEAD
+        (bs.saturating_sub(NODE_HEADER) / 2).saturating_sub(LEAF_ENTRY_OVERHEAD)
     }
 
     fn ctx<'a>(&self, dev: &'a dyn Device) -> Ctx<'a> {
@@ -100,6 +127,12 @@ impl Tree {
 
     /// Value stored under `key`.
     pub fn get(&mut self, dev: &dyn Device, key: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_at(dev, key)?.map(|(v, _)| v))
+    }
+
+    /// Value stored under `key` and the address of the leaf holding it (0
+    /// for a leaf never written), for errors about the value.
+    pub fn get_at(&mut self, dev: &dyn Device, key: u64) -> Result<Option<(Vec<u8>, u64)>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -110,6 +143,11 @@ impl Tree {
 
     /// First entry with key >= `from`.
     pub fn next(&mut self, dev: &dyn Device, from: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(self.next_at(dev, from)?.map(|e| (e.key, e.value)))
+    }
+
+    /// First entry with key >= `from`, with the address of its leaf.
+    pub fn next_at(&mut self, dev: &dyn Device, from: u64) -> Result<Option<Found>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -120,6 +158,11 @@ impl Tree {
 
     /// Last entry with key <= `at`.
     pub fn prev(&mut self, dev: &dyn Device, at: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(self.prev_at(dev, at)?.map(|e| (e.key, e.value)))
+    }
+
+    /// Last entry with key <= `at`, with the address of its leaf.
+    pub fn prev_at(&mut self, dev: &dyn Device, at: u64) -> Result<Option<Found>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
@@ -130,12 +173,23 @@ impl Tree {
 
     /// Entries with keys in `from..to`, at most `max` of them.
     pub fn range(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<(u64, Vec<u8>)>> {
+        Ok(self
+            .range_at(dev, from, to, max)?
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect())
+    }
+
+    /// Entries with keys in `from..to`, at most `max` of them, each with
+    /// the address of its leaf.
+    pub fn range_at(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<Found>> {
         let mut out = Vec::new();
         let mut at = from;
         while out.len() < max && at < to {
-            match self.next(dev, at)? {
-                Some((k, v)) if k < to => {
-                    out.push((k, v));
+            match self.next_at(dev, at)? {
+                Some(e) if e.key < to => {
+                    let k = e.key;
+                    out.push(e);
                     match k.checked_add(1) {
                         Some(n) => at = n,
                         None => break,
@@ -192,7 +246,7 @@ impl Tree {
     fn grow(&mut self, mut splits: Splits, bs: usize, leaves_dirty: bool) {
         while !splits.is_empty() {
             let Some(old) = self.root.take() else { return };
-            let level = self.depth + 1;
+            let level = self.depth.saturating_add(1);
             let mut children = vec![Child { sep: 0, slot: old }];
             for (sep, n) in splits.drain(..) {
                 children.push(Child {
@@ -374,7 +428,7 @@ fn disk_leaf_placeholder() -> Leaf {
 }
 
 /// Turn a `Disk` slot into a loaded node and return it.
-fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
+pub(super) fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     if let Slot::Disk(addr) = *slot {
         let count = cx.dev.block_count();
         if addr < 2 || addr >= count {
@@ -393,64 +447,15 @@ fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     }
 }
 
-fn get_rec(node: &mut Node, cx: &Ctx, key: u64) -> Result<Option<Vec<u8>>> {
-    match node {
-        Node::Leaf(l) => Ok(l
-            .entries
-            .binary_search_by_key(&key, |(k, _)| *k)
-            .ok()
-            .map(|i| l.entries[i].1.clone())),
-        Node::Branch(b) => {
-            let i = b.child_index(key);
-            let level = b.level - 1;
-            get_rec(load(&mut b.children[i].slot, cx, level)?, cx, key)
-        }
-    }
-}
-
-fn next_rec(node: &mut Node, cx: &Ctx, from: u64) -> Result<Option<(u64, Vec<u8>)>> {
-    match node {
-        Node::Leaf(l) => {
-            let i = l.lower_bound(from);
-            Ok(l.entries.get(i).cloned())
-        }
-        Node::Branch(b) => {
-            let level = b.level - 1;
-            for i in b.child_index(from)..b.children.len() {
-                let found = next_rec(load(&mut b.children[i].slot, cx, level)?, cx, from)?;
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-            Ok(None)
-        }
-    }
-}
-
-fn prev_rec(node: &mut Node, cx: &Ctx, at: u64) -> Result<Option<(u64, Vec<u8>)>> {
-    match node {
-        Node::Leaf(l) => {
-            let i = l.entries.partition_point(|(k, _)| *k <= at);
-            Ok(i.checked_sub(1).map(|i| l.entries[i].clone()))
-        }
-        Node::Branch(b) => {
-            let level = b.level - 1;
-            for i in (0..=b.child_index(at)).rev() {
-                let found = prev_rec(load(&mut b.children[i].slot, cx, level)?, cx, at)?;
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-            Ok(None)
-        }
-    }
-}
-
 fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) -> Result<Splits> {
     match node {
         Node::Leaf(l) => {
             match l.entries.binary_search_by_key(&key, |(k, _)| *k) {
-                Ok(i) => l.entries[i].1 = value,
+                Ok(i) => {
+                    if let Some(e) = l.entries.get_mut(i) {
+                        e.1 = value;
+                    }
+                }
                 Err(i) => l.entries.insert(i, (key, value)),
             }
             l.dirty = true;
@@ -458,29 +463,32 @@ fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) ->
         }
         Node::Branch(b) => {
             let i = b.child_index(key);
-            let level = b.level - 1;
-            let splits = insert_rec(load(&mut b.children[i].slot, cx, level)?, cx, bs, key, value)?;
+            let level = child_level(b);
+            let splits = insert_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, bs, key, value)?;
             b.leaves_dirty = true;
             if splits.is_empty() {
                 return Ok(Vec::new());
             }
             b.dirty = true;
-            for (n, (sep, node)) in splits.into_iter().enumerate() {
-                b.children.insert(
-                    i + 1 + n,
-                    Child {
-                        sep,
-                        slot: Slot::Mem(Box::new(node)),
-                    },
-                );
-            }
+            insert_after(b, i, splits);
             Ok(split_branch(b, bs))
         }
     }
 }
 
+/// Insert split-off pieces as children of `b` right after child `i`.
+pub(super) fn insert_after(b: &mut Branch, i: usize, splits: Splits) {
+    let at = i.saturating_add(1).min(b.children.len());
+    let pieces = splits.into_iter().map(|(sep, node)| Child {
+        sep,
+        slot: Slot::Mem(Box::new(node)),
+    });
+    b.children.splice(at..at, pieces);
+}
+
 /// Split an overflowing leaf into pieces that each fit; returns the pieces
 /// to the right of `l` with their seps (each a dirty, unwritten leaf).
+#[allow(clippy::arithmetic_side_effects)] // why: sizes of entries held in memory, each value at most a block; the loop runs only with two or more entries
 fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
     let mut out: Splits = Vec::new();
     while l.size() > bs && l.entries.len() >= 2 {
@@ -495,7 +503,7 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
             }
         }
         let right = l.entries.split_off(cut);
-        let sep = right[0].0;
+        let sep = right.first().map_or(0, |e| e.0);
         let mut r = Leaf {
             addr: 0,
             dirty: true,
@@ -513,20 +521,21 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
 }
 
 /// Split an overflowing branch in halves; returns the right halves.
-fn split_branch(b: &mut Branch, bs: usize) -> Splits {
+pub(super) fn split_branch(b: &mut Branch, bs: usize) -> Splits {
     let cap = branch_capacity(bs);
     let mut out = Splits::new();
     if b.children.len() <= cap {
         return out;
     }
-    let mut rest = b.children.split_off(b.children.len() / 2);
+    let half = b.children.len() / 2;
+    let mut rest = b.children.split_off(half);
     while !rest.is_empty() {
         let tail = if rest.len() > cap {
             rest.split_off(cap)
         } else {
             Vec::new()
         };
-        let sep = rest[0].sep;
+        let sep = rest.first().map_or(0, |c| c.sep);
         out.push((
             sep,
             Node::Branch(Branch {
@@ -565,19 +574,20 @@ fn remove_rec(
         },
         Node::Branch(b) => {
             let i = b.child_index(key);
-            let level = b.level - 1;
-            let child = load(&mut b.children[i].slot, cx, level)?;
+            let level = child_level(b);
+            let c = child_mut(b, i)?;
+            let child = load(&mut c.slot, cx, level)?;
             let (v, first) = remove_rec(child, cx, key, ev)?;
             let empty_leaf = matches!(child, Node::Leaf(l) if l.entries.is_empty());
+            if let Some(sep) = first {
+                c.sep = sep;
+                b.dirty = true;
+            }
             if v.is_some() {
                 b.leaves_dirty = true;
             }
-            if let Some(sep) = first {
-                b.children[i].sep = sep;
-                b.dirty = true;
-            }
             let mut removed = false;
-            if empty_leaf && b.children.len() > 1 {
+            if empty_leaf && b.children.len() > 1 && i < b.children.len() {
                 let gone = b.children.remove(i);
                 ev.unmaps.push(gone.sep);
                 if gone.slot.addr() != 0 {
@@ -587,195 +597,13 @@ fn remove_rec(
                 removed = true;
             }
             let first_changed = if i == 0 && (removed || first.is_some()) {
-                Some(b.children[0].sep)
+                b.children.first().map(|c| c.sep)
             } else {
                 None
             };
             Ok((v, first_changed))
         }
     }
-}
-
-/// Replay insertion of a leaf address into the level-1 branch covering `sep`.
-fn map_rec(node: &mut Node, cx: &Ctx, bs: usize, sep: u64, addr: u64) -> Result<(Splits, Option<u64>)> {
-    let Node::Branch(b) = node else {
-        return Err(Error::corrupt(node.addr(), "log maps a leaf below a leaf"));
-    };
-    b.dirty = true;
-    let i = b.child_index(sep);
-    if b.level == 1 {
-        let pos = b.children.partition_point(|c| c.sep < sep);
-        let mut first = None;
-        if b.children.get(pos).is_some_and(|c| c.sep == sep) {
-            b.children[pos].slot = Slot::Disk(addr);
-        } else {
-            b.children.insert(
-                pos,
-                Child {
-                    sep,
-                    slot: Slot::Disk(addr),
-                },
-            );
-            if pos == 0 {
-                first = Some(sep);
-            }
-        }
-        return Ok((split_branch(b, bs), first));
-    }
-    let level = b.level - 1;
-    let (splits, first) = map_rec(load(&mut b.children[i].slot, cx, level)?, cx, bs, sep, addr)?;
-    let mut up = None;
-    if let Some(s) = first {
-        b.children[i].sep = s;
-        if i == 0 {
-            up = Some(s);
-        }
-    }
-    for (n, (s, node)) in splits.into_iter().enumerate() {
-        b.children.insert(
-            i + 1 + n,
-            Child {
-                sep: s,
-                slot: Slot::Mem(Box::new(node)),
-            },
-        );
-    }
-    Ok((split_branch(b, bs), up))
-}
-
-/// What replay removal did to a node.
-enum Unmapped {
-    /// Nothing to report upward.
-    Same,
-    /// The node's first sep rose to this value (T1).
-    FirstSep(u64),
-    /// The node lost its last child and must leave its parent.
-    Empty,
-}
-
-/// Replay removal of the leaf with separator `sep`. A branch left without
-/// children leaves its parent too (its on-disk address goes to `retired`,
-/// freed at the next unify): replay may group leaves differently from the
-/// tree that logged the change, so a leaf that had siblings there may be
-/// alone here.
-fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Result<Unmapped> {
-    let Node::Branch(b) = node else {
-        return Ok(Unmapped::Same);
-    };
-    let i = b.child_index(sep);
-    let result = if b.level == 1 {
-        if b.children[i].sep != sep {
-            return Ok(Unmapped::Same);
-        }
-        b.children.remove(i);
-        Unmapped::Same
-    } else {
-        let level = b.level - 1;
-        match unmap_rec(load(&mut b.children[i].slot, cx, level)?, cx, sep, retired)? {
-            Unmapped::Same => return Ok(Unmapped::Same),
-            Unmapped::FirstSep(s) => {
-                b.children[i].sep = s;
-                Unmapped::Same
-            }
-            Unmapped::Empty => {
-                let gone = b.children.remove(i);
-                if gone.slot.addr() != 0 {
-                    retired.push(gone.slot.addr());
-                }
-                Unmapped::Same
-            }
-        }
-    };
-    b.dirty = true;
-    if b.children.is_empty() {
-        return Ok(Unmapped::Empty);
-    }
-    if i == 0 {
-        return Ok(Unmapped::FirstSep(b.children[0].sep));
-    }
-    Ok(result)
-}
-
-struct LeafWriter<'a> {
-    bs: usize,
-    owner: u64,
-    kind: TreeKind,
-    alloc: &'a mut dyn FnMut() -> Result<u64>,
-    out: &'a mut Vec<(u64, Vec<u8>)>,
-    maps: &'a mut Vec<(u64, u64)>,
-    freed: &'a mut Vec<u64>,
-}
-
-impl LeafWriter<'_> {
-    /// Write dirty leaves under `node` (whose sep is `sep`); returns whether
-    /// the node's own address changed.
-    fn node(&mut self, node: &mut Node, sep: u64) -> Result<bool> {
-        match node {
-            Node::Leaf(l) => {
-                if !l.dirty && l.addr != 0 {
-                    return Ok(false);
-                }
-                let new = (self.alloc)()?;
-                if l.addr != 0 {
-                    self.freed.push(l.addr);
-                }
-                self.out
-                    .push((new, l.encode(new, self.owner, self.kind, self.bs)));
-                l.addr = new;
-                l.dirty = false;
-                self.maps.push((sep, new));
-                Ok(true)
-            }
-            Node::Branch(b) => {
-                if !b.leaves_dirty {
-                    return Ok(false);
-                }
-                for c in b.children.iter_mut() {
-                    if let Slot::Mem(n) = &mut c.slot {
-                        if self.node(n, c.sep)? {
-                            b.dirty = true;
-                        }
-                    }
-                }
-                b.leaves_dirty = false;
-                Ok(false)
-            }
-        }
-    }
-}
-
-/// Write `b` if it or any branch below it changed since the last unify;
-/// returns whether `b` got a new address.
-fn write_branches(
-    b: &mut Branch,
-    bs: usize,
-    owner: u64,
-    kind: TreeKind,
-    alloc: &mut dyn FnMut() -> Result<u64>,
-    out: &mut Vec<(u64, Vec<u8>)>,
-    freed: &mut Vec<u64>,
-) -> Result<bool> {
-    debug_assert!(!b.leaves_dirty, "unify with dirty leaves");
-    for c in b.children.iter_mut() {
-        if let Slot::Mem(n) = &mut c.slot {
-            if let Node::Branch(cb) = n.as_mut() {
-                if write_branches(cb, bs, owner, kind, alloc, out, freed)? {
-                    b.dirty = true;
-                }
-            }
-        }
-    }
-    if !b.dirty && b.addr != 0 {
-        return Ok(false);
-    }
-    let new = alloc()?;
-    if b.addr != 0 {
-        freed.push(b.addr);
-    }
-    out.push((new, b.encode(new, owner, kind, bs)));
-    b.addr = new;
-    b.dirty = false;
-    Ok(true)
 }
 
 fn visit_rec(
@@ -790,7 +618,7 @@ fn visit_rec(
     };
     f(addr, level, sep, node)?;
     if let Node::Branch(b) = node {
-        let level = b.level - 1;
+        let level = child_level(b);
         for c in b.children.iter_mut() {
             let s = c.sep;
             visit_rec(load(&mut c.slot, cx, level)?, cx, s, f)?;

@@ -1,0 +1,107 @@
+//! Replay of the log's leaf-list changes on a tree's unified branches:
+//! `LeafMap` inserts or moves a leaf, `LeafUnmap` removes one, keeping
+//! invariant T1 (tree.rs). Loads nodes through `tree::load`.
+
+use super::node::{Child, Node, Slot};
+use super::tree::{child_level, child_mut, insert_after, load, split_branch, Ctx, Splits};
+use crate::error::{Error, Result};
+
+/// Replay insertion of a leaf address into the level-1 branch covering `sep`.
+pub(super) fn map_rec(
+    node: &mut Node,
+    cx: &Ctx,
+    bs: usize,
+    sep: u64,
+    addr: u64,
+) -> Result<(Splits, Option<u64>)> {
+    let Node::Branch(b) = node else {
+        return Err(Error::corrupt(node.addr(), "log maps a leaf below a leaf"));
+    };
+    b.dirty = true;
+    let i = b.child_index(sep);
+    if b.level == 1 {
+        let pos = b.children.partition_point(|c| c.sep < sep);
+        let mut first = None;
+        if let Some(c) = b.children.get_mut(pos).filter(|c| c.sep == sep) {
+            c.slot = Slot::Disk(addr);
+        } else {
+            b.children.insert(
+                pos,
+                Child {
+                    sep,
+                    slot: Slot::Disk(addr),
+                },
+            );
+            if pos == 0 {
+                first = Some(sep);
+            }
+        }
+        return Ok((split_branch(b, bs), first));
+    }
+    let level = child_level(b);
+    let c = child_mut(b, i)?;
+    let (splits, first) = map_rec(load(&mut c.slot, cx, level)?, cx, bs, sep, addr)?;
+    let mut up = None;
+    if let Some(s) = first {
+        c.sep = s;
+        if i == 0 {
+            up = Some(s);
+        }
+    }
+    insert_after(b, i, splits);
+    Ok((split_branch(b, bs), up))
+}
+
+/// What replay removal did to a node.
+pub(super) enum Unmapped {
+    /// Nothing to report upward.
+    Same,
+    /// The node's first sep rose to this value (T1).
+    FirstSep(u64),
+    /// The node lost its last child and must leave its parent.
+    Empty,
+}
+
+/// Replay removal of the leaf with separator `sep`. A branch left without
+/// children leaves its parent too (its on-disk address goes to `retired`,
+/// freed at the next unify): replay may group leaves differently from the
+/// tree that logged the change, so a leaf that had siblings there may be
+/// alone here.
+pub(super) fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Result<Unmapped> {
+    let Node::Branch(b) = node else {
+        return Ok(Unmapped::Same);
+    };
+    let i = b.child_index(sep);
+    let result = if b.level == 1 {
+        if b.children.get(i).is_none_or(|c| c.sep != sep) {
+            return Ok(Unmapped::Same);
+        }
+        b.children.remove(i);
+        Unmapped::Same
+    } else {
+        let level = child_level(b);
+        let c = child_mut(b, i)?;
+        match unmap_rec(load(&mut c.slot, cx, level)?, cx, sep, retired)? {
+            Unmapped::Same => return Ok(Unmapped::Same),
+            Unmapped::FirstSep(s) => {
+                c.sep = s;
+                Unmapped::Same
+            }
+            Unmapped::Empty => {
+                let gone = b.children.remove(i);
+                if gone.slot.addr() != 0 {
+                    retired.push(gone.slot.addr());
+                }
+                Unmapped::Same
+            }
+        }
+    };
+    b.dirty = true;
+    if b.children.is_empty() {
+        return Ok(Unmapped::Empty);
+    }
+    if let (0, Some(c)) = (i, b.children.first()) {
+        return Ok(Unmapped::FirstSep(c.sep));
+    }
+    Ok(result)
+}
