@@ -133,12 +133,7 @@ impl Tree {
     /// Value stored under `key` and the address of the leaf holding it (0
     /// for a leaf never written), for errors about the value.
     pub fn get_at(&mut self, dev: &dyn Device, key: u64) -> Result<Option<(Vec<u8>, u64)>> {
-        let cx = self.ctx(dev);
-        let depth = self.depth;
-        match self.root.as_mut() {
-            None => Ok(None),
-            Some(slot) => get_rec(load(slot, &cx, depth)?, &cx, key),
-        }
+        self.search(dev, |root, cx| get_rec(root, cx, key))
     }
 
     /// First entry with key >= `from`.
@@ -148,12 +143,7 @@ impl Tree {
 
     /// First entry with key >= `from`, with the address of its leaf.
     pub fn next_at(&mut self, dev: &dyn Device, from: u64) -> Result<Option<Found>> {
-        let cx = self.ctx(dev);
-        let depth = self.depth;
-        match self.root.as_mut() {
-            None => Ok(None),
-            Some(slot) => next_rec(load(slot, &cx, depth)?, &cx, from),
-        }
+        self.search(dev, |root, cx| next_rec(root, cx, from))
     }
 
     /// Last entry with key <= `at`.
@@ -163,11 +153,20 @@ impl Tree {
 
     /// Last entry with key <= `at`, with the address of its leaf.
     pub fn prev_at(&mut self, dev: &dyn Device, at: u64) -> Result<Option<Found>> {
+        self.search(dev, |root, cx| prev_rec(root, cx, at))
+    }
+
+    /// `f` on the root node (loaded if need be); nothing in an empty tree.
+    fn search<T>(
+        &mut self,
+        dev: &dyn Device,
+        f: impl FnOnce(&mut Node, &Ctx) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
         let cx = self.ctx(dev);
         let depth = self.depth;
         match self.root.as_mut() {
             None => Ok(None),
-            Some(slot) => prev_rec(load(slot, &cx, depth)?, &cx, at),
+            Some(slot) => f(load(slot, &cx, depth)?, &cx),
         }
     }
 
