@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,7 +31,10 @@ pub type FsyncDone = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// State shared by the API, the delta committer and the fsync committer.
 pub(super) struct Shared {
-    pub(super) volume: Mutex<Volume>,
+    /// The volume, and the delta guard: operations that may run together
+    /// hold it shared (`frontend/shared.rs`), everything else (and every
+    /// step of a commit that touches the volume) exclusively.
+    pub(super) volume: RwLock<Volume>,
     /// Serializes delta commits: held from freeze to finish.
     commit: Mutex<()>,
     /// Serializes use of the log's tail (see the module comment).
@@ -80,7 +83,7 @@ impl Shared {
 
     pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
         Shared {
-            volume: Mutex::new(volume),
+            volume: RwLock::new(volume),
             commit: Mutex::new(()),
             log: Mutex::new(()),
             fsyncs: Mutex::new(FsyncQueue::default()),
@@ -143,7 +146,7 @@ impl Shared {
         // Numbered before it freezes: a sync that saw this number may have
         // been called after the freeze, so only a later commit serves it.
         let number = self.frozen.fetch_add(1, Ordering::SeqCst) + 1;
-        let Some(mut job) = self.volume.lock().freeze(unify)? else {
+        let Some(mut job) = self.volume.write().freeze(unify)? else {
             return Ok(());
         };
         // A unify that starts a fresh log keeps it to itself; any other
@@ -158,7 +161,7 @@ impl Shared {
         during.at(Phase::Data, job.holds_log());
         let mut log = Some(log.unwrap_or_else(|| self.log.lock()));
         if r.is_ok() {
-            r = self.volume.lock().encode_log(&mut job);
+            r = self.volume.write().encode_log(&mut job);
         }
         if r.is_ok() {
             r = job.write_log_blocks();
@@ -167,7 +170,7 @@ impl Shared {
         // may follow it while it flushes, and that commit's flush makes
         // both durable. A unify keeps the tail until its superblock.
         if r.is_ok() && !job.holds_log() {
-            self.volume.lock().log_written(&job);
+            self.volume.write().log_written(&job);
             drop(log.take());
             during.at(Phase::LogWritten, false);
         }
@@ -175,7 +178,7 @@ impl Shared {
         if r.is_ok() {
             r = job.flush_log();
         }
-        let retired = self.volume.lock().finish(job, r)?;
+        let retired = self.volume.write().finish(job, r)?;
         self.durable.store(number, Ordering::SeqCst);
         // Freed once writers and fsyncs no longer wait on our locks.
         drop(log);
@@ -296,7 +299,7 @@ impl Shared {
     /// they need a full commit or the delta commit in flight.
     fn try_fsync_commit(&self, inos: &[Ino]) -> Option<Result<()>> {
         let _log = self.log.lock();
-        let plan = match self.volume.lock().fsync_plan(inos) {
+        let plan = match self.volume.write().fsync_plan(inos) {
             Ok(plan) => plan,
             Err(e) => return Some(Err(e)),
         };
@@ -305,7 +308,7 @@ impl Shared {
             FsyncPlan::Full | FsyncPlan::Wait => None,
             FsyncPlan::Job(mut job) => {
                 let r = job.write();
-                let r = self.volume.lock().finish(*job, r);
+                let r = self.volume.write().finish(*job, r);
                 Some(r.map(drop))
             }
         }
@@ -387,7 +390,7 @@ impl Worker {
                 };
                 let Some(shared) = weak.upgrade() else { return };
                 // A stale wake-up (the delta was committed meanwhile) is ignored.
-                if !by_time && !shared.volume.lock().may_commit_early() {
+                if !by_time && !shared.volume.read().may_commit_early() {
                     continue;
                 }
                 if let Err(e) = shared.commit(false) {

@@ -3,9 +3,12 @@
 //! POSIX errors as values. Owns the volume lock, the commit scheduling and
 //! its threads (`commit.rs`), and opening an image by path (`image.rs`).
 //!
-//! This layer holds no filesystem logic: it takes the volume lock and calls
-//! the frontend (namespace and file operations in cache, `Volume`), which
-//! drives the backend. May call every layer below; besides the frontend it
+//! This layer holds no filesystem logic: it takes the volume — shared for
+//! the operations that may run together (`frontend/shared.rs`: stat,
+//! lookup, read, readdir, write, setattr without a size change, handles),
+//! exclusively for the rest or when a shared try says it needs more — and
+//! calls the frontend (namespace and file operations in cache, `Volume`),
+//! which drives the backend. May call every layer below; besides the frontend it
 //! uses the backend (mkfs, commit jobs), the device layer (counters) and
 //! the base modules.
 
@@ -20,13 +23,14 @@ pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
-use parking_lot::MutexGuard;
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 
 /// A mounted tux3 volume.
 ///
-/// `Fs` is `Send + Sync`; operations run in cache under one lock, and a
-/// commit's device I/O runs outside it. A background thread ends a delta
+/// `Fs` is `Send + Sync`; operations run in cache, most of them in
+/// parallel (each under its inode's lock), and a commit's device I/O runs
+/// outside every lock they take. A background thread ends a delta
 /// every `commit_interval`, and early under dirty pressure. Dropping an `Fs`
 /// without [`Fs::close`] loses the uncommitted delta, exactly as a crash
 /// would; nothing committed is lost.
@@ -76,8 +80,14 @@ impl Fs {
         Ok(fs)
     }
 
-    fn vol(&self) -> MutexGuard<'_, Volume> {
-        self.shared.volume.lock()
+    /// The volume, exclusively.
+    fn vol(&self) -> RwLockWriteGuard<'_, Volume> {
+        self.shared.volume.write()
+    }
+
+    /// The volume, shared with other operations of the delta.
+    fn shared_vol(&self) -> RwLockReadGuard<'_, Volume> {
+        self.shared.volume.read()
     }
 
     /// Commit everything and release the device.
@@ -90,11 +100,17 @@ impl Fs {
 
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        if let Some(r) = self.shared_vol().lookup_shared(parent, name) {
+            return r;
+        }
         self.vol().lookup(parent, name)
     }
 
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        if let Some(r) = self.shared_vol().getattr_shared(ino) {
+            return r;
+        }
         self.vol().getattr(ino)
     }
 
@@ -106,6 +122,9 @@ impl Fs {
     /// [`Fs::setattr`] that also takes away `strip`'s privileges from a
     /// non-directory, in the same change (after `set`'s mode, if any).
     pub fn setattr_stripping(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Result<Attr> {
+        if let Some(r) = self.shared_vol().setattr_shared(ino, set, strip) {
+            return r;
+        }
         let mut vol = self.vol();
         vol.setattr(ino, set)?;
         vol.strip_privs(ino, strip)?;
@@ -170,11 +189,17 @@ impl Fs {
     /// A file was opened: while any handle is open, removing its last name
     /// keeps the inode (an orphan) until the last [`Fs::release_handle`].
     pub fn open_handle(&self, ino: Ino) -> Result<()> {
+        if let Some(r) = self.shared_vol().open_handle_shared(ino) {
+            return r;
+        }
         self.vol().open_handle(ino)
     }
 
     /// A handle of `ino` was closed; frees an orphan after its last handle.
     pub fn release_handle(&self, ino: Ino) -> Result<()> {
+        if let Some(r) = self.shared_vol().release_handle_shared(ino) {
+            return r;
+        }
         self.vol().release_handle(ino)
     }
 
@@ -187,6 +212,9 @@ impl Fs {
 
     /// Read up to `size` bytes at `offset`; short only at end of file.
     pub fn read(&self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
+        if let Some(r) = self.shared_vol().read_shared(ino, offset, size) {
+            return r;
+        }
         self.vol().read(ino, offset, size)
     }
 
@@ -205,6 +233,13 @@ impl Fs {
     /// [`Fs::write`] that also takes away `strip`'s privileges, in the same
     /// change: what a file server does for a write by a caller it knows.
     pub fn write_stripping(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
+        if let Some(r) = self.shared_vol().write_shared(ino, offset, data, strip) {
+            let w = r?;
+            if let (true, Some(wake)) = (w.wants_commit, &self.wake_committer) {
+                let _ = wake.try_send(());
+            }
+            return Ok(w.bytes);
+        }
         loop {
             let mut vol = self.vol();
             match vol.write_pressure(ino, offset, data.len()) {
@@ -258,7 +293,7 @@ impl Fs {
     /// wait now, for a commit that brings dirty data back under the limit
     /// (a hint: the answer may change before the write runs).
     pub fn write_would_wait(&self, ino: Ino, offset: u64, len: usize) -> bool {
-        self.vol().write_would_wait(ino, offset, len)
+        self.shared_vol().write_would_wait(ino, offset, len)
     }
 
     /// Entries of directory `ino` from position `pos` (0 = start), at most
@@ -266,16 +301,22 @@ impl Fs {
     /// present throughout is returned exactly once. `.` and `..` are not
     /// included.
     pub fn readdir(&self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+        if let Some(r) = self.shared_vol().readdir_shared(ino, pos, max) {
+            return r;
+        }
         self.vol().readdir(ino, pos, max)
     }
 
     /// Volume statistics.
     pub fn statfs(&self) -> Result<StatFs> {
-        self.vol().statfs()
+        self.shared_vol().statfs()
     }
 
     /// Value of extended attribute `name`; ENODATA when absent.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        if let Some(r) = self.shared_vol().getxattr_shared(ino, name) {
+            return r;
+        }
         self.vol().getxattr(ino, name)
     }
 
@@ -286,6 +327,9 @@ impl Fs {
 
     /// Names of all extended attributes of `ino`, sorted.
     pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        if let Some(r) = self.shared_vol().listxattr_shared(ino) {
+            return r;
+        }
         self.vol().listxattr(ino)
     }
 
@@ -330,11 +374,13 @@ impl Fs {
     /// a read-only volume or an fdatasync with no data to make durable
     /// (nothing to do) — and give `done` back otherwise.
     fn fsync_at_once(&self, ino: Ino, datasync: bool, done: FsyncDone) -> Option<FsyncDone> {
-        let ready = {
+        let strict = self.shared.fsync_strict();
+        let shared = self.shared_vol().fsync_needless_shared(ino, datasync, strict);
+        let ready = shared.unwrap_or_else(|| {
             let mut v = self.vol();
             let needless = datasync && !self.shared.fsync_strict() && v.datasync_needless(ino);
             v.getattr(ino).map(|_| v.is_read_only() || needless)
-        };
+        });
         match ready {
             Err(e) => done(Err(e)),
             Ok(true) => done(Ok(())),
@@ -427,7 +473,7 @@ impl Fs {
     /// Largest total size of one inode's extended attributes, in bytes
     /// (each attribute costs its name length + value length + 4).
     pub fn xattr_space(&self) -> usize {
-        self.vol().xattr_space()
+        self.shared_vol().xattr_space()
     }
 
     /// Fsyncs waiting to join the next group commit (for tests).
@@ -438,12 +484,12 @@ impl Fs {
 
     /// The device's I/O counters.
     pub fn counters(&self) -> CounterSnapshot {
-        self.vol().device().counters()
+        self.shared_vol().device().counters()
     }
 
     /// Engine statistics: deltas committed, unifies, log length, and the
     /// dirty file data held in memory (open delta and commit in flight).
     pub fn stats(&self) -> crate::frontend::Stats {
-        self.vol().stats()
+        self.shared_vol().stats()
     }
 }

@@ -211,7 +211,7 @@ impl Backend {
         let mut writes: Writes = Vec::new();
         let mut data: Pages = Vec::new();
         let mut records = std::mem::take(&mut self.records);
-        let inodes: Vec<u64> = cache.dirty.iter().copied().collect();
+        let inodes: Vec<u64> = cache.dirty.get_mut().iter().copied().collect();
         self.allocate_data(cache, &mut data)?;
         self.redirect_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
@@ -243,7 +243,7 @@ impl Backend {
             fresh_log,
             inodes,
         };
-        cache.dirty.clear();
+        cache.dirty.get_mut().clear();
         self.delta += 1;
         Ok(job)
     }
@@ -316,8 +316,8 @@ impl Backend {
     /// extent tree.
     fn allocate_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
         let dev = self.dev.clone();
-        for ino in cache.dirty.iter() {
-            let Some(inode) = cache.map.get_mut(ino) else {
+        for ino in cache.dirty.get_mut().iter() {
+            let Some(inode) = cache.map.get_mut(ino).map(|c| c.get_mut()) else {
                 continue;
             };
             let pages = inode.pages.start_writeback();
@@ -366,19 +366,19 @@ impl Backend {
     ) -> Result<()> {
         let bs = self.bs;
         let inos: Vec<u64> = if unify {
+            let dirty = cache.dirty.get_mut();
             let mut v: Vec<u64> = cache
                 .map
-                .iter()
-                .filter(|(i, n)| cache.dirty.contains(i) || n.tree.needs_unify())
-                .map(|(i, _)| *i)
+                .iter_mut()
+                .filter_map(|(i, n)| (dirty.contains(i) || n.get_mut().tree.needs_unify()).then_some(*i))
                 .collect();
             v.sort_unstable();
             v
         } else {
-            cache.dirty.iter().copied().collect()
+            cache.dirty.get_mut().iter().copied().collect()
         };
         for ino in inos {
-            let Some(inode) = cache.map.get_mut(&ino) else {
+            let Some(inode) = cache.map.get_mut(&ino).map(|c| c.get_mut()) else {
                 continue;
             };
             let tree = &mut inode.tree;
@@ -414,7 +414,7 @@ impl Backend {
                 }
                 if inode.attrs.root != root {
                     inode.attrs.root = root;
-                    cache.dirty.insert(ino);
+                    cache.dirty.get_mut().insert(ino);
                 }
             }
         }
@@ -424,8 +424,8 @@ impl Backend {
     /// Step 3: encode every dirty inode into the inode table.
     fn store_inodes(&mut self, cache: &mut InodeCache) -> Result<()> {
         let dev = self.dev.clone();
-        for ino in cache.dirty.iter() {
-            if let Some(inode) = cache.map.get(ino) {
+        for ino in cache.dirty.get_mut().iter() {
+            if let Some(inode) = cache.map.get_mut(ino).map(|c| c.get_mut()) {
                 self.itable.insert(dev.as_ref(), *ino, inode.attrs.encode())?;
             }
         }

@@ -9,7 +9,7 @@
 //!
 //! Calls only the inode cache (and the base types).
 
-use super::inode::Inode;
+use super::inode::InodeCell;
 use crate::types::Ino;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -63,13 +63,14 @@ impl CleanPages {
     /// Evict files' clean pages until the held bytes are within the limit;
     /// the evicted pages go to `out`, for the caller to free outside its
     /// locks.
-    pub fn evict(&mut self, map: &mut HashMap<Ino, Inode>, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
+    pub fn evict(&mut self, map: &mut HashMap<Ino, InodeCell>, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
         while self.bytes > self.limit {
             let Some(ino) = self.order.pop_front() else {
                 self.bytes = 0; // what is left was dropped with its inodes
                 return;
             };
             if let Some(i) = map.get_mut(&ino) {
+                let i = i.get_mut();
                 let gone = i.pages.take_clean();
                 self.bytes = self.bytes.saturating_sub(gone.len() as u64 * bs);
                 out.extend(gone);
@@ -81,6 +82,7 @@ impl CleanPages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Inode;
     use crate::structures::inode::InodeAttrs;
 
     fn file_with_clean(ino: Ino, n: u64) -> Inode {
@@ -99,15 +101,15 @@ mod tests {
         let mut c = CleanPages::new(5 * bs, 5 * bs);
         let mut map = HashMap::new();
         for (ino, n) in [(10, 3), (11, 2), (12, 2)] {
-            map.insert(ino, file_with_clean(ino, n));
+            map.insert(ino, Box::new(parking_lot::Mutex::new(file_with_clean(ino, n))));
             c.changed(ino, 0, n as usize, bs);
         }
         let mut out = Vec::new();
         c.evict(&mut map, bs, &mut out);
         assert_eq!(out.len(), 3, "the first file's pages go");
         assert_eq!(c.bytes(), 4 * bs);
-        assert_eq!(map[&10].pages.clean_len(), 0);
-        assert_eq!(map[&11].pages.clean_len(), 2);
+        assert_eq!(map[&10].lock().pages.clean_len(), 0);
+        assert_eq!(map[&11].lock().pages.clean_len(), 2);
         // A file dropped from the cache with its pages: the count stays an
         // upper bound, and eviction ends once the queue is empty.
         map.remove(&11);

@@ -1,12 +1,20 @@
 //! Cache layer: cached inodes — attributes, data tree and dirty pages of each
 //! inode that has been touched since open.
 //!
+//! Each cached inode sits in its own heap cell behind its own mutex (the
+//! file's lock): the map may grow without moving an inode, and operations
+//! on different files that run together under the shared delta guard
+//! (`frontend/shared.rs`) lock only the inodes they touch. Code that holds
+//! the volume exclusively reaches inodes with `get_mut`, which takes no
+//! lock at all.
+//!
 //! Calls structures (the inode's attribute record and data tree).
 
 use super::pages::PageMap;
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeSet, HashMap};
 
 /// One inode in cache.
@@ -74,10 +82,46 @@ impl Inode {
     }
 }
 
+/// One cached inode's cell: boxed so that it never moves, locked by the
+/// operations that share the volume.
+pub type InodeCell = Box<Mutex<Inode>>;
+
 /// All cached inodes and which of them are dirty in the current delta.
 #[derive(Default)]
 pub struct InodeCache {
-    pub map: HashMap<Ino, Inode>,
+    pub map: HashMap<Ino, InodeCell>,
     /// Inodes whose attributes, tree or pages changed since the last commit.
-    pub dirty: BTreeSet<Ino>,
+    /// (Its own lock: operations under the shared guard add to it.)
+    pub dirty: Mutex<BTreeSet<Ino>>,
+}
+
+impl InodeCache {
+    /// Inode `ino`, through exclusive access (no lock taken).
+    pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
+        self.map.get_mut(&ino).map(|c| c.get_mut())
+    }
+
+    /// Inode `ino`, locked (shared access; uncontended under exclusive).
+    pub fn lock(&self, ino: Ino) -> Option<MutexGuard<'_, Inode>> {
+        self.map.get(&ino).map(|c| c.lock())
+    }
+
+    pub fn contains(&self, ino: Ino) -> bool {
+        self.map.contains_key(&ino)
+    }
+
+    pub fn insert(&mut self, inode: Inode) {
+        self.map.insert(inode.ino, Box::new(Mutex::new(inode)));
+    }
+
+    /// Drop `ino` from the cache (and from the dirty set), returning it.
+    pub fn remove(&mut self, ino: Ino) -> Option<Inode> {
+        self.dirty.get_mut().remove(&ino);
+        self.map.remove(&ino).map(|c| c.into_inner())
+    }
+
+    /// Mark `ino` dirty in the current delta (shared access).
+    pub fn mark_dirty(&self, ino: Ino) {
+        self.dirty.lock().insert(ino);
+    }
 }

@@ -9,89 +9,131 @@
 //! Calls the cache (through `Volume`) and structures (extent trees).
 
 use super::{max_file_size, Volume};
-use crate::error::{err, Errno, Result};
+use crate::cache::Inode;
+use crate::device::Device;
+use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
 use crate::types::*;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Contents of logical block `lblock` of `i` as it is now.
+fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec<u8>> {
+    if let Some(data) = i.pages.content(lblock) {
+        return Ok(data.as_ref().clone());
+    }
+    let mut buf = vec![0u8; bs as usize];
+    if let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? {
+        dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
+    }
+    Ok(buf)
+}
+
+/// Read `size` bytes at `offset` of `i`, clamped to the file size. The
+/// device reads happen under the file's own lock only.
+pub(super) fn read_from(
+    i: &mut Inode,
+    dev: &dyn Device,
+    bs: u64,
+    offset: u64,
+    size: usize,
+) -> Result<Vec<u8>> {
+    let file_size = i.attrs.size;
+    if offset >= file_size || size == 0 {
+        return Ok(Vec::new());
+    }
+    let end = file_size.min(offset.saturating_add(size as u64));
+    let mut out = Vec::with_capacity((end - offset) as usize);
+    let mut lblock = offset / bs;
+    while lblock * bs < end {
+        let from = (offset.max(lblock * bs) - lblock * bs) as usize;
+        let to = ((end - lblock * bs).min(bs)) as usize;
+        if let Some(data) = i.pages.content(lblock) {
+            out.extend_from_slice(&data[from..to]);
+            lblock += 1;
+            continue;
+        }
+        match extent::lookup(&mut i.tree, dev, lblock)? {
+            Some(e) => {
+                // Read the rest of this extent that we need, in one request,
+                // stopping at the first block that has a dirty page.
+                let last = (end - 1) / bs;
+                let mut n = (e.lblock + e.count - lblock).min(last - lblock + 1);
+                for k in 1..n {
+                    if i.pages.get(lblock + k).is_some() {
+                        n = k;
+                        break;
+                    }
+                }
+                // Straight into the output when the run starts on a block
+                // boundary; else through a buffer.
+                let stop = ((end - lblock * bs).min(n * bs)) as usize;
+                if from == 0 {
+                    let at = out.len();
+                    out.resize(at + (n * bs) as usize, 0);
+                    dev.read(e.pblock + (lblock - e.lblock), &mut out[at..])?;
+                    out.truncate(at + stop);
+                } else {
+                    let mut buf = vec![0u8; (n * bs) as usize];
+                    dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
+                    out.extend_from_slice(&buf[from..stop]);
+                }
+                lblock += n;
+            }
+            None => {
+                out.resize(out.len() + (to - from), 0);
+                lblock += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `i` may be read or written as file data.
+pub(super) fn check_file(i: &Inode) -> Result<()> {
+    match i.kind() {
+        FileType::Directory => err(Errno::EISDIR),
+        FileType::Regular => Ok(()),
+        _ => err(Errno::EINVAL),
+    }
+}
+
+/// The end of a write of `len` bytes at `offset`, or EFBIG.
+pub(super) fn write_end(bs: u64, offset: u64, len: usize) -> Result<u64> {
+    match offset.checked_add(len as u64).filter(|&e| e <= max_file_size(bs)) {
+        Some(end) => Ok(end),
+        None => err(Errno::EFBIG),
+    }
+}
+
+/// Pages a write of `offset..end` newly dirties in `i` (its reservation).
+pub(super) fn new_pages(i: &Inode, bs: u64, offset: u64, end: u64) -> u64 {
+    (offset / bs..=(end - 1) / bs)
+        .filter(|b| !i.pages.is_dirty(*b))
+        .count() as u64
+}
 
 impl Volume {
     /// Contents of logical block `lblock` of `ino` as it is now.
     fn block(&mut self, ino: Ino, lblock: u64) -> Result<Vec<u8>> {
-        let bs = self.be.bs;
+        let bs = self.bs();
         let dev = self.be.dev.clone();
-        let i = self.inode(ino)?;
-        if let Some(data) = i.pages.content(lblock) {
-            return Ok(data.as_ref().clone());
-        }
-        let mut buf = vec![0u8; bs];
-        if let Some(e) = extent::lookup(&mut i.tree, dev.as_ref(), lblock)? {
-            dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
-        }
-        Ok(buf)
+        block_of(self.inode(ino)?, dev.as_ref(), bs, lblock)
     }
 
     /// Read `size` bytes at `offset`, clamped to the file size.
     pub(super) fn read_data(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
-        let file_size = self.inode(ino)?.attrs.size;
-        if offset >= file_size || size == 0 {
-            return Ok(Vec::new());
-        }
-        let end = file_size.min(offset.saturating_add(size as u64));
-        let mut out = Vec::with_capacity((end - offset) as usize);
-        let mut lblock = offset / bs;
-        while lblock * bs < end {
-            let i = self.inode(ino)?;
-            let from = (offset.max(lblock * bs) - lblock * bs) as usize;
-            let to = ((end - lblock * bs).min(bs)) as usize;
-            if let Some(data) = i.pages.content(lblock) {
-                out.extend_from_slice(&data[from..to]);
-                lblock += 1;
-                continue;
-            }
-            match extent::lookup(&mut i.tree, dev.as_ref(), lblock)? {
-                Some(e) => {
-                    // Read the rest of this extent that we need, in one request,
-                    // stopping at the first block that has a dirty page.
-                    let last = (end - 1) / bs;
-                    let mut n = (e.lblock + e.count - lblock).min(last - lblock + 1);
-                    for k in 1..n {
-                        if i.pages.get(lblock + k).is_some() {
-                            n = k;
-                            break;
-                        }
-                    }
-                    let mut buf = vec![0u8; (n * bs) as usize];
-                    dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
-                    let first = from;
-                    let stop = ((end - lblock * bs).min(n * bs)) as usize;
-                    out.extend_from_slice(&buf[first..stop]);
-                    lblock += n;
-                }
-                None => {
-                    out.resize(out.len() + (to - from), 0);
-                    lblock += 1;
-                }
-            }
-        }
-        Ok(out)
+        read_from(self.inode(ino)?, dev.as_ref(), bs, offset, size)
     }
 
     pub fn read(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
-        match self.inode(ino)?.kind() {
-            FileType::Directory => return err(Errno::EISDIR),
-            FileType::Regular => {}
-            _ => return err(Errno::EINVAL),
-        }
+        check_file(self.inode(ino)?)?;
         self.read_data(ino, offset, size)
     }
 
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        match self.inode(ino)?.kind() {
-            FileType::Directory => return err(Errno::EISDIR),
-            FileType::Regular => {}
-            _ => return err(Errno::EINVAL),
-        }
+        check_file(self.inode(ino)?)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -102,48 +144,55 @@ impl Volume {
     /// Put `data` at `offset` into dirty pages and extend the size.
     pub(super) fn copy_to_pages(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs();
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= max_file_size(bs));
-        let Some(end) = end else { return err(Errno::EFBIG) };
+        let end = write_end(bs, offset, data.len())?;
+        let new = new_pages(self.inode(ino)?, bs, offset, end);
+        self.begin_change(new + 2)?;
+        let mut i = self.cache.lock(ino).ok_or(Error::Posix(Errno::ENOENT))?;
+        self.copy_into(&mut i, offset, end, data)
+    }
+
+    /// Put `data` at `offset..end` into `i`'s dirty pages and extend its
+    /// size, the space reserved already: the write itself, for the
+    /// exclusive and the shared path alike (the caller holds `i`'s lock).
+    pub(super) fn copy_into(&self, i: &mut Inode, offset: u64, end: u64, data: &[u8]) -> Result<()> {
+        let bs = self.bs();
+        let dev = self.be.dev.as_ref();
+        let delta = self.be.delta;
         let first = offset / bs;
         let last = (end - 1) / bs;
-        let i = self.inode(ino)?;
-        let new_pages = (first..=last).filter(|b| !i.pages.is_dirty(*b)).count() as u64;
-        self.begin_change(new_pages + 2)?;
-        let delta = self.be.delta;
-        let i = self.inode(ino)?;
         let (old_size, clean_before) = (i.attrs.size, i.pages.clean_len());
+        let mut newly_dirty = 0;
         for lblock in first..=last {
             let start = lblock * bs;
             let from = offset.max(start) - start;
             let to = end.min(start + bs) - start;
             let whole = from == 0 && to == bs;
-            let fill = if whole || self.inode(ino)?.pages.get(lblock).is_some() || start >= old_size {
+            let fill = if whole || i.pages.get(lblock).is_some() || start >= old_size {
                 None
             } else {
-                Some(self.block(ino, lblock)?)
+                Some(block_of(i, dev, bs, lblock)?)
             };
-            let was_clean = !self.inode(ino)?.pages.is_dirty(lblock);
+            if !i.pages.is_dirty(lblock) {
+                newly_dirty += bs;
+            }
             let src = &data[(start + from - offset) as usize..(start + to - offset) as usize];
-            let page = self
-                .inode(ino)?
+            let page = i
                 .pages
                 .page_mut(lblock, delta, || fill.unwrap_or_else(|| vec![0u8; bs as usize]));
             page[from as usize..to as usize].copy_from_slice(src);
-            if was_clean {
-                self.dirty_bytes += bs;
-            }
         }
+        self.dirty_bytes.fetch_add(newly_dirty, Relaxed);
         let now = Timespec::now();
-        let i = self.inode(ino)?;
         let clean_after = i.pages.clean_len();
         i.attrs.size = i.attrs.size.max(end);
         i.attrs.mtime = now;
         i.attrs.ctime = now;
-        self.touch(ino);
-        self.data_changed.insert(ino);
-        self.clean.changed(ino, clean_before, clean_after, bs);
+        i.delta = delta;
+        self.touched(i.ino);
+        self.data_changed.lock().insert(i.ino);
+        if clean_before != clean_after {
+            self.clean.lock().changed(i.ino, clean_before, clean_after, bs);
+        }
         Ok(())
     }
 
@@ -168,7 +217,7 @@ impl Volume {
                 let was_clean = !self.inode(ino)?.pages.is_dirty(lblock);
                 *self.inode(ino)?.pages.page_mut(lblock, delta, Vec::new) = b;
                 if was_clean {
-                    self.dirty_bytes += bs;
+                    self.dirty_bytes.fetch_add(bs, Relaxed);
                 }
             }
             let i = self.inode(ino)?;
@@ -179,12 +228,13 @@ impl Volume {
             for (s, c) in freed {
                 self.be.alloc.free_range(s, c);
             }
-            self.dirty_bytes = self.dirty_bytes.saturating_sub(dropped * bs);
+            let d = self.dirty_bytes.get_mut();
+            *d = d.saturating_sub(dropped * bs);
             let clean_after = self.inode(ino)?.pages.clean_len();
-            self.clean.changed(ino, clean_before, clean_after, bs);
+            self.clean.get_mut().changed(ino, clean_before, clean_after, bs);
         }
         self.inode(ino)?.attrs.size = size;
-        self.data_changed.insert(ino);
+        self.data_changed.get_mut().insert(ino);
         Ok(())
     }
 
@@ -193,20 +243,7 @@ impl Volume {
     /// whose change already reserved space for its inode.
     pub fn strip_privs(&mut self, ino: Ino, strip: StripPrivs) -> Result<()> {
         let i = self.inode(ino)?;
-        if strip == StripPrivs::Nothing || i.kind() == FileType::Directory {
-            return Ok(());
-        }
-        let mut changed = i.attrs.xattrs.remove(XATTR_CAPS).is_some();
-        if strip == StripPrivs::CapsAndIds {
-            let mode = i.attrs.mode;
-            let mut kill = libc::S_ISUID;
-            if mode & libc::S_IXGRP != 0 {
-                kill |= libc::S_ISGID;
-            }
-            i.attrs.mode = mode & !kill;
-            changed |= i.attrs.mode != mode;
-        }
-        if changed {
+        if super::shared::strip_locked(i, strip) {
             i.attrs.ctime = Timespec::now();
             self.touch(ino);
         }

@@ -130,7 +130,7 @@ impl Volume {
         let start: Vec<Ino> = inos
             .iter()
             .copied()
-            .filter(|i| uncovered(i) || (self.cache.dirty.contains(i) && !self.fsync_covered(*i)))
+            .filter(|i| uncovered(i) || (self.cache.dirty.lock().contains(i) && !self.fsync_covered(*i)))
             .collect();
         let Some(c) = self.closure(&start)? else {
             return Ok(FsyncPlan::Full);
@@ -173,7 +173,7 @@ impl Volume {
         // The records are in the log's tail now: their pages, entries and
         // name changes count as logged.
         for (ino, lblock) in logged.pages {
-            if let Some(i) = self.cache.map.get_mut(&ino) {
+            if let Some(i) = self.cache.get_mut(ino) {
                 i.pages.mark_logged(lblock);
             }
         }
@@ -182,7 +182,7 @@ impl Volume {
         }
         for ino in &c.inodes {
             self.ns_touched.remove(ino);
-            self.data_changed.remove(ino);
+            self.data_changed.get_mut().remove(ino);
         }
         self.fsync_logged.extend(logged.images);
         // Everything of theirs is in this commit now, frozen changes too.
@@ -204,7 +204,7 @@ impl Volume {
     pub fn datasync_needless(&self, ino: Ino) -> bool {
         !self.in_flight
             && !self.fsync_in_flight
-            && !self.data_changed.contains(&ino)
+            && !self.data_changed.lock().contains(&ino)
             && !self.names.pending(ino)
             && self.names.positions_in(ino).is_empty()
     }
@@ -258,8 +258,9 @@ impl Volume {
                 for &pos in &positions {
                     self.visit(pos, &mut c, &mut queue);
                 }
-                match self.cache.map.get(&ino) {
-                    Some(i) if i.is_dir() => {
+                let is_dir = self.cache.lock(ino).map(|i| i.is_dir());
+                match is_dir {
+                    Some(true) => {
                         // Only a directory made in the open delta, whose
                         // one change of name is its new entry: a moved or
                         // removed one takes a full commit.
@@ -269,7 +270,7 @@ impl Volume {
                         c.new_dirs.push(ino);
                         c.dirs.insert(ino);
                     }
-                    Some(_) => c.inodes.push(ino),
+                    Some(false) => c.inodes.push(ino),
                     None if self.freed_images.contains_key(&ino) => c.freed.push(ino),
                     None => return Ok(None),
                 }
@@ -286,7 +287,7 @@ impl Volume {
             queue.extend(todo.iter().copied().filter(|d| self.names.pending(*d)));
             // An inode not in the cache and not a freed file may have been
             // a directory.
-            let names_dir = |i: Ino| match self.cache.map.get(&i) {
+            let names_dir = |i: Ino| match self.cache.lock(i) {
                 Some(n) => n.is_dir(),
                 None => !self.freed_images.contains_key(&i),
             };
@@ -336,7 +337,7 @@ impl Volume {
     pub(super) fn frozen_state(&self) -> Frozen {
         let uncovered = self.uncovered();
         let data_only = |ino: &&Ino| {
-            let Some(i) = self.cache.map.get(*ino) else {
+            let Some(i) = self.cache.lock(**ino) else {
                 return false;
             };
             matches!(i.kind(), FileType::Regular | FileType::Symlink)

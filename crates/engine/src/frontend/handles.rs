@@ -13,16 +13,17 @@ use super::Volume;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
 use crate::types::*;
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Volume {
     pub fn open_handle(&mut self, ino: Ino) -> Result<()> {
         self.inode(ino)?;
-        *self.handles.entry(ino).or_insert(0) += 1;
+        *self.handles.get_mut().entry(ino).or_insert(0) += 1;
         Ok(())
     }
 
     pub fn release_handle(&mut self, ino: Ino) -> Result<()> {
-        let left = match self.handles.get_mut(&ino) {
+        let left = match self.handles.get_mut().get_mut(&ino) {
             Some(n) => {
                 *n = n.saturating_sub(1);
                 *n
@@ -30,10 +31,10 @@ impl Volume {
             None => return Ok(()),
         };
         if left == 0 {
-            self.handles.remove(&ino);
+            self.handles.get_mut().remove(&ino);
             if self.be.orphans.contains(&ino) && !self.be.read_only {
                 self.free_inode(ino)?;
-                self.changed = true;
+                self.changed.store(true, Relaxed);
             }
         }
         Ok(())
@@ -41,11 +42,11 @@ impl Volume {
 
     /// Every handle ends (the volume closes): free every orphan.
     pub(super) fn release_all(&mut self) -> Result<()> {
-        self.handles.clear();
+        self.handles.get_mut().clear();
         let orphans: Vec<Ino> = self.be.orphans.iter().copied().collect();
         for ino in orphans {
             self.free_inode(ino)?;
-            self.changed = true;
+            self.changed.store(true, Relaxed);
         }
         Ok(())
     }
@@ -66,7 +67,7 @@ impl Volume {
             self.be.orphans.remove(&ino);
             if orphan {
                 self.free_inode(ino)?;
-                self.changed = true;
+                self.changed.store(true, Relaxed);
             }
         }
         Ok(())
@@ -74,7 +75,7 @@ impl Volume {
 
     /// Whether `ino` must outlive its last name.
     pub(super) fn is_open(&self, ino: Ino) -> bool {
-        self.handles.get(&ino).is_some_and(|n| *n > 0)
+        self.handles.lock().get(&ino).is_some_and(|n| *n > 0)
     }
 
     pub fn seek_data(&mut self, ino: Ino, offset: u64, data: bool) -> Result<u64> {

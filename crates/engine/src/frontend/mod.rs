@@ -17,17 +17,20 @@ mod handles;
 mod names;
 mod namespace;
 mod repair;
+mod shared;
 mod xattr;
 
 use crate::backend::commit::CommitJob;
 use crate::backend::{Backend, FIRST_INO};
-use crate::cache::{CleanPages, Inode, InodeCache};
+use crate::cache::{CleanPages, Inode, InodeCache, PageMap};
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::Tree;
 use crate::structures::inode::{InodeAttrs, FIXED_ATTRS_MAX};
 use crate::types::*;
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub use crate::backend::Stats;
@@ -54,14 +57,14 @@ pub struct Volume {
     cache: InodeCache,
     opts: OpenOptions,
     /// Bytes of dirty file data in the current delta.
-    dirty_bytes: u64,
+    dirty_bytes: AtomicU64,
     /// Bytes of file data the commit in flight still holds (its frozen
     /// pages, or an fsync commit's inline copies); 0 when none is.
     in_flight_bytes: u64,
     /// Clean pages kept after their commit, within `dirty_limit` bytes.
-    clean: CleanPages,
+    clean: Mutex<CleanPages>,
     /// Blocks promised to the current delta's data and metadata.
-    reserved: u64,
+    reserved: AtomicU64,
     /// Where the last inode allocated near each directory went.
     ino_cursor: HashMap<Ino, Ino>,
     /// Highest inode number given out since open.
@@ -87,7 +90,7 @@ pub struct Volume {
     fsync_logged: HashMap<Ino, Vec<u8>>,
     /// Something changed since open or since the last freeze (replay alone
     /// dirties the cache but is already durable in the log).
-    changed: bool,
+    changed: AtomicBool,
     /// Inodes whose names or link counts changed in the open delta
     /// (directories: when their link count or parent changed).
     ns_touched: std::collections::HashSet<Ino>,
@@ -99,14 +102,14 @@ pub struct Volume {
     freed_images: HashMap<Ino, Vec<u8>>,
     /// Inodes whose data or size changed in the open delta and that no
     /// fsync commit has logged since: what an fdatasync must make durable.
-    data_changed: std::collections::HashSet<Ino>,
+    data_changed: Mutex<std::collections::HashSet<Ino>>,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
     freed_inos: std::collections::HashSet<Ino>,
     /// Open handles per inode. (Inodes with no name left that a handle
     /// keeps alive are the backend's orphan list, `be.orphans`.)
-    handles: HashMap<Ino, u32>,
+    handles: Mutex<HashMap<Ino, u32>>,
 }
 
 /// What a finished commit leaves to free ([`Volume::finish`]): dropping it
@@ -123,11 +126,14 @@ impl Volume {
         let mut v = Volume {
             be,
             cache: InodeCache::default(),
-            clean: CleanPages::new(opts.dirty_limit, opts.dirty_limit.min(opts.stream_limit)),
+            clean: Mutex::new(CleanPages::new(
+                opts.dirty_limit,
+                opts.dirty_limit.min(opts.stream_limit),
+            )),
             opts,
-            dirty_bytes: 0,
+            dirty_bytes: AtomicU64::new(0),
             in_flight_bytes: 0,
-            reserved: 0,
+            reserved: AtomicU64::new(0),
             ino_cursor: HashMap::new(),
             max_ino: 0,
             failed: false,
@@ -136,13 +142,13 @@ impl Volume {
             frozen: None,
             log_written: false,
             fsync_logged: HashMap::new(),
-            changed: false,
+            changed: AtomicBool::new(false),
             ns_touched: Default::default(),
             names: Default::default(),
             freed_images: HashMap::new(),
             data_changed: Default::default(),
             freed_inos: Default::default(),
-            handles: HashMap::new(),
+            handles: Mutex::new(HashMap::new()),
         };
         // File trees changed since the unify: rebuild their branches in cache.
         let mut ids: Vec<_> = replays.keys().copied().collect();
@@ -159,11 +165,11 @@ impl Volume {
                 inode.tree = Tree::open(id, inode.tree.kind, Default::default());
             }
             v.be.replay_tree(&mut inode.tree, replay)?;
-            v.cache.map.insert(id, inode);
+            v.cache.insert(inode);
         }
         for (id, r) in &replays {
-            if !r.inserts.is_empty() && v.cache.map.contains_key(id) {
-                v.cache.dirty.insert(*id);
+            if !r.inserts.is_empty() && v.cache.contains(*id) {
+                v.cache.dirty.get_mut().insert(*id);
             }
         }
         // File data from fsync commits at the end of the log: dirty pages.
@@ -179,9 +185,9 @@ impl Volume {
                 page.fill(0);
             }
             page[offset..offset + data.len()].copy_from_slice(&data);
-            v.cache.dirty.insert(ino);
+            v.cache.dirty.get_mut().insert(ino);
             if first {
-                v.dirty_bytes += bs as u64;
+                v.dirty_bytes.fetch_add(bs as u64, Relaxed);
             }
         }
         // The inode images are final: no page may hold data past the size (F1).
@@ -236,9 +242,9 @@ impl Volume {
     /// Backend counters, with the dirty file data now in memory.
     pub fn stats(&self) -> Stats {
         Stats {
-            dirty_bytes: self.dirty_bytes,
+            dirty_bytes: self.dirty_bytes.load(Relaxed),
             in_flight_bytes: self.in_flight_bytes,
-            clean_bytes: self.clean.bytes(),
+            clean_bytes: self.clean.lock().bytes(),
             ..self.be.stats
         }
     }
@@ -249,7 +255,7 @@ impl Volume {
 
     /// The cached inode `ino`, loading it from the inode table.
     fn inode(&mut self, ino: Ino) -> Result<&mut Inode> {
-        if !self.cache.map.contains_key(&ino) {
+        if !self.cache.contains(ino) {
             if ino < ROOT_INO || (ino > ROOT_INO && ino < FIRST_INO) {
                 return err(Errno::ENOENT);
             }
@@ -260,9 +266,9 @@ impl Volume {
                 .get_at(dev.as_ref(), ino)?
                 .ok_or(Error::Posix(Errno::ENOENT))?;
             let attrs = InodeAttrs::decode(&raw, ino, leaf, &crate::structures::bounds(dev.as_ref()))?;
-            self.cache.map.insert(ino, Inode::new(ino, attrs));
+            self.cache.insert(Inode::new(ino, attrs));
         }
-        self.cache.map.get_mut(&ino).ok_or(Error::Posix(Errno::ENOENT))
+        self.cache.get_mut(ino).ok_or(Error::Posix(Errno::ENOENT))
     }
 
     /// The cached directory `ino`, or ENOTDIR.
@@ -276,12 +282,18 @@ impl Volume {
 
     /// Mark `ino` changed in the current delta.
     fn touch(&mut self, ino: Ino) {
-        self.changed = true;
         let delta = self.be.delta;
-        if let Some(i) = self.cache.map.get_mut(&ino) {
+        if let Some(i) = self.cache.get_mut(ino) {
             i.delta = delta;
         }
-        self.cache.dirty.insert(ino);
+        self.touched(ino);
+    }
+
+    /// `ino` (already stamped with the delta, under its lock) changed:
+    /// the delta holds a change and the inode is dirty in it.
+    fn touched(&self, ino: Ino) {
+        self.changed.store(true, Relaxed);
+        self.cache.mark_dirty(ino);
     }
 
     /// Refuse changes on a read-only or failed volume; reserve `blocks` of
@@ -309,14 +321,14 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
-        self.changed = true;
+        self.changed.store(true, Relaxed);
         if self.spare() < blocks {
             self.commit(false)?;
             if self.spare() < blocks {
                 return err(Errno::ENOSPC);
             }
         }
-        self.reserved += blocks;
+        self.reserved.fetch_add(blocks, Relaxed);
         Ok(())
     }
 
@@ -326,7 +338,7 @@ impl Volume {
         self.be
             .alloc
             .available()
-            .saturating_sub(self.reserved + self.slack())
+            .saturating_sub(self.reserved.load(Relaxed) + self.slack())
     }
 
     /// Blocks kept back for the metadata of commits and unify.
@@ -336,7 +348,7 @@ impl Volume {
 
     /// Whether the current delta holds any change.
     fn delta_dirty(&self) -> bool {
-        !self.cache.dirty.is_empty()
+        !self.cache.dirty.lock().is_empty()
             || !self.be.records.is_empty()
             || self.be.itable.has_dirty_leaves()
             || !self.be.alloc.delta_frees.is_empty()
@@ -374,7 +386,7 @@ impl Volume {
             !self.in_flight && !self.fsync_in_flight,
             "P1: a delta frozen while a commit is in flight"
         );
-        if !(unify || self.changed && self.delta_dirty()) {
+        if !(unify || self.changed.load(Relaxed) && self.delta_dirty()) {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
@@ -387,13 +399,13 @@ impl Volume {
                 // Nothing may go ahead of a job that holds the log.
                 self.frozen = (!job.holds_log()).then_some(frozen);
                 self.in_flight_bytes += job.data_bytes();
-                self.dirty_bytes = 0;
-                self.reserved = 0;
-                self.changed = false;
+                *self.dirty_bytes.get_mut() = 0;
+                *self.reserved.get_mut() = 0;
+                *self.changed.get_mut() = false;
                 self.ns_touched.clear();
                 self.names.clear();
                 self.freed_images.clear();
-                self.data_changed.clear();
+                self.data_changed.get_mut().clear();
                 self.fsync_logged.clear();
                 Ok(Some(job))
             }
@@ -409,19 +421,15 @@ impl Volume {
     /// image differs, they have unlogged pages or tree changes, or their
     /// names changed).
     fn uncovered(&self) -> std::collections::HashSet<Ino> {
-        self.cache
-            .dirty
-            .iter()
-            .filter(|i| !self.fsync_covered(**i))
-            .copied()
-            .collect()
+        let dirty: Vec<Ino> = self.cache.dirty.lock().iter().copied().collect();
+        dirty.into_iter().filter(|i| !self.fsync_covered(*i)).collect()
     }
 
     /// Whether an fsync commit of the open delta made `ino` durable as it
     /// is now: logged there and not changed since (same image, every page
     /// logged, no tree or name change).
     pub(crate) fn fsync_covered(&self, ino: Ino) -> bool {
-        let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.map.get(&ino)) else {
+        let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.lock(ino)) else {
             return false;
         };
         !self.ns_touched.contains(&ino)
@@ -480,15 +488,16 @@ impl Volume {
         let mut pages = Vec::new();
         if !job.is_fsync() {
             let bs = self.bs();
-            let keep_max = self.clean.admits(bs);
+            let clean = self.clean.get_mut();
+            let keep_max = clean.admits(bs);
             for ino in &job.inodes {
-                if let Some(i) = self.cache.map.get_mut(ino) {
+                if let Some(i) = self.cache.get_mut(*ino) {
                     let before = i.pages.clean_len();
                     i.pages.end_writeback(keep_max, &mut pages);
-                    self.clean.changed(*ino, before, i.pages.clean_len(), bs);
+                    clean.changed(*ino, before, i.pages.clean_len(), bs);
                 }
             }
-            self.clean.evict(&mut self.cache.map, bs, &mut pages);
+            clean.evict(&mut self.cache.map, bs, &mut pages);
         }
         Ok(Retired {
             _job: job,
@@ -500,7 +509,11 @@ impl Volume {
     /// that dirty file data — the open delta's plus what the commit in
     /// flight holds — stays within `dirty_limit`.
     pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
-        if !self.over_dirty_limit(ino, offset, len) {
+        let over = {
+            let i = self.cache.lock(ino);
+            self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
+        };
+        if !over {
             Pressure::Clear
         } else if self.in_flight || self.fsync_in_flight {
             Pressure::WaitCommit
@@ -508,7 +521,7 @@ impl Volume {
             // Pages replayed from fsync commits are dirty without a change
             // since open; the write about to happen is one, so the freeze
             // must not skip them.
-            self.changed = true;
+            *self.changed.get_mut() = true;
             Pressure::Commit
         } else {
             Pressure::Clear // nothing a commit could release
@@ -519,7 +532,9 @@ impl Volume {
     /// not `Clear`), without changing anything: a request server hands
     /// such a write to a thread that may block.
     pub fn write_would_wait(&self, ino: Ino, offset: u64, len: usize) -> bool {
-        self.over_dirty_limit(ino, offset, len) && (self.commit_in_flight() || self.delta_dirty())
+        let i = self.cache.lock(ino);
+        self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
+            && (self.commit_in_flight() || self.delta_dirty())
     }
 
     /// The bound a stream works within: the limit, or
@@ -528,19 +543,19 @@ impl Volume {
         self.opts.dirty_limit.min(self.opts.stream_limit)
     }
 
-    /// `ino` is a stream (a heavy writer): it holds an eighth of the
-    /// stream bound or more in memory.
-    fn is_stream(&self, ino: Ino) -> bool {
-        let held = self.cache.map.get(&ino).map_or(0, |i| i.pages.len() as u64);
+    /// A file holding `pages` is a stream (a heavy writer): it holds an
+    /// eighth of the stream bound or more in memory.
+    fn is_stream(&self, pages: Option<&PageMap>) -> bool {
+        let held = pages.map_or(0, |p| p.len() as u64);
         held.saturating_mul(self.bs()) >= self.stream_bound() / 8
     }
 
-    /// The write's cost — the pages it would newly dirty — would take the
-    /// held dirty data past the limit. A write on a volume holding no dirty
-    /// data always goes (even one larger than the limit). A stream stops
-    /// at seven eighths of the stream bound instead.
-    fn over_dirty_limit(&self, ino: Ino, offset: u64, len: usize) -> bool {
-        let held = self.dirty_bytes + self.in_flight_bytes;
+    /// The write's cost — the pages it would newly dirty in a file holding
+    /// `pages` — would take the held dirty data past the limit. A write on
+    /// a volume holding no dirty data always goes (even one larger than the
+    /// limit). A stream stops at seven eighths of the stream bound instead.
+    fn over_dirty_limit(&self, pages: Option<&PageMap>, offset: u64, len: usize) -> bool {
+        let held = self.dirty_bytes.load(Relaxed) + self.in_flight_bytes;
         if held == 0 || len == 0 {
             return false;
         }
@@ -553,12 +568,11 @@ impl Volume {
         // it waits for its commit. Their bound stays the limit.
         let stream = self.stream_bound();
         // An inode not in cache holds no pages: every block is new.
-        let pages = self.cache.map.get(&ino).map(|i| &i.pages);
         let new_blocks = (offset / bs..=(end - 1) / bs)
             .filter(|b| !pages.is_some_and(|p| p.is_dirty(*b)))
             .count() as u64;
         let cost = new_blocks.saturating_mul(bs);
-        let limit = if self.is_stream(ino) {
+        let limit = if self.is_stream(pages) {
             stream - stream / 8
         } else {
             self.opts.dirty_limit
@@ -576,19 +590,27 @@ impl Volume {
     /// commit thread should take the open delta now, and the next one
     /// fills meanwhile.
     pub fn wants_commit(&self, ino: Ino) -> bool {
-        let bound = if self.is_stream(ino) {
+        let stream = self.is_stream(self.cache.lock(ino).as_deref().map(|i| &i.pages));
+        self.wants_commit_of(stream)
+    }
+
+    /// [`Volume::wants_commit`] after a write to a file that is (or is
+    /// not) a stream.
+    fn wants_commit_of(&self, stream: bool) -> bool {
+        let bound = if stream {
             self.stream_bound()
         } else {
             self.opts.dirty_limit
         };
-        self.may_commit_early() && self.dirty_bytes >= bound / 2
+        self.may_commit_early() && self.dirty_bytes.load(Relaxed) >= bound / 2
     }
 
     /// Whether a commit thread woken by [`Volume::wants_commit`] still has
     /// a delta to take: none in flight, and at least half the stream bound
     /// dirty (less means a commit took the delta since the wake-up).
     pub fn may_commit_early(&self) -> bool {
-        !self.in_flight && self.dirty_bytes > 0 && self.dirty_bytes >= self.stream_bound() / 2
+        let dirty = self.dirty_bytes.load(Relaxed);
+        !self.in_flight && dirty > 0 && dirty >= self.stream_bound() / 2
     }
 
     pub fn sync(&mut self) -> Result<()> {
@@ -615,7 +637,7 @@ impl Volume {
         Ok(self.inode(ino)?.attr(bs))
     }
 
-    pub fn statfs(&mut self) -> Result<StatFs> {
+    pub fn statfs(&self) -> Result<StatFs> {
         let free = self.spare();
         Ok(StatFs {
             block_size: self.be.bs as u32,
@@ -646,7 +668,7 @@ impl Volume {
             + 1;
         let mut found = None;
         for c in start..start + 8 {
-            if !self.cache.map.contains_key(&c)
+            if !self.cache.contains(c)
                 && !self.freed_inos.contains(&c)
                 && self.be.itable.get(dev.as_ref(), c)?.is_none()
             {
@@ -659,7 +681,7 @@ impl Volume {
             None => {
                 let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
                 let mut c = last.max(self.max_ino).max(FIRST_INO - 1) + 1;
-                while self.cache.map.contains_key(&c) || self.freed_inos.contains(&c) {
+                while self.cache.contains(c) || self.freed_inos.contains(&c) {
                     c += 1;
                 }
                 c

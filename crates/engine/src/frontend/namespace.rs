@@ -6,6 +6,8 @@
 //! `Drop` records for the backend).
 
 use super::Volume;
+use crate::cache::Inode;
+use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::log::Record;
 use crate::structures::btree::Node;
@@ -29,24 +31,7 @@ impl Volume {
     /// Find `name` in directory `dir`: (position key, entry).
     pub(super) fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
         let dev = self.be.dev.clone();
-        let d = self.dir(dir)?;
-        if name.len() > NAME_MAX {
-            return err(Errno::ENAMETOOLONG);
-        }
-        let base = dirent::key_base(name);
-        let mut at = base;
-        while let Some(f) = d.tree.next_at(dev.as_ref(), at)? {
-            let k = f.key;
-            if k >= base + COLLISIONS {
-                break;
-            }
-            let e = Dirent::decode(&f.value, k, f.leaf)?;
-            if e.name == name {
-                return Ok(Some((k, e)));
-            }
-            at = k + 1;
-        }
-        Ok(None)
+        find_in(self.dir(dir)?, dev.as_ref(), name)
     }
 
     /// Add an entry; the name must not exist. Returns its position.
@@ -156,7 +141,7 @@ impl Volume {
         if is_dir {
             inode.tree = crate::structures::btree::Tree::new_empty(ino, inode.tree.kind);
         }
-        self.cache.map.insert(ino, inode);
+        self.cache.insert(inode);
         self.touch(ino);
         let entry = Dirent {
             ino,
@@ -292,12 +277,11 @@ impl Volume {
     pub(super) fn free_inode(&mut self, ino: Ino) -> Result<()> {
         let dev = self.be.dev.clone();
         self.inode(ino)?;
-        let Some(mut inode) = self.cache.map.remove(&ino) else {
+        let Some(mut inode) = self.cache.remove(ino) else {
             return Ok(());
         };
-        self.cache.dirty.remove(&ino);
         let bs = self.be.bs as u64;
-        self.clean.changed(ino, inode.pages.clean_len(), 0, bs);
+        self.clean.get_mut().changed(ino, inode.pages.clean_len(), 0, bs);
         if matches!(inode.kind(), FileType::Regular | FileType::Symlink) && !inode.tree.has_dirty_leaves() {
             let mut attrs = inode.attrs.clone();
             attrs.nlink = 0;
@@ -327,9 +311,8 @@ impl Volume {
         for (s, c) in blocks {
             self.be.alloc.free_range(s, c);
         }
-        self.dirty_bytes = self
-            .dirty_bytes
-            .saturating_sub(inode.pages.len() as u64 * self.be.bs as u64);
+        let d = self.dirty_bytes.get_mut();
+        *d = d.saturating_sub(inode.pages.len() as u64 * bs);
         self.be.records.push(Record::Drop { tree: ino });
         self.be.orphans.remove(&ino);
         self.freed_inos.insert(ino);
@@ -506,18 +489,51 @@ impl Volume {
 
     pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
         let dev = self.be.dev.clone();
-        let d = self.dir(ino)?;
-        let mut out = Vec::new();
-        for f in d.tree.range_at(dev.as_ref(), pos, u64::MAX, max)? {
-            let k = f.key;
-            let e = Dirent::decode(&f.value, k, f.leaf)?;
-            out.push(DirEntry {
-                ino: e.ino,
-                kind: e.kind,
-                name: e.name,
-                next: k + 1,
-            });
-        }
-        Ok(out)
+        readdir_of(self.dir(ino)?, dev.as_ref(), pos, max)
     }
+}
+
+/// Find `name` in directory `d` (the caller holds its lock): (position
+/// key, entry).
+pub(super) fn find_in(d: &mut Inode, dev: &dyn Device, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
+    if !d.is_dir() {
+        return err(Errno::ENOTDIR);
+    }
+    if name.len() > NAME_MAX {
+        return err(Errno::ENAMETOOLONG);
+    }
+    let base = dirent::key_base(name);
+    let mut at = base;
+    while let Some(f) = d.tree.next_at(dev, at)? {
+        let k = f.key;
+        if k >= base + COLLISIONS {
+            break;
+        }
+        let e = Dirent::decode(&f.value, k, f.leaf)?;
+        if e.name == name {
+            return Ok(Some((k, e)));
+        }
+        at = k + 1;
+    }
+    Ok(None)
+}
+
+/// Up to `max` entries of directory `d` from position `pos` (the caller
+/// holds its lock).
+pub(super) fn readdir_of(d: &mut Inode, dev: &dyn Device, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+    if !d.is_dir() {
+        return err(Errno::ENOTDIR);
+    }
+    let mut out = Vec::new();
+    for f in d.tree.range_at(dev, pos, u64::MAX, max)? {
+        let k = f.key;
+        let e = Dirent::decode(&f.value, k, f.leaf)?;
+        out.push(DirEntry {
+            ino: e.ino,
+            kind: e.kind,
+            name: e.name,
+            next: k + 1,
+        });
+    }
+    Ok(out)
 }

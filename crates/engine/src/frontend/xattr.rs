@@ -10,7 +10,7 @@ use crate::error::{err, Errno, Result};
 use crate::structures::inode::xattr_cost;
 use crate::types::*;
 
-fn check_xattr_name(name: &[u8]) -> Result<()> {
+pub(super) fn check_xattr_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.len() > NAME_MAX {
         return err(Errno::ERANGE);
     }

@@ -1,0 +1,252 @@
+//! Frontend layer: the operations that run under the shared delta guard,
+//! many at once. The API holds the volume shared (Tux3's change_begin /
+//! change_end: a freeze takes it exclusively, so it waits only for the
+//! operations still inside the delta) and calls these with `&Volume`.
+//!
+//! Each operation locks only what it touches:
+//! - the inode it works on (its own mutex, `cache/inode.rs`): a file's data
+//!   and attributes, a directory's entries. One inode at a time, never two;
+//! - after that, at most one short leaf lock at a time: the delta's dirty
+//!   set, its data-changed set, the clean-page books, the open handles.
+//!   Counters (dirty bytes, reservations, "changed") are atomics.
+//!
+//! Everything else in the volume (the allocator, the inode table, the log,
+//! the namespace books of fsync) is read-only here; only exclusive access
+//! changes it. So an operation that needs more — an inode not in cache, a
+//! commit to make room, an orphan to free, a size change, any namespace
+//! change — returns `None` having changed nothing, and the API runs it
+//! again exclusively.
+//!
+//! Device reads (tree nodes not loaded yet, file data not in cache) happen
+//! under the inode's own lock only, never under a lock other files share.
+//! A block such a read maps cannot be reused meanwhile: blocks are freed
+//! only by exclusive operations and by commits, which wait for the guard.
+//!
+//! Calls the rest of the frontend (`Volume`'s read-only state, the file and
+//! namespace helpers) and the cache.
+
+use super::file::{check_file, new_pages, read_from, write_end};
+use super::namespace::{find_in, readdir_of};
+use super::Volume;
+use crate::cache::Inode;
+use crate::error::{err, Errno, Result};
+use crate::types::*;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// `Some(Err)` out of a shared operation.
+macro_rules! or_fail {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
+/// Take away `strip`'s privileges from non-directory `i` (see
+/// [`StripPrivs`]); whether anything changed.
+pub(super) fn strip_locked(i: &mut Inode, strip: StripPrivs) -> bool {
+    if strip == StripPrivs::Nothing || i.kind() == FileType::Directory {
+        return false;
+    }
+    let mut changed = i.attrs.xattrs.remove(XATTR_CAPS).is_some();
+    if strip == StripPrivs::CapsAndIds {
+        let mode = i.attrs.mode;
+        let mut kill = libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        i.attrs.mode = mode & !kill;
+        changed |= i.attrs.mode != mode;
+    }
+    changed
+}
+
+/// What a shared write did.
+pub struct Written {
+    pub bytes: usize,
+    /// Half the limit is dirty and no commit is in flight: the delta
+    /// committer should take the delta now.
+    pub wants_commit: bool,
+}
+
+impl Volume {
+    /// Reserve `blocks` for a change without exclusive access; `None` when
+    /// the space is not there now (the exclusive path commits to make room,
+    /// or fails with ENOSPC).
+    fn reserve_shared(&self, blocks: u64) -> Option<Result<()>> {
+        if self.be.read_only {
+            return Some(err(Errno::EROFS));
+        }
+        if self.failed {
+            return Some(err(Errno::EIO));
+        }
+        let room = self.be.alloc.available().saturating_sub(self.slack());
+        let mut held = self.reserved.load(Relaxed);
+        loop {
+            if room.saturating_sub(held) < blocks {
+                return None;
+            }
+            match self
+                .reserved
+                .compare_exchange_weak(held, held + blocks, Relaxed, Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => held = now,
+            }
+        }
+        self.changed.store(true, Relaxed);
+        Some(Ok(()))
+    }
+
+    /// `i` changed in the open delta (the caller holds its lock).
+    fn touch_locked(&self, i: &mut Inode) {
+        i.delta = self.be.delta;
+        self.touched(i.ino);
+    }
+
+    pub fn getattr_shared(&self, ino: Ino) -> Option<Result<Attr>> {
+        let i = self.cache.lock(ino)?;
+        Some(Ok(i.attr(self.be.bs as u32)))
+    }
+
+    pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Attr>> {
+        let found = {
+            let mut d = self.cache.lock(parent)?;
+            or_fail!(find_in(&mut d, self.be.dev.as_ref(), name))
+        };
+        match found {
+            Some((_, e)) => self.getattr_shared(e.ino),
+            None => Some(err(Errno::ENOENT)),
+        }
+    }
+
+    pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize) -> Option<Result<Vec<DirEntry>>> {
+        let mut d = self.cache.lock(ino)?;
+        Some(readdir_of(&mut d, self.be.dev.as_ref(), pos, max))
+    }
+
+    pub fn read_shared(&self, ino: Ino, offset: u64, size: usize) -> Option<Result<Vec<u8>>> {
+        let mut i = self.cache.lock(ino)?;
+        or_fail!(check_file(&i));
+        Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), offset, size))
+    }
+
+    pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
+        or_fail!(super::xattr::check_xattr_name(name));
+        let i = self.cache.lock(ino)?;
+        Some(match i.attrs.xattrs.get(name) {
+            Some(v) => Ok(v.clone()),
+            None => err(Errno::ENODATA),
+        })
+    }
+
+    pub fn listxattr_shared(&self, ino: Ino) -> Option<Result<Vec<Vec<u8>>>> {
+        let i = self.cache.lock(ino)?;
+        Some(Ok(i.attrs.xattrs.keys().cloned().collect()))
+    }
+
+    pub fn open_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
+        if !self.cache.contains(ino) {
+            return None;
+        }
+        *self.handles.lock().entry(ino).or_insert(0) += 1;
+        Some(Ok(()))
+    }
+
+    /// Release a handle; `None` when it is the last one of an orphan, which
+    /// must then be freed.
+    pub fn release_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
+        let mut handles = self.handles.lock();
+        match handles.get_mut(&ino) {
+            None => {}
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) if self.be.orphans.contains(&ino) && !self.be.read_only => return None,
+            Some(_) => {
+                handles.remove(&ino);
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// Whether an fsync of `ino` needs no commit (see `Fs::fsync`): its
+    /// error for an unknown inode, `true` on a read-only volume or for an
+    /// fdatasync with nothing to make durable.
+    pub fn fsync_needless_shared(&self, ino: Ino, datasync: bool, strict: bool) -> Option<Result<bool>> {
+        if !self.cache.contains(ino) {
+            return None;
+        }
+        Some(Ok(
+            self.be.read_only || datasync && !strict && self.datasync_needless(ino)
+        ))
+    }
+
+    /// Write `data` at `offset` of `ino` and take away `strip`'s
+    /// privileges in the same change. `None` when the write must wait for
+    /// a commit (dirty pressure) or the space is not there now.
+    pub fn write_shared(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        strip: StripPrivs,
+    ) -> Option<Result<Written>> {
+        let bs = self.bs();
+        let mut i = self.cache.lock(ino)?;
+        or_fail!(check_file(&i));
+        if data.is_empty() {
+            return Some(Ok(Written {
+                bytes: 0,
+                wants_commit: false,
+            }));
+        }
+        if self.over_dirty_limit(Some(&i.pages), offset, data.len()) {
+            return None;
+        }
+        let end = or_fail!(write_end(bs, offset, data.len()));
+        or_fail!(self.reserve_shared(new_pages(&i, bs, offset, end) + 2)?);
+        or_fail!(self.copy_into(&mut i, offset, end, data));
+        if strip_locked(&mut i, strip) {
+            i.attrs.ctime = Timespec::now();
+            self.touch_locked(&mut i);
+        }
+        let stream = self.is_stream(Some(&i.pages));
+        drop(i);
+        Some(Ok(Written {
+            bytes: data.len(),
+            wants_commit: self.wants_commit_of(stream),
+        }))
+    }
+
+    /// A setattr that changes no size, and `strip`'s privileges after it;
+    /// `None` for a size change (truncate, extend).
+    pub fn setattr_shared(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Option<Result<Attr>> {
+        if set.size.is_some() {
+            return None;
+        }
+        let mut i = self.cache.lock(ino)?;
+        or_fail!(self.reserve_shared(3)?);
+        let now = Timespec::now();
+        if let Some(m) = set.mode {
+            i.attrs.mode = (i.attrs.mode & libc::S_IFMT) | (m & 0o7777);
+        }
+        if let Some(u) = set.uid {
+            i.attrs.uid = u;
+        }
+        if let Some(g) = set.gid {
+            i.attrs.gid = g;
+        }
+        if let Some(t) = set.atime {
+            i.attrs.atime = t;
+        }
+        if let Some(t) = set.mtime {
+            i.attrs.mtime = t;
+        }
+        i.attrs.ctime = set.ctime.unwrap_or(now);
+        if strip_locked(&mut i, strip) {
+            i.attrs.ctime = Timespec::now();
+        }
+        self.touch_locked(&mut i);
+        Some(Ok(i.attr(self.be.bs as u32)))
+    }
+}
