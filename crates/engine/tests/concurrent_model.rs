@@ -100,19 +100,19 @@ fn work(fs: &Fs, dir: Ino, seed: u64, n: usize) -> Model {
             0 | 1 => {
                 let nm = name(&mut rng);
                 let r = fs.create(dir, &nm, 0o644, 0, 0);
-                if m.files.contains_key(&nm) {
-                    assert_eq!(errno(r), Errno::EEXIST, "{ctx}");
-                } else {
-                    let a = r.unwrap();
-                    assert_eq!(a.size, 0, "{ctx}");
-                    m.files.insert(
-                        nm,
-                        File {
+                match m.files.entry(nm) {
+                    std::collections::btree_map::Entry::Occupied(_) => {
+                        assert_eq!(errno(r), Errno::EEXIST, "{ctx}")
+                    }
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        let a = r.unwrap();
+                        assert_eq!(a.size, 0, "{ctx}");
+                        v.insert(File {
                             ino: a.ino,
                             data: Vec::new(),
                             mode: 0o644,
-                        },
-                    );
+                        });
+                    }
                 }
             }
             2 | 3 => {
@@ -326,6 +326,9 @@ fn threads_in_disjoint_subtrees_each_see_their_model() {
     }
 }
 
+/// An entry a writer created and kept: directory, name, data.
+type Kept = (Ino, Vec<u8>, Vec<u8>);
+
 #[test]
 fn threads_sharing_directories_lose_no_entry() {
     let mem = volume(1 << 16);
@@ -339,7 +342,7 @@ fn threads_sharing_directories_lose_no_entry() {
         .collect();
     let per_thread = steps() / 4;
     let stop = AtomicBool::new(false);
-    let kept: Vec<Vec<(Ino, Vec<u8>, Vec<u8>)>> = with_committer(&fs, || {
+    let kept: Vec<Vec<Kept>> = with_committer(&fs, || {
         std::thread::scope(|s| {
             // Readers: list and look up while entries come and go.
             let readers: Vec<_> = shared
