@@ -25,6 +25,12 @@ mod dbload;
 mod meta;
 mod target;
 
+/// mimalloc rather than glibc malloc, as the `tux3` command uses: under
+/// many threads glibc's arenas grow and trim over and over, and the page
+/// faults of that cost a fifth or more of the engine's time in dbench.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
