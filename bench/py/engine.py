@@ -1,10 +1,12 @@
 """The engine-level run: bench/engine (a separate Cargo package that links
-the tux3 library) replays the syncs load and the dbench loadfile straight
-through the engine API on a loop device (no FUSE), and the same loads
-through system calls on tmpfs. Also builds target/release/tux3 when it is
-missing.
+the tux3 library) replays the syncs load, the dbench loadfile (as it is,
+and without its Flush lines as the Tux3 reports ran it) and the metadata
+load straight through the engine API on a loop device (no FUSE), and the
+same loads through system calls on tmpfs. Also builds target/release/tux3
+when it is missing.
 """
 
+import json
 import os
 import shutil
 import time
@@ -45,6 +47,25 @@ def build(root):
     return os.path.join(target, "release", "tux3-bench-engine")
 
 
+def all_json(text):
+    """Every line of `text` that parses as a JSON object, in order."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    if not out:
+        raise CmdError("no JSON result in output: %r" % text[-300:])
+    return out
+
+
+def clients(c):
+    return "%d client%s" % (c, "" if c == 1 else "s")
+
+
 def run_all(ctx, env, root, results, show):
     say("engine: building bench/engine")
     t0 = time.monotonic()
@@ -62,10 +83,19 @@ def run_all(ctx, env, root, results, show):
         runs = [("syncs", "%dx%d" % (t, s), ["--tasks", t, "--steps", s]) for t, s in ctx.syncs]
         for sync in (False, True):
             for c in ctx.dbench_clients:
-                runs.append(("dbench", "%d client%s%s" % (c, "" if c == 1 else "s",
-                                                          ", -s" if sync else ""),
+                runs.append(("dbench", clients(c) + (", -s" if sync else ""),
                              ["--clients", c, "--seconds", ctx.engine_dbench_secs,
                               "--loadfile", ctx.loadfile] + (["--sync"] if sync else [])))
+        # The Tux3 reports' variant: their loadfile (client2.txt) has no
+        # Flush, so nothing is made durable by the clients themselves.
+        for c in ctx.dbench_clients:
+            runs.append(("dbench", clients(c) + ", no Flush",
+                         ["--clients", c, "--seconds", ctx.engine_dbench_secs,
+                          "--loadfile", ctx.loadfile, "--skip-flush"]))
+        # One run per set, each on a freshly formatted volume; a run prints
+        # one result per phase.
+        runs.append(("meta", "flat", ["--flat", ctx.meta_flat, "--tree", 0]))
+        runs.append(("meta", "tree", ["--flat", 0, "--tree", ctx.meta_tree]))
         n = 0
         for load, param, args in runs:
             for kind in ("engine", "posix"):
@@ -76,30 +106,39 @@ def run_all(ctx, env, root, results, show):
                     d = os.path.join(m.mnt, "run%d" % n)
                     os.mkdir(d)
                     where = ["--posix", d]
-                row = {"fs": "tux3-engine" if kind == "engine" else "tmpfs-syscalls",
-                       "workload": "engine-" + load, "param": param, "error": ""}
+                base = {"fs": "tux3-engine" if kind == "engine" else "tmpfs-syscalls",
+                        "workload": "engine-" + load, "param": param, "error": ""}
                 timeout = ctx.step_timeout + (ctx.engine_dbench_secs if load == "dbench" else 0)
                 try:
                     rc, out, err = util.run([binary, load] + where + args, timeout=timeout, check=False)
-                    res = last_json(out)
+                    found = all_json(out) if load == "meta" else [last_json(out)]
                     if rc != 0:
-                        res["error"] = "exit %d: %s" % (rc, err.strip()[-300:])
+                        for res in found:
+                            res["error"] = "exit %d: %s" % (rc, err.strip()[-300:])
                 except CmdError as e:
-                    res = {"error": str(e)[:300]}
-                row.update(res)
-                if load == "syncs":
-                    row.update(figure=row.get("seconds"), unit="s", better="lower")
-                else:
-                    row.update(figure=row.get("mb_s"), unit="MB/s", better="higher")
-                if row.get("ops") and row.get("seconds"):
-                    row["ops_per_s"] = row["ops"] / row["seconds"]
-                if kind == "engine" and row.get("fsyncs") and "dev_blocks" in row:
-                    f = row["fsyncs"]
-                    row.update(blocks_per_fsync=row["dev_blocks"] / f,
-                               writes_per_fsync=row["dev_writes"] / f,
-                               flushes_per_fsync=row["dev_flushes"] / f)
-                results["rows"].append(row)
-                show(row)
+                    found = [{"error": str(e)[:300]}]
+                for res in found:
+                    row = dict(base)
+                    row.update(res)
+                    if load == "syncs":
+                        row.update(figure=row.get("seconds"), unit="s", better="lower")
+                    elif load == "dbench":
+                        row.update(figure=row.get("mb_s"), unit="MB/s", better="higher",
+                                   skip_flush="--skip-flush" in args)
+                    else:
+                        count = ctx.meta_flat if param == "flat" else ctx.meta_tree
+                        phase = res.get("phase")
+                        row.update(param=" ".join([param] + ([phase] if phase else []) + [str(count)]),
+                                   figure=row.get("ops_per_s"), unit="ops/s", better="higher")
+                    if row.get("ops") and row.get("seconds"):
+                        row["ops_per_s"] = row["ops"] / row["seconds"]
+                    if kind == "engine" and row.get("fsyncs") and "dev_blocks" in row:
+                        f = row["fsyncs"]
+                        row.update(blocks_per_fsync=row["dev_blocks"] / f,
+                                   writes_per_fsync=row["dev_writes"] / f,
+                                   flushes_per_fsync=row["dev_flushes"] / f)
+                    results["rows"].append(row)
+                    show(row)
     finally:
         if m:
             env.teardown(m)

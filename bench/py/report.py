@@ -263,27 +263,65 @@ def cpu_table(rows):
     return out
 
 
+def speed(e, t):
+    """Engine over tmpfs as speeds (>1: the engine is faster)."""
+    if e and t and e.get("figure") and t.get("figure") and not e.get("error") and not t.get("error"):
+        return "%s×" % fmt(float((t["figure"] / e["figure"]) if e.get("better") == "lower"
+                                 else (e["figure"] / t["figure"])))
+    return "—"
+
+
+NO_FLUSH_TEXT = (
+    "The Tux3 reports' variant: the same loadfile without its Flush lines, as those reports "
+    "ran dbench (with client2.txt, which has none; their durability came from a `sync` every "
+    "4 s instead, which is not made here). Nothing in these runs asks for durability: the "
+    "engine, opened without a commit thread, commits only under dirty-memory pressure, and "
+    "tmpfs never writes. Against the rows without `-s` above, the difference is what the "
+    "Flushes (fsyncs) cost.")
+
+
 def engine_table(rows):
     out = []
-    for wl, what in (("engine-syncs", "seconds, lower is better"),
-                     ("engine-dbench", "MB/s, higher is better")):
-        g = group(rows, wl)
+    tables = (("engine-syncs", "syncs", "seconds, lower is better", lambda r: True, None),
+              ("engine-dbench", "dbench", "MB/s, higher is better",
+               lambda r: not r.get("skip_flush"), None),
+              ("engine-dbench", "dbench, no Flush", "MB/s, higher is better",
+               lambda r: r.get("skip_flush"), NO_FLUSH_TEXT))
+    for wl, title, what, pick, text in tables:
+        g = group([r for r in rows if pick(r)], wl)
         if not g:
             continue
-        out += ["", "**%s** (%s)" % (wl.replace("engine-", ""), what), "",
+        out += ["", "**%s** (%s)" % (title, what), ""] + ([text, ""] if text else []) + [
                 "| parameter | tux3 engine | tmpfs (system calls) | engine ÷ tmpfs speed | "
                 "engine blocks / flushes per fsync | deltas |",
                 "|---|---|---|---|---|---|"]
         for p, by in g.items():
             e, t = by.get("tux3-engine"), by.get("tmpfs-syscalls")
-            sp = "—"
-            if e and t and e.get("figure") and t.get("figure") and not e.get("error"):
-                sp = "%s×" % fmt(float((t["figure"] / e["figure"]) if e.get("better") == "lower"
-                                       else (e["figure"] / t["figure"])))
             pf = "—"
             if e and e.get("blocks_per_fsync") is not None:
                 pf = "%.2f / %.2f" % (e["blocks_per_fsync"], e["flushes_per_fsync"])
-            out.append("| %s | %s | %s | %s | %s | %s |" % (p, cell(e), cell(t), sp, pf,
+            out.append("| %s | %s | %s | %s | %s | %s |" % (p, cell(e), cell(t), speed(e, t), pf,
+                                                          fmt(e.get("deltas")) if e else "—"))
+    g = group(rows, "engine-meta")
+    if g:
+        out += ["", "**meta** (operations per second, higher is better)", "",
+                "`flat`: create, stat and unlink N empty files in one directory; `tree`: N empty "
+                "files in a two-level tree (100 per leaf directory, 10 leaves per top directory), "
+                "create (with the directories), stat, delete (files, then directories). One "
+                "thread, as the mount's meta load; each phase timed on its own, with warm caches "
+                "(nothing is dropped between phases). The engine is called with the parent "
+                "directory's inode, tmpfs through `openat`/`fstatat`/`unlinkat` on a directory "
+                "descriptor. An untimed `Fs::sync` follows every engine phase: the blocks column "
+                "gives the 4 KiB blocks written in the timed phase / including that sync.", "",
+                "| parameter | tux3 engine | tmpfs (system calls) | engine ÷ tmpfs speed | "
+                "engine blocks: phase / with sync | deltas |",
+                "|---|---|---|---|---|---|"]
+        for p, by in g.items():
+            e, t = by.get("tux3-engine"), by.get("tmpfs-syscalls")
+            blocks = "—"
+            if e and e.get("dev_blocks") is not None:
+                blocks = "%s / %s" % (fmt(e["dev_blocks"]), fmt(e.get("dev_blocks_all")))
+            out.append("| %s | %s | %s | %s | %s | %s |" % (p, cell(e), cell(t), speed(e, t), blocks,
                                                           fmt(e.get("deltas")) if e else "—"))
     return out
 
@@ -324,7 +362,12 @@ def commands(res):
             q.get("rand_size"), q.get("rand_secs")),
         "echo 3 > /proc/sys/vm/drop_caches     # after sync -f, before every cold read",
         "sync -f MNT                           # after every step (its I/O is counted separately)",
-        "bench/engine: tux3-bench-engine syncs|dbench --engine LOOP | --posix TMPFS_DIR ...",
+        "# bench/engine, on LOOP formatted fresh for each run, or on a directory of a tmpfs",
+        "tux3-bench-engine syncs --tasks T --steps N --engine LOOP | --posix TMPFS_DIR",
+        "tux3-bench-engine dbench --clients N --seconds %s --loadfile %s [--sync | --skip-flush] ..." % (
+            q.get("engine_dbench_secs"), q.get("loadfile")),
+        "tux3-bench-engine meta --flat %s --tree 0 ...; tux3-bench-engine meta --flat 0 --tree %s ..." % (
+            q.get("meta_flat"), q.get("meta_tree")),
         "```",
         "",
         "Regenerate this page from saved results: "
@@ -400,10 +443,10 @@ def write(res, path, plotdir, plots):
               "Kernel filesystems have no process of their own to measure.", ""] + c + [""]
     L += ["## Engine without FUSE vs tmpfs", "",
           "`bench/engine` links the tux3 library and replays the syncs load (threads instead "
-          "of processes) and dbench's loadfile (same operations, one thread per client) "
-          "through the engine API on a loop device, formatted fresh for each run; the same "
-          "loads run through system calls on tmpfs. The engine's own device counters give "
-          "blocks (4 KiB) and flushes per fsync."]
+          "of processes), dbench's loadfile (same operations, one thread per client) and the "
+          "metadata load through the engine API on a loop device, formatted fresh for each "
+          "run; the same loads run through system calls on tmpfs. The engine's own device "
+          "counters give blocks (4 KiB) and flushes per fsync."]
     e = engine_table(rows)
     L += e if e else ["", "Not run."]
     L += ["", "## Not run, errors and notes", ""]

@@ -1,19 +1,35 @@
-//! tux3-bench-engine: the syncs load and a dbench loadfile replay driven
-//! straight through the tux3 engine API (`tux3::Fs` on a device or image,
-//! no FUSE, no kernel filesystem), or through system calls on a host
-//! directory such as a tmpfs mount, for comparison.
+//! tux3-bench-engine: the syncs load, a dbench loadfile replay and a
+//! metadata load driven straight through the tux3 engine API (`tux3::Fs` on
+//! a device or image, no FUSE, no kernel filesystem), or through system
+//! calls on a host directory such as a tmpfs mount, for comparison.
 //!
 //! Usage:
 //!   tux3-bench-engine syncs  (--engine DEV | --posix DIR) --tasks T --steps N
 //!   tux3-bench-engine dbench (--engine DEV | --posix DIR) --loadfile FILE
-//!                            --clients N --seconds S [--sync]
+//!                            --clients N --seconds S [--sync] [--skip-flush]
+//!   tux3-bench-engine meta   (--engine DEV | --posix DIR) [--flat N] [--tree N]
+//!                            [--threads T] [--cap S]
 //!
 //! With --engine, DEV (an image file or block device) is formatted first.
-//! Prints one JSON object; with --engine it includes the engine's own device
-//! counters (4 KiB blocks written, writes, flushes) for the timed region.
+//! syncs and dbench print one JSON object; meta prints one per phase (flat
+//! create, stat, unlink; tree create, stat, delete; `--flat 0` or `--tree 0`
+//! leaves that set out). With --engine each includes the engine's own device
+//! counters (4 KiB blocks written, writes, flushes) for the timed region;
+//! a meta phase is followed by an untimed `Fs::sync`, whose time and the
+//! counters including it are reported as `sync_seconds` and `dev_*_all`.
+//!
+//! `--skip-flush` drops the loadfile's Flush lines (dbench's client2.txt
+//! has none), so a replay makes nothing durable on its own.
 
 mod dbload;
+mod meta;
 mod target;
+
+/// mimalloc rather than glibc malloc, as the `tux3` command uses: under
+/// many threads glibc's arenas grow and trim over and over, and the page
+/// faults of that cost a fifth or more of the engine's time in dbench.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
@@ -34,12 +50,18 @@ struct Args {
     clients: usize,
     seconds: f64,
     sync: bool,
+    skip_flush: bool,
+    flat: u64,
+    tree: u64,
+    threads: usize,
+    cap: f64,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: tux3-bench-engine syncs (--engine DEV | --posix DIR) --tasks T --steps N\n       \
-         tux3-bench-engine dbench (--engine DEV | --posix DIR) --loadfile FILE --clients N --seconds S [--sync]"
+         tux3-bench-engine dbench (--engine DEV | --posix DIR) --loadfile FILE --clients N --seconds S [--sync] [--skip-flush]\n       \
+         tux3-bench-engine meta (--engine DEV | --posix DIR) [--flat N] [--tree N] [--threads T] [--cap S]"
     );
     std::process::exit(2)
 }
@@ -56,6 +78,11 @@ fn parse_args() -> Args {
         clients: 1,
         seconds: 5.0,
         sync: false,
+        skip_flush: false,
+        flat: 1_000_000,
+        tree: 100_000,
+        threads: 1,
+        cap: 0.0,
     };
     let mut i = 1;
     while i < argv.len() {
@@ -69,8 +96,15 @@ fn parse_args() -> Args {
             "--loadfile" => a.loadfile = val().into(),
             "--clients" => a.clients = num(val()) as usize,
             "--seconds" => a.seconds = num(val()),
-            "--sync" => {
-                a.sync = true;
+            "--flat" => a.flat = num(val()) as u64,
+            "--tree" => a.tree = num(val()) as u64,
+            "--threads" => a.threads = num(val()) as usize,
+            "--cap" => a.cap = num(val()),
+            "--sync" | "--skip-flush" => {
+                match argv[i].as_str() {
+                    "--sync" => a.sync = true,
+                    _ => a.skip_flush = true,
+                }
                 i += 1;
                 continue;
             }
@@ -78,7 +112,7 @@ fn parse_args() -> Args {
         }
         i += 2;
     }
-    if a.engine.is_some() == a.posix.is_some() {
+    if a.engine.is_some() == a.posix.is_some() || a.threads == 0 {
         usage();
     }
     a
@@ -144,13 +178,106 @@ fn syncs(t: Arc<dyn Target>, tasks: usize, steps: usize) -> (f64, u64) {
     )
 }
 
-fn counters_json(a: CounterSnapshot, b: CounterSnapshot) -> String {
-    format!(
-        ", \"dev_blocks\": {}, \"dev_writes\": {}, \"dev_flushes\": {}",
-        b.blocks_written - a.blocks_written,
-        b.writes - a.writes,
-        b.flushes - a.flushes
-    )
+/// The engine's counters around a timed region (nothing with --posix).
+struct Probe {
+    fs: Option<Arc<Fs>>,
+}
+
+/// A reading of the engine's counters.
+#[derive(Clone, Copy)]
+struct Mark {
+    dev: CounterSnapshot,
+    deltas: u64,
+    unifies: u64,
+}
+
+impl Probe {
+    fn mark(&self) -> Option<Mark> {
+        self.fs.as_ref().map(|fs| {
+            let s = fs.stats();
+            Mark {
+                dev: fs.counters(),
+                deltas: s.deltas,
+                unifies: s.unifies,
+            }
+        })
+    }
+
+    /// The counters since `m`, as JSON members to append to an object.
+    fn since(&self, m: Option<Mark>) -> String {
+        let (Some(a), Some(b)) = (m, self.mark()) else {
+            return String::new();
+        };
+        format!(
+            ", \"dev_blocks\": {}, \"dev_writes\": {}, \"dev_flushes\": {}, \"deltas\": {}, \"unifies\": {}",
+            b.dev.blocks_written - a.dev.blocks_written,
+            b.dev.writes - a.dev.writes,
+            b.dev.flushes - a.dev.flushes,
+            b.deltas - a.deltas,
+            b.unifies - a.unifies
+        )
+    }
+
+    /// `Fs::sync` (untimed by the caller's clock), then the device counters
+    /// since `m` including it: what the region left to write.
+    fn sync_since(&self, m: Option<Mark>) -> String {
+        let (Some(fs), Some(a)) = (&self.fs, m) else {
+            return String::new();
+        };
+        let t0 = Instant::now();
+        fs.sync().unwrap_or_else(|e| die(format!("sync: {e}")));
+        let secs = t0.elapsed().as_secs_f64();
+        let b = fs.counters();
+        format!(
+            ", \"sync_seconds\": {secs:.6}, \"dev_blocks_all\": {}, \"dev_writes_all\": {}, \"dev_flushes_all\": {}",
+            b.blocks_written - a.dev.blocks_written,
+            b.writes - a.dev.writes,
+            b.flushes - a.dev.flushes
+        )
+    }
+}
+
+/// The meta load: each set (flat, tree) of phases in turn, one JSON line a
+/// phase. Returns the number of failed operations.
+fn meta_load<O: meta::Ops>(o: &O, a: &Args, probe: &Probe, kind: &str) -> u64 {
+    let mut errors = 0;
+    for (set, n) in [(meta::Kind::Flat, a.flat), (meta::Kind::Tree, a.tree)] {
+        if n == 0 {
+            continue;
+        }
+        meta::prepare(o, set, a.threads).unwrap_or_else(|e| die(format!("{}: {e}", set.name())));
+        let mut counts = meta::split(n, a.threads);
+        for phase in set.phases() {
+            let m = probe.mark();
+            let p = meta::phase(o, set, phase, &mut counts, a.cap);
+            let dev = probe.since(m);
+            let all = probe.sync_since(m);
+            if let Some(e) = &p.first_error {
+                eprintln!(
+                    "tux3-bench-engine: meta {} {phase}: {} errors, the first: {e}",
+                    set.name(),
+                    p.errors
+                );
+            }
+            println!(
+                "{{\"load\": \"meta\", \"target\": \"{kind}\", \"kind\": \"{}\", \"phase\": \"{phase}\", \
+                 \"n\": {n}, \"threads\": {}, \"cap\": {}, \"ops\": {}, \"seconds\": {:.6}, \"ops_per_s\": {:.1}, \
+                 \"errors\": {}{dev}{all}}}",
+                set.name(),
+                a.threads,
+                a.cap,
+                p.ops,
+                p.seconds,
+                p.ops as f64 / p.seconds.max(1e-9),
+                p.errors
+            );
+            errors += p.errors;
+        }
+        if errors == 0 {
+            meta::finish(o, set, a.threads).unwrap_or_else(|e| die(format!("{}: {e}", set.name())));
+        }
+    }
+    errors
 }
 
 fn main() {
@@ -164,8 +291,8 @@ fn main() {
         _ => usage(),
     };
     let kind = if fs.is_some() { "engine" } else { "posix" };
-    let c0 = fs.as_ref().map(|f| f.counters()).unwrap_or_default();
-    let s0 = fs.as_ref().map(|f| f.stats());
+    let probe = Probe { fs: fs.clone() };
+    let m0 = probe.mark();
     let (out, errors) = match a.load.as_str() {
         "syncs" => {
             let (secs, errors) = syncs(target.clone(), a.tasks, a.steps);
@@ -177,18 +304,23 @@ fn main() {
                 a.tasks * a.steps,
                 a.tasks * a.steps
             );
-            (text, errors)
+            (Some(text), errors)
         }
         "dbench" => {
             let text = std::fs::read_to_string(&a.loadfile)
                 .unwrap_or_else(|e| die(format!("{}: {e}", a.loadfile.display())));
-            let lines = Arc::new(dbload::parse(&text));
-            let t = dbload::replay(target.clone(), lines, a.clients, a.seconds, a.sync);
+            let mut lines = dbload::parse(&text);
+            if a.skip_flush {
+                lines.retain(|l| !matches!(l.op, dbload::Op::Flush(_)));
+            }
+            let t = dbload::replay(target.clone(), Arc::new(lines), a.clients, a.seconds, a.sync);
             let text = format!(
                 "{{\"load\": \"dbench\", \"target\": \"{kind}\", \"clients\": {}, \"sync\": {}, \
-                 \"seconds\": {:.6}, \"ops\": {}, \"mb_s\": {:.3}, \"fsyncs\": {}, \"unexpected\": {}, \"errors\": {}",
+                 \"skip_flush\": {}, \"seconds\": {:.6}, \"ops\": {}, \"mb_s\": {:.3}, \"fsyncs\": {}, \
+                 \"unexpected\": {}, \"errors\": {}",
                 a.clients,
                 a.sync,
+                a.skip_flush,
                 t.seconds,
                 t.ops,
                 t.bytes as f64 / 1e6 / t.seconds,
@@ -196,21 +328,24 @@ fn main() {
                 t.unexpected,
                 t.failed_clients
             );
-            (text, t.failed_clients)
+            (Some(text), t.failed_clients)
+        }
+        "meta" => {
+            let errors = match &fs {
+                Some(fs) => meta_load(&meta::EngineOps { fs: fs.clone() }, &a, &probe, kind),
+                None => {
+                    let root = a.posix.clone().unwrap_or_else(|| usage());
+                    meta_load(&meta::PosixOps { root }, &a, &probe, kind)
+                }
+            };
+            (None, errors)
         }
         _ => usage(),
     };
-    let mut out = out;
-    if let (Some(fs), Some(s0)) = (&fs, s0) {
-        let s1 = fs.stats();
-        out += &counters_json(c0, fs.counters());
-        out += &format!(
-            ", \"deltas\": {}, \"unifies\": {}",
-            s1.deltas - s0.deltas,
-            s1.unifies - s0.unifies
-        );
+    if let Some(out) = out {
+        println!("{out}{}}}", probe.since(m0));
     }
-    println!("{out}}}");
+    drop(probe);
     if errors > 0 {
         // Operations failed or a task panicked: say so in the exit status,
         // without trying to close a volume in an unknown state.
