@@ -11,7 +11,7 @@ MOUNT_HELPER := target/release/mount-tux3
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) crates)
 
-.PHONY: all build test demo install clean bench bench-quick fuzz
+.PHONY: all build test demo install clean bench bench-quick fuzz loom
 
 all: build
 
@@ -25,7 +25,8 @@ build:
 test: build
 	$(CARGO) test --release --workspace
 	# The pipeline's debug assertions (P1, P2) run only in a debug build.
-	$(CARGO) test -p tux3 --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans
+	$(CARGO) test -p tux3 --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans --test concurrent_model
+	$(MAKE) loom
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
 	scripts/check-layers.sh
@@ -60,5 +61,10 @@ bench-quick: build
 # Fuzz open, fsck and log replay over mutated images (nightly + cargo-fuzz);
 # FUZZ_SECONDS in total, split over the three targets.
 FUZZ_SECONDS ?= 600
+# The pipeline's synchronisation pieces (frontend/pipeline.rs) under every
+# interleaving loom explores (three preemptions), in a target dir of their own.
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p tux3 --lib loom
+
 fuzz:
 	fuzz/run.sh $(FUZZ_SECONDS)

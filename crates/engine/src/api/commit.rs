@@ -7,22 +7,26 @@
 //! `finish`) and the backend's commit jobs; holds the volume lock only to
 //! freeze, encode the log, plan and finish, never across device I/O.
 //!
-//! Two locks order the commits. `commit` serializes delta commits (held from
-//! freeze to finish). `log` serializes the log's tail: an fsync commit holds
+//! Two locks order the commits. The commit turn (`Durability`, in
+//! `frontend/pipeline.rs` with the pipeline's states and the whole lock
+//! order) serializes delta commits (held from freeze to finish); syncs wait
+//! on its "durable up to delta N" counter, all woken by each commit's end,
+//! instead of queueing on a lock. `log` serializes the log's tail: an fsync commit holds
 //! it from plan to finish; a delta commit holds it while it freezes and from
 //! encoding its log until its log blocks are written (a unify that starts a
 //! fresh log, throughout). So while a delta commit writes its data, an fsync
 //! commit may take the tail ahead of it; while it flushes its log, one may
-//! follow it (its flush makes both durable). When both are held, `commit` is
-//! taken first.
+//! follow it (its flush makes both durable). When both are held, the turn
+//! is taken first.
 
 use super::Ino;
 use crate::error::{Error, Result};
 use crate::frontend::fsync::FsyncPlan;
+use crate::frontend::pipeline::{Durability, Turn};
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -35,8 +39,8 @@ pub(super) struct Shared {
     /// hold it shared (`frontend/shared.rs`), everything else (and every
     /// step of a commit that touches the volume) exclusively.
     pub(super) volume: RwLock<Volume>,
-    /// Serializes delta commits: held from freeze to finish.
-    commit: Mutex<()>,
+    /// Whose turn it is to commit a delta, and which deltas are durable.
+    durability: Durability,
     /// Serializes use of the log's tail (see the module comment).
     log: Mutex<()>,
     /// Fsyncs waiting for the next group commit.
@@ -45,11 +49,6 @@ pub(super) struct Shared {
     fsync_wake: Condvar,
     /// `fsync` commits the whole delta (strict ordering).
     fsync_strict: bool,
-    /// Delta commits frozen so far, and the number of the last one that
-    /// became durable: a sync is served by any commit frozen after it was
-    /// called, so syncs waiting together share one commit.
-    frozen: AtomicU64,
-    durable: AtomicU64,
     /// Syncs waiting for the commit lock (for tests).
     syncs_waiting: AtomicUsize,
     /// Writes waiting for the commit in flight under dirty pressure (for
@@ -84,13 +83,11 @@ impl Shared {
     pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
         Shared {
             volume: RwLock::new(volume),
-            commit: Mutex::new(()),
+            durability: Durability::default(),
             log: Mutex::new(()),
             fsyncs: Mutex::new(FsyncQueue::default()),
             fsync_wake: Condvar::new(),
             fsync_strict,
-            frozen: AtomicU64::new(0),
-            durable: AtomicU64::new(0),
             syncs_waiting: AtomicUsize::new(0),
             writes_waiting: AtomicUsize::new(0),
         }
@@ -101,8 +98,8 @@ impl Shared {
     /// Callers that find nothing to commit return at once: everything before
     /// them is durable, because commits are serialized.
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
-        let _serial = self.commit.lock();
-        self.commit_locked(unify, During::none())
+        let turn = self.durability.turn();
+        self.commit_locked(&turn, unify, During::none())
     }
 
     /// Make everything before this call durable. Syncs that wait while a
@@ -110,14 +107,14 @@ impl Shared {
     /// without committing again once a commit frozen after it was called
     /// is durable.
     pub(super) fn sync(&self) -> Result<()> {
-        let called = self.frozen.load(Ordering::SeqCst);
+        let want = self.durability.open_delta();
         self.syncs_waiting.fetch_add(1, Ordering::SeqCst);
-        let _serial = self.commit.lock();
+        let turn = self.durability.wait_or_turn(want);
         self.syncs_waiting.fetch_sub(1, Ordering::SeqCst);
-        if self.durable.load(Ordering::SeqCst) > called {
-            return Ok(());
+        match turn {
+            None => Ok(()),
+            Some(turn) => self.commit_locked(&turn, false, During::none()),
         }
-        self.commit_locked(false, During::none())
     }
 
     /// Syncs waiting for a commit (for tests).
@@ -128,25 +125,25 @@ impl Shared {
     /// [`Shared::commit`], running `during` once at `phase` of the commit
     /// (for tests): where fsync commits may go ahead of it, or follow it.
     pub(super) fn commit_with(&self, unify: bool, phase: Phase, during: impl FnOnce()) -> Result<()> {
-        let _serial = self.commit.lock();
-        self.commit_locked(unify, During::new(phase, during))
+        let turn = self.durability.turn();
+        self.commit_locked(&turn, unify, During::new(phase, during))
     }
 
     /// Run `f` once no commit of either kind is in flight (and none can
     /// start until `f` returns).
     pub(super) fn with_commit_lock<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _serial = self.commit.lock();
+        let _turn = self.durability.turn();
         let _log = self.log.lock();
         f()
     }
 
-    /// A full commit; the caller holds the commit lock.
-    fn commit_locked<F: FnOnce()>(&self, unify: bool, mut during: During<F>) -> Result<()> {
+    /// A full commit; the caller holds the commit turn.
+    fn commit_locked<F: FnOnce()>(&self, turn: &Turn, unify: bool, mut during: During<F>) -> Result<()> {
         let log = self.log.lock();
-        // Numbered before it freezes: a sync that saw this number may have
-        // been called after the freeze, so only a later commit serves it.
-        let number = self.frozen.fetch_add(1, Ordering::SeqCst) + 1;
+        let number = turn.number();
         let Some(mut job) = self.volume.write().freeze(unify)? else {
+            // Nothing in it: it is as durable as every delta before it.
+            turn.durable(number);
             return Ok(());
         };
         // A unify that starts a fresh log keeps it to itself; any other
@@ -179,7 +176,7 @@ impl Shared {
             r = job.flush_log();
         }
         let retired = self.volume.write().finish(job, r)?;
-        self.durable.store(number, Ordering::SeqCst);
+        turn.durable(number);
         // Freed once writers and fsyncs no longer wait on our locks.
         drop(log);
         drop(retired);
@@ -281,17 +278,17 @@ impl Shared {
                 return Some(r);
             }
         }
-        let _serial = if wait {
-            self.commit.lock()
+        let turn = if wait {
+            self.durability.turn()
         } else {
-            self.commit.try_lock()?
+            self.durability.try_turn()?
         };
         if self.fsync_strict {
-            return Some(self.commit_locked(false, During::none()));
+            return Some(self.commit_locked(&turn, false, During::none()));
         }
         Some(match self.try_fsync_commit(inos) {
             Some(r) => r,
-            None => self.commit_locked(false, During::none()),
+            None => self.commit_locked(&turn, false, During::none()),
         })
     }
 

@@ -122,11 +122,8 @@ impl Volume {
         if self.failed {
             return Err(crate::error::Error::Posix(crate::error::Errno::EIO));
         }
-        debug_assert!(
-            !self.fsync_in_flight,
-            "P1: a second fsync commit planned while one is in flight"
-        );
-        let uncovered = |ino: &Ino| self.frozen.as_ref().is_some_and(|f| f.uncovered.contains(ino));
+        let frozen = self.pipeline.frozen();
+        let uncovered = |ino: &Ino| frozen.is_some_and(|f| f.uncovered.contains(ino));
         let start: Vec<Ino> = inos
             .iter()
             .copied()
@@ -139,11 +136,11 @@ impl Volume {
         let mut frozen_too = Vec::new();
         // A delta commit that has written its log is behind this one in
         // nothing: this commit follows it in the chain.
-        if self.in_flight && !self.log_written {
+        if let Some(ahead) = self.pipeline.frozen_or_wait() {
             // Only ahead of a delta commit writing its data, and only when
             // that commit holds nothing of these inodes not yet durable — or
             // only their data and attributes, which this commit logs too.
-            let Some(frozen) = &self.frozen else {
+            let Some(frozen) = ahead else {
                 return Ok(FsyncPlan::Wait);
             };
             let waits = |ino: &Ino| {
@@ -186,13 +183,13 @@ impl Volume {
         }
         self.fsync_logged.extend(logged.images);
         // Everything of theirs is in this commit now, frozen changes too.
-        if let Some(frozen) = &mut self.frozen {
+        if let Some(Some(frozen)) = self.pipeline.ahead_of() {
             for ino in &frozen_too {
                 frozen.uncovered.remove(ino);
                 frozen.coverable.remove(ino);
             }
         }
-        self.fsync_in_flight = true;
+        self.pipeline.plan_fsync();
         self.in_flight_bytes += job.data_bytes();
         Ok(FsyncPlan::Job(Box::new(job)))
     }
@@ -202,8 +199,7 @@ impl Volume {
     /// are durable (only attributes that reading the data back does not
     /// need — times, mode, owner, xattrs — may be pending).
     pub fn datasync_needless(&self, ino: Ino) -> bool {
-        !self.in_flight
-            && !self.fsync_in_flight
+        !self.commit_in_flight()
             && !self.data_changed.lock().contains(&ino)
             && !self.names.pending(ino)
             && self.names.positions_in(ino).is_empty()

@@ -16,6 +16,7 @@ pub mod fsync;
 mod handles;
 mod names;
 mod namespace;
+pub mod pipeline;
 mod repair;
 mod shared;
 mod xattr;
@@ -71,20 +72,9 @@ pub struct Volume {
     max_ino: Ino,
     /// A commit failed: refuse further changes rather than risk the image.
     failed: bool,
-    /// A frozen delta's I/O is in flight (between `freeze` and `finish`).
-    in_flight: bool,
-    /// An fsync commit's I/O is in flight (between `fsync_plan` and
-    /// `finish`).
-    fsync_in_flight: bool,
-    /// While the delta commit in flight writes its data (frozen, its log not
-    /// yet encoded; never for a unify that holds the log): the inodes it changes
-    /// that no fsync commit has made durable already, and which of them an
-    /// fsync commit may cover anyway (`fsync.rs`).
-    frozen: Option<fsync::Frozen>,
-    /// The delta commit in flight has written its log (commit block
-    /// included) and only waits for its flush: an fsync commit may follow
-    /// it in the chain, its own flush making both durable.
-    log_written: bool,
+    /// Where the delta commit and the fsync commit in flight are
+    /// (`pipeline.rs`).
+    pipeline: pipeline::Pipeline,
     /// Inode images logged by fsync commits of the open delta, to tell at
     /// freeze which changes are durable already.
     fsync_logged: HashMap<Ino, Vec<u8>>,
@@ -137,10 +127,7 @@ impl Volume {
             ino_cursor: HashMap::new(),
             max_ino: 0,
             failed: false,
-            in_flight: false,
-            fsync_in_flight: false,
-            frozen: None,
-            log_written: false,
+            pipeline: pipeline::Pipeline::new(),
             fsync_logged: HashMap::new(),
             changed: AtomicBool::new(false),
             ns_touched: Default::default(),
@@ -358,7 +345,7 @@ impl Volume {
     /// log has grown past its limit), all under the caller's lock. Does
     /// nothing while another commit's I/O is in flight.
     fn commit(&mut self, unify: bool) -> Result<()> {
-        if self.in_flight || self.fsync_in_flight {
+        if self.commit_in_flight() {
             return Ok(());
         }
         let Some(mut job) = self.freeze(unify)? else {
@@ -382,10 +369,6 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
-        debug_assert!(
-            !self.in_flight && !self.fsync_in_flight,
-            "P1: a delta frozen while a commit is in flight"
-        );
         if !(unify || self.changed.load(Relaxed) && self.delta_dirty()) {
             return Ok(None);
         }
@@ -395,9 +378,8 @@ impl Volume {
         let frozen = self.frozen_state();
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
-                self.in_flight = true;
                 // Nothing may go ahead of a job that holds the log.
-                self.frozen = (!job.holds_log()).then_some(frozen);
+                self.pipeline.freeze((!job.holds_log()).then_some(frozen));
                 self.in_flight_bytes += job.data_bytes();
                 *self.dirty_bytes.get_mut() = 0;
                 *self.reserved.get_mut() = 0;
@@ -442,7 +424,7 @@ impl Volume {
     /// Between a delta commit's data and its log: encode the log at the
     /// tail as it is now. From here on no fsync commit may go ahead of it.
     pub fn encode_log(&mut self, job: &mut CommitJob) -> Result<()> {
-        self.frozen = None;
+        self.pipeline.encode_log();
         let r = self.be.encode_log(job);
         if r.is_err() {
             self.failed = true;
@@ -456,8 +438,8 @@ impl Volume {
     /// already — the fsync commit's flush makes it so. Not for a unify that
     /// starts a fresh log (its superblock is the commit).
     pub fn log_written(&mut self, job: &CommitJob) {
-        debug_assert!(self.in_flight && !job.is_fsync() && !job.holds_log());
-        self.log_written = true;
+        debug_assert!(!job.is_fsync() && !job.holds_log());
+        self.pipeline.log_written();
     }
 
     /// The I/O of `job` ended with `result`: on success the delta (or fsync
@@ -468,16 +450,9 @@ impl Volume {
     /// milliseconds, which writers should not wait for).
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<Retired> {
         if job.is_fsync() {
-            debug_assert!(
-                self.fsync_in_flight,
-                "P1: an fsync commit finished that was never planned"
-            );
-            self.fsync_in_flight = false;
+            self.pipeline.finish_fsync();
         } else {
-            debug_assert!(self.in_flight, "P1: a commit finished that was never frozen");
-            self.in_flight = false;
-            self.frozen = None;
-            self.log_written = false;
+            self.pipeline.finish_delta();
         }
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
         if let Err(e) = result {
@@ -515,7 +490,7 @@ impl Volume {
         };
         if !over {
             Pressure::Clear
-        } else if self.in_flight || self.fsync_in_flight {
+        } else if self.commit_in_flight() {
             Pressure::WaitCommit
         } else if self.delta_dirty() {
             // Pages replayed from fsync commits are dirty without a change
@@ -582,7 +557,7 @@ impl Volume {
 
     /// A commit job (full or fsync) is frozen or writing.
     pub fn commit_in_flight(&self) -> bool {
-        self.in_flight || self.fsync_in_flight
+        self.pipeline.delta_in_flight() || self.pipeline.fsync_in_flight()
     }
 
     /// After a write to `ino`: no commit is in flight and half the limit
@@ -610,7 +585,7 @@ impl Volume {
     /// dirty (less means a commit took the delta since the wake-up).
     pub fn may_commit_early(&self) -> bool {
         let dirty = self.dirty_bytes.load(Relaxed);
-        !self.in_flight && dirty > 0 && dirty >= self.stream_bound() / 2
+        !self.pipeline.delta_in_flight() && dirty > 0 && dirty >= self.stream_bound() / 2
     }
 
     pub fn sync(&mut self) -> Result<()> {

@@ -1,0 +1,364 @@
+//! Frontend layer: the delta pipeline as one state machine — where a delta
+//! commit and an fsync commit are, the only place their states change, the
+//! invariants each transition guards (ARCHITECTURE.md, "Pipeline
+//! invariants"), and the "durable up to delta N" counter that syncs wait on.
+//!
+//! ```text
+//!  delta N:  open ──freeze──▶ frozen ──encode_log──▶ writing log ──log_written──▶ flushing
+//!             ▲    (P1,P2)     (data I/O;             (fsync commits            (fsync commits
+//!             │                 fsync commits may      wait)                      may follow)
+//!             │                 go ahead: `Frozen`)                                  │
+//!             │                                                                      ▼
+//!             └────────── delta N+1 is open from the freeze on ◀── finish ── durable (≤ N)
+//!                                                                   (P4)     └─ unified, when
+//!                                                                               it was a unify
+//!  fsync:    idle ──fsync_plan──▶ writing (log blocks + flush) ──finish──▶ idle
+//!                 (P1: one at a time; during a delta commit only while it
+//!                  writes its data, for inodes it allows, or once its log
+//!                  is written)
+//! ```
+//!
+//! A unify is a delta commit that may hold the log to itself (a fresh log):
+//! then no fsync commit goes ahead of it (`frozen` is `None`) and it never
+//! enters "flushing" separately; its superblock is its commit.
+//!
+//! Lock order, outermost first (nobody takes an earlier lock while holding
+//! a later one):
+//! 1. the commit turn ([`Durability::turn`]: one delta commit at a time);
+//! 2. the log tail (`api/commit.rs`: an fsync commit from plan to finish, a
+//!    delta commit while it freezes and from its log's encoding to its log
+//!    written);
+//! 3. the volume — the delta guard: shared by the operations of
+//!    `frontend/shared.rs`, exclusive for every other operation and for each
+//!    step of a commit that touches the volume (never across device I/O);
+//! 4. one inode's lock (`cache/inode.rs`), one at a time;
+//! 5. one leaf lock at a time: the dirty set, the data-changed set, the
+//!    clean-page books, the open handles; or the durability counter's state
+//!    (never held across anything).
+//!
+//! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
+
+use super::fsync::Frozen;
+
+#[cfg(loom)]
+use loom::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Where the delta commit in flight is.
+pub(super) enum DeltaCommit {
+    /// None in flight: the open delta is the only one.
+    Idle,
+    /// Frozen, writing its data. `Some`: what an fsync commit may go ahead
+    /// of it with; `None` for a unify that holds the log (nothing may).
+    Data(Option<Frozen>),
+    /// Its log encoded at the tail, being written (or a unify writing its
+    /// images): fsync commits wait.
+    Log,
+    /// Its log written, only its flush pending: an fsync commit may follow
+    /// it in the chain (its flush makes both durable).
+    LogWritten,
+}
+
+/// The volume's side of the pipeline: the delta commit in flight and
+/// whether an fsync commit is. Changed only through the transitions below
+/// (under exclusive access to the volume).
+pub(super) struct Pipeline {
+    delta: DeltaCommit,
+    fsync: bool,
+}
+
+impl Pipeline {
+    pub(super) fn new() -> Pipeline {
+        Pipeline {
+            delta: DeltaCommit::Idle,
+            fsync: false,
+        }
+    }
+
+    /// open → frozen.
+    pub(super) fn freeze(&mut self, frozen: Option<Frozen>) {
+        debug_assert!(
+            matches!(self.delta, DeltaCommit::Idle) && !self.fsync,
+            "P1: a delta frozen while a commit is in flight"
+        );
+        self.delta = DeltaCommit::Data(frozen);
+    }
+
+    /// frozen → writing log: from here on no fsync commit goes ahead.
+    pub(super) fn encode_log(&mut self) {
+        debug_assert!(
+            matches!(self.delta, DeltaCommit::Data(_)),
+            "P1: a log encoded for no frozen delta"
+        );
+        self.delta = DeltaCommit::Log;
+    }
+
+    /// writing log → flushing (not for a unify that holds the log).
+    pub(super) fn log_written(&mut self) {
+        debug_assert!(
+            matches!(self.delta, DeltaCommit::Log),
+            "P1: a log written that was not being written"
+        );
+        self.delta = DeltaCommit::LogWritten;
+    }
+
+    /// any → idle: the delta commit ended (durable, or failed).
+    pub(super) fn finish_delta(&mut self) {
+        debug_assert!(
+            !matches!(self.delta, DeltaCommit::Idle),
+            "P1: a commit finished that was never frozen"
+        );
+        self.delta = DeltaCommit::Idle;
+    }
+
+    /// fsync idle → writing. The caller has checked that the delta commit
+    /// in flight allows it ([`Pipeline::ahead_of`]).
+    pub(super) fn plan_fsync(&mut self) {
+        debug_assert!(
+            !self.fsync,
+            "P1: a second fsync commit planned while one is in flight"
+        );
+        debug_assert!(
+            !matches!(self.delta, DeltaCommit::Log | DeltaCommit::Data(None)),
+            "P1: an fsync commit planned while a delta commit's log is being written"
+        );
+        self.fsync = true;
+    }
+
+    /// fsync writing → idle.
+    pub(super) fn finish_fsync(&mut self) {
+        debug_assert!(self.fsync, "P1: an fsync commit finished that was never planned");
+        self.fsync = false;
+    }
+
+    /// A delta commit is in flight (frozen to finished).
+    pub(super) fn delta_in_flight(&self) -> bool {
+        !matches!(self.delta, DeltaCommit::Idle)
+    }
+
+    pub(super) fn fsync_in_flight(&self) -> bool {
+        self.fsync
+    }
+
+    /// What an fsync commit planned now must respect: `None` when it is
+    /// behind the delta commit in nothing (none in flight, or its log is
+    /// written); `Some(None)` when it must wait; `Some(Some(frozen))` when
+    /// it may go ahead of a delta commit writing its data, within `frozen`.
+    pub(super) fn ahead_of(&mut self) -> Option<Option<&mut Frozen>> {
+        match &mut self.delta {
+            DeltaCommit::Idle | DeltaCommit::LogWritten => None,
+            DeltaCommit::Data(Some(f)) => Some(Some(f)),
+            DeltaCommit::Data(None) | DeltaCommit::Log => Some(None),
+        }
+    }
+
+    /// [`Pipeline::ahead_of`], read-only.
+    pub(super) fn frozen_or_wait(&self) -> Option<Option<&Frozen>> {
+        match &self.delta {
+            DeltaCommit::Idle | DeltaCommit::LogWritten => None,
+            DeltaCommit::Data(Some(f)) => Some(Some(f)),
+            DeltaCommit::Data(None) | DeltaCommit::Log => Some(None),
+        }
+    }
+
+    /// The frozen delta's inodes not durable yet, while fsync commits may
+    /// go ahead of it.
+    pub(super) fn frozen(&self) -> Option<&Frozen> {
+        match &self.delta {
+            DeltaCommit::Data(Some(f)) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// Delta numbers frozen and made durable, and whose turn it is to commit:
+/// what syncs wait on. A sync needs the delta open when it was called
+/// durable; every waiter wakes when a commit ends and checks its own
+/// number, so one commit serves every sync that waited for it, and a
+/// waiter that is served never takes a turn.
+pub struct Durability {
+    state: Mutex<Turns>,
+    changed: Condvar,
+}
+
+struct Turns {
+    /// Deltas frozen so far (the open delta is `frozen + 1`).
+    frozen: u64,
+    /// Every delta up to this one is durable.
+    durable: u64,
+    /// A delta commit holds the turn.
+    committing: bool,
+}
+
+/// The right to commit the next delta; given back on drop.
+pub struct Turn<'a> {
+    of: &'a Durability,
+}
+
+impl Default for Durability {
+    fn default() -> Self {
+        Durability {
+            state: Mutex::new(Turns {
+                frozen: 0,
+                durable: 0,
+                committing: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+}
+
+impl Durability {
+    fn lock(&self) -> MutexGuard<'_, Turns> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, Turns>) -> MutexGuard<'a, Turns> {
+        self.changed.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The delta a sync called now needs durable: the open one.
+    pub fn open_delta(&self) -> u64 {
+        self.lock().frozen + 1
+    }
+
+    /// Every delta up to this one is durable.
+    pub fn durable(&self) -> u64 {
+        self.lock().durable
+    }
+
+    /// Wait until delta `n` is durable (`None`), or until no commit holds
+    /// the turn, and take it (`Some`): the caller commits.
+    pub fn wait_or_turn(&self, n: u64) -> Option<Turn<'_>> {
+        let mut g = self.lock();
+        loop {
+            if g.durable >= n {
+                return None;
+            }
+            if !g.committing {
+                g.committing = true;
+                return Some(Turn { of: self });
+            }
+            g = self.wait(g);
+        }
+    }
+
+    /// Wait for the turn and take it.
+    pub fn turn(&self) -> Turn<'_> {
+        let mut g = self.lock();
+        while g.committing {
+            g = self.wait(g);
+        }
+        g.committing = true;
+        Turn { of: self }
+    }
+
+    /// Take the turn if nobody holds it.
+    pub fn try_turn(&self) -> Option<Turn<'_>> {
+        let mut g = self.lock();
+        if g.committing {
+            return None;
+        }
+        g.committing = true;
+        Some(Turn { of: self })
+    }
+}
+
+impl Turn<'_> {
+    /// Number the delta about to freeze. Numbered before it freezes: a
+    /// sync that read the open delta before this may have been called
+    /// after the freeze, so only a later commit serves it.
+    pub fn number(&self) -> u64 {
+        let mut g = self.of.lock();
+        g.frozen += 1;
+        g.frozen
+    }
+
+    /// Delta `n` (and all before it) is durable: wake every waiter.
+    pub fn durable(&self, n: u64) {
+        let mut g = self.of.lock();
+        g.durable = g.durable.max(n);
+        drop(g);
+        self.of.changed.notify_all();
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.of.lock().committing = false;
+        self.of.changed.notify_all();
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Every interleaving with up to three preemptions (loom's usual bound:
+    /// most concurrency bugs need two or fewer).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
+    /// Two syncs and one committer: every sync returns only once the delta
+    /// open at its call is durable, and no wake-up is lost (loom explores
+    /// every interleaving; a lost one deadlocks).
+    #[test]
+    fn syncs_return_only_when_their_delta_is_durable() {
+        model(|| {
+            let d = Arc::new(Durability::default());
+            let syncs: Vec<_> = (0..2)
+                .map(|_| {
+                    let d = d.clone();
+                    thread::spawn(move || {
+                        let want = d.open_delta();
+                        if let Some(turn) = d.wait_or_turn(want) {
+                            let n = turn.number();
+                            turn.durable(n);
+                        }
+                        assert!(d.durable() >= want);
+                    })
+                })
+                .collect();
+            let turn = d.turn();
+            let n = turn.number();
+            turn.durable(n);
+            drop(turn);
+            for s in syncs {
+                s.join().unwrap();
+            }
+        });
+    }
+
+    /// The turn is exclusive: two committers never hold it together.
+    #[test]
+    fn one_turn_at_a_time() {
+        model(|| {
+            let d = Arc::new(Durability::default());
+            let inside = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+            let ts: Vec<_> = (0..2)
+                .map(|_| {
+                    let (d, inside) = (d.clone(), inside.clone());
+                    thread::spawn(move || {
+                        let t = match d.try_turn() {
+                            Some(t) => t,
+                            None => d.turn(),
+                        };
+                        use loom::sync::atomic::Ordering::SeqCst;
+                        assert_eq!(inside.fetch_add(1, SeqCst), 0);
+                        inside.fetch_sub(1, SeqCst);
+                        drop(t);
+                    })
+                })
+                .collect();
+            for t in ts {
+                t.join().unwrap();
+            }
+        });
+    }
+}
