@@ -1,10 +1,10 @@
-//! API layer: commit scheduling for an open volume — the commit lock that
+//! API layer: commit scheduling for an open volume — the commit turn that
 //! serializes deltas, the delta committer thread (periodic and early
 //! commits), and the fsync committer thread that turns concurrent fsyncs
 //! into group commits.
 //!
 //! Calls the frontend (`Volume::freeze`, `encode_log`, `fsync_plan`,
-//! `finish`) and the backend's commit jobs; holds the volume lock only to
+//! `finish`) and the backend's commit jobs; holds the volume (the delta guard, exclusively) only to
 //! freeze, encode the log, plan and finish, never across device I/O.
 //!
 //! Two locks order the commits. The commit turn (`Durability`, in
@@ -49,7 +49,7 @@ pub(super) struct Shared {
     fsync_wake: Condvar,
     /// `fsync` commits the whole delta (strict ordering).
     fsync_strict: bool,
-    /// Syncs waiting for the commit lock (for tests).
+    /// Syncs waiting for a commit to serve them (for tests).
     syncs_waiting: AtomicUsize,
     /// Writes waiting for the commit in flight under dirty pressure (for
     /// tests).
@@ -93,7 +93,7 @@ impl Shared {
         }
     }
 
-    /// Freeze the delta under the volume lock, write it without the lock
+    /// Freeze the delta under the exclusive guard, write it without it
     /// (other operations go on in the next delta meanwhile), then finish.
     /// Callers that find nothing to commit return at once: everything before
     /// them is durable, because commits are serialized.

@@ -1,6 +1,6 @@
 //! API layer (top of the engine): the library's public surface. [`Fs`] is a
 //! mounted volume; every method is one POSIX-like operation and returns
-//! POSIX errors as values. Owns the volume lock, the commit scheduling and
+//! POSIX errors as values. Owns the delta guard (the volume), the commit scheduling and
 //! its threads (`commit.rs`), and opening an image by path (`image.rs`).
 //!
 //! This layer holds no filesystem logic: it takes the volume — shared for

@@ -2,19 +2,19 @@
 //! Calls the cache (to take dirty inodes and pages), structures (trees,
 //! bitmap, superblock), the log writer and the device; the frontend and the
 //! API above drive it. A commit runs in five stages, so that its two I/O
-//! phases run without the volume lock:
+//! phases run without the delta guard (the volume):
 //!
-//! * [`Backend::prepare`] (volume lock held): freeze the delta — allocate,
+//! * [`Backend::prepare`] (delta guard held exclusively): freeze the delta — allocate,
 //!   encode every block to write, and start the next delta;
 //! * [`CommitJob::write_data`] (no lock), I/O phase 1: data and leaves, and
 //!   the first flush (a single-flush or fsync commit keeps them for the
 //!   log's batch);
-//! * [`Backend::encode_log`] (volume lock held): encode the log blocks at
+//! * [`Backend::encode_log`] (delta guard held exclusively): encode the log blocks at
 //!   the log's tail as it is now — an fsync commit of the next delta may
 //!   have taken the tail meanwhile, ahead of this one;
 //! * [`CommitJob::write_log`] (no lock), I/O phase 2: log blocks, commit
 //!   block, flush;
-//! * [`Backend::finish`] (volume lock held): the delta is durable.
+//! * [`Backend::finish`] (delta guard held exclusively): the delta is durable.
 //!
 //! Delta commit (the common case), the steps of `prepare` and after:
 //!   1. `allocate_data`   allocate dirty data pages and queue them; map extents
@@ -60,7 +60,7 @@ use std::sync::Arc;
 pub const SINGLE_FLUSH_BLOCKS: usize = 256;
 
 /// A frozen delta: every block it writes, encoded, and the block that makes
-/// it durable. Holding a job means the volume lock is free for the frontend.
+/// it durable. Holding a job means the delta guard is free for the frontend.
 pub struct CommitJob {
     dev: Arc<dyn Device>,
     bs: usize,
