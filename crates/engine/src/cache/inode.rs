@@ -27,8 +27,13 @@ pub struct Inode {
     pub pages: PageMap,
     /// Allocation goal: where this file's next data block should go.
     pub goal: u64,
-    /// Delta of the last change to attrs (for fsync and forking).
+    /// Delta of the last change to attrs (for fsync and forking). While
+    /// it is the open delta, the inode is in the delta's dirty set, so a
+    /// later change need not take the set's lock again.
     pub delta: u64,
+    /// The open delta's number while the inode is in its data-changed set
+    /// (the frontend's), 0 once it leaves it.
+    pub data_delta: u64,
 }
 
 impl Inode {
@@ -46,6 +51,7 @@ impl Inode {
             pages: PageMap::default(),
             goal: 0,
             delta: 0,
+            data_delta: 0,
         }
     }
 

@@ -187,9 +187,11 @@ impl Volume {
         i.attrs.size = i.attrs.size.max(end);
         i.attrs.mtime = now;
         i.attrs.ctime = now;
-        i.delta = delta;
-        self.touched(i.ino);
-        self.data_changed.lock().insert(i.ino);
+        self.touch_locked(i);
+        if i.data_delta != delta {
+            i.data_delta = delta;
+            self.data_changed.lock().insert(i.ino);
+        }
         if clean_before != clean_after {
             self.clean.lock().changed(i.ino, clean_before, clean_after, bs);
         }

@@ -180,6 +180,9 @@ impl Volume {
         for ino in &c.inodes {
             self.ns_touched.remove(ino);
             self.data_changed.get_mut().remove(ino);
+            if let Some(i) = self.cache.get_mut(*ino) {
+                i.data_delta = 0;
+            }
         }
         self.fsync_logged.extend(logged.images);
         // Everything of theirs is in this commit now, frozen changes too.

@@ -13,17 +13,45 @@ use super::Volume;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
 use crate::types::*;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
+
+/// Shards of the open-handle counts: opens and releases of different
+/// files seldom meet on one lock.
+const HANDLE_SHARDS: usize = 16;
+
+/// Open handles per inode, in shards by inode number.
+#[derive(Default)]
+pub(super) struct Handles([Mutex<HashMap<Ino, u32>>; HANDLE_SHARDS]);
+
+impl Handles {
+    /// The shard holding `ino`'s count, locked.
+    pub(super) fn of(&self, ino: Ino) -> MutexGuard<'_, HashMap<Ino, u32>> {
+        self.0[ino as usize % HANDLE_SHARDS].lock()
+    }
+
+    /// The shard holding `ino`'s count, through exclusive access.
+    fn of_mut(&mut self, ino: Ino) -> &mut HashMap<Ino, u32> {
+        self.0[ino as usize % HANDLE_SHARDS].get_mut()
+    }
+
+    fn clear(&mut self) {
+        for s in &mut self.0 {
+            s.get_mut().clear();
+        }
+    }
+}
 
 impl Volume {
     pub fn open_handle(&mut self, ino: Ino) -> Result<()> {
         self.inode(ino)?;
-        *self.handles.get_mut().entry(ino).or_insert(0) += 1;
+        *self.handles.of_mut(ino).entry(ino).or_insert(0) += 1;
         Ok(())
     }
 
     pub fn release_handle(&mut self, ino: Ino) -> Result<()> {
-        let left = match self.handles.get_mut().get_mut(&ino) {
+        let left = match self.handles.of_mut(ino).get_mut(&ino) {
             Some(n) => {
                 *n = n.saturating_sub(1);
                 *n
@@ -31,7 +59,7 @@ impl Volume {
             None => return Ok(()),
         };
         if left == 0 {
-            self.handles.get_mut().remove(&ino);
+            self.handles.of_mut(ino).remove(&ino);
             if self.be.orphans.contains(&ino) && !self.be.read_only {
                 self.free_inode(ino)?;
                 self.changed.store(true, Relaxed);
@@ -42,7 +70,7 @@ impl Volume {
 
     /// Every handle ends (the volume closes): free every orphan.
     pub(super) fn release_all(&mut self) -> Result<()> {
-        self.handles.get_mut().clear();
+        self.handles.clear();
         let orphans: Vec<Ino> = self.be.orphans.iter().copied().collect();
         for ino in orphans {
             self.free_inode(ino)?;
@@ -75,7 +103,7 @@ impl Volume {
 
     /// Whether `ino` must outlive its last name.
     pub(super) fn is_open(&self, ino: Ino) -> bool {
-        self.handles.lock().get(&ino).is_some_and(|n| *n > 0)
+        self.handles.of(ino).get(&ino).is_some_and(|n| *n > 0)
     }
 
     pub fn seek_data(&mut self, ino: Ino, offset: u64, data: bool) -> Result<u64> {

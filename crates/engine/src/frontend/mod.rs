@@ -99,7 +99,7 @@ pub struct Volume {
     freed_inos: std::collections::HashSet<Ino>,
     /// Open handles per inode. (Inodes with no name left that a handle
     /// keeps alive are the backend's orphan list, `be.orphans`.)
-    handles: Mutex<HashMap<Ino, u32>>,
+    handles: handles::Handles,
 }
 
 /// What a finished commit leaves to free ([`Volume::finish`]): dropping it
@@ -135,7 +135,7 @@ impl Volume {
             freed_images: HashMap::new(),
             data_changed: Default::default(),
             freed_inos: Default::default(),
-            handles: Mutex::new(HashMap::new()),
+            handles: Default::default(),
         };
         // File trees changed since the unify: rebuild their branches in cache.
         let mut ids: Vec<_> = replays.keys().copied().collect();

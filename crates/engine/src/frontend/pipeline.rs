@@ -176,7 +176,9 @@ impl Pipeline {
 /// what syncs wait on. A sync needs the delta open when it was called
 /// durable; every waiter wakes when a commit ends and checks its own
 /// number, so one commit serves every sync that waited for it, and a
-/// waiter that is served never takes a turn.
+/// waiter that is served never commits. Turns go in the order they were
+/// asked for (tickets), so a thread that loops on sync cannot starve a
+/// writer waiting for its turn to commit under dirty pressure.
 pub struct Durability {
     state: Mutex<Turns>,
     changed: Condvar,
@@ -187,8 +189,22 @@ struct Turns {
     frozen: u64,
     /// Every delta up to this one is durable.
     durable: u64,
-    /// A delta commit holds the turn.
-    committing: bool,
+    /// The next ticket to hand out.
+    next: u64,
+    /// The ticket whose turn it is (held, or its owner not awake yet).
+    serving: u64,
+    /// Tickets given up by syncs that another commit served meanwhile.
+    abandoned: std::collections::BTreeSet<u64>,
+}
+
+impl Turns {
+    /// The turn moves on, past tickets given up.
+    fn advance(&mut self) {
+        self.serving += 1;
+        while self.abandoned.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
 }
 
 /// The right to commit the next delta; given back on drop.
@@ -202,7 +218,9 @@ impl Default for Durability {
             state: Mutex::new(Turns {
                 frozen: 0,
                 durable: 0,
-                committing: false,
+                next: 0,
+                serving: 0,
+                abandoned: Default::default(),
             }),
             changed: Condvar::new(),
         }
@@ -228,16 +246,29 @@ impl Durability {
         self.lock().durable
     }
 
-    /// Wait until delta `n` is durable (`None`), or until no commit holds
-    /// the turn, and take it (`Some`): the caller commits.
+    /// Wait until delta `n` is durable (`None`), or for a turn to commit
+    /// (`Some`): the caller commits.
     pub fn wait_or_turn(&self, n: u64) -> Option<Turn<'_>> {
         let mut g = self.lock();
+        let mut ticket = None;
         loop {
             if g.durable >= n {
+                if let Some(t) = ticket {
+                    if g.serving == t {
+                        g.advance();
+                        drop(g);
+                        self.changed.notify_all();
+                    } else {
+                        g.abandoned.insert(t);
+                    }
+                }
                 return None;
             }
-            if !g.committing {
-                g.committing = true;
+            let t = *ticket.get_or_insert_with(|| {
+                g.next += 1;
+                g.next - 1
+            });
+            if g.serving == t {
                 return Some(Turn { of: self });
             }
             g = self.wait(g);
@@ -247,20 +278,21 @@ impl Durability {
     /// Wait for the turn and take it.
     pub fn turn(&self) -> Turn<'_> {
         let mut g = self.lock();
-        while g.committing {
+        let t = g.next;
+        g.next += 1;
+        while g.serving != t {
             g = self.wait(g);
         }
-        g.committing = true;
         Turn { of: self }
     }
 
-    /// Take the turn if nobody holds it.
+    /// Take the turn if nobody holds it or waits for it.
     pub fn try_turn(&self) -> Option<Turn<'_>> {
         let mut g = self.lock();
-        if g.committing {
+        if g.next != g.serving {
             return None;
         }
-        g.committing = true;
+        g.next += 1;
         Some(Turn { of: self })
     }
 }
@@ -286,7 +318,7 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.of.lock().committing = false;
+        self.of.lock().advance();
         self.of.changed.notify_all();
     }
 }
@@ -332,6 +364,33 @@ mod loom_tests {
             for s in syncs {
                 s.join().unwrap();
             }
+        });
+    }
+
+    /// A sync waiting for a turn behind a commit that serves it gives its
+    /// ticket up, and a later turn still comes (no ticket is lost).
+    #[test]
+    fn served_syncs_give_up_their_tickets() {
+        model(|| {
+            let d = Arc::new(Durability::default());
+            let holder = d.turn();
+            let want = d.open_delta();
+            let sync = {
+                let d = d.clone();
+                thread::spawn(move || {
+                    if let Some(turn) = d.wait_or_turn(want) {
+                        let n = turn.number();
+                        turn.durable(n);
+                    }
+                    assert!(d.durable() >= want);
+                })
+            };
+            let n = holder.number();
+            holder.durable(n);
+            drop(holder);
+            sync.join().unwrap();
+            // Whatever the sync did with its ticket, the turn is free.
+            drop(d.turn());
         });
     }
 

@@ -99,10 +99,15 @@ impl Volume {
         Some(Ok(()))
     }
 
-    /// `i` changed in the open delta (the caller holds its lock).
-    fn touch_locked(&self, i: &mut Inode) {
-        i.delta = self.be.delta;
-        self.touched(i.ino);
+    /// `i` changed in the open delta (the caller holds its lock). Only its
+    /// first change in the delta takes the dirty set's lock.
+    pub(super) fn touch_locked(&self, i: &mut Inode) {
+        if i.delta != self.be.delta {
+            i.delta = self.be.delta;
+            self.touched(i.ino);
+        } else if !self.changed.load(Relaxed) {
+            self.changed.store(true, Relaxed);
+        }
     }
 
     pub fn getattr_shared(&self, ino: Ino) -> Option<Result<Attr>> {
@@ -150,14 +155,14 @@ impl Volume {
         if !self.cache.contains(ino) {
             return None;
         }
-        *self.handles.lock().entry(ino).or_insert(0) += 1;
+        *self.handles.of(ino).entry(ino).or_insert(0) += 1;
         Some(Ok(()))
     }
 
     /// Release a handle; `None` when it is the last one of an orphan, which
     /// must then be freed.
     pub fn release_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
-        let mut handles = self.handles.lock();
+        let mut handles = self.handles.of(ino);
         match handles.get_mut(&ino) {
             None => {}
             Some(n) if *n > 1 => *n -= 1,
