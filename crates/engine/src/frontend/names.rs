@@ -5,10 +5,19 @@
 //! changes and marks them durable here (`fsync.rs`); a delta commit makes
 //! them all durable (cleared at freeze).
 //!
+//! Every create, link, unlink and rename changes it, so its maps are hash
+//! maps with a cheap hash (a folded multiply, seeded per map so that names
+//! chosen to collide cannot make them slow): a change costs a few probes,
+//! not a walk down ordered trees. What must be ordered is: the removed
+//! durable entries of a directory (found by name hash), and the answers
+//! handed to fsync (sorted).
+//!
 //! Pure bookkeeping: calls nothing.
 
 use crate::types::Ino;
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
 
 /// A directory position: (directory, key).
 pub type Pos = (Ino, u64);
@@ -16,51 +25,109 @@ pub type Pos = (Ino, u64);
 /// Positions changed in the open delta and not yet durable.
 #[derive(Default)]
 pub struct PendingNames {
-    /// Filled, entry not durable: the inode it names. Ordered, to find the
-    /// positions of one directory.
-    added: BTreeMap<Pos, Ino>,
+    /// Per directory, its changed positions.
+    dirs: HashMap<Ino, DirNames, Seeded>,
+    /// Per inode, its positions in `added` or `removed` of a directory.
+    by_ino: HashMap<Ino, Positions, Seeded>,
+}
+
+/// The changed positions of one directory, by key.
+#[derive(Default)]
+struct DirNames {
+    /// Filled, entry not durable: the inode it names.
+    added: HashMap<u64, Ino, Seeded>,
     /// Emptied of a durable entry (maybe filled again since): the inode
     /// that entry named. Ordered, to find the entries of one name hash.
-    removed: BTreeMap<Pos, Ino>,
-    /// Per inode, its positions in `added` or `removed`.
-    by_ino: HashMap<Ino, BTreeSet<Pos>>,
+    removed: BTreeMap<u64, Ino>,
+}
+
+impl DirNames {
+    /// Whether `key` still involves `ino`.
+    fn involves(&self, key: u64, ino: Ino) -> bool {
+        self.added.get(&key) == Some(&ino) || self.removed.get(&key) == Some(&ino)
+    }
+}
+
+/// The positions of one inode: nearly always one.
+enum Positions {
+    One(Pos),
+    Many(BTreeSet<Pos>),
+}
+
+impl Positions {
+    fn insert(&mut self, pos: Pos) {
+        match self {
+            Positions::One(p) if *p == pos => {}
+            Positions::One(p) => *self = Positions::Many(BTreeSet::from([*p, pos])),
+            Positions::Many(s) => {
+                s.insert(pos);
+            }
+        }
+    }
+
+    /// Remove `pos`; true if none is left.
+    fn remove(&mut self, pos: Pos) -> bool {
+        match self {
+            Positions::One(p) => *p == pos,
+            Positions::Many(s) => {
+                s.remove(&pos);
+                s.is_empty()
+            }
+        }
+    }
+
+    fn sorted(&self) -> Vec<Pos> {
+        match self {
+            Positions::One(p) => vec![*p],
+            Positions::Many(s) => s.iter().copied().collect(),
+        }
+    }
 }
 
 impl PendingNames {
     /// An entry naming `ino` filled `pos`.
     pub fn add(&mut self, pos: Pos, ino: Ino) {
-        self.added.insert(pos, ino);
-        self.by_ino.entry(ino).or_default().insert(pos);
+        self.dirs.entry(pos.0).or_default().added.insert(pos.1, ino);
+        self.involve(ino, pos);
     }
 
     /// The entry naming `ino` left `pos`.
     pub fn remove(&mut self, pos: Pos, ino: Ino) {
-        if self.added.remove(&pos).is_some() {
+        let d = self.dirs.entry(pos.0).or_default();
+        if d.added.remove(&pos.1).is_some() {
             // Never durable: as if it had not been.
-            self.forget(ino, pos);
+            if !d.involves(pos.1, ino) {
+                self.forget(ino, pos);
+            }
         } else {
-            self.removed.insert(pos, ino);
-            self.by_ino.entry(ino).or_default().insert(pos);
+            d.removed.insert(pos.1, ino);
+            self.involve(ino, pos);
         }
     }
 
     /// `pos` is durable as it is now (an fsync commit logged it).
     pub fn logged(&mut self, pos: Pos) {
-        let added = self.added.remove(&pos);
-        let removed = self.removed.remove(&pos);
+        let Some(d) = self.dirs.get_mut(&pos.0) else {
+            return;
+        };
+        let added = d.added.remove(&pos.1);
+        let removed = d.removed.remove(&pos.1);
         for ino in added.into_iter().chain(removed) {
             self.forget(ino, pos);
         }
     }
 
-    /// Drop `pos` from `ino`'s positions unless it still involves `ino`.
+    fn involve(&mut self, ino: Ino, pos: Pos) {
+        self.by_ino
+            .entry(ino)
+            .and_modify(|p| p.insert(pos))
+            .or_insert(Positions::One(pos));
+    }
+
+    /// Drop `pos` from `ino`'s positions (it no longer involves `ino`).
     fn forget(&mut self, ino: Ino, pos: Pos) {
-        if self.added.get(&pos) == Some(&ino) || self.removed.get(&pos) == Some(&ino) {
-            return;
-        }
-        if let Some(set) = self.by_ino.get_mut(&ino) {
-            set.remove(&pos);
-            if set.is_empty() {
+        if let Some(p) = self.by_ino.get_mut(&ino) {
+            if p.remove(pos) {
                 self.by_ino.remove(&ino);
             }
         }
@@ -71,24 +138,29 @@ impl PendingNames {
         self.by_ino.contains_key(&ino)
     }
 
-    /// The pending positions involving `ino`.
+    /// The pending positions involving `ino`, in order.
     pub fn positions(&self, ino: Ino) -> Vec<Pos> {
-        self.by_ino
-            .get(&ino)
-            .map_or_else(Vec::new, |s| s.iter().copied().collect())
+        self.by_ino.get(&ino).map_or_else(Vec::new, Positions::sorted)
     }
 
     /// The inodes `pos` involves: the one its new entry names, the one its
     /// removed durable entry named.
     pub fn inos_at(&self, pos: Pos) -> (Option<Ino>, Option<Ino>) {
-        (self.added.get(&pos).copied(), self.removed.get(&pos).copied())
+        match self.dirs.get(&pos.0) {
+            Some(d) => (d.added.get(&pos.1).copied(), d.removed.get(&pos.1).copied()),
+            None => (None, None),
+        }
     }
 
-    /// The pending positions of directory `dir`.
+    /// The pending positions of directory `dir`: those filled, in order,
+    /// then those emptied of a durable entry, in order.
     pub fn positions_in(&self, dir: Ino) -> Vec<Pos> {
-        let range = (dir, 0)..=(dir, u64::MAX);
-        let mut v: Vec<Pos> = self.added.range(range.clone()).map(|(p, _)| *p).collect();
-        v.extend(self.removed.range(range).map(|(p, _)| *p));
+        let Some(d) = self.dirs.get(&dir) else {
+            return Vec::new();
+        };
+        let mut v: Vec<Pos> = d.added.keys().map(|&k| (dir, k)).collect();
+        v.sort_unstable();
+        v.extend(d.removed.keys().map(|&k| (dir, k)));
         v
     }
 
@@ -96,17 +168,63 @@ impl PendingNames {
     /// position `key` (one of them may have carried the name now at `key`).
     pub fn removed_same_hash(&self, dir: Ino, key: u64) -> Vec<Ino> {
         let base = key >> 16 << 16;
-        self.removed
-            .range((dir, base)..(dir, base + (1 << 16)))
-            .map(|(_, &i)| i)
-            .collect()
+        self.dirs.get(&dir).map_or_else(Vec::new, |d| {
+            d.removed
+                .range(base..base.saturating_add(1 << 16))
+                .map(|(_, &i)| i)
+                .collect()
+        })
     }
 
     /// Everything is durable (a delta commit holds it).
     pub fn clear(&mut self) {
-        self.added.clear();
-        self.removed.clear();
-        self.by_ino.clear();
+        // New maps: the old ones' memory goes with them.
+        *self = PendingNames::default();
+    }
+}
+
+/// Hashes for the maps above: a folded multiply (the 128-bit product's
+/// halves xored) of each word into the state, which starts at a random
+/// seed per map.
+#[derive(Clone)]
+struct Seeded(u64);
+
+impl Default for Seeded {
+    fn default() -> Seeded {
+        Seeded(RandomState::new().build_hasher().finish())
+    }
+}
+
+impl BuildHasher for Seeded {
+    type Hasher = Folded;
+    fn build_hasher(&self) -> Folded {
+        Folded(self.0)
+    }
+}
+
+struct Folded(u64);
+
+/// The 128-bit product of `a` and `b`, its halves xored.
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a).wrapping_mul(u128::from(b));
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl Hasher for Folded {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w.iter_mut().zip(c).for_each(|(d, s)| *d = *s);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = fold(self.0 ^ x, 0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        fold(self.0, 0x2d35_8dcc_aa6c_78a5)
     }
 }
 

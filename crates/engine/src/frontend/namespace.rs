@@ -2,6 +2,13 @@
 //! symlink), link, unlink, rmdir, rename and readdir. Directory entries live
 //! in each directory's hashed tree (`structures/dirent.rs`).
 //!
+//! A name is looked up once per operation: the lookup's probe of the
+//! directory tree gives the entry's place (to remove it) or the name's
+//! lowest free position and its place (to create it), and the change goes
+//! there without searching the tree again while the tree is unchanged
+//! since (`Tree::holds`); after another change to the same directory (a
+//! rename's first half) the position is looked for again.
+//!
 //! Calls the cache, structures (directory trees) and log (`Orphan`,
 //! `Drop` records for the backend).
 
@@ -10,11 +17,19 @@ use crate::cache::Inode;
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::log::Record;
-use crate::structures::btree::Node;
-use crate::structures::dirent::{self, Dirent, COLLISIONS};
+use crate::structures::btree::{Node, Spot};
+use crate::structures::dirent::{self, DirentRef, Lookup};
 use crate::structures::extent;
 use crate::structures::inode::InodeAttrs;
 use crate::types::*;
+use std::ops::ControlFlow;
+
+/// An entry found by name: its place in the directory tree, what it names.
+struct Found {
+    spot: Spot,
+    ino: Ino,
+    kind: FileType,
+}
 
 /// Check a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {
@@ -28,29 +43,44 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 impl Volume {
-    /// Find `name` in directory `dir`: (position key, entry).
-    pub(super) fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
+    /// Look `name` up in directory `dir`: its entry, or (absent) its
+    /// lowest free position and where that goes.
+    fn probe(&mut self, dir: Ino, name: &[u8]) -> Result<Lookup> {
         let dev = self.be.dev.clone();
-        find_in(self.dir(dir)?, dev.as_ref(), name)
+        probe_in(self.dir(dir)?, dev.as_ref(), name)
     }
 
-    /// Add an entry; the name must not exist. Returns its position.
-    fn add_entry(&mut self, dir: Ino, e: Dirent) -> Result<u64> {
+    /// Find `name` in directory `dir`.
+    fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<Found>> {
+        Ok(match self.probe(dir, name)? {
+            Lookup::Found { ino, kind, spot } => Some(Found { spot, ino, kind }),
+            Lookup::Absent { .. } => None,
+        })
+    }
+
+    /// Add an entry for `name` naming `ino` of type `kind`; the name must
+    /// not exist. `free` is the name's free position from its lookup: used
+    /// if the tree is unchanged since, else looked for again. Returns the
+    /// position.
+    fn add_entry(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        ino: Ino,
+        kind: FileType,
+        free: Option<Spot>,
+    ) -> Result<u64> {
         let dev = self.be.dev.clone();
         let d = self.dir(dir)?;
-        let base = dirent::key_base(&e.name);
-        let mut key = base;
-        while let Some((k, _)) = d.tree.next(dev.as_ref(), key)? {
-            if k != key {
-                break;
+        let spot = match free {
+            Some(s) if d.tree.holds(&s) => s,
+            _ => {
+                dirent::free_position(&mut d.tree, dev.as_ref(), name)?.ok_or(Error::Posix(Errno::ENOSPC))?
             }
-            key += 1;
-            if key >= base + COLLISIONS {
-                return err(Errno::ENOSPC);
-            }
-        }
-        let ino = e.ino;
-        d.tree.insert(dev.as_ref(), key, e.encode())?;
+        };
+        let key = spot.key;
+        d.tree
+            .insert_at(dev.as_ref(), &spot, dirent::encode(ino, kind, name))?;
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
@@ -59,27 +89,33 @@ impl Volume {
         Ok(key)
     }
 
-    /// Remove the entry at `key` of `dir`, which names `ino`.
-    fn remove_entry(&mut self, dir: Ino, key: u64, ino: Ino) -> Result<()> {
+    /// Remove the entry at `at.key` of `dir`, which names `ino` (`at`: its
+    /// place, from its lookup).
+    fn remove_entry(&mut self, dir: Ino, at: &Spot, ino: Ino) -> Result<()> {
         let dev = self.be.dev.clone();
         let d = self.dir(dir)?;
-        d.tree.remove(dev.as_ref(), key)?;
+        d.tree.remove_at(dev.as_ref(), at)?;
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        self.names.remove((dir, key), ino);
+        self.names.remove((dir, at.key), ino);
         Ok(())
     }
 
     fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
         let dev = self.be.dev.clone();
-        Ok(self.dir(ino)?.tree.next(dev.as_ref(), 0)?.is_none())
+        let mut empty = true;
+        self.dir(ino)?.tree.scan(dev.as_ref(), 0, u64::MAX, |_, _, _| {
+            empty = false;
+            Ok(ControlFlow::Break(()))
+        })?;
+        Ok(empty)
     }
 
     pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> {
         match self.find(parent, name)? {
-            Some((_, e)) => self.getattr(e.ino),
+            Some(e) => self.getattr(e.ino),
             None => err(Errno::ENOENT),
         }
     }
@@ -114,12 +150,16 @@ impl Volume {
     ) -> Result<Ino> {
         self.dir(parent)?;
         check_name(name)?;
-        if self.find(parent, name)?.is_some() {
+        let Lookup::Absent { free } = self.probe(parent, name)? else {
             return err(Errno::EEXIST);
-        }
+        };
         self.begin_change(3)?;
         let kind = FileType::from_mode(mode).ok_or(Error::Posix(Errno::EINVAL))?;
         let is_dir = kind == FileType::Directory;
+        if free.is_none() {
+            // Every position of the name's hash is taken.
+            return err(Errno::ENOSPC);
+        }
         let ino = self.alloc_ino(parent)?;
         let now = Timespec::now();
         let keep_rdev = matches!(kind, FileType::CharDevice | FileType::BlockDevice);
@@ -143,12 +183,7 @@ impl Volume {
         }
         self.cache.insert(inode);
         self.touch(ino);
-        let entry = Dirent {
-            ino,
-            kind,
-            name: name.to_vec(),
-        };
-        self.add_entry(parent, entry)?;
+        self.add_entry(parent, name, ino, kind, free)?;
         if is_dir {
             self.dir(parent)?.attrs.nlink += 1;
             self.ns_touched.insert(parent);
@@ -193,9 +228,9 @@ impl Volume {
         self.inode(ino)?;
         self.dir(newparent)?;
         check_name(newname)?;
-        if self.find(newparent, newname)?.is_some() {
+        let Lookup::Absent { free } = self.probe(newparent, newname)? else {
             return err(Errno::EEXIST);
-        }
+        };
         if self.inode(ino)?.is_dir() {
             return err(Errno::EPERM);
         }
@@ -210,14 +245,7 @@ impl Volume {
         self.begin_change(2)?;
         self.ns_touched.insert(ino);
         let kind = self.inode(ino)?.kind();
-        self.add_entry(
-            newparent,
-            Dirent {
-                ino,
-                kind,
-                name: newname.to_vec(),
-            },
-        )?;
+        self.add_entry(newparent, newname, ino, kind, free)?;
         let i = self.inode(ino)?;
         i.attrs.nlink += 1;
         i.attrs.ctime = Timespec::now();
@@ -227,19 +255,19 @@ impl Volume {
 
     pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
         self.dir(parent)?;
-        let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        let e = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         if e.kind == FileType::Directory {
             return err(Errno::EISDIR);
         }
         self.begin_release(2)?;
         self.ns_touched.insert(e.ino);
-        self.remove_entry(parent, key, e.ino)?;
+        self.remove_entry(parent, &e.spot, e.ino)?;
         self.drop_link(e.ino)
     }
 
     pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<()> {
         self.dir(parent)?;
-        let (key, e) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        let e = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         if e.kind != FileType::Directory {
             return err(Errno::ENOTDIR);
         }
@@ -248,7 +276,7 @@ impl Volume {
         }
         self.begin_release(2)?;
         self.ns_touched.extend([parent, e.ino]);
-        self.remove_entry(parent, key, e.ino)?;
+        self.remove_entry(parent, &e.spot, e.ino)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.free_inode(e.ino)
     }
@@ -355,8 +383,11 @@ impl Volume {
         self.dir(newparent)?;
         check_name(newname)?;
         // The order of checks follows Linux's renameat2.
-        let (skey, src) = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
-        let target = self.find(newparent, newname)?;
+        let src = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        let (target, free) = match self.probe(newparent, newname)? {
+            Lookup::Found { ino, kind, spot } => (Some(Found { spot, ino, kind }), None),
+            Lookup::Absent { free } => (None, free),
+        };
         if flags.noreplace && target.is_some() {
             return err(Errno::EEXIST);
         }
@@ -367,7 +398,7 @@ impl Volume {
             if src.kind == FileType::Directory && self.is_ancestor(src.ino, newparent)? {
                 return err(Errno::EINVAL);
             }
-            if let Some((_, t)) = &target {
+            if let Some(t) = &target {
                 if t.kind == FileType::Directory && self.is_ancestor(t.ino, parent)? {
                     return err(if flags.exchange {
                         Errno::EINVAL
@@ -379,7 +410,7 @@ impl Volume {
         }
         let src_dir = src.kind == FileType::Directory;
         if flags.exchange {
-            let Some((tkey, tgt)) = target else {
+            let Some(tgt) = target else {
                 return err(Errno::ENOENT);
             };
             if src.ino == tgt.ino {
@@ -391,24 +422,12 @@ impl Volume {
                 // Parents and link counts of directories change.
                 self.ns_touched.extend([parent, newparent]);
             }
-            self.remove_entry(parent, skey, src.ino)?;
-            self.remove_entry(newparent, tkey, tgt.ino)?;
-            self.add_entry(
-                parent,
-                Dirent {
-                    ino: tgt.ino,
-                    kind: tgt.kind,
-                    name: name.to_vec(),
-                },
-            )?;
-            self.add_entry(
-                newparent,
-                Dirent {
-                    ino: src.ino,
-                    kind: src.kind,
-                    name: newname.to_vec(),
-                },
-            )?;
+            // Each name takes the lowest free position of its hash once
+            // both are gone (looked for again: the trees changed).
+            self.remove_entry(parent, &src.spot, src.ino)?;
+            self.remove_entry(newparent, &tgt.spot, tgt.ino)?;
+            self.add_entry(parent, name, tgt.ino, tgt.kind, None)?;
+            self.add_entry(newparent, newname, src.ino, src.kind, None)?;
             if parent != newparent {
                 self.reparent(src.ino, parent, newparent)?;
                 self.reparent(tgt.ino, newparent, parent)?;
@@ -416,7 +435,7 @@ impl Volume {
             self.changed(src.ino)?;
             return self.changed(tgt.ino);
         }
-        if let Some((_, t)) = &target {
+        if let Some(t) = &target {
             if t.ino == src.ino {
                 return Ok(());
             }
@@ -433,19 +452,16 @@ impl Volume {
         }
         self.begin_change(4)?;
         self.ns_touched.insert(src.ino);
-        if let Some((_, t)) = &target {
+        if let Some(t) = &target {
             self.ns_touched.insert(t.ino);
         }
-        let dir_moves = src_dir
-            || target
-                .as_ref()
-                .is_some_and(|(_, t)| t.kind == FileType::Directory);
+        let dir_moves = src_dir || target.as_ref().is_some_and(|t| t.kind == FileType::Directory);
         if dir_moves {
             // Link counts of the parents change.
             self.ns_touched.extend([parent, newparent]);
         }
-        if let Some((tkey, t)) = target {
-            self.remove_entry(newparent, tkey, t.ino)?;
+        if let Some(t) = target {
+            self.remove_entry(newparent, &t.spot, t.ino)?;
             if t.kind == FileType::Directory {
                 self.dir(newparent)?.attrs.nlink -= 1;
                 self.free_inode(t.ino)?;
@@ -453,15 +469,10 @@ impl Volume {
                 self.drop_link(t.ino)?;
             }
         }
-        self.remove_entry(parent, skey, src.ino)?;
-        self.add_entry(
-            newparent,
-            Dirent {
-                ino: src.ino,
-                kind: src.kind,
-                name: newname.to_vec(),
-            },
-        )?;
+        self.remove_entry(parent, &src.spot, src.ino)?;
+        // The position the lookup found free, unless a removal above
+        // changed the tree (then looked for again).
+        self.add_entry(newparent, newname, src.ino, src.kind, free)?;
         if parent != newparent {
             self.reparent(src.ino, parent, newparent)?;
         }
@@ -493,29 +504,16 @@ impl Volume {
     }
 }
 
-/// Find `name` in directory `d` (the caller holds its lock): (position
-/// key, entry).
-pub(super) fn find_in(d: &mut Inode, dev: &dyn Device, name: &[u8]) -> Result<Option<(u64, Dirent)>> {
+/// Look `name` up in directory `d` (the caller holds its lock): its entry,
+/// or (absent) its lowest free position and where that goes.
+pub(super) fn probe_in(d: &mut Inode, dev: &dyn Device, name: &[u8]) -> Result<Lookup> {
     if !d.is_dir() {
         return err(Errno::ENOTDIR);
     }
     if name.len() > NAME_MAX {
         return err(Errno::ENAMETOOLONG);
     }
-    let base = dirent::key_base(name);
-    let mut at = base;
-    while let Some(f) = d.tree.next_at(dev, at)? {
-        let k = f.key;
-        if k >= base + COLLISIONS {
-            break;
-        }
-        let e = Dirent::decode(&f.value, k, f.leaf)?;
-        if e.name == name {
-            return Ok(Some((k, e)));
-        }
-        at = k + 1;
-    }
-    Ok(None)
+    dirent::lookup(&mut d.tree, dev, name)
 }
 
 /// Up to `max` entries of directory `d` from position `pos` (the caller
@@ -525,15 +523,28 @@ pub(super) fn readdir_of(d: &mut Inode, dev: &dyn Device, pos: u64, max: usize) 
         return err(Errno::ENOTDIR);
     }
     let mut out = Vec::new();
-    for f in d.tree.range_at(dev, pos, u64::MAX, max)? {
-        let k = f.key;
-        let e = Dirent::decode(&f.value, k, f.leaf)?;
+    if max == 0 {
+        return Ok(out);
+    }
+    // One descent, then the entries in order, read in place. The key is
+    // taken as the entry's position without hashing its name again (fsck
+    // checks that every name hashes to its position).
+    d.tree.scan(dev, pos, u64::MAX, |k, value, leaf| {
+        let e = DirentRef::parse(value, k, leaf)?;
         out.push(DirEntry {
             ino: e.ino,
             kind: e.kind,
-            name: e.name,
+            name: e.name.to_vec(),
             next: k + 1,
         });
-    }
+        Ok(if out.len() < max {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        })
+    })?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,8 @@
 //! namespace helpers) and the cache.
 
 use super::file::{check_file, new_pages, read_from, write_end};
-use super::namespace::{find_in, readdir_of};
+use super::namespace::{probe_in, readdir_of};
+use crate::structures::dirent::Lookup;
 use super::Volume;
 use crate::cache::Inode;
 use crate::error::{err, Errno, Result};
@@ -118,11 +119,11 @@ impl Volume {
     pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Attr>> {
         let found = {
             let mut d = self.cache.lock(parent)?;
-            or_fail!(find_in(&mut d, self.be.dev.as_ref(), name))
+            or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name))
         };
         match found {
-            Some((_, e)) => self.getattr_shared(e.ino),
-            None => Some(err(Errno::ENOENT)),
+            Lookup::Found { ino, .. } => self.getattr_shared(ino),
+            Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
         }
     }
 

@@ -1,5 +1,10 @@
 //! Structures layer: the generic btree used by the inode table, extent trees
-//! and directories.
+//! and directories. Besides keyed lookups and edits, a tree answers a
+//! probe of a key range in one descent (`Tree::probe`: the entries in
+//! order, borrowed from their leaves, and the lowest free key), and an edit
+//! can go to the place a probe found (`Spot`) without searching again.
+//! Nodes are searched by interpolation from where a key would sit among
+//! evenly spread keys (`node.rs`).
 //!
 //! Calls the device (to load nodes) and the base modules.
 pub mod node;
@@ -9,6 +14,7 @@ mod search;
 pub mod tree;
 
 pub use node::{Node, TreeKind};
+pub use search::{Probe, Spot};
 pub use tree::Tree;
 
 #[cfg(test)]

@@ -120,7 +120,17 @@ impl Leaf {
 
     /// Index of the first entry with key >= `key`.
     pub fn lower_bound(&self, key: u64) -> usize {
-        self.entries.partition_point(|(k, _)| *k < key)
+        partition(&self.entries, |e| e.0, key, |k| k < key)
+    }
+
+    /// `Ok(i)` if entry `i` has `key`, else `Err(i)` where it would go (as
+    /// `binary_search`).
+    pub fn search(&self, key: u64) -> std::result::Result<usize, usize> {
+        let i = self.lower_bound(key);
+        match self.entries.get(i) {
+            Some(e) if e.0 == key => Ok(i),
+            _ => Err(i),
+        }
     }
 
     pub fn encode(&self, addr: u64, owner: u64, kind: TreeKind, block_size: usize) -> Vec<u8> {
@@ -142,7 +152,7 @@ impl Leaf {
 impl Branch {
     /// Index of the child covering `key`: the last with sep <= key, else 0.
     pub fn child_index(&self, key: u64) -> usize {
-        self.children.partition_point(|c| c.sep <= key).saturating_sub(1)
+        partition(&self.children, |c| c.sep, key, |s| s <= key).saturating_sub(1)
     }
 
     pub fn encode(&self, addr: u64, owner: u64, kind: TreeKind, block_size: usize) -> Vec<u8> {
@@ -158,6 +168,76 @@ impl Branch {
         }
         seal(w, block_size)
     }
+}
+
+/// Below this many keys a node is searched by bisection alone.
+const INTERPOLATE_FROM: usize = 16;
+
+/// The partition point of `v`, whose keys (`key_of`) strictly increase,
+/// for `before` (`k < key` or `k <= key`): the index of the first element
+/// not before. Keys in trees spread about evenly (name hashes, inode
+/// numbers, logical blocks), so the search starts where `key` would be if
+/// they were even and gallops out from there: one or two probes near the
+/// guess instead of log2(n) across the node, each likely a cache miss on a
+/// node of a large tree. Uneven keys cost at most twice a bisection.
+fn partition<T>(v: &[T], key_of: impl Fn(&T) -> u64, key: u64, before: impl Fn(u64) -> bool) -> usize {
+    let n = v.len();
+    let is_before = |i: usize| v.get(i).is_some_and(|e| before(key_of(e)));
+    let (Some(first), Some(last)) = (v.first().map(&key_of), v.last().map(&key_of)) else {
+        return 0;
+    };
+    if n < INTERPOLATE_FROM {
+        return v.partition_point(|e| before(key_of(e)));
+    }
+    if !before(first) {
+        return 0;
+    }
+    if before(last) {
+        return n;
+    }
+    // The first key is before, the last is not: the answer is in 1..n.
+    // Guess off / span * top, in 64 bits: off and span scaled to below
+    // 2^32 (top, an index in a node, is below 2^16).
+    let span = last.saturating_sub(first);
+    let off = key.saturating_sub(first).min(span);
+    let scale = 32u32.saturating_sub(span.leading_zeros());
+    let top = n.saturating_sub(1);
+    let guess = ((off >> scale).saturating_mul(top as u64))
+        .checked_div((span >> scale).max(1))
+        .map_or(0, |g| (g as usize).min(top));
+    // Bracket the answer: is_before(lo), !is_before(hi), lo < hi.
+    let (lo, hi) = if is_before(guess) {
+        let (mut lo, mut step) = (guess, 1usize);
+        loop {
+            let p = lo.saturating_add(step);
+            if p >= top {
+                break (lo, top);
+            }
+            if !is_before(p) {
+                break (lo, p);
+            }
+            lo = p;
+            step = step.saturating_mul(2);
+        }
+    } else {
+        let (mut hi, mut step) = (guess, 1usize);
+        loop {
+            if hi <= step {
+                break (0, hi);
+            }
+            let p = hi.saturating_sub(step);
+            if is_before(p) {
+                break (p, hi);
+            }
+            hi = p;
+            step = step.saturating_mul(2);
+        }
+    };
+    let from = lo.saturating_add(1);
+    from.saturating_add(
+        v.get(from..hi)
+            .map_or(0, |s| s.partition_point(|e| before(key_of(e)))),
+    )
 }
 
 /// Most entries a branch of this block size holds.
@@ -263,5 +343,38 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
             leaves_dirty: false,
             children,
         }))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+mod tests {
+    use super::partition;
+    use proptest::prelude::*;
+
+    /// Sorted distinct keys: even, clustered, or spread exponentially.
+    fn keys() -> impl Strategy<Value = Vec<u64>> {
+        let key = prop_oneof![
+            any::<u64>(),
+            0u64..2000,
+            (0u32..64, 0u64..4).prop_map(|(s, d)| (1u64 << s).saturating_add(d)),
+            Just(u64::MAX),
+            Just(0),
+        ];
+        proptest::collection::btree_set(key, 0..400).prop_map(|s| s.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn partition_agrees_with_bisection(keys in keys(), pick in any::<usize>(), delta in -2i64..3, any_key in any::<u64>(), exact in any::<bool>()) {
+            let key = if exact && !keys.is_empty() {
+                keys[pick % keys.len()].saturating_add_signed(delta)
+            } else {
+                any_key
+            };
+            let v: Vec<(u64, ())> = keys.iter().map(|&k| (k, ())).collect();
+            prop_assert_eq!(partition(&v, |e| e.0, key, |k| k < key), v.partition_point(|e| e.0 < key));
+            prop_assert_eq!(partition(&v, |e| e.0, key, |k| k <= key), v.partition_point(|e| e.0 <= key));
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! including the log contract: replaying the leaf-map records of each commit
 //! on top of the last unified root yields exactly the committed contents.
 
-use super::{Tree, TreeKind};
+use super::{Probe, Tree, TreeKind};
 use crate::device::{Device, MemDevice};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -118,4 +118,211 @@ fn prev_and_range() {
         vec![10, 12, 14, 16, 18]
     );
     assert!(t.depth() >= 1);
+}
+
+#[derive(Debug, Clone)]
+enum ProbeOp {
+    /// Probe `from..from + width` for key `from + want`; if absent, insert
+    /// a value of `len` bytes at the free key the probe gives.
+    ProbeInsert(u64, u64, u64, usize),
+    /// Probe for the key, remove it at its spot.
+    Remove(u64),
+    /// Take the spot of the first key, insert or remove the second, then
+    /// remove the first through the stale spot.
+    StaleRemove(u64, u64, usize),
+    /// Take the free spot of a range, insert a key, then insert at the
+    /// stale spot.
+    StaleInsert(u64, u64, usize),
+    Scan(u64, u64, usize),
+    Commit,
+    /// Unify and reopen the tree from the device.
+    Reload,
+}
+
+fn probe_op() -> impl Strategy<Value = ProbeOp> {
+    prop_oneof![
+        8 => (0u64..3000, 1u64..40, 0u64..40, 0usize..200).prop_map(|(f, w, k, n)| ProbeOp::ProbeInsert(f, w, k, n)),
+        4 => (0u64..3000).prop_map(ProbeOp::Remove),
+        2 => (0u64..3000, 0u64..3000, 0usize..200).prop_map(|(a, b, n)| ProbeOp::StaleRemove(a, b, n)),
+        2 => (0u64..3000, 0u64..3000, 0usize..200).prop_map(|(a, b, n)| ProbeOp::StaleInsert(a, b, n)),
+        2 => (0u64..3100, 0u64..3100, 0usize..300).prop_map(|(f, t, m)| ProbeOp::Scan(f, t, m)),
+        1 => Just(ProbeOp::Commit),
+        1 => Just(ProbeOp::Reload),
+    ]
+}
+
+/// What a probe of `from..to` for `want` must give on `model`: the keys
+/// visited, then the found key, or the lowest free key, or neither (full).
+fn probe_model(
+    model: &BTreeMap<u64, Vec<u8>>,
+    from: u64,
+    to: u64,
+    want: u64,
+) -> (Vec<u64>, Option<u64>, Option<u64>) {
+    let mut visited = Vec::new();
+    for &k in model.range(from..to).map(|(k, _)| k) {
+        visited.push(k);
+        if k == want {
+            return (visited, Some(k), None);
+        }
+    }
+    let free = (from..to).find(|k| !model.contains_key(k));
+    (visited, None, free)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Probes, and the inserts and removals at the spots they give (fresh
+    /// or stale), against a `BTreeMap`; through commits and cold reloads.
+    #[test]
+    fn probe_and_spots_match_the_model(ops in proptest::collection::vec(probe_op(), 1..500)) {
+        let bs = 1024usize;
+        let dev = MemDevice::new(bs as u32, 1 << 16);
+        let mut next = 2u64;
+        let mut t = Tree::new_empty(7, TreeKind::Extents);
+        let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for op in ops {
+            match op {
+                ProbeOp::ProbeInsert(from, width, off, n) => {
+                    let (to, want) = (from + width, from + off);
+                    let mut visited = Vec::new();
+                    let p = t.probe(&dev, from, to, |k, v, _| {
+                        visited.push(k);
+                        assert_eq!(Some(&v.to_vec()), model.get(&k));
+                        Ok((k == want).then_some(k))
+                    }).unwrap();
+                    let (m_visited, m_found, m_free) = probe_model(&model, from, to, want);
+                    prop_assert_eq!(visited, m_visited);
+                    match p {
+                        Probe::Found(k, spot) => {
+                            prop_assert_eq!(Some(k), m_found);
+                            prop_assert_eq!(spot.key, k);
+                        }
+                        Probe::Free(spot) => {
+                            prop_assert!(m_found.is_none());
+                            prop_assert_eq!(Some(spot.key), m_free);
+                            prop_assert!(t.holds(&spot));
+                            let v = vec![(spot.key % 251) as u8; n];
+                            t.insert_at(&dev, &spot, v.clone()).unwrap();
+                            model.insert(spot.key, v);
+                        }
+                        Probe::Full => prop_assert!(m_found.is_none() && m_free.is_none()),
+                    }
+                }
+                ProbeOp::Remove(k) => {
+                    match t.probe(&dev, k, k + 1, |k, _, _| Ok(Some(k))).unwrap() {
+                        Probe::Found(_, spot) => {
+                            prop_assert_eq!(t.remove_at(&dev, &spot).unwrap(), model.remove(&k));
+                        }
+                        _ => prop_assert!(!model.contains_key(&k)),
+                    }
+                }
+                ProbeOp::StaleRemove(a, b, n) => {
+                    let Probe::Found(_, spot) = t.probe(&dev, a, a + 1, |k, _, _| Ok(Some(k))).unwrap() else {
+                        continue;
+                    };
+                    if a == b {
+                        continue;
+                    }
+                    if model.remove(&b).is_some() {
+                        t.remove(&dev, b).unwrap();
+                    } else {
+                        let v = vec![7; n];
+                        t.insert(&dev, b, v.clone()).unwrap();
+                        model.insert(b, v);
+                    }
+                    prop_assert!(!t.holds(&spot));
+                    prop_assert_eq!(t.remove_at(&dev, &spot).unwrap(), model.remove(&a));
+                }
+                ProbeOp::StaleInsert(a, b, n) => {
+                    let Probe::Free(spot) = t.probe(&dev, a, a + 50, |_, _, _| Ok(None::<()>)).unwrap() else {
+                        continue;
+                    };
+                    let v = vec![3; n];
+                    t.insert(&dev, b, v.clone()).unwrap();
+                    model.insert(b, v);
+                    // Insert-or-replace at the spot's key, wherever the
+                    // tree now keeps it.
+                    let v = vec![(spot.key % 251) as u8; n];
+                    t.insert_at(&dev, &spot, v.clone()).unwrap();
+                    model.insert(spot.key, v);
+                }
+                ProbeOp::Scan(from, to, max) => {
+                    let got = t.range(&dev, from, to, max).unwrap();
+                    let want: Vec<(u64, Vec<u8>)> = if from < to {
+                        model.range(from..to).take(max).map(|(k, v)| (*k, v.clone())).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    prop_assert_eq!(got, want);
+                }
+                ProbeOp::Commit | ProbeOp::Reload => {
+                    let mut out = Vec::new();
+                    let mut maps = Vec::new();
+                    let mut alloc = || { next += 1; Ok(next) };
+                    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+                    t.unmaps.clear();
+                    let root = matches!(op, ProbeOp::Reload).then(|| {
+                        let mut freed = Vec::new();
+                        t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap()
+                    });
+                    for (a, b) in out {
+                        dev.write(a, &b).unwrap();
+                    }
+                    if let Some(root) = root {
+                        t = Tree::open(7, TreeKind::Extents, root);
+                    }
+                }
+            }
+            prop_assert_eq!(contents(&mut t, &dev), model.clone());
+        }
+    }
+}
+
+#[test]
+fn a_spot_of_one_tree_does_not_hold_in_another() {
+    let dev = MemDevice::new(1024, 4096);
+    let mut a = Tree::new_empty(1, TreeKind::Itable);
+    let b = Tree::new_empty(1, TreeKind::Itable);
+    let Probe::Free(spot) = a.probe(&dev, 10, 20, |_, _, _| Ok(None::<()>)).unwrap() else {
+        panic!("empty tree");
+    };
+    assert_eq!(spot.key, 10);
+    assert!(a.holds(&spot));
+    assert!(!b.holds(&spot));
+    a.insert(&dev, 3, vec![1]).unwrap();
+    assert!(!a.holds(&spot));
+}
+
+#[test]
+fn a_probe_reads_no_leaf_past_its_range() {
+    // Leaves are loaded from the device on demand: a probe of a range
+    // that ends at a leaf boundary must not load the next leaf.
+    let bs = 1024usize;
+    let dev = MemDevice::new(bs as u32, 4096);
+    let mut t = Tree::new_empty(1, TreeKind::Itable);
+    for k in 0..2000u64 {
+        t.insert(&dev, k * 10, vec![1; 40]).unwrap();
+    }
+    let (mut out, mut maps) = (Vec::new(), Vec::new());
+    let mut next = 2u64;
+    let mut alloc = || {
+        next += 1;
+        Ok(next)
+    };
+    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+    let mut freed = Vec::new();
+    let root = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+    for (a, b) in out {
+        dev.write(a, &b).unwrap();
+    }
+    // The second leaf's sep: probe up to it from inside the first leaf.
+    maps.sort();
+    let sep = maps[1].0;
+    let mut t = Tree::open(1, TreeKind::Itable, root);
+    let before = dev.counters().blocks_read;
+    let p = t.probe(&dev, sep - 5, sep, |_, _, _| Ok(None::<()>)).unwrap();
+    assert!(matches!(p, Probe::Free(ref s) if s.key == sep - 5));
+    // Root branch(es) and the one leaf.
+    assert_eq!(dev.counters().blocks_read - before, u64::from(root.depth) + 1);
 }

@@ -23,10 +23,16 @@ use super::node::{
 };
 use super::redirect::{write_branches, LeafWriter};
 use super::replay::{map_rec, unmap_rec, Unmapped};
-use super::search::{get_rec, next_rec, prev_rec};
+use super::search::{get_rec, next_rec, prev_rec, probe_rec, Probe, Prober, Route, Spot, Stamp};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::structures::superblock::Root;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Epochs of trees made: every `Tree` gets its own, so a `Spot` of one
+/// tree never holds in another made in its place.
+static EPOCHS: AtomicU64 = AtomicU64::new(0);
 
 /// A btree and the changes to its leaf list not yet committed.
 pub struct Tree {
@@ -44,6 +50,8 @@ pub struct Tree {
     /// Branch addresses of the unified image no longer in the tree; freed
     /// by the next unify (which stops referencing them).
     pub retired: Vec<u64>,
+    /// This state of the entries and shape (`Tree::holds`).
+    stamp: Stamp,
 }
 
 /// Read-only context for loading nodes.
@@ -93,7 +101,24 @@ impl Tree {
             unmaps: Vec::new(),
             freed: Vec::new(),
             retired: Vec::new(),
+            stamp: Stamp {
+                epoch: EPOCHS.fetch_add(1, Ordering::Relaxed),
+                edits: 0,
+            },
         }
+    }
+
+    /// The entries or the shape are about to change: spots taken before
+    /// no longer hold.
+    fn edited(&mut self) {
+        self.stamp.edits = self.stamp.edits.wrapping_add(1);
+    }
+
+    /// Whether the tree is still as it was when `spot` was taken: no entry
+    /// added or removed, no leaf split, merged or replayed since (so a free
+    /// key the spot names is still free, an entry still there).
+    pub fn holds(&self, spot: &Spot) -> bool {
+        spot.stamp == self.stamp
     }
 
     /// A new empty tree holding one empty, dirty leaf.
@@ -183,25 +208,79 @@ impl Tree {
     /// the address of its leaf.
     pub fn range_at(&mut self, dev: &dyn Device, from: u64, to: u64, max: usize) -> Result<Vec<Found>> {
         let mut out = Vec::new();
-        let mut at = from;
-        while out.len() < max && at < to {
-            match self.next_at(dev, at)? {
-                Some(e) if e.key < to => {
-                    let k = e.key;
-                    out.push(e);
-                    match k.checked_add(1) {
-                        Some(n) => at = n,
-                        None => break,
-                    }
-                }
-                _ => break,
-            }
+        if max == 0 {
+            return Ok(out);
         }
+        self.scan(dev, from, to, |key, value, leaf| {
+            out.push(Found {
+                key,
+                value: value.to_vec(),
+                leaf,
+            });
+            Ok(if out.len() < max {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            })
+        })?;
         Ok(out)
+    }
+
+    /// `f(key, value, leaf address)` on the entries with keys in
+    /// `from..to`, in key order, until it breaks. One descent; each value
+    /// borrowed from its leaf.
+    pub fn scan(
+        &mut self,
+        dev: &dyn Device,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(u64, &[u8], u64) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        self.probe(dev, from, to, |k, v, leaf| Ok(f(k, v, leaf)?.break_value()))?;
+        Ok(())
+    }
+
+    /// Probe the keys `from..to`: one descent to `from`, then
+    /// `visit(key, value, leaf address)` on each entry of the range in key
+    /// order (the value borrowed from its leaf) until it returns `Some`.
+    /// Returns that entry's `Spot` and what `visit` made of it; else the
+    /// lowest key of the range that holds no entry and the `Spot` where it
+    /// goes ([`Tree::insert_at`] puts it there without searching again);
+    /// else `Full`. Reads no leaf wholly past the range.
+    pub fn probe<T>(
+        &mut self,
+        dev: &dyn Device,
+        from: u64,
+        to: u64,
+        mut visit: impl FnMut(u64, &[u8], u64) -> Result<Option<T>>,
+    ) -> Result<Probe<T>> {
+        if from >= to {
+            return Ok(Probe::Full);
+        }
+        let stamp = self.stamp;
+        let cx = self.ctx(dev);
+        let depth = self.depth;
+        let Some(slot) = self.root.as_mut() else {
+            return Ok(Probe::Free(Spot::bare(from, stamp)));
+        };
+        let mut p = Prober::new(from, to, stamp, &mut visit);
+        probe_rec(load(slot, &cx, depth)?, &cx, &mut p, 0, None)?;
+        Ok(p.result())
     }
 
     /// Insert or replace `key`. `value` must be at most [`Tree::max_value`].
     pub fn insert(&mut self, dev: &dyn Device, key: u64, value: Vec<u8>) -> Result<()> {
+        self.insert_routed(dev, Route::key(key), value)
+    }
+
+    /// Insert or replace `spot.key`, following the way `spot` recorded
+    /// while it still leads there (else searching). `value` must be at
+    /// most [`Tree::max_value`].
+    pub fn insert_at(&mut self, dev: &dyn Device, spot: &Spot, value: Vec<u8>) -> Result<()> {
+        self.insert_routed(dev, spot.route(), value)
+    }
+
+    fn insert_routed(&mut self, dev: &dyn Device, route: Route, value: Vec<u8>) -> Result<()> {
         let bs = dev.block_size() as usize;
         if value.len() > Tree::max_value(bs) {
             return Err(Error::Posix(crate::error::Errno::ENOSPC));
@@ -214,18 +293,30 @@ impl Tree {
             }))));
             self.depth = 0;
         }
+        self.edited();
         let cx = self.ctx(dev);
         let depth = self.depth;
         let Some(slot) = self.root.as_mut() else {
             return Ok(());
         };
-        let splits = insert_rec(load(slot, &cx, depth)?, &cx, bs, key, value)?;
+        let splits = insert_rec(load(slot, &cx, depth)?, &cx, bs, route, value)?;
         self.grow(splits, bs, true);
         Ok(())
     }
 
     /// Remove `key`, returning its value.
     pub fn remove(&mut self, dev: &dyn Device, key: u64) -> Result<Option<Vec<u8>>> {
+        self.remove_routed(dev, Route::key(key))
+    }
+
+    /// Remove `spot.key`, returning its value; follows the way `spot`
+    /// recorded while it still leads there (else searches).
+    pub fn remove_at(&mut self, dev: &dyn Device, spot: &Spot) -> Result<Option<Vec<u8>>> {
+        self.remove_routed(dev, spot.route())
+    }
+
+    fn remove_routed(&mut self, dev: &dyn Device, route: Route) -> Result<Option<Vec<u8>>> {
+        self.edited();
         let cx = self.ctx(dev);
         let depth = self.depth;
         let Some(slot) = self.root.as_mut() else {
@@ -236,7 +327,7 @@ impl Tree {
             unmaps: &mut self.unmaps,
             freed: &mut self.freed,
         };
-        let (v, _) = remove_rec(node, &cx, key, &mut ev)?;
+        let (v, _) = remove_rec(node, &cx, route, &mut ev)?;
         Ok(v)
     }
 
@@ -269,6 +360,7 @@ impl Tree {
     /// Replay: the leaf with separator `sep` is now at `addr` (insert it into
     /// the leaf list if absent). Never reads the leaf itself.
     pub fn map_leaf(&mut self, dev: &dyn Device, sep: u64, addr: u64) -> Result<()> {
+        self.edited();
         let bs = dev.block_size() as usize;
         let cx = self.ctx(dev);
         if self.depth == 0 {
@@ -296,6 +388,7 @@ impl Tree {
 
     /// Replay: the leaf with separator `sep` left the leaf list.
     pub fn unmap_leaf(&mut self, dev: &dyn Device, sep: u64) -> Result<()> {
+        self.edited();
         let cx = self.ctx(dev);
         if self.depth == 0 {
             return Ok(());
@@ -446,24 +539,24 @@ pub(super) fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mu
     }
 }
 
-fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, key: u64, value: Vec<u8>) -> Result<Splits> {
+fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, route: Route, value: Vec<u8>) -> Result<Splits> {
     match node {
         Node::Leaf(l) => {
-            match l.entries.binary_search_by_key(&key, |(k, _)| *k) {
+            match route.find(l) {
                 Ok(i) => {
                     if let Some(e) = l.entries.get_mut(i) {
                         e.1 = value;
                     }
                 }
-                Err(i) => l.entries.insert(i, (key, value)),
+                Err(i) => l.entries.insert(i, (route.key, value)),
             }
             l.dirty = true;
             Ok(split_leaf(l, bs))
         }
         Node::Branch(b) => {
-            let i = b.child_index(key);
+            let (i, below) = route.child(b);
             let level = child_level(b);
-            let splits = insert_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, bs, key, value)?;
+            let splits = insert_rec(load(&mut child_mut(b, i)?.slot, cx, level)?, cx, bs, below, value)?;
             b.leaves_dirty = true;
             if splits.is_empty() {
                 return Ok(Vec::new());
@@ -560,11 +653,11 @@ struct Events<'a> {
 fn remove_rec(
     node: &mut Node,
     cx: &Ctx,
-    key: u64,
+    route: Route,
     ev: &mut Events,
 ) -> Result<(Option<Vec<u8>>, Option<u64>)> {
     match node {
-        Node::Leaf(l) => match l.entries.binary_search_by_key(&key, |(k, _)| *k) {
+        Node::Leaf(l) => match route.find(l) {
             Ok(i) => {
                 l.dirty = true;
                 Ok((Some(l.entries.remove(i).1), None))
@@ -572,11 +665,11 @@ fn remove_rec(
             Err(_) => Ok((None, None)),
         },
         Node::Branch(b) => {
-            let i = b.child_index(key);
+            let (i, below) = route.child(b);
             let level = child_level(b);
             let c = child_mut(b, i)?;
             let child = load(&mut c.slot, cx, level)?;
-            let (v, first) = remove_rec(child, cx, key, ev)?;
+            let (v, first) = remove_rec(child, cx, below, ev)?;
             let empty_leaf = matches!(child, Node::Leaf(l) if l.entries.is_empty());
             if let Some(sep) = first {
                 c.sep = sep;
