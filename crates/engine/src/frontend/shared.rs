@@ -27,10 +27,10 @@
 
 use super::file::{check_file, new_pages, read_from, write_end};
 use super::namespace::{probe_in, readdir_of};
-use crate::structures::dirent::Lookup;
 use super::Volume;
 use crate::cache::Inode;
 use crate::error::{err, Errno, Result};
+use crate::structures::dirent::Lookup;
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
 
