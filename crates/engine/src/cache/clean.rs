@@ -9,9 +9,9 @@
 //!
 //! Calls only the inode cache (and the base types).
 
-use super::inode::InodeCell;
+use super::inode::InodeMap;
 use crate::types::Ino;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Clean page accounting of one volume.
@@ -63,7 +63,7 @@ impl CleanPages {
     /// Evict files' clean pages until the held bytes are within the limit;
     /// the evicted pages go to `out`, for the caller to free outside its
     /// locks.
-    pub fn evict(&mut self, map: &mut HashMap<Ino, InodeCell>, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
+    pub fn evict(&mut self, map: &mut InodeMap, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
         while self.bytes > self.limit {
             let Some(ino) = self.order.pop_front() else {
                 self.bytes = 0; // what is left was dropped with its inodes
@@ -99,7 +99,7 @@ mod tests {
     fn eviction_keeps_the_bound_oldest_files_first() {
         let bs = 8;
         let mut c = CleanPages::new(5 * bs, 5 * bs);
-        let mut map = HashMap::new();
+        let mut map = InodeMap::default();
         for (ino, n) in [(10, 3), (11, 2), (12, 2)] {
             map.insert(ino, Box::new(parking_lot::Mutex::new(file_with_clean(ino, n))));
             c.changed(ino, 0, n as usize, bs);

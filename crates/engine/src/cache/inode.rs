@@ -92,10 +92,13 @@ impl Inode {
 /// operations that share the volume.
 pub type InodeCell = Box<Mutex<Inode>>;
 
+/// Cached inodes by number (seeded fast hashing: the keys are integers).
+pub type InodeMap = HashMap<Ino, InodeCell, foldhash::fast::RandomState>;
+
 /// All cached inodes and which of them are dirty in the current delta.
 #[derive(Default)]
 pub struct InodeCache {
-    pub map: HashMap<Ino, InodeCell>,
+    pub map: InodeMap,
     /// Inodes whose attributes, tree or pages changed since the last commit.
     /// (Its own lock: operations under the shared guard add to it.)
     pub dirty: Mutex<BTreeSet<Ino>>,

@@ -15,9 +15,7 @@
 //! Pure bookkeeping: calls nothing.
 
 use crate::types::Ino;
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hasher};
 
 /// A directory position: (directory, key).
 pub type Pos = (Ino, u64);
@@ -183,50 +181,9 @@ impl PendingNames {
     }
 }
 
-/// Hashes for the maps above: a folded multiply (the 128-bit product's
-/// halves xored) of each word into the state, which starts at a random
-/// seed per map.
-#[derive(Clone)]
-struct Seeded(u64);
-
-impl Default for Seeded {
-    fn default() -> Seeded {
-        Seeded(RandomState::new().build_hasher().finish())
-    }
-}
-
-impl BuildHasher for Seeded {
-    type Hasher = Folded;
-    fn build_hasher(&self) -> Folded {
-        Folded(self.0)
-    }
-}
-
-struct Folded(u64);
-
-/// The 128-bit product of `a` and `b`, its halves xored.
-fn fold(a: u64, b: u64) -> u64 {
-    let p = u128::from(a).wrapping_mul(u128::from(b));
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
-impl Hasher for Folded {
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w.iter_mut().zip(c).for_each(|(d, s)| *d = *s);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = fold(self.0 ^ x, 0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        fold(self.0, 0x2d35_8dcc_aa6c_78a5)
-    }
-}
+/// Seeded fast hashing for the maps above (their keys are inode numbers
+/// and positions).
+type Seeded = foldhash::fast::RandomState;
 
 #[cfg(test)]
 mod tests {
