@@ -94,6 +94,8 @@ pub struct CommitJob {
     /// Bytes of file data this job holds until it is dropped: its data
     /// pages, or an fsync commit's inline copies.
     data_bytes: u64,
+    /// Its final flush returned: the job is durable (P4).
+    flushed: bool,
 }
 
 impl CommitJob {
@@ -166,9 +168,15 @@ impl CommitJob {
     }
 
     /// The FLUSH that ends phase 2: the commit is durable.
-    pub fn flush_log(&self) -> Result<()> {
+    pub fn flush_log(&mut self) -> Result<()> {
         self.dev.flush()?;
+        self.flushed = true;
         Ok(())
+    }
+
+    /// Its final flush returned: what it references is durable.
+    pub fn is_flushed(&self) -> bool {
+        self.flushed
     }
 
     /// No flush separates its phases (an fsync or single-flush commit), so
@@ -242,6 +250,7 @@ impl Backend {
             single_flush,
             fresh_log,
             inodes,
+            flushed: false,
         };
         cache.dirty.get_mut().clear();
         self.delta += 1;
@@ -277,6 +286,7 @@ impl Backend {
             single_flush: false,
             fresh_log: false,
             inodes: Vec::new(),
+            flushed: false,
         })
     }
 

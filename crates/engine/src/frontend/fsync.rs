@@ -205,7 +205,7 @@ impl Volume {
         !self.commit_in_flight()
             && !self.data_changed.lock().contains(&ino)
             && !self.names.pending(ino)
-            && self.names.positions_in(ino).is_empty()
+            && !self.names.any_in(ino)
     }
 
     /// The closure of `start`'s pending changes, or `None` if they need a

@@ -459,6 +459,10 @@ impl Volume {
             self.failed = true;
             return Err(e);
         }
+        debug_assert!(
+            job.is_flushed(),
+            "P4: a commit finished as durable before its final flush"
+        );
         self.be.finish(&job);
         let mut pages = Vec::new();
         if !job.is_fsync() {

@@ -150,6 +150,13 @@ impl PendingNames {
         }
     }
 
+    /// Whether directory `dir` has any pending position.
+    pub fn any_in(&self, dir: Ino) -> bool {
+        self.dirs
+            .get(&dir)
+            .is_some_and(|d| !d.added.is_empty() || !d.removed.is_empty())
+    }
+
     /// The pending positions of directory `dir`: those filled, in order,
     /// then those emptied of a durable entry, in order.
     pub fn positions_in(&self, dir: Ino) -> Vec<Pos> {
@@ -306,6 +313,9 @@ mod tests {
                         // Unchanged, or emptied and filled again alike.
                         prop_assert!(added == removed, "{:?}: {:?} vs {:?}", p, added, removed);
                     }
+                }
+                for dir in 0u64..4 {
+                    prop_assert_eq!(n.any_in(dir), !n.positions_in(dir).is_empty());
                 }
                 for i in 10u64..15 {
                     let ps = n.positions(i);
