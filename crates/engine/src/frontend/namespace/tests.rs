@@ -217,12 +217,7 @@ impl Harness {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-    // Known failure, to fix first: with names colliding densely (hash
-    // narrowed), a directory tree can end up with two children of one
-    // branch under the same separator ("separator 1 (65538) not above
-    // 65538" after a unify and reload). Run with --ignored.
     #[test]
-    #[ignore = "known btree bug under dense hash collisions"]
     fn colliding_names_against_a_model(ops in proptest::collection::vec(op(), 1..400)) {
         let _narrow = narrow_hash(3);
         let mut h = Harness::new();

@@ -326,3 +326,42 @@ fn a_probe_reads_no_leaf_past_its_range() {
     // Root branch(es) and the one leaf.
     assert_eq!(dev.counters().blocks_read - before, u64::from(root.depth) + 1);
 }
+
+/// The tree's first leaf, emptied, stays: otherwise its right neighbour
+/// takes keys below its own separator, and a split there gives two leaves
+/// one separator (a branch that does not decode after a unify).
+#[test]
+fn an_emptied_first_leaf_keeps_the_left_edge() {
+    let bs = 512usize;
+    let mut h = Harness {
+        dev: MemDevice::new(bs as u32, 1 << 12),
+        next: 2,
+    };
+    let mut t = Tree::new_empty(7, TreeKind::Extents);
+    let v = |k: u64| vec![k as u8; 150];
+    // Two entries a leaf: leaves [10, 20] [30, 40] [50, 60].
+    for k in [10, 20, 30, 40, 50, 60] {
+        t.insert(&h.dev, k, v(k)).unwrap();
+    }
+    // Empty the first leaf, then fill keys below the second leaf's
+    // separator until it splits.
+    t.remove(&h.dev, 10).unwrap();
+    t.remove(&h.dev, 20).unwrap();
+    for k in [5, 6, 7, 31, 32] {
+        t.insert(&h.dev, k, v(k)).unwrap();
+    }
+    let mut out = Vec::new();
+    let (mut maps, mut freed) = (Vec::new(), Vec::new());
+    let mut next = h.next;
+    let mut alloc = || {
+        next += 1;
+        Ok(next)
+    };
+    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+    let root = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+    h.next = next;
+    h.write(out);
+    let mut r = Tree::open(7, TreeKind::Extents, root);
+    let want: Vec<u64> = vec![5, 6, 7, 30, 31, 32, 40, 50, 60];
+    assert_eq!(contents(&mut r, &h.dev).into_keys().collect::<Vec<_>>(), want);
+}

@@ -327,7 +327,7 @@ impl Tree {
             unmaps: &mut self.unmaps,
             freed: &mut self.freed,
         };
-        let (v, _) = remove_rec(node, &cx, route, &mut ev)?;
+        let (v, _) = remove_rec(node, &cx, route, &mut ev, true)?;
         Ok(v)
     }
 
@@ -650,11 +650,16 @@ struct Events<'a> {
 
 /// Remove `key`; returns the value and, if the first sep of `node` rose
 /// (its first child was removed), the new first sep (invariant T1).
+/// `leftmost`: `node` is on the tree's left edge. The first leaf there
+/// takes every key below the next separator, so it stays even when empty:
+/// removing it would leave its right neighbour taking keys below its own
+/// separator, and a split there could give two leaves one separator.
 fn remove_rec(
     node: &mut Node,
     cx: &Ctx,
     route: Route,
     ev: &mut Events,
+    leftmost: bool,
 ) -> Result<(Option<Vec<u8>>, Option<u64>)> {
     match node {
         Node::Leaf(l) => match route.find(l) {
@@ -669,7 +674,7 @@ fn remove_rec(
             let level = child_level(b);
             let c = child_mut(b, i)?;
             let child = load(&mut c.slot, cx, level)?;
-            let (v, first) = remove_rec(child, cx, below, ev)?;
+            let (v, first) = remove_rec(child, cx, below, ev, leftmost && i == 0)?;
             let empty_leaf = matches!(child, Node::Leaf(l) if l.entries.is_empty());
             if let Some(sep) = first {
                 c.sep = sep;
@@ -679,7 +684,7 @@ fn remove_rec(
                 b.leaves_dirty = true;
             }
             let mut removed = false;
-            if empty_leaf && b.children.len() > 1 && i < b.children.len() {
+            if empty_leaf && b.children.len() > 1 && i < b.children.len() && !(leftmost && i == 0) {
                 let gone = b.children.remove(i);
                 ev.unmaps.push(gone.sep);
                 if gone.slot.addr() != 0 {
