@@ -88,6 +88,28 @@ pub(super) fn read_from(
     Ok(out)
 }
 
+/// Apply `set`'s mode, owner and times to `i` (not its size), with ctime
+/// `set.ctime` or `now`.
+pub(super) fn set_attrs(i: &mut Inode, set: &SetAttr, now: Timespec) {
+    let a = &mut i.attrs;
+    if let Some(m) = set.mode {
+        a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+    }
+    if let Some(u) = set.uid {
+        a.uid = u;
+    }
+    if let Some(g) = set.gid {
+        a.gid = g;
+    }
+    if let Some(t) = set.atime {
+        a.atime = t;
+    }
+    if let Some(t) = set.mtime {
+        a.mtime = t;
+    }
+    a.ctime = set.ctime.unwrap_or(now);
+}
+
 /// Whether `i` may be read or written as file data.
 pub(super) fn check_file(i: &Inode) -> Result<()> {
     match i.kind() {
@@ -273,23 +295,7 @@ impl Volume {
             let i = self.inode(ino)?;
             i.attrs.mtime = now;
         }
-        let i = self.inode(ino)?;
-        if let Some(m) = set.mode {
-            i.attrs.mode = (i.attrs.mode & libc::S_IFMT) | (m & 0o7777);
-        }
-        if let Some(u) = set.uid {
-            i.attrs.uid = u;
-        }
-        if let Some(g) = set.gid {
-            i.attrs.gid = g;
-        }
-        if let Some(t) = set.atime {
-            i.attrs.atime = t;
-        }
-        if let Some(t) = set.mtime {
-            i.attrs.mtime = t;
-        }
-        i.attrs.ctime = set.ctime.unwrap_or(now);
+        set_attrs(self.inode(ino)?, set, now);
         self.touch(ino);
         self.getattr(ino)
     }

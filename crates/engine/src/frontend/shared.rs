@@ -25,7 +25,7 @@
 //! Calls the rest of the frontend (`Volume`'s read-only state, the file and
 //! namespace helpers) and the cache.
 
-use super::file::{check_file, new_pages, read_from, write_end};
+use super::file::{check_file, new_pages, read_from, set_attrs, write_end};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
 use crate::cache::Inode;
@@ -232,23 +232,7 @@ impl Volume {
         }
         let mut i = self.cache.lock(ino)?;
         or_fail!(self.reserve_shared(3)?);
-        let now = Timespec::now();
-        if let Some(m) = set.mode {
-            i.attrs.mode = (i.attrs.mode & libc::S_IFMT) | (m & 0o7777);
-        }
-        if let Some(u) = set.uid {
-            i.attrs.uid = u;
-        }
-        if let Some(g) = set.gid {
-            i.attrs.gid = g;
-        }
-        if let Some(t) = set.atime {
-            i.attrs.atime = t;
-        }
-        if let Some(t) = set.mtime {
-            i.attrs.mtime = t;
-        }
-        i.attrs.ctime = set.ctime.unwrap_or(now);
+        set_attrs(&mut i, set, Timespec::now());
         if strip_locked(&mut i, strip) {
             i.attrs.ctime = Timespec::now();
         }
