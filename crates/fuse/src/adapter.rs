@@ -8,11 +8,11 @@
 //! Calls only [`tux3::Fs`].
 
 use super::{errno, file_attr, from_system_time, FuseOptions, TTL};
-use fuser::{FopenFlags, Generation, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
+use fuser::{Generation, INodeNo, Notifier, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tux3::error::{Errno, Error, Result};
 use tux3::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
 use tux3::Fs;
@@ -20,11 +20,6 @@ use tux3::Fs;
 /// Directory entries fetched from the engine per `readdir` call; a reply
 /// buffer (one page) holds about this many entries with short names.
 const READDIR_BATCH: usize = 128;
-
-/// Flags of every opened file: the page cache stays valid across opens (only
-/// we change the volume), and `close` needs no FLUSH round trip (flush is a
-/// no-op: data goes to the engine at each write).
-pub(super) const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
 /// A mounted volume as a FUSE filesystem. Clones share one state: fuser
 /// holds one, each io_uring queue thread another.
@@ -40,6 +35,8 @@ pub struct Tux3Fuse {
     strips_privs: Arc<AtomicBool>,
     /// The kernel agreed at INIT to send requests through io_uring.
     uring: Arc<AtomicBool>,
+    /// Sends invalidations to the kernel; set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl Tux3Fuse {
@@ -51,6 +48,28 @@ impl Tux3Fuse {
             parents: Arc::new(Mutex::new(HashMap::new())),
             strips_privs: Arc::new(AtomicBool::new(false)),
             uring: Arc::new(AtomicBool::new(false)),
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Give the adapter the session's notifier (once it is mounted).
+    pub(super) fn set_notifier(&self, notifier: Notifier) {
+        let _ = self.notifier.set(notifier);
+    }
+
+    /// `ino`'s attributes changed without the kernel knowing (privileges
+    /// taken away by a write): drop the kernel's copy, so its next
+    /// permission check or `stat` asks again. Sent before the request's
+    /// reply, so the caller never sees the old attributes after it.
+    pub(super) fn attrs_changed(&self, ino: Ino) {
+        if let Some(n) = self.notifier.get() {
+            // Offset -1: the attributes only, not the cached pages. ENOENT
+            // means the kernel holds no such inode: nothing to drop.
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    super::log(&format!("invalidating the attributes of inode {ino}: {e}"));
+                }
+            }
         }
     }
 
@@ -76,6 +95,19 @@ impl Tux3Fuse {
             (true, false) => StripPrivs::Caps,
             (true, true) => StripPrivs::CapsAndIds,
         }
+    }
+
+    /// Write `data` at `offset` of `ino`, taking away what the write must
+    /// (`kill_suidgid`: the kernel flagged a caller without `CAP_FSETID`
+    /// writing a set-user-ID or set-group-ID file). When those bits may
+    /// have gone, the kernel's copy of the mode is dropped before the reply.
+    pub(super) fn write(&self, ino: Ino, offset: u64, data: &[u8], kill_suidgid: bool) -> Result<usize> {
+        let strip = self.write_strips(kill_suidgid);
+        let n = self.fs.write_stripping(ino, offset, data, strip)?;
+        if strip == StripPrivs::CapsAndIds && n > 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(n)
     }
 
     /// What a setattr takes away. A chown takes the IDs always; a truncate
@@ -105,21 +137,6 @@ impl Tux3Fuse {
         } else {
             self.fs.setattr_stripping(ino, set, strips)
         }
-    }
-
-    /// Create and open `name` in `parent` for the caller `uid`/`gid`.
-    pub(super) fn create_open(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        mode: u32,
-        uid: u32,
-        gid: u32,
-    ) -> Result<Attr> {
-        let (uid, gid, _) = self.owner(uid, gid, parent)?;
-        let attr = self.fs.create(parent, name, mode, uid, gid)?;
-        self.fs.open_handle(attr.ino)?;
-        Ok(attr)
     }
 
     /// SEEK_DATA / SEEK_HOLE (the kernel handles the other whences itself).
@@ -180,10 +197,31 @@ impl Tux3Fuse {
         Ok(list)
     }
 
-    /// Remember `attr`'s parent when it is a directory.
-    pub(super) fn learn(&self, parent: Ino, attr: &Attr) {
+    /// An entry the kernel is about to learn (from a lookup, mknod, mkdir,
+    /// symlink or link). The kernel counts one lookup of it per such reply
+    /// and gives them back with FORGET ([`Tux3Fuse::forget`]). A
+    /// non-directory is held by that count, as an engine handle: an unlinked
+    /// file the kernel still knows (open, mapped, or just cached) stays an
+    /// orphan until the kernel forgets it, so no OPEN or RELEASE round trip
+    /// is needed for that. Taken before the reply, so the FORGET can never
+    /// come first; a reply the kernel never gets leaves the count one too
+    /// high, which only keeps an orphan until unmount. A directory's parent
+    /// is remembered for `..`.
+    pub(super) fn hold(&self, parent: Ino, attr: Attr) -> Result<Attr> {
         if attr.kind == FileType::Directory {
             self.parents.lock().insert(attr.ino, parent);
+        } else {
+            self.fs.open_handle(attr.ino)?;
+        }
+        Ok(attr)
+    }
+
+    /// The kernel forgot `count` lookups of `ino` (its inode left the
+    /// kernel's cache): release them; the last frees an orphan.
+    pub(super) fn forget(&self, ino: Ino, count: u64) {
+        self.parents.lock().remove(&ino);
+        if let Err(e) = self.fs.release_handles(ino, count) {
+            super::log(&format!("releasing inode {ino}: {e}"));
         }
     }
 
@@ -198,11 +236,8 @@ impl Tux3Fuse {
 
     /// Reply to a request that produced a new or found entry.
     pub(super) fn entry(&self, parent: Ino, r: Result<Attr>, reply: ReplyEntry) {
-        match r {
-            Ok(attr) => {
-                self.learn(parent, &attr);
-                reply.entry(&TTL, &file_attr(&attr), Generation(0));
-            }
+        match r.and_then(|attr| self.hold(parent, attr)) {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -35,10 +35,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tux3::error::Error;
 use tux3::types::{Attr, FileType, Timespec};
 
-/// How long the kernel may cache attributes and directory entries (positive
-/// and negative). Only this process changes the volume, so any value is
-/// coherent; 1 s keeps `stat` storms cheap.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep attributes and directory entries (positive
+/// and negative): a day. This process is the only writer of the volume, and
+/// every change of a name or an attribute that the kernel did not make
+/// itself is invalidated through a FUSE notification (`Tux3Fuse::
+/// attrs_changed`), so the kernel's copy is never stale; the timeout only
+/// bounds how long a missed invalidation could last. Each expiry costs a
+/// GETATTR or LOOKUP round trip, which with a short timeout dominated the
+/// request counts.
+pub const TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Largest write request the kernel sends: 1 MiB (256 pages). A write of up
 /// to this size arrives as one request, so it is atomic (DESIGN.md 3.3).
@@ -46,6 +51,9 @@ pub const MAX_WRITE: u32 = 1 << 20;
 
 /// Read-ahead the kernel may do on sequential reads.
 pub const MAX_READAHEAD: u32 = 1 << 20;
+
+/// Background requests (read-ahead, mostly) the kernel may have in flight.
+pub const MAX_BACKGROUND: u16 = 64;
 
 /// The ioctl that commits everything written so far through the mount
 /// (`_IO(0xE3, 1)`, no argument), on any file or directory of it: `sync`

@@ -4,8 +4,10 @@
 //!
 //! Calls only [`tux3::Fs`].
 
-use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply, OPEN_FLAGS};
-use super::{errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_READAHEAD, MAX_WRITE, TTL};
+use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply};
+use super::{
+    errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_BACKGROUND, MAX_READAHEAD, MAX_WRITE, TTL,
+};
 use super::{uring, Tux3Fuse};
 use fuser::{
     FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
@@ -27,6 +29,11 @@ impl Filesystem for Tux3Fuse {
         if let Err(max) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(max);
         }
+        // Read-ahead and other background requests in flight at once
+        // (the kernel's default is 12): a 1 MiB read-ahead is 1 MiB
+        // requests, several of them queued ahead of the reader.
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
         // Lookups and readdirs of one directory may run in parallel: the
         // engine serializes what needs it.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
@@ -60,8 +67,8 @@ impl Filesystem for Tux3Fuse {
         }
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        self.parents.lock().remove(&ino.0);
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        Tux3Fuse::forget(self, ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -182,11 +189,14 @@ impl Filesystem for Tux3Fuse {
         self.entry(newparent.0, r, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open_handle(ino.0) {
-            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
-            Err(e) => reply.error(errno(&e)),
-        }
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A file handle holds nothing here: the kernel's lookup count keeps
+        // an unlinked file alive (`Tux3Fuse::hold`). ENOSYS tells the
+        // kernel so (`no_open`): it sends no more OPEN, and no RELEASE for
+        // files opened without one, two round trips per open saved; it
+        // then opens files with `FOPEN_KEEP_CACHE` — the page cache stays
+        // valid across opens, which is coherent: only we change the volume.
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn read(
@@ -200,10 +210,17 @@ impl Filesystem for Tux3Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size as usize) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(&e)),
+        thread_local! {
+            /// This thread's read buffer, kept from request to request.
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        BUF.with_borrow_mut(|buf| {
+            buf.resize(size as usize, 0);
+            match self.fs.read_into(ino.0, offset, buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn write(
@@ -218,32 +235,32 @@ impl Filesystem for Tux3Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write_stripping(
-            ino.0,
-            offset,
-            data,
-            self.write_strips(write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)),
-        ) {
+        let kill_suidgid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match Tux3Fuse::write(self, ino.0, offset, data, kill_suidgid) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        // Data reaches the engine at each write, so a close has nothing to
+        // flush: ENOSYS makes the kernel stop sending FLUSH (`no_flush`).
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn release(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.release_handle(ino.0), reply);
+        // Only a handle from OPEN or CREATE is released, and both are
+        // refused (ENOSYS), so none comes; one that did would hold nothing.
+        reply.ok();
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
@@ -365,18 +382,20 @@ impl Filesystem for Tux3Fuse {
 
     fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
         _umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.create_open(parent.0, name.as_bytes(), mode, req.uid(), req.gid()) {
-            Ok(attr) => reply.created(&TTL, &file_attr(&attr), Generation(0), FileHandle(0), OPEN_FLAGS),
-            Err(e) => reply.error(errno(&e)),
-        }
+        // ENOSYS once (`no_create`): the kernel then creates with MKNOD and
+        // opens without a request (no OPEN, see `open`), so a created file
+        // needs no RELEASE either — one round trip instead of two. The
+        // kernel keeps `open(O_CREAT)`'s semantics: O_EXCL, and no
+        // permission check of the new file's mode on that first open.
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn lseek(

@@ -84,6 +84,8 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
     let config = session_config(opts);
     let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
     let mut session = Session::new(fuse.clone(), &mountpoint, &config)?;
+    fuse.set_notifier(session.notifier());
+    set_read_ahead(&mountpoint);
     // INIT is answered: the kernel takes ring registrations now.
     let rings = if fuse.uring() {
         let queues = uring::queue_count();
@@ -107,6 +109,32 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
         mountpoint,
         rings,
     })
+}
+
+/// Read-ahead of a mount, in KiB: the kernel's default backing-device
+/// read-ahead is 128 KiB, which caps a sequential read at 128 KiB requests;
+/// 1 MiB (the largest request, `MAX_READAHEAD`) reads at device speed.
+const READ_AHEAD_KB: u32 = 1024;
+
+/// Raise the read-ahead of the mount at `mountpoint` (its backing-device
+/// info, `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`) to [`READ_AHEAD_KB`].
+/// INIT can only lower it. Only root may: for anyone else it stays at the
+/// kernel's default, silently; other failures are logged.
+fn set_read_ahead(mountpoint: &Path) {
+    let set = mount_dev(mountpoint).and_then(|dev| {
+        std::fs::write(
+            format!("/sys/class/bdi/{dev}/read_ahead_kb"),
+            READ_AHEAD_KB.to_string(),
+        )
+    });
+    if let Err(e) = set {
+        if !matches!(e.kind(), io::ErrorKind::PermissionDenied) {
+            log(&format!(
+                "setting the read-ahead of {}: {e}",
+                mountpoint.display()
+            ));
+        }
+    }
 }
 
 /// fuser's configuration for `opts`.

@@ -186,8 +186,9 @@ impl Fs {
         self.vol().rename(parent, name, newparent, newname, flags)
     }
 
-    /// A file was opened: while any handle is open, removing its last name
-    /// keeps the inode (an orphan) until the last [`Fs::release_handle`].
+    /// Take a handle on `ino`: a file was opened, or the kernel looked it
+    /// up. While any handle is held, removing its last name keeps the inode
+    /// (an orphan) until the last one is released.
     pub fn open_handle(&self, ino: Ino) -> Result<()> {
         if let Some(r) = self.shared_vol().open_handle_shared(ino) {
             return r;
@@ -197,10 +198,17 @@ impl Fs {
 
     /// A handle of `ino` was closed; frees an orphan after its last handle.
     pub fn release_handle(&self, ino: Ino) -> Result<()> {
-        if let Some(r) = self.shared_vol().release_handle_shared(ino) {
+        self.release_handles(ino, 1)
+    }
+
+    /// Release `count` handles of `ino` at once (the kernel forgetting
+    /// `count` lookups); frees an orphan after its last handle. Releasing
+    /// more than are held releases them all.
+    pub fn release_handles(&self, ino: Ino, count: u64) -> Result<()> {
+        if let Some(r) = self.shared_vol().release_handles_shared(ino, count) {
             return r;
         }
-        self.vol().release_handle(ino)
+        self.vol().release_handles(ino, count)
     }
 
     /// `lseek` with `SEEK_DATA` (`data`) or `SEEK_HOLE`: the first offset at
@@ -216,6 +224,16 @@ impl Fs {
             return r;
         }
         self.vol().read(ino, offset, size)
+    }
+
+    /// Read into `out` at `offset`: the number of bytes read, short only at
+    /// end of file. Saves [`Fs::read`]'s buffer: file data goes straight
+    /// from the device (or the dirty pages) into `out`.
+    pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
+        if let Some(r) = self.shared_vol().read_into_shared(ino, offset, out) {
+            return r;
+        }
+        self.vol().read_into(ino, offset, out)
     }
 
     /// Write `data` at `offset`, extending the file as needed. Returns the

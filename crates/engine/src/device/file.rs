@@ -1,11 +1,12 @@
 //! Device layer: an image file or block device. Owns positional I/O on one
-//! file descriptor, `O_DIRECT` plus aligned bounce buffers on block devices,
+//! file descriptor, `O_DIRECT` on block devices (through aligned bounce
+//! buffers when the caller's buffer is not aligned),
 //! the device-size ioctl, reading an image's head (where `tux3::open_path`
 //! looks for the superblock) and creating a sparse image.
 //!
 //! Calls nothing else in the crate.
 
-use super::batch::{pieces, AlignedBuf, Batch, Gate, PIECE_MAX};
+use super::batch::{pieces, AlignedBuf, Batch, Gate, DIRECT_ALIGN, PIECE_MAX};
 use super::{check_range, CounterSnapshot, Counters, Device, Gather};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
@@ -140,6 +141,12 @@ fn sector_size(file: &File) -> io::Result<u32> {
     Ok(sector.max(0) as u32)
 }
 
+/// Whether `buf` can go to an `O_DIRECT` read or write as it is: its
+/// address aligned for direct I/O (its length, whole blocks, always is).
+fn is_aligned(buf: &[u8]) -> bool {
+    (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+}
+
 impl Device for FileDevice {
     fn block_size(&self) -> u32 {
         self.block_size
@@ -150,7 +157,7 @@ impl Device for FileDevice {
     fn read(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
         let n = check_range(self.block_size, self.block_count, block, buf.len())?;
         let base = block * self.block_size as u64;
-        if self.direct {
+        if self.direct && !is_aligned(buf) {
             let chunk = self.chunk_len(buf.len());
             let mut bounce = AlignedBuf::new(chunk)?;
             for (i, piece) in buf.chunks_mut(chunk).enumerate() {
@@ -170,7 +177,7 @@ impl Device for FileDevice {
         }
         let n = check_range(self.block_size, self.block_count, block, buf.len())?;
         let base = block * self.block_size as u64;
-        if self.direct {
+        if self.direct && !is_aligned(buf) {
             let chunk = self.chunk_len(buf.len());
             let mut bounce = AlignedBuf::new(chunk)?;
             for (i, piece) in buf.chunks(chunk).enumerate() {

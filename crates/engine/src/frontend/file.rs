@@ -28,8 +28,8 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
     Ok(buf)
 }
 
-/// Read `size` bytes at `offset` of `i`, clamped to the file size. The
-/// device reads happen under the file's own lock only.
+/// Read up to `size` bytes at `offset` of `i` into a new buffer; short
+/// only at end of file.
 pub(super) fn read_from(
     i: &mut Inode,
     dev: &dyn Device,
@@ -37,55 +37,79 @@ pub(super) fn read_from(
     offset: u64,
     size: usize,
 ) -> Result<Vec<u8>> {
+    let len = i.attrs.size.saturating_sub(offset).min(size as u64) as usize;
+    let mut out = vec![0u8; len];
+    let n = read_into(i, dev, bs, offset, &mut out)?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Read `out.len()` bytes at `offset` of `i` into `out` (clamped to the
+/// file size); returns how many. Dirty pages come from memory, extents
+/// straight from the device into `out` where whole blocks fit, holes are
+/// zeroes. The device reads happen under the file's own lock only.
+pub(super) fn read_into(
+    i: &mut Inode,
+    dev: &dyn Device,
+    bs: u64,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<usize> {
     let file_size = i.attrs.size;
-    if offset >= file_size || size == 0 {
-        return Ok(Vec::new());
+    if offset >= file_size || out.is_empty() {
+        return Ok(0);
     }
-    let end = file_size.min(offset.saturating_add(size as u64));
-    let mut out = Vec::with_capacity((end - offset) as usize);
+    let end = file_size.min(offset.saturating_add(out.len() as u64));
+    let mut pos = 0usize;
     let mut lblock = offset / bs;
     while lblock * bs < end {
         let from = (offset.max(lblock * bs) - lblock * bs) as usize;
         let to = ((end - lblock * bs).min(bs)) as usize;
         if let Some(data) = i.pages.content(lblock) {
-            out.extend_from_slice(&data[from..to]);
+            out[pos..pos + to - from].copy_from_slice(&data[from..to]);
+            pos += to - from;
             lblock += 1;
             continue;
         }
-        match extent::lookup(&mut i.tree, dev, lblock)? {
-            Some(e) => {
-                // Read the rest of this extent that we need, in one request,
-                // stopping at the first block that has a dirty page.
-                let last = (end - 1) / bs;
-                let mut n = (e.lblock + e.count - lblock).min(last - lblock + 1);
-                for k in 1..n {
-                    if i.pages.get(lblock + k).is_some() {
-                        n = k;
-                        break;
-                    }
-                }
-                // Straight into the output when the run starts on a block
-                // boundary; else through a buffer.
-                let stop = ((end - lblock * bs).min(n * bs)) as usize;
-                if from == 0 {
-                    let at = out.len();
-                    out.resize(at + (n * bs) as usize, 0);
-                    dev.read(e.pblock + (lblock - e.lblock), &mut out[at..])?;
-                    out.truncate(at + stop);
-                } else {
-                    let mut buf = vec![0u8; (n * bs) as usize];
-                    dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
-                    out.extend_from_slice(&buf[from..stop]);
-                }
-                lblock += n;
-            }
-            None => {
-                out.resize(out.len() + (to - from), 0);
-                lblock += 1;
+        let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? else {
+            out[pos..pos + to - from].fill(0);
+            pos += to - from;
+            lblock += 1;
+            continue;
+        };
+        // The rest of this extent that we need, in one request, stopping
+        // at the first block that has a dirty page.
+        let last = (end - 1) / bs;
+        let mut n = (e.lblock + e.count - lblock).min(last - lblock + 1);
+        for k in 1..n {
+            if i.pages.get(lblock + k).is_some() {
+                n = k;
+                break;
             }
         }
+        let pblock = e.pblock + (lblock - e.lblock);
+        // Whole blocks that fit go straight into `out`; a partial first or
+        // last block goes through a buffer.
+        let direct = if from == 0 {
+            n.min(((out.len() - pos) as u64) / bs)
+        } else {
+            0
+        };
+        if direct > 0 {
+            let bytes = (direct * bs) as usize;
+            dev.read(pblock, &mut out[pos..pos + bytes])?;
+            pos += bytes;
+            lblock += direct;
+            continue;
+        }
+        let stop = ((end - lblock * bs).min(bs)) as usize;
+        let mut buf = vec![0u8; bs as usize];
+        dev.read(pblock, &mut buf)?;
+        out[pos..pos + stop - from].copy_from_slice(&buf[from..stop]);
+        pos += stop - from;
+        lblock += 1;
     }
-    Ok(out)
+    Ok(pos)
 }
 
 /// Apply `set`'s mode, owner and times to `i` (not its size), with ctime
@@ -152,6 +176,14 @@ impl Volume {
     pub fn read(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         check_file(self.inode(ino)?)?;
         self.read_data(ino, offset, size)
+    }
+
+    pub fn read_into(&mut self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
+        let bs = self.bs();
+        let dev = self.be.dev.clone();
+        let i = self.inode(ino)?;
+        check_file(i)?;
+        read_into(i, dev.as_ref(), bs, offset, out)
     }
 
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {

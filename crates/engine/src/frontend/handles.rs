@@ -1,6 +1,8 @@
-//! Frontend layer: open handles and orphans — an inode whose last name is
-//! removed while a handle is open stays alive until the last handle is
-//! released, so reads and writes through open file descriptors keep working,
+//! Frontend layer: handles and orphans. A handle is a reference someone
+//! outside the engine holds on an inode: an open file, or (through the FUSE
+//! mount) each lookup the kernel has not yet forgotten. An inode whose last
+//! name is removed while a handle is held stays alive until the last handle
+//! is released, so reads and writes through open file descriptors keep working,
 //! as POSIX requires. Such an orphan is on the backend's orphan list
 //! (`be.orphans`), which the log makes durable (`Orphan` records, re-logged
 //! by each unify): after a crash the next writable open frees what the list
@@ -23,16 +25,16 @@ const HANDLE_SHARDS: usize = 16;
 
 /// Open handles per inode, in shards by inode number.
 #[derive(Default)]
-pub(super) struct Handles([Mutex<HashMap<Ino, u32>>; HANDLE_SHARDS]);
+pub(super) struct Handles([Mutex<HashMap<Ino, u64>>; HANDLE_SHARDS]);
 
 impl Handles {
     /// The shard holding `ino`'s count, locked.
-    pub(super) fn of(&self, ino: Ino) -> MutexGuard<'_, HashMap<Ino, u32>> {
+    pub(super) fn of(&self, ino: Ino) -> MutexGuard<'_, HashMap<Ino, u64>> {
         self.0[ino as usize % HANDLE_SHARDS].lock()
     }
 
     /// The shard holding `ino`'s count, through exclusive access.
-    fn of_mut(&mut self, ino: Ino) -> &mut HashMap<Ino, u32> {
+    fn of_mut(&mut self, ino: Ino) -> &mut HashMap<Ino, u64> {
         self.0[ino as usize % HANDLE_SHARDS].get_mut()
     }
 
@@ -50,10 +52,11 @@ impl Volume {
         Ok(())
     }
 
-    pub fn release_handle(&mut self, ino: Ino) -> Result<()> {
+    /// Drop `count` of `ino`'s references; frees an orphan after its last.
+    pub fn release_handles(&mut self, ino: Ino, count: u64) -> Result<()> {
         let left = match self.handles.of_mut(ino).get_mut(&ino) {
             Some(n) => {
-                *n = n.saturating_sub(1);
+                *n = n.saturating_sub(count);
                 *n
             }
             None => return Ok(()),

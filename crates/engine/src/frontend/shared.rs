@@ -25,7 +25,7 @@
 //! Calls the rest of the frontend (`Volume`'s read-only state, the file and
 //! namespace helpers) and the cache.
 
-use super::file::{check_file, new_pages, read_from, set_attrs, write_end};
+use super::file::{check_file, new_pages, read_from, read_into, set_attrs, write_end};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
 use crate::cache::Inode;
@@ -138,6 +138,12 @@ impl Volume {
         Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), offset, size))
     }
 
+    pub fn read_into_shared(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Option<Result<usize>> {
+        let mut i = self.cache.lock(ino)?;
+        or_fail!(check_file(&i));
+        Some(read_into(&mut i, self.be.dev.as_ref(), self.bs(), offset, out))
+    }
+
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
         or_fail!(super::xattr::check_xattr_name(name));
         let i = self.cache.lock(ino)?;
@@ -160,13 +166,13 @@ impl Volume {
         Some(Ok(()))
     }
 
-    /// Release a handle; `None` when it is the last one of an orphan, which
-    /// must then be freed.
-    pub fn release_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
+    /// Release `count` handles; `None` when they are the last ones of an
+    /// orphan, which must then be freed.
+    pub fn release_handles_shared(&self, ino: Ino, count: u64) -> Option<Result<()>> {
         let mut handles = self.handles.of(ino);
         match handles.get_mut(&ino) {
             None => {}
-            Some(n) if *n > 1 => *n -= 1,
+            Some(n) if *n > count => *n -= count,
             Some(_) if self.be.orphans.contains(&ino) && !self.be.read_only => return None,
             Some(_) => {
                 handles.remove(&ino);

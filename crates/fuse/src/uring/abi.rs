@@ -295,13 +295,6 @@ impl<'a> Out<'a> {
         self.attr(a);
     }
 
-    /// `struct fuse_open_out`.
-    pub fn open(&mut self, fh: u64, open_flags: u32) {
-        self.u64(fh);
-        self.u32(open_flags);
-        self.u32(0);
-    }
-
     /// `struct fuse_statfs_out`.
     pub fn statfs(&mut self, s: &StatFs) {
         for v in [s.blocks, s.blocks_free, s.blocks_free, s.files, s.files_free] {
@@ -384,14 +377,13 @@ mod tests {
             blksize: 4096,
         };
         let mut buf = [0u8; 512];
-        let sizes: Vec<usize> = [0, 1, 2, 3]
+        let sizes: Vec<usize> = [0, 1, 2]
             .iter()
             .map(|k| {
                 let mut out = Out::new(&mut buf);
                 match k {
                     0 => out.entry(&a, Duration::from_secs(1)),
                     1 => out.attr_out(&a, Duration::from_secs(1)),
-                    2 => out.open(0, 0),
                     _ => out.statfs(&StatFs {
                         block_size: 4096,
                         blocks: 1,
@@ -404,8 +396,8 @@ mod tests {
                 out.len
             })
             .collect();
-        // fuse_entry_out, fuse_attr_out, fuse_open_out, fuse_statfs_out.
-        assert_eq!(sizes, vec![128, 104, 16, 80]);
+        // fuse_entry_out, fuse_attr_out, fuse_statfs_out.
+        assert_eq!(sizes, vec![128, 104, 80]);
         let mut out = Out::new(&mut buf);
         out.entry(&a, Duration::from_secs(1));
         // fuse_attr starts at 40: ino, then mode (type bits and permissions)

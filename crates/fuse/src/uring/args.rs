@@ -123,16 +123,6 @@ pub struct GetxattrIn {
     pub padding: u32,
 }
 
-/// `struct fuse_create_in`.
-#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
-#[repr(C)]
-pub struct CreateIn {
-    pub flags: u32,
-    pub mode: u32,
-    pub umask: u32,
-    pub open_flags: u32,
-}
-
 /// `struct fuse_ioctl_in`.
 #[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
 #[repr(C)]
@@ -173,7 +163,6 @@ mod tests {
         assert_eq!(size_of::<FsyncIn>(), 16);
         assert_eq!(size_of::<SetxattrIn>(), 8);
         assert_eq!(size_of::<GetxattrIn>(), 8);
-        assert_eq!(size_of::<CreateIn>(), 16);
         assert_eq!(size_of::<IoctlIn>(), 32);
         assert_eq!(size_of::<LseekIn>(), 24);
     }

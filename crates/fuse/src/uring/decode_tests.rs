@@ -113,7 +113,6 @@ fn structs_read_the_fields_at_the_old_offsets() {
     assert_eq!(read::<LinkIn>(&b).unwrap().oldnodeid, u64_at(&b, 0));
     let l: LseekIn = read(&b).unwrap();
     assert_eq!((l.offset, l.whence), (u64_at(&b, 8), u32_at(&b, 16)));
-    assert_eq!(read::<CreateIn>(&b).unwrap().mode, u32_at(&b, 4));
     let m: MknodIn = read(&b).unwrap();
     assert_eq!((m.mode, m.rdev), (u32_at(&b, 0), u32_at(&b, 4)));
     assert_eq!(read::<MkdirIn>(&b).unwrap().mode, u32_at(&b, 0));
@@ -139,7 +138,18 @@ fn well_formed_requests_are_served() {
         ne32(0),
     ]
     .concat();
-    let (e, reply) = call(&f, op::CREATE, dir, &create, b"f\0").unwrap();
+    // CREATE, OPEN and FLUSH are refused once, so that the kernel stops
+    // sending them: it makes files with MKNOD and opens them itself.
+    for (opcode, op_in, name) in [
+        (op::CREATE, &create[..], &b"f\0"[..]),
+        (op::OPEN, &[0u8; 8][..], &b""[..]),
+        (op::FLUSH, &[0u8; 24][..], &b""[..]),
+    ] {
+        let (e, _) = call(&f, opcode, dir, op_in, name).unwrap();
+        assert_eq!(e, -libc::ENOSYS, "opcode {opcode}");
+    }
+    let mknod = [ne32(libc::S_IFREG | 0o644), ne32(0), ne32(0), ne32(0)].concat();
+    let (e, reply) = call(&f, op::MKNOD, dir, &mknod, b"f\0").unwrap();
     assert_eq!(e, 0);
     let file = ino_of(&reply);
 
@@ -173,6 +183,17 @@ fn well_formed_requests_are_served() {
     assert_eq!(e, 0, "renamed into the root");
     let fsync = [ne64(0), ne32(1), ne32(0)].concat();
     assert!(call(&f, op::FSYNC, file, &fsync, b"").is_none(), "answered later");
+
+    // The kernel holds the file by its lookups (MKNOD, two LOOKUPs): unlinked,
+    // it stays an orphan until the kernel forgets all three.
+    let (e, _) = call(&f, op::UNLINK, ROOT_INO, b"", b"g\0").unwrap();
+    assert_eq!(e, 0);
+    f.forget(file, 2);
+    let (e, _) = call(&f, op::GETATTR, file, &[0u8; 16], b"").unwrap();
+    assert_eq!(e, 0, "still held by one lookup");
+    f.forget(file, 1);
+    let (e, _) = call(&f, op::GETATTR, file, &[0u8; 16], b"").unwrap();
+    assert_eq!(e, -libc::ENOENT, "freed with the last lookup");
 }
 
 #[test]
@@ -180,10 +201,9 @@ fn short_requests_get_einval() {
     let f = fuse();
     let einval = Some((-libc::EINVAL, Vec::new()));
     // Each opcode with its argument struct one byte short (or more).
-    let cases: [(u32, usize, &[u8]); 15] = [
+    let cases: [(u32, usize, &[u8]); 14] = [
         (op::MKDIR, 7, b"d\0"),
         (op::MKNOD, 15, b"n\0"),
-        (op::CREATE, 15, b"c\0"),
         (op::WRITE, 39, b"data"),
         (op::READ, 39, b""),
         (op::READDIR, 16, b""),

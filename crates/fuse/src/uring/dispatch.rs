@@ -7,10 +7,10 @@
 
 use super::abi::{self, fattr, op, read, InHeader, Out, Short};
 use super::args::{
-    CreateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn,
-    SetattrIn, SetxattrIn, WriteIn,
+    FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn, SetattrIn,
+    SetxattrIn, WriteIn,
 };
-use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer, OPEN_FLAGS};
+use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 use tux3::error::{Errno, Error, Result};
@@ -35,12 +35,10 @@ pub type Job = Box<dyn FnOnce() + Send>;
 /// What a request produced, before it is encoded.
 enum Answer {
     Empty,
-    /// A found or new entry of directory `parent`.
-    Entry(Ino, Attr),
+    /// A found or new entry, already held ([`Tux3Fuse::hold`]).
+    Entry(Attr),
     Negative,
     Attr(Attr),
-    Open(u32),
-    Create(Attr),
     Written(u32),
     Data(Vec<u8>),
     XattrSize(u32),
@@ -100,6 +98,21 @@ impl Tux3Fuse {
         };
         let r = match h.opcode {
             op::READDIR => return self.ring_readdir(h, op_in, payload),
+            // Straight into the reply: no buffer of our own, no copy.
+            op::READ => {
+                let a: ReadIn = match read(op_in) {
+                    Ok(a) => a,
+                    Err(short) => return refused(short),
+                };
+                let size = (a.size as usize).min(payload.len());
+                return match self.fs.read_into(h.nodeid, a.offset, &mut payload[..size]) {
+                    Ok(len) => Outcome::Reply { error: 0, len },
+                    Err(e) => Outcome::Reply {
+                        error: errno_of(&e),
+                        len: 0,
+                    },
+                };
+            }
             op::FSYNC | op::FSYNCDIR => {
                 let a: FsyncIn = match read(op_in) {
                     Ok(a) => a,
@@ -121,18 +134,16 @@ impl Tux3Fuse {
                 };
                 let (ino, offset) = (h.nodeid, a.offset);
                 let data = &payload[..write_len(h, &a, payload)];
-                let strip = self.write_strips(a.write_flags & abi::WRITE_KILL_SUIDGID != 0);
+                let kill = a.write_flags & abi::WRITE_KILL_SUIDGID != 0;
                 if !self.fs.write_would_wait(ino, offset, data.len()) {
-                    self.fs
-                        .write_stripping(ino, offset, data, strip)
+                    self.write(ino, offset, data, kill)
                         .map(|n| Answer::Written(n as u32))
                 } else {
                     let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
-                    let job: Job =
-                        Box::new(move || match fuse.fs.write_stripping(ino, offset, &data, strip) {
-                            Ok(n) => done(0, &written(n as u32)),
-                            Err(e) => done(errno_of(&e), &[]),
-                        });
+                    let job: Job = Box::new(move || match fuse.write(ino, offset, &data, kill) {
+                        Ok(n) => done(0, &written(n as u32)),
+                        Err(e) => done(errno_of(&e), &[]),
+                    });
                     // Without a thread to take it (they are gone only if one
                     // panicked), it runs here.
                     if let Err(SendError(job)) = blocking.send(job) {
@@ -186,7 +197,7 @@ impl Tux3Fuse {
         let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
         Ok(match h.opcode {
             op::LOOKUP => match self.fs.lookup(ino, name()?) {
-                Ok(attr) => Answer::Entry(ino, attr),
+                Ok(attr) => Answer::Entry(self.hold(ino, attr)?),
                 // A negative entry: the kernel caches the absence for TTL.
                 Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
                 Err(e) => return Err(e),
@@ -197,20 +208,18 @@ impl Tux3Fuse {
             op::SYMLINK => {
                 let n = abi::names(payload, 2).ok_or_else(einval)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(ino, self.fs.symlink(ino, n[0], n[1], uid, gid)?)
+                Answer::Entry(self.hold(ino, self.fs.symlink(ino, n[0], n[1], uid, gid)?)?)
             }
             op::MKNOD => {
                 let a: MknodIn = read(op_in)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(
-                    ino,
-                    self.fs.mknod(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?,
-                )
+                let attr = self.fs.mknod(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?;
+                Answer::Entry(self.hold(ino, attr)?)
             }
             op::MKDIR => {
                 let a: MkdirIn = read(op_in)?;
                 let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?)
+                Answer::Entry(self.hold(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?)?)
             }
             op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
             op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,
@@ -226,20 +235,15 @@ impl Tux3Fuse {
                 self.fs.rename(ino, n[0], newdir, n[1], flags)?;
                 Answer::Empty
             }
-            op::LINK => Answer::Entry(ino, self.fs.link(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?),
-            op::OPEN => {
-                self.fs.open_handle(ino)?;
-                Answer::Open(OPEN_FLAGS.bits())
+            op::LINK => {
+                let attr = self.fs.link(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?;
+                Answer::Entry(self.hold(ino, attr)?)
             }
-            // As `ops.rs` answers it: the kernel stops sending OPENDIR and
-            // RELEASEDIR, and may cache listings.
-            op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
-            op::READ => {
-                let a: ReadIn = read(op_in)?;
-                Answer::Data(self.fs.read(ino, a.offset, a.size as usize)?)
-            }
+            // As `ops.rs` answers them: the kernel stops sending OPEN,
+            // CREATE (it makes files with MKNOD), FLUSH, OPENDIR and their
+            // RELEASEs, and may cache pages and listings across opens.
+            op::OPEN | op::CREATE | op::FLUSH | op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
             op::STATFS => Answer::Statfs(self.fs.statfs()?),
-            op::RELEASE => self.fs.release_handle(ino).map(|()| Answer::Empty)?,
             op::SETXATTR => {
                 let a: SetxattrIn = read(op_in)?;
                 let value = abi::after_names(payload, 1);
@@ -253,13 +257,9 @@ impl Tux3Fuse {
             }
             op::LISTXATTR => xattr(&self.listxattr(ino)?, read::<GetxattrIn>(op_in)?.size)?,
             op::REMOVEXATTR => self.fs.removexattr(ino, name()?).map(|()| Answer::Empty)?,
-            // Flush is a no-op (data reaches the engine at each write);
-            // with default_permissions the kernel checks access itself.
-            op::FLUSH | op::RELEASEDIR | op::ACCESS | op::DESTROY => Answer::Empty,
-            op::CREATE => {
-                let a: CreateIn = read(op_in)?;
-                Answer::Create(self.create_open(ino, name()?, a.mode, h.uid, h.gid)?)
-            }
+            // A release holds nothing (see OPEN); with default_permissions
+            // the kernel checks access itself.
+            op::RELEASE | op::RELEASEDIR | op::ACCESS | op::DESTROY => Answer::Empty,
             op::LSEEK => {
                 let a: LseekIn = read(op_in)?;
                 Answer::Offset(self.lseek(ino, a.offset as i64, a.whence as i32)?)
@@ -318,17 +318,9 @@ impl Tux3Fuse {
     fn encode(&self, a: Answer, out: &mut Out) {
         match a {
             Answer::Empty => {}
-            Answer::Entry(parent, attr) => {
-                self.learn(parent, &attr);
-                out.entry(&attr, TTL);
-            }
+            Answer::Entry(attr) => out.entry(&attr, TTL),
             Answer::Negative => out.entry(&negative_attr(), TTL),
             Answer::Attr(attr) => out.attr_out(&attr, TTL),
-            Answer::Open(flags) => out.open(0, flags),
-            Answer::Create(attr) => {
-                out.entry(&attr, TTL);
-                out.open(0, OPEN_FLAGS.bits());
-            }
             Answer::Written(n) => out.bytes(&written(n)),
             Answer::Data(d) => out.bytes(&d),
             Answer::XattrSize(n) => {

@@ -45,7 +45,12 @@ const WAKE: u64 = u64::MAX;
 /// the reply from. Boxed so their addresses stay put.
 struct Slot {
     header: Box<[u8; HEADER_LEN]>,
-    payload: Box<[u8]>,
+    /// The payload buffer: `payload_len` bytes of `buf` from `start`,
+    /// page-aligned so that a read reply can come straight from an
+    /// `O_DIRECT` device read.
+    buf: Box<[u8]>,
+    start: usize,
+    payload_len: usize,
     iov: Box<[libc::iovec; 2]>,
     /// The request it holds while being served.
     unique: u64,
@@ -58,10 +63,19 @@ struct Slot {
 // one thread only.
 unsafe impl Send for Slot {}
 
+/// Alignment of payload buffers.
+const PAGE: usize = 4096;
+
 impl Slot {
+    fn payload(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.payload_len]
+    }
+
     fn new(payload_len: usize) -> Slot {
         let mut header = Box::new([0u8; HEADER_LEN]);
-        let mut payload = vec![0u8; payload_len].into_boxed_slice();
+        let mut buf = vec![0u8; payload_len + PAGE].into_boxed_slice();
+        let start = buf.as_ptr().align_offset(PAGE).min(PAGE);
+        let payload = &mut buf[start..start + payload_len];
         let iov = Box::new([
             libc::iovec {
                 iov_base: header.as_mut_ptr().cast(),
@@ -74,7 +88,9 @@ impl Slot {
         ]);
         Slot {
             header,
-            payload,
+            buf,
+            start,
+            payload_len,
             iov,
             unique: 0,
             commit_id: 0,
@@ -310,7 +326,7 @@ impl Queue {
         op_in.copy_from_slice(abi::op_in(&slot.header[..]));
         match self
             .fuse
-            .serve_ring(&h, &op_in, &mut slot.payload, defer, &self.blocking)
+            .serve_ring(&h, &op_in, slot.payload(), defer, &self.blocking)
         {
             Outcome::Reply { error, len } => self.commit(i, error, len),
             Outcome::Later => self.deliver(),
@@ -332,8 +348,9 @@ impl Queue {
             let Some(slot) = self.bufs.slots.get_mut(i) else {
                 continue;
             };
-            let len = reply.len().min(slot.payload.len());
-            slot.payload[..len].copy_from_slice(&reply[..len]);
+            let payload = slot.payload();
+            let len = reply.len().min(payload.len());
+            payload[..len].copy_from_slice(&reply[..len]);
             self.commit(i, error, len)?;
         }
         Ok(())
