@@ -147,6 +147,20 @@ fn mode_of(p: &Path) -> u32 {
     fs::metadata(p).unwrap().mode() & 0o7777
 }
 
+/// The mode as the kernel holds it for permission checks: `statx` asking
+/// for the mode alone is answered from the kernel's copy unless that copy
+/// was dropped (a write drops only size and times), so it shows whether the
+/// server told the kernel that a write took the set-user-ID bits away.
+fn cached_mode_of(p: &Path) -> u32 {
+    let c = mount_util::cstr(p);
+    // SAFETY: plain data, filled by statx.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MODE, &mut st) };
+    assert_eq!(r, 0, "statx {}", p.display());
+    u32::from(st.stx_mode) & 0o7777
+}
+
 /// Run `sh -c script` with `file` open (for writing, appending) on fd 3,
 /// without `CAP_FSETID` (dropped from the bounding set, so root's exec does
 /// not get it back), or as `uid` if given.
@@ -212,7 +226,9 @@ fn mount_strips_privileges_on_write_truncate_and_chown() {
 
     // A writer without CAP_FSETID: both IDs go (group execute is set).
     privileged(0o6777);
+    assert_eq!(cached_mode_of(&f), 0o6777);
     run_unprivileged(&f, "printf b >&3", None);
+    assert_eq!(cached_mode_of(&f), 0o0777, "the kernel's copy of the mode");
     assert_eq!(mode_of(&f), 0o0777);
     assert!(!caps_of(&f));
 
