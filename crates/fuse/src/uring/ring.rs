@@ -165,6 +165,7 @@ impl Queue {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
+            .setup_defer_taskrun()
             .build((entries as u32 + 1).next_power_of_two())?;
         // SAFETY: plain syscall; the descriptor is owned below.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
