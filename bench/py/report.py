@@ -268,16 +268,22 @@ def cpu_table(rows):
 DAEMONS = ("tux3", "fuse2fs")
 
 
+def per_op(count, ops):
+    """A count per operation, two significant digits below 0.1."""
+    v = float(count) / ops
+    return "%.2g" % v if v < 0.1 else fmt(v)
+
+
 def top_requests(by_op, ops, most=8, share=0.01):
     """Per operation, the opcodes that make at least `share` of the requests
     (`most` of them at most), most frequent first, then the rest as `other`."""
     total = sum(by_op.values())
     items = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))
     shown = [(name, c) for name, c in items[:most] if c >= share * total]
-    parts = ["%s %s" % (name, fmt(float(c) / ops)) for name, c in shown]
+    parts = ["%s %s" % (name, per_op(c, ops)) for name, c in shown]
     rest = total - sum(c for _, c in shown)
     if rest:
-        parts.append("other %s" % fmt(float(rest) / ops))
+        parts.append("other %s" % per_op(rest, ops))
     return ", ".join(parts) or "none"
 
 
@@ -331,8 +337,9 @@ def requests_text(res):
             "the run's own (%s KiB of ring buffer per CPU), filtered in the kernel to the "
             "connection (device number) of the mount under test and recording only during "
             "each step's timed region, the window of the daemon CPU time; the events are "
-            "counted by opcode from the instance's `trace` afterwards. Events lost to a full "
-            "buffer: %s." % ("{:,}".format(t.get("buffer_kb") or 0),
+            "counted by opcode from the instance's `trace` afterwards. The tracepoint's cost is "
+            "inside the timed figures (`bench/run --no-fuse-trace` leaves it out). Events lost "
+            "to a full buffer: %s." % ("{:,}".format(t.get("buffer_kb") or 0),
                              "none" if not lost else "{:,} (those counts are lower bounds, "
                              "marked ≥)".format(lost)))
 
@@ -528,8 +535,8 @@ def write(res, path, plotdir, plots):
         L += ["## FUSE requests per operation", "",
               "The requests the kernel sent to the filesystem daemon in each step's timed "
               "region, per operation of the step: the same operation as in the CPU table above "
-              "(an fsync, a rename cycle, one of dbench's operations, a probe of fsync-load, "
-              "a file of meta, an I/O of fio), with the daemon's CPU time beside them. Opcodes "
+              "(an fsync, a rename cycle, one of dbench's operations, a probe of fsync-load "
+              "with the writer's requests and CPU counted too, a file of meta, an I/O of fio), with the daemon's CPU time beside them. Opcodes "
               "most frequent first; `other` is the rest. How they are counted: see How it was "
               "run.", ""] + rq + [""]
     elif rt and c:
