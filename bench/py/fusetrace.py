@@ -104,6 +104,22 @@ def parse(path, chunk=CHUNK):
     return out
 
 
+def _is_harness(pid):
+    """Whether process `pid` runs bench/run (and is not another process that
+    got the pid of a dead run)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        cwd = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        return False
+    for a in argv:
+        path = os.path.normpath(os.path.join(cwd, a))
+        if os.path.basename(path) == "run" and os.path.basename(os.path.dirname(path)) == "bench":
+            return True
+    return False
+
+
 def clean_stale():
     """Remove the instances of earlier runs that are no longer running (one
     named with this process's pid is an earlier run's too: called before this
@@ -115,7 +131,7 @@ def clean_stale():
         if not name.startswith(PREFIX) or not name[len(PREFIX):].isdigit():
             continue
         pid = int(name[len(PREFIX):])
-        if pid != os.getpid() and pid_alive(pid):
+        if pid != os.getpid() and pid_alive(pid) and _is_harness(pid):
             continue
         say("removing the tracing instance %s of an interrupted run" % name)
         inst = os.path.join(d, name)
