@@ -1,7 +1,9 @@
 """docs/BENCHMARKS.md from a run's results: the machine and versions, the
 exact commands, one table per workload with each filesystem's figure and
-tux3's ratio to the best peer, blocks and flushes per fsync, the engine
-without FUSE against tmpfs, and what could not be run.
+tux3's ratio to the best peer, blocks and flushes per fsync, the CPU time
+and FUSE requests per operation of the filesystem daemons, the engine
+without FUSE against tmpfs, and what could not be run. Results from before
+the FUSE requests were counted still make a report (it says they were not).
 """
 
 import os
@@ -263,6 +265,85 @@ def cpu_table(rows):
     return out
 
 
+DAEMONS = ("tux3", "fuse2fs")
+
+
+def per_op(count, ops):
+    """A count per operation, two significant digits below 0.1."""
+    v = float(count) / ops
+    return "%.2g" % v if v < 0.1 else fmt(v)
+
+
+def top_requests(by_op, ops, most=8, share=0.01):
+    """Per operation, the opcodes that make at least `share` of the requests
+    (`most` of them at most), most frequent first, then the rest as `other`."""
+    total = sum(by_op.values())
+    items = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [(name, c) for name, c in items[:most] if c >= share * total]
+    parts = ["%s %s" % (name, per_op(c, ops)) for name, c in shown]
+    rest = total - sum(c for _, c in shown)
+    if rest:
+        parts.append("other %s" % per_op(rest, ops))
+    return ", ".join(parts) or "none"
+
+
+def requests_table(rows):
+    """Per step of each daemon: CPU and FUSE requests per operation (the
+    operation of the CPU table: the step's `ops`)."""
+    counted = [r for r in rows if r["fs"] in DAEMONS and r.get("fuse_requests") is not None]
+    if not counted:
+        return []
+    daemons = [d for d in DAEMONS if any(r["fs"] == d for r in counted)]
+    keys = []
+    for r in counted:
+        if (r["workload"], r["param"]) not in keys:
+            keys.append((r["workload"], r["param"]))
+    out = ["| workload | filesystem | CPU µs per op | requests per op | CPU µs per request | "
+           "requests per op by opcode |", "|---|---|---|---|---|---|"]
+    for wl, p in keys:
+        first = True
+        for d in daemons:
+            r = next((x for x in counted if x["fs"] == d and x["workload"] == wl
+                      and x["param"] == p), None)
+            if not r:
+                continue
+            ops, n, cpu = r.get("ops"), r["fuse_requests"], r.get("fs_cpu_s")
+            low = "≥" if r.get("fuse_requests_lost") else ""
+            cells = ["%s %s" % (wl, p) if first else "", LABEL[d],
+                     fmt(cpu / ops * 1e6) if ops and cpu is not None else "—",
+                     low + fmt(float(n) / ops) if ops else "— (%d in all)" % n,
+                     fmt(cpu / n * 1e6) if n and cpu is not None else "—",
+                     top_requests(r.get("fuse_requests_by_op") or {}, ops) if ops else "—"]
+            out.append("| " + " | ".join(cells) + " |")
+            first = False
+    return out
+
+
+def requests_text(res):
+    """How the FUSE requests were counted, or why they were not; None when
+    the run had no FUSE daemon."""
+    rows = res["rows"]
+    if not any(r["fs"] in DAEMONS for r in rows):
+        return None
+    t = res.get("fuse_trace")
+    if t is None:
+        return ("FUSE requests were not counted: these results predate the counting "
+                "(`bench/run` now counts them with the tracepoint `fuse:fuse_request_send`).")
+    if not t.get("counted"):
+        return "FUSE requests were not counted in this run: %s." % t.get("why", "?")
+    lost = t.get("lost") or 0
+    return ("FUSE requests are counted with the kernel tracepoint `fuse:fuse_request_send` "
+            "(one event per request the kernel sends to the daemon) in a tracing instance of "
+            "the run's own (%s KiB of ring buffer per CPU), filtered in the kernel to the "
+            "connection (device number) of the mount under test and recording only during "
+            "each step's timed region, the window of the daemon CPU time; the events are "
+            "counted by opcode from the instance's `trace` afterwards. The tracepoint's cost is "
+            "inside the timed figures (`bench/run --no-fuse-trace` leaves it out). Events lost "
+            "to a full buffer: %s." % ("{:,}".format(t.get("buffer_kb") or 0),
+                             "none" if not lost else "{:,} (those counts are lower bounds, "
+                             "marked ≥)".format(lost)))
+
+
 def speed(e, t):
     """Engine over tmpfs as speeds (>1: the engine is faster)."""
     if e and t and e.get("figure") and t.get("figure") and not e.get("error") and not t.get("error"):
@@ -362,6 +443,11 @@ def commands(res):
             q.get("rand_size"), q.get("rand_secs")),
         "echo 3 > /proc/sys/vm/drop_caches     # after sync -f, before every cold read",
         "sync -f MNT                           # after every step (its I/O is counted separately)",
+    ] + ([
+        "# FUSE requests of each step (T: the run's tracing instance, DEV: the mount's st_dev)",
+        "echo 1 > T/events/fuse/fuse_request_send/enable; echo 'connection == DEV' > T/events/fuse/fuse_request_send/filter",
+        "echo > T/trace; echo 1 > T/tracing_on; STEP; echo 0 > T/tracing_on   # then count T/trace by opcode",
+    ] if (res.get("fuse_trace") or {}).get("counted") else []) + [
         "# bench/engine, on LOOP formatted fresh for each run, or on a directory of a tmpfs",
         "tux3-bench-engine syncs --tasks T --steps N --engine LOOP | --posix TMPFS_DIR",
         "tux3-bench-engine dbench --clients N --seconds %s --loadfile %s [--sync | --skip-flush] ..." % (
@@ -412,6 +498,9 @@ def write(res, path, plotdir, plots):
           "I/Os (field 5), sectors written (field 7, shown as 4 KiB blocks), flushes (field "
           "16). Per-fsync figures count the timed region only; the other counts include the "
           "`sync -f` after it. Filesystem daemon CPU is utime+stime from /proc/PID/stat.", ""]
+    rt = requests_text(res)
+    if rt:
+        L += [rt, ""]
     for wl in ("syncs", "rename", "dbench", "fsync-load", "meta", "stream"):
         t = workload_table(rows, wl, fss)
         if not t:
@@ -441,6 +530,17 @@ def write(res, path, plotdir, plots):
     if c:
         L += ["## CPU time of the filesystem daemon", "",
               "Kernel filesystems have no process of their own to measure.", ""] + c + [""]
+    rq = requests_table(rows)
+    if rq:
+        L += ["## FUSE requests per operation", "",
+              "The requests the kernel sent to the filesystem daemon in each step's timed "
+              "region, per operation of the step: the same operation as in the CPU table above "
+              "(an fsync, a rename cycle, one of dbench's operations, a probe of fsync-load "
+              "with the writer's requests and CPU counted too, a file of meta, an I/O of fio), with the daemon's CPU time beside them. Opcodes "
+              "most frequent first; `other` is the rest. How they are counted: see How it was "
+              "run.", ""] + rq + [""]
+    elif rt and c:
+        L += ["## FUSE requests per operation", "", rt, ""]
     L += ["## Engine without FUSE vs tmpfs", "",
           "`bench/engine` links the tux3 library and replays the syncs load (threads instead "
           "of processes), dbench's loadfile (same operations, one thread per client) and the "

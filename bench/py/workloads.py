@@ -2,7 +2,9 @@
 one per parameter. `measure` wraps one timed step: it reads the loop
 device's counters and the filesystem daemon's CPU time before and after,
 then runs syncfs and reads the counters again (so a row has the I/O of the
-timed region alone and the I/O including everything it left dirty).
+timed region alone and the I/O including everything it left dirty). On a
+FUSE mount it also counts the requests the kernel sent to the daemon in the
+timed region, by opcode (fusetrace.py).
 
 A row's `figure`, `unit` and `better` name the number its report table
 shows for it.
@@ -13,6 +15,7 @@ import os
 import re
 import time
 
+from fusetrace import connection
 from util import CmdError, disk_stat, finish, last_json, proc_cpu, run, stat_delta, start
 
 MIB = 1 << 20
@@ -54,6 +57,9 @@ class Ctx:
         self.fresh_per_workload = not q
 
         self.on_row = None  # called with each row as soon as it is measured
+        # A fusetrace.FuseTrace counting the FUSE requests of each step on a
+        # FUSE mount, or None.
+        self.fuse_trace = None
 
     def bin(self, name):
         return os.path.join(self.bindir, name)
@@ -78,11 +84,18 @@ def drop_caches(m):
 def measure(ctx, m, workload, param, body, fsyncs=None, sync_after=True):
     """Run `body()` (returns a dict with at least `seconds`) as one step."""
     row = {"fs": m.fs, "workload": workload, "param": param, "error": ""}
+    trace = ctx.fuse_trace if ctx.fuse_trace and ctx.fuse_trace.dir else None
+    conn = connection(m.mnt) if trace else None
     s0, c0 = disk_stat(m.dev), proc_cpu(m.pid)
+    if conn is not None:
+        trace.start(conn)
     try:
         res = body()
     except CmdError as e:
         res = {"error": str(e)[:400]}
+    finally:
+        if conn is not None:
+            trace.stop()
     s1, c1 = disk_stat(m.dev), proc_cpu(m.pid)
     if sync_after:
         try:
@@ -91,6 +104,8 @@ def measure(ctx, m, workload, param, body, fsyncs=None, sync_after=True):
             res.setdefault("error", "syncfs: %s" % str(e)[:200])
     s2 = disk_stat(m.dev)
     row.update(res)
+    if conn is not None:
+        row.update(trace.collect(conn))
     d, ds = stat_delta(s0, s1), stat_delta(s0, s2)
     if d:
         row.update(dev_writes=d["writes"], dev_blocks=d["sectors"] / 8.0,
