@@ -289,6 +289,45 @@ impl Tux3Fuse {
             }
         }
     }
+
+    /// Fill a `readdirplus` reply like [`Tux3Fuse::fill_dir`], each entry
+    /// with its attributes: `add(attr, next, name)`, true once the reply is
+    /// full. The kernel counts every entry of the reply but `.` and `..` as
+    /// a lookup, so each is held ([`Tux3Fuse::hold`]) once it is in. An
+    /// entry whose attributes cannot be read ends the reply there, or fails
+    /// it if it is the first.
+    pub(super) fn fill_dir_plus(
+        &self,
+        ino: Ino,
+        offset: u64,
+        mut add: impl FnMut(&Attr, u64, &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut added = false;
+        let mut failed = None;
+        self.fill_dir(ino, offset, |entry, next, _, name| {
+            let held = self.fs.getattr(entry).and_then(|attr| {
+                if add(&attr, next, name) {
+                    return Ok(false);
+                }
+                if name != b"." && name != b".." {
+                    self.hold(ino, attr)?;
+                }
+                Ok(true)
+            });
+            match held {
+                Ok(true) => {
+                    added = true;
+                    false
+                }
+                Ok(false) => true,
+                Err(e) => {
+                    failed = (!added).then_some(e);
+                    true
+                }
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
 }
 
 /// `TimeOrNow` to engine time.

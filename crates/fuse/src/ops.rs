@@ -11,15 +11,16 @@ use super::{
 use super::{uring, Tux3Fuse};
 use fuser::{
     FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 use tux3::error::Errno;
-use tux3::types::{RenameFlags as EngineRenameFlags, SetAttr};
+use tux3::types::{Attr, RenameFlags as EngineRenameFlags, SetAttr};
 
 impl Filesystem for Tux3Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -34,6 +35,10 @@ impl Filesystem for Tux3Fuse {
         // requests, several of them queued ahead of the reader.
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        // Listings with each entry's attributes where they save lookups
+        // (the kernel picks: the first batch of a listing, and directories
+        // whose entries are then looked up, as by `ls -l`).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         // Lookups and readdirs of one directory may run in parallel: the
         // engine serializes what needs it.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
@@ -286,6 +291,31 @@ impl Filesystem for Tux3Fuse {
             reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
         };
         match self.fill_dir(ino.0, offset, add) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let add = |attr: &Attr, next, name: &[u8]| {
+            let name = OsStr::from_bytes(name);
+            reply.add(
+                INodeNo(attr.ino),
+                next,
+                name,
+                &TTL,
+                &file_attr(attr),
+                Generation(0),
+            )
+        };
+        match self.fill_dir_plus(ino.0, offset, add) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }

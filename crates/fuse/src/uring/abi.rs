@@ -39,6 +39,7 @@ pub mod op {
     pub const FLUSH: u32 = 25;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
+    pub const READDIRPLUS: u32 = 44;
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
@@ -321,6 +322,16 @@ impl<'a> Out<'a> {
         let pad = len - 24 - name.len();
         self.bytes(&[0; 8][..pad]);
         true
+    }
+
+    /// One `struct fuse_direntplus` (a `fuse_entry_out`, then the padded
+    /// `fuse_dirent`); false (and nothing written) if it does not fit.
+    pub fn direntplus(&mut self, a: &Attr, next: u64, name: &[u8], ttl: Duration) -> bool {
+        if 128 + (24 + name.len()).next_multiple_of(8) > self.room() {
+            return false;
+        }
+        self.entry(a, ttl);
+        self.dirent(a.ino, next, a.kind, name)
     }
 }
 

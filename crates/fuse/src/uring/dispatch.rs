@@ -97,7 +97,8 @@ impl Tux3Fuse {
             Err(short) => return refused(short),
         };
         let r = match h.opcode {
-            op::READDIR => return self.ring_readdir(h, op_in, payload),
+            op::READDIR => return self.ring_readdir(h, op_in, payload, false),
+            op::READDIRPLUS => return self.ring_readdir(h, op_in, payload, true),
             // Straight into the reply: no buffer of our own, no copy.
             op::READ => {
                 let a: ReadIn = match read(op_in) {
@@ -293,16 +294,22 @@ impl Tux3Fuse {
         self.setattr(ino, &set, strips)
     }
 
-    fn ring_readdir(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8]) -> Outcome {
+    fn ring_readdir(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8], plus: bool) -> Outcome {
         let a: ReadIn = match read(op_in) {
             Ok(a) => a,
             Err(short) => return refused(short),
         };
         let size = (a.size as usize).min(payload.len());
         let mut out = Out::new(&mut payload[..size]);
-        let r = self.fill_dir(h.nodeid, a.offset, |ino, next, kind, name| {
-            !out.dirent(ino, next, kind, name)
-        });
+        let r = if plus {
+            self.fill_dir_plus(h.nodeid, a.offset, |attr, next, name| {
+                !out.direntplus(attr, next, name, TTL)
+            })
+        } else {
+            self.fill_dir(h.nodeid, a.offset, |ino, next, kind, name| {
+                !out.dirent(ino, next, kind, name)
+            })
+        };
         match r {
             Ok(()) => Outcome::Reply {
                 error: 0,
