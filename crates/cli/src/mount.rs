@@ -8,7 +8,10 @@
 //! [`tux3_fuse`] (mount and serve).
 
 use super::image::image_error;
-pub use super::mount_opts::{parse_helper_args, parse_options, HelperArgs, MountOptions};
+pub use super::mount_opts::{
+    one_line, options_help, parse_helper_args, parse_options, parse_options_over, HelperArgs, MountOptions,
+    OPTION_DOCS,
+};
 use super::CliError;
 use clap::Args;
 use std::fs::File;
@@ -24,13 +27,22 @@ use tux3_fuse::Mounted;
 
 /// Arguments of `tux3 mount`.
 #[derive(Args, Debug)]
+#[command(
+    long_about = "Mount a volume through FUSE. Without -f the command returns once the mount is \
+                  live and leaves a server process; umount, SIGTERM or SIGINT end it and commit \
+                  everything.\n\nMounted by root, every user gets in under the kernel's \
+                  permission checks, and set-user-ID files and device nodes work unless nosuid \
+                  or nodev say otherwise (as for any filesystem); -o private lets only the \
+                  mounter in. A mounter who is not root gets FUSE's rules: only they get in, \
+                  nosuid,nodev.",
+    after_long_help = options_help(),
+)]
 pub struct MountArgs {
     /// Stay in the foreground (log to stderr; end with Ctrl-C or umount)
     #[arg(short = 'f', long)]
     pub foreground: bool,
-    /// Comma-separated options: ro, allow_other, default_permissions,
-    /// fsync=fast|strict, cache=SIZE, commit=SECONDS, writeback_cache,
-    /// threads=N, and mount(8)'s generic options
+    /// Comma-separated mount options (ro, private, nosuid, fsync=strict,
+    /// commit=SECONDS, ...: see --help); may be repeated
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Image file or block device holding the volume
@@ -55,17 +67,19 @@ pub fn run(args: &MountArgs) -> Result<u8, CliError> {
 /// mounted, 1 bad invocation, 32 mount failure.
 pub fn helper_main() -> ExitCode {
     super::init_logging();
-    let args: Vec<String> = std::env::args_os()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let say = |msg: &str| {
         let _ = writeln!(io::stderr(), "mount.tux3: {msg}");
     };
-    let h = match parse_helper_args(&args) {
+    let h = match HelperArgs::parse_args(&args) {
         Ok(h) => h,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            say(&e);
+            say(&one_line(&e));
             return ExitCode::from(1);
         }
     };

@@ -1,10 +1,13 @@
-//! Mount options (`-o a,b=c`) of `tux3 mount` and `mount.tux3`, and the
-//! command line mount(8) gives a helper (`SPEC DIR [-sfnv] [-o OPTS]`).
-//! Pure parsing: no I/O.
+//! Mount options (`-o a,b=c`) of `tux3 mount` and `mount.tux3`, what each
+//! means (for `--help` and the man pages), and the command line mount(8)
+//! gives a helper (`SPEC DIR [-sfnv] [-o OPTS]`). Pure parsing: no I/O.
 //!
-//! Calls [`super::parse_size`] and the option types of [`tux3_fuse`].
+//! Calls [`super::parse_size`], clap, and the option types of [`tux3_fuse`].
 
 use super::parse_size;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 use tux3_fuse::FuseOptions;
@@ -65,10 +68,22 @@ const IGNORED: &[&str] = &[
 const IGNORED_PREFIXES: &[&str] = &["x-", "comment=", "helper=", "uhelper="];
 
 /// Parse `-o` option lists (each comma-separated) in order; later options
-/// win. With `sloppy`, unknown options are ignored instead of refused.
+/// win. With `sloppy`, unknown options are ignored instead of refused. What
+/// is not said takes the defaults for the calling user
+/// ([`FuseOptions::default`]: a mount by root lets every user in).
 pub fn parse_options<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountOptions, String> {
+    parse_options_over(FuseOptions::default(), lists, sloppy)
+}
+
+/// [`parse_options`] over the given defaults
+/// ([`FuseOptions::for_mounter`]).
+pub fn parse_options_over<S: AsRef<str>>(
+    base: FuseOptions,
+    lists: &[S],
+    sloppy: bool,
+) -> Result<MountOptions, String> {
     let mut o = MountOptions {
-        fuse: FuseOptions::default(),
+        fuse: base,
         fsync_strict: false,
         dirty_limit: None,
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
@@ -92,6 +107,8 @@ const FLAGS: &[&str] = &[
     "ro",
     "rw",
     "allow_other",
+    "noallow_other",
+    "private",
     "default_permissions",
     "writeback_cache",
     "uring",
@@ -126,6 +143,7 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
         "ro" => f.read_only = true,
         "rw" => f.read_only = false,
         "allow_other" => f.allow_other = true,
+        "private" | "noallow_other" => f.allow_other = false,
         "default_permissions" => f.default_permissions = true,
         "writeback_cache" => f.writeback_cache = true,
         "uring" | "nouring" => f.uring = Some(name == "uring"),
@@ -177,65 +195,156 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The command line mount(8) gives `mount.tux3`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What each mount option means: (names, meaning), in the order `--help`
+/// and the man pages list them.
+pub const OPTION_DOCS: &[(&str, &str)] = &[
+    (
+        "ro, rw",
+        "Read-only mount and volume (nothing is ever written), or read-write (the default).",
+    ),
+    (
+        "allow_other",
+        "Let every user in, under the kernel's permission checks (mode, owner and group). \
+         The default when root mounts; a mounter who is not root needs user_allow_other in \
+         /etc/fuse.conf for it.",
+    ),
+    (
+        "private, noallow_other",
+        "Let only the mounting user in (the default for a mounter who is not root). Through \
+         mount(8) and /etc/fstab write noallow_other: mount(8) takes private as its own \
+         propagation flag and does not pass it on.",
+    ),
+    (
+        "default_permissions",
+        "The kernel checks permissions from mode, owner and group; always on.",
+    ),
+    (
+        "suid, nosuid, dev, nodev, exec, noexec",
+        "Honour set-user-ID and set-group-ID bits, device nodes, and executing files, or not. \
+         A mount by root allows all three unless told no, as for any filesystem; a mount by \
+         another user is always nosuid,nodev.",
+    ),
+    (
+        "atime, noatime, sync, async, dirsync",
+        "Kernel mount flags, passed through.",
+    ),
+    (
+        "fsync=fast, fsync=strict",
+        "fast (the default): fsync makes just that file durable, ahead of the open delta, with \
+         the name changes it is part of. strict: fsync commits the whole delta (strict \
+         ordering).",
+    ),
+    (
+        "commit=SECONDS",
+        "End a delta this often (default 5; 0: only on sync, fsync, memory pressure and \
+         unmount).",
+    ),
+    (
+        "cache=SIZE",
+        "Most dirty file data held in memory (64M, 1G; default a sixty-fourth of memory, from \
+         64 MiB to 1 GiB).",
+    ),
+    (
+        "writeback_cache",
+        "Use the kernel's FUSE writeback cache: faster small writes, but a write is no longer \
+         atomic and data is reordered against renames and other files' writes.",
+    ),
+    ("threads=N", "Request threads (default 4, at most 64)."),
+    (
+        "uring, nouring",
+        "Serve requests through FUSE over io_uring (Linux 6.14 and later), or only through \
+         /dev/fuse. Default: io_uring when the kernel allows it \
+         (/sys/module/fuse/parameters/enable_uring is Y); with uring the mount fails if it \
+         does not.",
+    ),
+    (
+        "defaults, auto, noauto, user, nouser, users, owner, group, _netdev, nofail, \
+         relatime, strictatime, lazytime, nodiratime, loop, x-*, comment=...",
+        "mount(8)'s own options: accepted and ignored.",
+    ),
+];
+
+/// [`OPTION_DOCS`] as text for `--help`.
+pub fn options_help() -> String {
+    let mut text =
+        String::from("Mount options (-o, comma-separated; later ones win; any other is refused):\n");
+    for (names, meaning) in OPTION_DOCS {
+        text.push_str(&format!("  {names}\n          {meaning}\n"));
+    }
+    text
+}
+
+/// The command line mount(8) gives `mount.tux3`: `SPEC DIR [-sfnv] [-N NS]
+/// [-o OPTIONS] [-t TYPE]`, flags anywhere and combined.
+#[derive(Parser, Debug, Clone, Default, PartialEq, Eq)]
+#[command(
+    name = "mount.tux3",
+    bin_name = "mount.tux3",
+    version,
+    about = "Mount a tux3 volume: the helper mount(8) runs for filesystems of type tux3",
+    long_about = "Mount a tux3 volume through FUSE: the helper mount(8) runs for `mount -t tux3 \
+                  SPEC DIR` and /etc/fstab lines of type tux3. It runs the same code as `tux3 \
+                  mount`: it returns once the mount is live and leaves a server process that \
+                  ends at umount. Mounted by root, every user gets in under the kernel's \
+                  permission checks.\n\nExit status: 0 mounted, 1 bad invocation or options, \
+                  32 mount failure (as mount(8) expects).",
+    after_long_help = options_help(),
+)]
 pub struct HelperArgs {
+    /// Image file or block device holding the volume
+    #[arg(value_name = "IMAGE|DEVICE")]
     pub target: PathBuf,
+    /// Directory to mount it on
+    #[arg(value_name = "DIR")]
     pub mountpoint: PathBuf,
-    /// `-o` lists, in order.
+    /// Comma-separated mount options (see below); may be repeated
+    #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
-    /// `-s`: ignore unknown options.
+    /// Sloppy: ignore unknown mount options instead of refusing them
+    #[arg(short = 's')]
     pub sloppy: bool,
-    /// `-f`: check everything, mount nothing.
+    /// Fake: check everything, mount nothing
+    #[arg(short = 'f')]
     pub fake: bool,
-    /// `-v`: say what was done.
+    /// Say what was done
+    #[arg(short = 'v')]
     pub verbose: bool,
+    /// Do not write /etc/mtab (there is none to write: accepted and ignored)
+    #[arg(short = 'n')]
+    pub no_mtab: bool,
+    /// Filesystem type: tux3 or fuse.tux3
+    #[arg(short = 't', value_name = "TYPE", value_parser = ["tux3", "fuse.tux3"])]
+    pub fstype: Option<String>,
+    /// Mount namespace (not supported)
+    #[arg(short = 'N', value_name = "NS", hide = true)]
+    pub namespace: Option<PathBuf>,
+}
+
+impl HelperArgs {
+    /// Parse the arguments after the program name; help and version come
+    /// back as errors that do not `use_stderr`.
+    pub fn parse_args<S: Into<OsString> + Clone>(args: &[S]) -> Result<HelperArgs, clap::Error> {
+        let argv = std::iter::once(OsString::from("mount.tux3")).chain(args.iter().cloned().map(Into::into));
+        let h = HelperArgs::try_parse_from(argv)?;
+        if h.namespace.is_some() {
+            return Err(HelperArgs::command().error(
+                ErrorKind::ArgumentConflict,
+                "-N (mount namespaces) is not supported",
+            ));
+        }
+        Ok(h)
+    }
 }
 
 /// Parse `SPEC DIR [-sfnv] [-N NS] [-o OPTIONS] [-t TYPE]` (arguments after
-/// the program name; flags may come anywhere and be combined).
-pub fn parse_helper_args<S: AsRef<str>>(args: &[S]) -> Result<HelperArgs, String> {
-    let mut h = HelperArgs::default();
-    let mut positional = Vec::new();
-    let mut it = args.iter().map(|a| a.as_ref());
-    while let Some(arg) = it.next() {
-        let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
-            positional.push(arg);
-            continue;
-        };
-        for (i, c) in flags.char_indices() {
-            match c {
-                's' => h.sloppy = true,
-                'f' => h.fake = true,
-                'v' => h.verbose = true,
-                'n' => {}
-                'o' | 't' | 'N' => {
-                    let rest = &flags[i + 1..];
-                    let value = if rest.is_empty() {
-                        it.next().ok_or_else(|| format!("option -{c} needs a value"))?
-                    } else {
-                        rest
-                    };
-                    match c {
-                        'o' => h.options.push(value.to_string()),
-                        't' if value != "tux3" && value != "fuse.tux3" => {
-                            return Err(format!("unsupported filesystem type '{value}'"))
-                        }
-                        'N' => return Err("-N (mount namespaces) is not supported".to_string()),
-                        _ => {}
-                    }
-                    break;
-                }
-                _ => return Err(format!("unknown option -{c}")),
-            }
-        }
-    }
-    match positional.as_slice() {
-        [t, m] => {
-            h.target = PathBuf::from(t);
-            h.mountpoint = PathBuf::from(m);
-            Ok(h)
-        }
-        _ => Err("usage: mount.tux3 IMAGE|DEVICE DIR [-sfnv] [-o OPTIONS]".to_string()),
-    }
+/// the program name); an error is one line saying what was wrong.
+pub fn parse_helper_args<S: Into<OsString> + Clone>(args: &[S]) -> Result<HelperArgs, String> {
+    HelperArgs::parse_args(args).map_err(|e| one_line(&e))
+}
+
+/// The first line of a clap error, without its `error: ` label.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
 }

@@ -2,8 +2,9 @@
 //! every kind of request as the `/dev/fuse` one (`-o nouring`) does — the
 //! same workload gives the same observations through both — and the ring
 //! threads, not fuser's, serve the requests. `-o uring` on a kernel that
-//! does not allow it fails with a message saying how to allow it. A write
-//! that must wait for a commit leaves the ring threads.
+//! does not allow it fails with a message saying how to allow it; a mount
+//! without the option says so once, and nothing where the kernel allows it.
+//! A write that must wait for a commit leaves the ring threads.
 //!
 //! Needs root, /dev/fuse and a kernel with FUSE over io_uring (the `fuse`
 //! module's `enable_uring` parameter); without them the tests print a note
@@ -240,10 +241,34 @@ fn uring_option_needs_the_kernel_to_allow_it() {
         msg.contains("enable_uring"),
         "the error says how to allow it: {msg}"
     );
-    // Without the option the mount goes through /dev/fuse.
+    // Without the option the mount goes through /dev/fuse, and says once
+    // how to switch io_uring on.
     let m = fx.mount(&[]);
     fs::write(fx.path("a"), b"through /dev/fuse").unwrap();
     assert_eq!(cpu_ns(m.pid, "tux3-ring"), 0);
     m.unmount();
+    let switch_on = "echo Y > /sys/module/fuse/parameters/enable_uring";
+    let log = fx.log_text();
+    let notes: Vec<&str> = log.lines().filter(|l| l.contains(switch_on)).collect();
+    assert_eq!(notes.len(), 1, "one note naming the switch: {log}");
+    assert!(notes[0].contains("switched off"), "{log}");
+    // -o nouring asks for /dev/fuse: nothing to say.
+    let m = fx.mount(&["-o", "nouring"]);
+    m.unmount();
+    assert_eq!(fx.log_text(), log, "no note with -o nouring");
+    fx.fsck();
+}
+
+#[test]
+fn no_note_when_the_kernel_allows_uring() {
+    let Some(_switch) = uring_switch(true) else {
+        return;
+    };
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&[]);
+    fs::write(fx.path("a"), b"through the rings").unwrap();
+    m.unmount();
+    let log = fx.log_text();
+    assert!(!log.contains("enable_uring"), "{log}");
     fx.fsck();
 }

@@ -65,13 +65,24 @@ pub const IOC_SYNC: u32 = 0xE301;
 pub const DEFAULT_THREADS: usize = 4;
 
 /// Options of one mount, as the FUSE frontend sees them.
+///
+/// [`FuseOptions::default`] gives the defaults for the calling process:
+/// a mount by root behaves like any filesystem mount(8) makes (every user
+/// gets in, under the kernel's permission checks; set-user-ID files and
+/// device nodes work unless `nosuid`, `nodev` say otherwise); any other
+/// mounter keeps FUSE's rules (only the mounter gets in; `nosuid,nodev`).
 #[derive(Debug, Clone)]
 pub struct FuseOptions {
     /// Mount read-only (the volume must be opened read-only too).
     pub read_only: bool,
-    /// Let users other than the mounter in (`allow_other`).
+    /// Let users other than the mounter in (the kernel's `allow_other`).
+    /// Default: on for a mount by root, off otherwise (a mounter who is not
+    /// root needs `user_allow_other` in /etc/fuse.conf for it). Implies
+    /// `default_permissions`: nobody gets in unchecked.
     pub allow_other: bool,
-    /// Let the kernel check permissions from mode, owner and group.
+    /// Let the kernel check permissions from mode, owner and group. On by
+    /// default, and always with `allow_other`: the adapter makes no checks
+    /// of its own.
     pub default_permissions: bool,
     /// Enable the kernel's FUSE writeback cache. Faster for small writes, but
     /// the kernel then splits, merges and reorders data writes against
@@ -89,7 +100,11 @@ pub struct FuseOptions {
     /// Source shown in `/proc/mounts` (the image path).
     pub fsname: String,
     /// Kernel mount flags passed through: `Some(true)` sets the flag's
-    /// positive form (`exec`, `suid`, `dev`, `atime`, `sync`).
+    /// positive form (`exec`, `suid`, `dev`, `atime`, `sync`), `Some(false)`
+    /// the negative one, `None` leaves the kernel's default (for `suid` and
+    /// `dev`: off, as for every FUSE mount). The defaults of a mount by root
+    /// set `suid` and `dev`, as mount(8) does for any filesystem (it passes
+    /// only the negative forms on to a helper).
     pub exec: Option<bool>,
     pub suid: Option<bool>,
     pub dev: Option<bool>,
@@ -98,23 +113,33 @@ pub struct FuseOptions {
     pub dirsync: bool,
 }
 
-impl Default for FuseOptions {
-    fn default() -> Self {
+impl FuseOptions {
+    /// The defaults for a mount by root (`root`) or by another user; see
+    /// the type's documentation.
+    pub fn for_mounter(root: bool) -> FuseOptions {
         FuseOptions {
             read_only: false,
-            allow_other: false,
+            allow_other: root,
             default_permissions: true,
             writeback_cache: false,
             threads: DEFAULT_THREADS,
             uring: None,
             fsname: "tux3".to_string(),
             exec: None,
-            suid: None,
-            dev: None,
+            suid: root.then_some(true),
+            dev: root.then_some(true),
             atime: None,
             sync: None,
             dirsync: false,
         }
+    }
+}
+
+impl Default for FuseOptions {
+    /// The defaults for the calling process's effective user.
+    fn default() -> Self {
+        // SAFETY: geteuid has no preconditions.
+        FuseOptions::for_mounter(unsafe { libc::geteuid() } == 0)
     }
 }
 

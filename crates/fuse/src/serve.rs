@@ -3,7 +3,9 @@
 //! into an unmount, ends the mount if an io_uring queue thread panics
 //! (aborting the connection, then unmounting), and closes the volume with
 //! [`tux3::Fs::close`] once the session is over. (Deltas end by time in the
-//! engine's own commit thread: `OpenOptions::commit_interval`.)
+//! engine's own commit thread: `OpenOptions::commit_interval`.) A mount
+//! says once on stderr when the kernel has FUSE over io_uring switched off,
+//! and how to switch it on.
 //!
 //! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
 
@@ -80,6 +82,9 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
              `echo Y > /sys/module/fuse/parameters/enable_uring`); mount without -o uring",
         ));
     }
+    if opts.uring.is_none() && uring_switched_off() {
+        log(URING_OFF);
+    }
     let fs = Arc::new(fs);
     let config = session_config(opts);
     let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
@@ -137,14 +142,31 @@ fn set_read_ahead(mountpoint: &Path) {
     }
 }
 
-/// fuser's configuration for `opts`.
+/// Where the kernel says whether FUSE may use io_uring (`Y` or `N`); absent
+/// in kernels without FUSE over io_uring.
+const URING_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// What a mount says, once, when the kernel has FUSE over io_uring but keeps
+/// it switched off.
+const URING_OFF: &str = "FUSE over io_uring is switched off in this kernel, so requests go \
+     through /dev/fuse; to switch it on for later mounts: \
+     echo Y > /sys/module/fuse/parameters/enable_uring";
+
+/// Whether the kernel has FUSE over io_uring but keeps it off.
+fn uring_switched_off() -> bool {
+    std::fs::read_to_string(URING_SWITCH).is_ok_and(|v| v.trim() == "N")
+}
+
+/// fuser's configuration for `opts`. The kernel flags follow `opts`
+/// (fuser mounts `nosuid,nodev` unless told `suid`, `dev`); with
+/// `allow_other` the kernel always checks permissions.
 fn session_config(opts: &FuseOptions) -> Config {
     let mut mo = vec![
         MountOption::FSName(opts.fsname.clone()),
         // Shows as type `fuse.tux3` in /proc/mounts.
         MountOption::CUSTOM("subtype=tux3".to_string()),
     ];
-    if opts.default_permissions {
+    if opts.default_permissions || opts.allow_other {
         mo.push(MountOption::DefaultPermissions);
     }
     mo.push(if opts.read_only {
