@@ -55,7 +55,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "run-reference: building posix-suite"
-timeout 900 cargo build --quiet --release --manifest-path "$here/Cargo.toml"
+timeout 900 cargo build --quiet --release --manifest-path "$here/Cargo.toml" --target-dir "$here/target"
 bin="$here/target/release/posix-suite"
 
 total_pass=0 total_fail=0 total_skip=0

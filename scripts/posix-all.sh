@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The POSIX behaviour suite (posix/) through a real tux3 mount, then on the
-# reference filesystems (tmpfs and ext4 on a loop device, posix/run-reference.sh).
-# Every case must pass everywhere, and fsck must be clean after the unmount.
-# Needs root (mount(2)) and /dev/fuse.
+# The POSIX behaviour suite (posix/) through a real tux3 mount with the
+# default options, then on the reference filesystems (tmpfs and ext4 on a
+# loop device, posix/run-reference.sh). Every case must pass everywhere, the
+# permission cases (run as other users) must not be skipped, and fsck must be
+# clean after the unmount. A control run through a mount that lets only root
+# in (-o private) shows that the permission cases fail when other users are
+# kept out. Needs root (mount(2)) and /dev/fuse.
 #
 # Usage: scripts/posix-all.sh
 # Env:   TUX3           the tux3 binary (default target/release/tux3, built if missing)
@@ -62,22 +65,43 @@ trap 'exit 143' TERM
 
 echo "posix-all: building tux3 and posix-suite"
 timeout 900 cargo build --quiet --release
-timeout 900 cargo build --quiet --release --manifest-path posix/Cargo.toml
+timeout 900 cargo build --quiet --release --manifest-path posix/Cargo.toml --target-dir posix/target
 suite="$root/posix/target/release/posix-suite"
 
-# One run of the suite through a fresh tux3 mount with mount options $1.
+# One run of the suite through a fresh tux3 mount with mount options $1
+# (and posix-suite options after it). It must pass, with no permission case
+# skipped: they run as other users through the mount.
 run_tux3() {
     local opts=$1
-    echo "posix-all: tux3 -o $opts (sparse 1 GiB image)"
+    shift
+    mount_volume "$opts"
+    local rc=0
+    timeout --kill-after=10 "$run_timeout" "$suite" "$@" "$mnt" | tee "$work/tux3.out" || rc=$?
+    unmount_and_check
+    if [[ $rc -ne 0 ]]; then
+        echo "posix-all: tux3 -o $opts: FAILED (exit $rc)" >&2
+        exit 1
+    fi
+    if grep -q '^skip perms/' "$work/tux3.out"; then
+        echo "posix-all: tux3 -o $opts: permission cases skipped" >&2
+        exit 1
+    fi
+}
+
+# A fresh sparse 1 GiB volume mounted on $mnt with options $1.
+mount_volume() {
+    echo "posix-all: tux3 -o $1 (sparse 1 GiB image)"
     rm -f "$img"
     timeout 60 "$TUX3" mkfs --size 1G "$img" >/dev/null
     mkdir -p "$mnt"
     : >"$work/server.log"
-    timeout 60 "$TUX3" mount -o "$opts" "$img" "$mnt" 2>"$work/server.log"
-    local rc=0
-    timeout --kill-after=10 "$run_timeout" "$suite" "$mnt" | tee "$work/tux3.out" || rc=$?
-    # Wait for the server to commit and exit: umount returns before it closes the
-    # volume, and fsck must see the closed image (the image lock is the signal).
+    timeout 60 "$TUX3" mount -o "$1" "$img" "$mnt" 2>"$work/server.log"
+}
+
+# Unmount, wait for the server to commit and exit (umount returns before it
+# closes the volume, and fsck must see the closed image: the image lock is
+# the signal), show what the server said, and require a clean fsck.
+unmount_and_check() {
     timeout 60 umount "$mnt"
     timeout 60 flock -x "$img" true
     local fsck_rc=0
@@ -86,31 +110,43 @@ run_tux3() {
         echo "posix-all: server messages:" >&2
         cat "$work/server.log" >&2
     fi
-    if [[ $rc -ne 0 ]]; then
-        echo "posix-all: tux3 -o $opts: FAILED (exit $rc)" >&2
-        exit 1
-    fi
     if [[ $fsck_rc -ne 0 ]]; then
-        echo "posix-all: tux3 -o $opts: fsck exit $fsck_rc after the suite" >&2
+        echo "posix-all: fsck exit $fsck_rc after the suite" >&2
         exit 1
     fi
 }
 
-# allow_other: the permission cases switch to uid 65534, which FUSE would
-# otherwise turn away with EACCES before the filesystem is asked.
+# Default options: a mount by root lets every user in (allow_other), so the
+# permission cases, which switch to uid 65534 and 65533, reach the
+# filesystem and meet the kernel's checks.
 # Both transports: /dev/fuse, and io_uring where the kernel has it (the
 # fuse module's enable_uring parameter, set for the run and put back).
-run_tux3 allow_other,nouring
+run_tux3 nouring
 enable=/sys/module/fuse/parameters/enable_uring
 if [[ -w $enable ]]; then
     uring_was=$(cat "$enable")
     echo Y >"$enable"
-    run_tux3 allow_other,uring
+    run_tux3 uring
     echo "$uring_was" >"$enable"
     uring_was=
 else
     echo "posix-all: no FUSE over io_uring in this kernel: the uring transport is not run"
 fi
+
+# The control: through a mount that lets only its mounter in (-o private),
+# FUSE turns the other users away before the filesystem is asked, so the
+# permission cases' positive controls must fail. If they passed, they would
+# not notice a mount that refuses other users either.
+mount_volume private,nouring
+perm_rc=0
+timeout --kill-after=10 "$run_timeout" "$suite" --filter perms/ "$mnt" >"$work/private.out" || perm_rc=$?
+unmount_and_check
+if [[ $perm_rc -eq 0 ]] || ! grep -q '^FAIL perms/.*control' "$work/private.out"; then
+    echo "posix-all: the permission cases passed through -o private:" >&2
+    cat "$work/private.out" >&2
+    exit 1
+fi
+echo "posix-all: -o private: the permission cases fail as they must (other users kept out)"
 
 echo "posix-all: reference filesystems"
 POSIX_TIMEOUT="$run_timeout" timeout 1200 posix/run-reference.sh
