@@ -3,11 +3,15 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CARGO  ?= cargo
 PREFIX ?= /usr/local
-# mount(8) looks for its helper mount.tux3 in /sbin (or /usr/sbin).
+# mount(8), mkfs(8) and fsck(8) look for mount.tux3, mkfs.tux3 and
+# fsck.tux3 in /sbin (or /usr/sbin).
 SBINDIR ?= /sbin
-TUX3   := target/release/tux3
-# Cargo cannot put a dot in a binary's name: mount-tux3 installs as mount.tux3.
-MOUNT_HELPER := target/release/mount-tux3
+# Where cargo builds (CARGO_TARGET_DIR when set).
+BUILD  := $(or $(CARGO_TARGET_DIR),target)/release
+TUX3   := $(BUILD)/tux3
+# Cargo cannot put a dot in a binary's name: mount-tux3 installs as
+# mount.tux3, mkfs-tux3 as mkfs.tux3, fsck-tux3 as fsck.tux3.
+HELPERS := mount mkfs fsck
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) crates)
 
@@ -44,7 +48,7 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(TUX3) $(DESTDIR)$(PREFIX)/bin/tux3
 	install -d $(DESTDIR)$(SBINDIR)
-	install -m 755 $(MOUNT_HELPER) $(DESTDIR)$(SBINDIR)/mount.tux3
+	for h in $(HELPERS); do install -m 755 $(BUILD)/$$h-tux3 $(DESTDIR)$(SBINDIR)/$$h.tux3 || exit 1; done
 
 clean:
 	$(CARGO) clean

@@ -1,6 +1,7 @@
 //! `tux3 fsck [--repair] TARGET`: check a volume, with e2fsck's exit codes:
 //! 0 clean, 1 problems repaired, 4 problems left, 8 operational error (the
-//! image cannot be opened or is not a usable volume).
+//! image cannot be opened or is not a usable volume), 16 usage error. The
+//! check itself ([`check_target`]) also serves `fsck.tux3`.
 //!
 //! Calls [`tux3::open_path`] and [`tux3_tools::fsck::check`].
 
@@ -8,7 +9,7 @@ use super::image::image_error;
 use super::{stdout_error, CliError};
 use clap::Args;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tux3::open_path;
 use tux3_tools::fsck::{check, FsckOptions};
 
@@ -20,9 +21,37 @@ pub const EXIT_REPAIRED: u8 = 1;
 pub const EXIT_ERRORS_LEFT: u8 = 4;
 /// Exit code: the check could not run.
 pub const EXIT_OPERATIONAL: u8 = 8;
+/// Exit code: the command line was wrong.
+pub const EXIT_USAGE: u8 = 16;
+/// Exit code: interrupted (`fsck.tux3`, at SIGINT or SIGTERM).
+pub const EXIT_CANCELLED: u8 = 32;
+
+/// fsck(8)'s exit codes as the checkers use them, for `--help` and the
+/// man pages.
+pub const EXIT_CODES: &[(u8, &str)] = &[
+    (EXIT_CLEAN, "no problems"),
+    (EXIT_REPAIRED, "problems found and all repaired"),
+    (EXIT_ERRORS_LEFT, "problems left unrepaired"),
+    (
+        EXIT_OPERATIONAL,
+        "operational error: the volume could not be opened or is not a tux3 volume",
+    ),
+    (EXIT_USAGE, "usage error"),
+    (EXIT_CANCELLED, "cancelled by SIGINT or SIGTERM (fsck.tux3)"),
+];
+
+/// [`EXIT_CODES`] as text for `--help`.
+pub fn exit_codes_help() -> String {
+    let mut text = String::from("Exit status:\n");
+    for (code, meaning) in EXIT_CODES {
+        text.push_str(&format!("  {code:>2}  {meaning}\n"));
+    }
+    text
+}
 
 /// Arguments of `tux3 fsck`.
 #[derive(Args, Debug)]
+#[command(after_long_help = exit_codes_help())]
 pub struct FsckArgs {
     /// Repair what can be repaired (opens the image for writing)
     #[arg(long)]
@@ -33,10 +62,16 @@ pub struct FsckArgs {
 
 /// `tux3 fsck`.
 pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
-    let operational = |e| image_error(&args.target, e).with_exit(EXIT_OPERATIONAL);
-    let dev = open_path(&args.target, args.repair).map_err(operational)?;
+    check_target(&args.target, args.repair)
+}
+
+/// Check the volume on `target` (repairing with `repair`), print the report
+/// on stdout, and return the exit code.
+pub(crate) fn check_target(target: &Path, repair: bool) -> Result<u8, CliError> {
+    let operational = |e| image_error(target, e).with_exit(EXIT_OPERATIONAL);
+    let dev = open_path(target, repair).map_err(operational)?;
     let opts = FsckOptions {
-        repair: args.repair,
+        repair,
         progress: std::io::stderr().is_terminal(),
     };
     let report = check(dev, &opts).map_err(operational)?;
@@ -53,7 +88,7 @@ pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
         text.push('\n');
     }
     let counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
-    let target = args.target.display();
+    let target = target.display();
     let (summary, code) = if !report.problems.is_empty() {
         let s = format!(
             "{target}: {} problems left, {} repaired; {counts}",

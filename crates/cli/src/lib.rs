@@ -1,5 +1,6 @@
-//! Command line: the `tux3` program. Owns argument parsing (clap), dispatch
-//! to one module per command, error printing and exit codes.
+//! Command line: the `tux3` program and the helpers `mount.tux3`,
+//! `mkfs.tux3` and `fsck.tux3`. Owns argument parsing (clap), dispatch to
+//! one module per command, error printing and exit codes.
 //!
 //! The top of the stack (crate tux3-cli): calls the engine's public
 //! surface — [`tux3::Fs`] (engine API), [`tux3::open_path`] and
@@ -15,12 +16,14 @@ mod cat;
 mod dump;
 mod format;
 mod fsck;
+pub mod fsck_helper;
 mod graph;
 mod host;
 mod image;
 mod import;
 mod ls;
 mod mkfs;
+pub mod mkfs_helper;
 pub mod mount;
 mod mount_opts;
 mod sync;
@@ -176,6 +179,15 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// Parse a helper's command line (`mkfs.tux3`, `fsck.tux3`): `--help` and
+/// `--version` print and exit 0, a usage error prints and exits `usage`.
+pub(crate) fn parse_helper<P: Parser>(usage: u8) -> Result<P, ExitCode> {
+    P::try_parse().map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(if e.use_stderr() { usage } else { 0 })
+    })
+}
+
 pub fn main() -> ExitCode {
     init_logging();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -189,7 +201,7 @@ pub fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let is_fsck = argv.get(1).is_some_and(|a| a == "fsck");
-            return ExitCode::from(if is_fsck { 16 } else { 2 });
+            return ExitCode::from(if is_fsck { fsck::EXIT_USAGE } else { 2 });
         }
     };
     let name = cli.command.name();

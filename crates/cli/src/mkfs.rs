@@ -1,7 +1,7 @@
-//! `tux3 mkfs [--size SIZE] [--block-size BYTES] [--from DIR] TARGET`:
+//! `tux3 mkfs [--size SIZE] [--block-size BYTES] [--from DIR] [-q] TARGET`:
 //! prepare the target (create a sparse image, extend a short one, or take a
 //! block device as it is), format it, and optionally copy a host directory
-//! tree in (see `import`).
+//! tree in (see `import`). `mkfs.tux3` runs the same code.
 //!
 //! Calls [`tux3::device::file`] (create and open the image), the engine API
 //! ([`tux3::Fs::format`], [`tux3::Fs::open`], [`tux3::Fs::close`]).
@@ -33,6 +33,9 @@ pub struct MkfsArgs {
     /// Copy this host directory tree into the new volume
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+    /// Print nothing but warnings and errors (no summary, no progress bar)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Image file (created sparse if missing) or block device
     pub target: PathBuf,
 }
@@ -133,7 +136,7 @@ fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, Cl
             .map_err(|e| CliError::at(format!("{shown}: open after format"), e))?;
         // Never copy the image into itself when it lies inside the source.
         let skip = fs::metadata(target).ok().map(|m| (m.dev(), m.ino()));
-        let progress = std::io::stderr().is_terminal();
+        let progress = !args.quiet && std::io::stderr().is_terminal();
         stats = Some(import_tree(&fs, dir, skip, progress)?);
         // Start the new volume with everything unified and a fresh log, so
         // that every later mount has little to replay.
@@ -143,6 +146,9 @@ fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, Cl
             .map_err(|e| CliError::at(format!("{shown}: close"), e))?;
     }
 
+    if args.quiet {
+        return Ok(0);
+    }
     println!(
         "{shown}: tux3 volume of {} blocks of {} bytes",
         dev.block_count(),
