@@ -6,7 +6,8 @@
 //! surface — [`tux3::Fs`] (engine API), [`tux3::open_path`] and
 //! [`tux3::device`] (opening and creating images) — the offline tools
 //! ([`tux3_tools`]: fsck, dump, graph) and the FUSE adapter
-//! ([`tux3_fuse`]: `mount`, and `sync`'s ioctl number).
+//! ([`tux3_fuse`]: `mount`, and `sync`'s ioctl number), and clap_mangen
+//! (`man`: the manual pages).
 
 // Library code returns errors; it never unwraps (tests may).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -22,6 +23,7 @@ mod host;
 mod image;
 mod import;
 mod ls;
+mod man;
 mod mkfs;
 pub mod mkfs_helper;
 pub mod mount;
@@ -70,6 +72,9 @@ pub enum Command {
     Mount(mount::MountArgs),
     /// Make everything written through tux3 mounts durable now
     Sync(sync::SyncArgs),
+    /// Write the manual pages (section 8) into a directory
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 impl Command {
@@ -85,6 +90,7 @@ impl Command {
             Command::Readlink(_) => "readlink",
             Command::Mount(_) => "mount",
             Command::Sync(_) => "sync",
+            Command::Man(_) => "man",
         }
     }
 }
@@ -163,6 +169,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Readlink(a) => cat::run_readlink(&a),
         Command::Mount(a) => mount::run(&a),
         Command::Sync(a) => sync::run(&a),
+        Command::Man(a) => man::run(&a),
     }
 }
 
