@@ -69,6 +69,7 @@ pub enum Command {
     /// Print the target of a symbolic link of a volume (read-only)
     Readlink(cat::ReadlinkArgs),
     /// Mount a volume through FUSE (in the background unless -f)
+    #[command(long_about = mount::LONG_ABOUT)]
     Mount(mount::MountArgs),
     /// Make everything written through tux3 mounts durable now
     Sync(sync::SyncArgs),

@@ -25,16 +25,17 @@ use tux3::types::OpenOptions;
 use tux3::Fs;
 use tux3_fuse::Mounted;
 
+/// What `tux3 mount --help` and its man page say first.
+pub const LONG_ABOUT: &str = "Mount a volume through FUSE. Without -f the command returns once \
+     the mount is live and leaves a server process; umount, SIGTERM or SIGINT end it and commit \
+     everything.\n\nMounted by root, every user gets in under the kernel's permission checks, \
+     and set-user-ID files and device nodes work unless nosuid or nodev say otherwise (as for \
+     any filesystem); -o private lets only the mounter in. A mounter who is not root gets \
+     FUSE's rules: only they get in, nosuid,nodev.";
+
 /// Arguments of `tux3 mount`.
 #[derive(Args, Debug)]
 #[command(
-    long_about = "Mount a volume through FUSE. Without -f the command returns once the mount is \
-                  live and leaves a server process; umount, SIGTERM or SIGINT end it and commit \
-                  everything.\n\nMounted by root, every user gets in under the kernel's \
-                  permission checks, and set-user-ID files and device nodes work unless nosuid \
-                  or nodev say otherwise (as for any filesystem); -o private lets only the \
-                  mounter in. A mounter who is not root gets FUSE's rules: only they get in, \
-                  nosuid,nodev.",
     after_long_help = options_help(),
 )]
 pub struct MountArgs {

@@ -65,6 +65,7 @@ fn pages_for_every_command() {
             "nosuid",
             "fsync=strict",
             "enable_uring",
+            "leaves a server process",
         ] {
             assert!(text.contains(needle), "{name}: no {needle}");
         }
