@@ -27,12 +27,17 @@ import time
 
 from util import CmdError, find_pids, pid_alive, run, say
 
-FILESYSTEMS = ["tux3", "ext4", "ext4-fc", "xfs", "btrfs", "fuse2fs", "tmpfs"]
+# tux3-devfuse: tux3 served through /dev/fuse (`-o nouring`), beside tux3
+# over io_uring; run only where the kernel has io_uring for FUSE (elsewhere
+# tux3 itself goes through /dev/fuse). Not a peer.
+FILESYSTEMS = ["tux3", "tux3-devfuse", "ext4", "ext4-fc", "xfs", "btrfs", "fuse2fs", "tmpfs"]
+TUX3_MOUNTS = ("tux3", "tux3-devfuse")
 PEERS = ["ext4", "ext4-fc", "xfs", "btrfs", "fuse2fs"]
-LABEL = {"tux3": "tux3", "ext4": "ext4", "ext4-fc": "ext4 fast_commit", "xfs": "XFS",
+LABEL = {"tux3": "tux3", "tux3-devfuse": "tux3 /dev/fuse", "ext4": "ext4", "ext4-fc": "ext4 fast_commit", "xfs": "XFS",
          "btrfs": "Btrfs", "fuse2fs": "fuse2fs", "tmpfs": "tmpfs"}
 ALIASES = {"ext4fc": "ext4-fc", "ext4_fc": "ext4-fc", "fast_commit": "ext4-fc",
-           "ext4-fast_commit": "ext4-fc", "fuse": "fuse2fs"}
+           "ext4-fast_commit": "ext4-fc", "fuse": "fuse2fs", "tux3-nouring": "tux3-devfuse",
+           "devfuse": "tux3-devfuse"}
 # No lazy inode-table or journal zeroing: it would write in the background
 # during the workloads and spoil the device counters.
 # No discard at mkfs (or, for Btrfs, at mount): a discard punches holes in
@@ -47,7 +52,7 @@ MKFS = {
 }
 MOUNT_OPTS = {"btrfs": ["-o", "nodiscard"]}
 KERNEL_FS = {"ext4": "ext4", "ext4-fc": "ext4", "xfs": "xfs", "btrfs": "btrfs",
-             "fuse2fs": "fuse", "tux3": "fuse", "tmpfs": "tmpfs"}
+             "fuse2fs": "fuse", "tux3": "fuse", "tux3-devfuse": "fuse", "tmpfs": "tmpfs"}
 # Debian package of each tool the suite may need.
 PACKAGES = {"mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs",
             "fuse2fs": "fuse2fs", "dbench": "dbench", "fio": "fio", "gcc": "gcc",
@@ -194,9 +199,9 @@ class Env:
             with open("/sys/block/%s/loop/dio" % os.path.basename(dev)) as f:
                 if f.read().strip() != "1":
                     say("note: %s runs without direct I/O" % dev)
-            if fs == "tux3":
+            if fs in TUX3_MOUNTS:
                 run([self.tux3, "mkfs", dev], timeout=120)
-                opt = "uring" if self.uring_was is not None else "nouring"
+                opt = "uring" if self.uring_was is not None and fs == "tux3" else "nouring"
                 run([self.tux3, "mount", "-o", opt, dev, self.mnt], timeout=60)
             else:
                 run(MKFS[fs] + [dev], timeout=300)
@@ -207,10 +212,10 @@ class Env:
                     run(["mount", "-t", KERNEL_FS[fs]] + MOUNT_OPTS.get(fs, []) + [dev, self.mnt],
                         timeout=60)
             self._mounted(self.mnt)
-            if fs in ("tux3", "fuse2fs"):
+            if fs in TUX3_MOUNTS + ("fuse2fs",):
                 # Its own process (the daemon): for CPU time and clean-up.
                 time.sleep(0.2)
-                pids = find_pids(["tux3" if fs == "tux3" else "fuse2fs"], exact=[dev])
+                pids = find_pids(["tux3" if fs in TUX3_MOUNTS else "fuse2fs"], exact=[dev])
                 m.pid = pids[0] if pids else None
                 if m.pid:
                     self.daemons.append(m.pid)

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fsetup import FILESYSTEMS, LABEL  # noqa: E402
 
 STYLE = {"tux3": dict(color="#d62728", lw=2.5, marker="o"),
+         "tux3-devfuse": dict(color="#e377c2", lw=1.5, marker="o", ls="--"),
          "ext4": dict(color="#1f77b4", marker="s"),
          "ext4-fc": dict(color="#17becf", marker="s", ls="--"),
          "xfs": dict(color="#2ca02c", marker="^"),

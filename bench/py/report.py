@@ -240,9 +240,11 @@ def latency_table(rows, fss):
     return out
 
 
+DAEMONS = ("tux3", "tux3-devfuse", "fuse2fs")
+
+
 def cpu_table(rows):
-    daemons = [f for f in ("tux3", "fuse2fs") if any(r["fs"] == f and r.get("fs_cpu_s") is not None
-                                                      for r in rows)]
+    daemons = [f for f in DAEMONS if any(r["fs"] == f and r.get("fs_cpu_s") is not None for r in rows)]
     if not daemons:
         return []
     keys = []
@@ -250,7 +252,7 @@ def cpu_table(rows):
         k = (r["workload"], r["param"])
         if r["fs"] in daemons and k not in keys:
             keys.append(k)
-    out = ["| workload | " + " | ".join("%s CPU s (per op µs)" % d for d in daemons) + " |",
+    out = ["| workload | " + " | ".join("%s CPU s (per op µs)" % LABEL[d] for d in daemons) + " |",
            "|---" * (len(daemons) + 1) + "|"]
     for wl, p in keys:
         cells = []
@@ -263,9 +265,6 @@ def cpu_table(rows):
                 cells.append("%s (%s)" % (fmt(r["fs_cpu_s"]), fmt(per)))
         out.append("| %s %s | " % (wl, p) + " | ".join(cells) + " |")
     return out
-
-
-DAEMONS = ("tux3", "fuse2fs")
 
 
 def per_op(count, ops):
@@ -424,7 +423,9 @@ def commands(res):
         "mount -t ext4|xfs LOOP MNT; mount -t btrfs -o nodiscard LOOP MNT",
         "fuse2fs LOOP MNT; target/release/tux3 mount -o %s LOOP MNT" % (
             "uring" if res.get("machine", {}).get("tux3_transport") == "io_uring" else "nouring"),
-        "# tux3 -o uring: echo Y > /sys/module/fuse/parameters/enable_uring for the run"
+        "# tux3 -o uring: echo Y > /sys/module/fuse/parameters/enable_uring for the run" + (
+            "\n# tux3 /dev/fuse: target/release/tux3 mount -o nouring LOOP MNT (not a peer)"
+            if any(r["fs"] == "tux3-devfuse" for r in res["rows"]) else "")
         if res.get("machine", {}).get("tux3_transport") == "io_uring" else
         "# tux3 through /dev/fuse (this kernel has no FUSE over io_uring)",
         "mount -t tmpfs -o size=SIZE tux3-bench-tmpfs MNT",
