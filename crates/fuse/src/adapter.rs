@@ -21,6 +21,10 @@ use tux3::Fs;
 /// buffer (one page) holds about this many entries with short names.
 const READDIR_BATCH: usize = 128;
 
+/// The same for `readdirplus`, whose entries carry their attributes: a
+/// page holds about 25 of them.
+const READDIRPLUS_BATCH: usize = 32;
+
 /// A mounted volume as a FUSE filesystem. Clones share one state: fuser
 /// holds one, each io_uring queue thread another.
 #[derive(Clone)]
@@ -266,6 +270,18 @@ impl Tux3Fuse {
         &self,
         ino: Ino,
         offset: u64,
+        add: impl FnMut(Ino, u64, FileType, &[u8]) -> bool,
+    ) -> Result<()> {
+        self.walk_dir(ino, offset, READDIR_BATCH, add)
+    }
+
+    /// [`Tux3Fuse::fill_dir`], fetching `batch` entries from the engine at
+    /// a time (about what one reply holds).
+    fn walk_dir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        batch_len: usize,
         mut add: impl FnMut(Ino, u64, FileType, &[u8]) -> bool,
     ) -> Result<()> {
         let dir = FileType::Directory;
@@ -277,14 +293,14 @@ impl Tux3Fuse {
         }
         let mut pos = if offset <= 2 { 0 } else { offset };
         loop {
-            let batch = self.fs.readdir(ino, pos, READDIR_BATCH)?;
+            let batch = self.fs.readdir(ino, pos, batch_len)?;
             for e in &batch {
                 if add(e.ino, e.next, e.kind, &e.name) {
                     return Ok(());
                 }
                 pos = e.next;
             }
-            if batch.len() < READDIR_BATCH {
+            if batch.len() < batch_len {
                 return Ok(());
             }
         }
@@ -304,7 +320,7 @@ impl Tux3Fuse {
     ) -> Result<()> {
         let mut added = false;
         let mut failed = None;
-        self.fill_dir(ino, offset, |entry, next, _, name| {
+        self.walk_dir(ino, offset, READDIRPLUS_BATCH, |entry, next, _, name| {
             let held = self.fs.getattr(entry).and_then(|attr| {
                 if add(&attr, next, name) {
                     return Ok(false);

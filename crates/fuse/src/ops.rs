@@ -220,8 +220,11 @@ impl Filesystem for Tux3Fuse {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         BUF.with_borrow_mut(|buf| {
-            buf.resize(size as usize, 0);
-            match self.fs.read_into(ino.0, offset, buf) {
+            let size = size as usize;
+            if buf.len() < size {
+                buf.resize(size, 0);
+            }
+            match self.fs.read_into(ino.0, offset, &mut buf[..size]) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(errno(&e)),
             }

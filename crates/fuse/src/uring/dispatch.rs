@@ -64,6 +64,17 @@ impl From<Short> for Error {
     }
 }
 
+/// The outcome of a request that produced `len` bytes of reply, or failed.
+fn replied(r: Result<usize>) -> Outcome {
+    match r {
+        Ok(len) => Outcome::Reply { error: 0, len },
+        Err(e) => Outcome::Reply {
+            error: errno_of(&e),
+            len: 0,
+        },
+    }
+}
+
 fn refused(_: Short) -> Outcome {
     Outcome::Reply {
         error: -libc::EINVAL,
@@ -106,13 +117,7 @@ impl Tux3Fuse {
                     Err(short) => return refused(short),
                 };
                 let size = (a.size as usize).min(payload.len());
-                return match self.fs.read_into(h.nodeid, a.offset, &mut payload[..size]) {
-                    Ok(len) => Outcome::Reply { error: 0, len },
-                    Err(e) => Outcome::Reply {
-                        error: errno_of(&e),
-                        len: 0,
-                    },
-                };
+                return replied(self.fs.read_into(h.nodeid, a.offset, &mut payload[..size]));
             }
             op::FSYNC | op::FSYNCDIR => {
                 let a: FsyncIn = match read(op_in) {
@@ -175,20 +180,11 @@ impl Tux3Fuse {
                 self.answer(h, op_in, &payload[..len])
             }
         };
-        match r {
-            Ok(a) => {
-                let mut out = Out::new(payload);
-                self.encode(a, &mut out);
-                Outcome::Reply {
-                    error: 0,
-                    len: out.len,
-                }
-            }
-            Err(e) => Outcome::Reply {
-                error: errno_of(&e),
-                len: 0,
-            },
-        }
+        replied(r.map(|a| {
+            let mut out = Out::new(payload);
+            self.encode(a, &mut out);
+            out.len
+        }))
     }
 
     /// The engine calls of a request (all but READDIR, WRITE and the
@@ -310,16 +306,7 @@ impl Tux3Fuse {
                 !out.dirent(ino, next, kind, name)
             })
         };
-        match r {
-            Ok(()) => Outcome::Reply {
-                error: 0,
-                len: out.len,
-            },
-            Err(e) => Outcome::Reply {
-                error: errno_of(&e),
-                len: 0,
-            },
-        }
+        replied(r.map(|()| out.len))
     }
 
     fn encode(&self, a: Answer, out: &mut Out) {
