@@ -281,6 +281,10 @@ pub struct OpenOptions {
     /// `fsync` commits the whole delta instead of just the inode
     /// (`-o fsync=strict`): strict ordering, slower fsync.
     pub fsync_strict: bool,
+    /// Open the named snapshot instead of the live volume: read-only (set
+    /// `read_only` too), no log replayed, the tree the snapshot's unify
+    /// wrote. It may be opened while the live volume is open elsewhere.
+    pub snapshot: Option<Vec<u8>>,
 }
 
 use crate::memory_budget::default_dirty_limit;
@@ -294,6 +298,28 @@ impl Default for OpenOptions {
             unify_log_blocks: 256,
             commit_interval: None,
             fsync_strict: false,
+            snapshot: None,
         }
     }
+}
+
+/// One snapshot of a volume, as [`crate::Fs::snapshot_list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// Its number: the generation it closed. Snapshots taken later have
+    /// larger ones.
+    pub id: u64,
+    pub name: Vec<u8>,
+    /// When it was taken: seconds since the epoch.
+    pub created: i64,
+    /// Deleted: the name is gone from new lookups and its space is being
+    /// reclaimed in the background (`reclaim_left` extents to go).
+    pub deleting: bool,
+    /// Dead extents still to be examined before its space is all back.
+    pub reclaim_left: u64,
+    /// Bytes only this snapshot holds: what deleting it gives back.
+    pub unique_bytes: u64,
+    /// Bytes of blocks it refers to (file data and the trees' nodes), as
+    /// counted when it was taken.
+    pub referenced_bytes: u64,
 }

@@ -14,6 +14,7 @@
 
 mod commit;
 mod image;
+mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
