@@ -7,7 +7,11 @@
 //!
 //! Calls only [`tux3::Fs`].
 
-use super::{errno, file_attr, from_system_time, FuseOptions, TTL};
+use super::snapshot::{decode_name, encode_snapshot, list_index};
+use super::{
+    errno, file_attr, from_system_time, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
+    IOC_SNAPSHOT_LIST, TTL,
+};
 use fuser::{Generation, INodeNo, Notifier, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -344,6 +348,31 @@ impl Tux3Fuse {
         })?;
         failed.map_or(Ok(()), Err)
     }
+
+    /// Serve a snapshot ioctl ([`is_snapshot_ioctl`]) sent by user `uid`
+    /// with argument `arg`; returns what goes back out. Create and delete
+    /// change the whole volume while any process that may open a file of
+    /// the mount may send an ioctl, so they are refused (EPERM) to all but
+    /// root and the user this server runs as (the mounter). Create and
+    /// delete commit, so the caller must be a thread that may block.
+    pub(super) fn snapshot_ioctl(&self, uid: u32, cmd: u32, arg: &[u8]) -> Result<Vec<u8>> {
+        if cmd == IOC_SNAPSHOT_LIST {
+            let index = list_index(arg).ok_or_else(einval)?;
+            let all = self.fs.snapshot_list()?;
+            let s = usize::try_from(index).ok().and_then(|i| all.get(i));
+            return Ok(encode_snapshot(index, s).to_vec());
+        }
+        // SAFETY: geteuid has no preconditions.
+        if uid != 0 && uid != unsafe { libc::geteuid() } {
+            return Err(Error::Posix(Errno::EPERM));
+        }
+        let name = decode_name(arg).ok_or_else(einval)?;
+        match cmd {
+            IOC_SNAPSHOT_CREATE => self.fs.snapshot_create(name).map(|_| Vec::new()),
+            IOC_SNAPSHOT_DELETE => self.fs.snapshot_delete(name).map(|()| Vec::new()),
+            _ => Err(Error::Posix(Errno(libc::ENOTTY))),
+        }
+    }
 }
 
 /// `TimeOrNow` to engine time.
@@ -395,6 +424,11 @@ pub(super) fn empty(r: Result<()>, reply: ReplyEmpty) {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(&e)),
     }
+}
+
+/// Whether `cmd` is one of the snapshot ioctls (create, delete, list).
+pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
+    matches!(cmd, IOC_SNAPSHOT_CREATE | IOC_SNAPSHOT_DELETE | IOC_SNAPSHOT_LIST)
 }
 
 pub(super) fn einval() -> Error {

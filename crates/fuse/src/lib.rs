@@ -14,7 +14,10 @@
 //!   and closing the volume at the end;
 //! - `test_hooks.rs` (feature `test-hooks`, tests only): faults injected on
 //!   purpose (a queue thread that panics);
-//! - this file: the mount-time options and value conversions.
+//! - `snapshot.rs`: the arguments of the snapshot ioctls, encoded and
+//!   decoded (the `tux3 snapshot` command uses the same code);
+//! - this file: the mount-time options, the ioctl numbers and value
+//!   conversions.
 //!
 //! Calls only [`tux3::Fs`] and its value types.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -22,6 +25,7 @@
 mod adapter;
 mod ops;
 mod serve;
+mod snapshot;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod test_hooks;
@@ -60,6 +64,33 @@ pub const MAX_BACKGROUND: u16 = 64;
 /// and `syncfs` do not reach a FUSE server, so `tux3 sync` sends this.
 /// Parallel ones are served by one commit.
 pub const IOC_SYNC: u32 = 0xE301;
+
+/// The ioctl that takes a snapshot of the mounted volume
+/// (`_IOW(0xE3, 2, [u8; 256])`): the argument is the name, NUL-padded to
+/// [`SNAPSHOT_NAME_ARG`] bytes. The server commits everything before it as
+/// part of the snapshot; `tux3 snapshot create` first has the kernel write
+/// back the pages it holds (`syncfs`), so the snapshot holds them too.
+/// Errors: EEXIST, EINVAL (a bad name), EROFS, ENOSPC, EPERM (the caller is
+/// neither root nor the user the server runs as).
+pub const IOC_SNAPSHOT_CREATE: u32 = libc::_IOW::<[u8; SNAPSHOT_NAME_ARG]>(0xE3, 2) as u32;
+
+/// The ioctl that deletes a snapshot (`_IOW(0xE3, 3, [u8; 256])`, the name
+/// as for [`IOC_SNAPSHOT_CREATE`]). The name is gone, durably, when it
+/// returns; the server gives its space back in the background. Errors:
+/// ENOENT, EROFS, EPERM.
+pub const IOC_SNAPSHOT_DELETE: u32 = libc::_IOW::<[u8; SNAPSHOT_NAME_ARG]>(0xE3, 3) as u32;
+
+/// The ioctl that reports one snapshot per call
+/// (`_IOWR(0xE3, 4, [u8; 320])`): in, the index of the snapshot wanted
+/// (0 is the oldest); out, that snapshot, or the end marker once the index
+/// is past the last one (layout at [`SNAPSHOT_RECORD_LEN`]). Any process
+/// that may open a file of the mount may send it.
+pub const IOC_SNAPSHOT_LIST: u32 = libc::_IOWR::<[u8; SNAPSHOT_RECORD_LEN]>(0xE3, 4) as u32;
+
+pub use snapshot::{
+    decode_name, decode_snapshot, encode_name, encode_snapshot, list_index, list_request, SNAPSHOT_NAME_ARG,
+    SNAPSHOT_RECORD_LEN,
+};
 
 /// Default number of threads serving requests.
 pub const DEFAULT_THREADS: usize = 4;

@@ -4,7 +4,9 @@
 //!
 //! Calls only [`tux3::Fs`].
 
-use super::adapter::{einval, empty, may_keep_ids, negative_attr, time_or_now, xattr_reply};
+use super::adapter::{
+    einval, empty, is_snapshot_ioctl, may_keep_ids, negative_attr, time_or_now, xattr_reply,
+};
 use super::{
     errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_BACKGROUND, MAX_READAHEAD, MAX_WRITE, TTL,
 };
@@ -345,15 +347,24 @@ impl Filesystem for Tux3Fuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        // `tux3 snapshot`: the kernel copied the argument in (its size is
+        // in `cmd`) and copies the answer out, up to that size. Create and
+        // delete commit on this request thread, as a sync does.
+        if is_snapshot_ioctl(cmd) {
+            return match self.snapshot_ioctl(req.uid(), cmd, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         if cmd != IOC_SYNC {
             return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
         }

@@ -10,7 +10,7 @@ use super::args::{
     FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn, SetattrIn,
     SetxattrIn, WriteIn,
 };
-use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer};
+use crate::adapter::{einval, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 use tux3::error::{Errno, Error, Result};
@@ -31,6 +31,9 @@ pub type Deferred = Box<dyn FnOnce(i32, &[u8]) + Send>;
 
 /// Work handed to a thread that may block (see [`Tux3Fuse::serve_ring`]).
 pub type Job = Box<dyn FnOnce() + Send>;
+
+/// An ioctl's work; it gives the reply's data after `fuse_ioctl_out`.
+type IoctlJob = Box<dyn FnOnce() -> Result<Vec<u8>> + Send>;
 
 /// What a request produced, before it is encoded.
 enum Answer {
@@ -94,7 +97,7 @@ impl Tux3Fuse {
     /// its thread's ring would wait too — a small write and fsync behind a
     /// stream's write held for a commit. A write that would wait for dirty
     /// data to drain goes to `blocking` instead, with a copy of its data,
-    /// and so does a sync ([`IOC_SYNC`]).
+    /// and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl.
     pub(super) fn serve_ring(
         &self,
         h: &InHeader,
@@ -158,23 +161,29 @@ impl Tux3Fuse {
                     return Outcome::Later;
                 }
             }
-            // `tux3 sync` (fuse_ioctl_in: fh, flags, cmd at 12): a whole
-            // commit, on a thread that may block.
-            op::IOCTL if read::<IoctlIn>(op_in).is_ok_and(|a| a.cmd == IOC_SYNC) => {
-                let (fuse, done) = (self.clone(), defer());
-                let job: Job = Box::new(move || match fuse.fs.sync() {
-                    Ok(()) => done(0, &ioctl_out()),
-                    Err(e) => done(errno_of(&e), &[]),
-                });
-                if let Err(SendError(job)) = blocking.send(job) {
-                    job();
-                }
-                return Outcome::Later;
+            op::IOCTL => {
+                let a: IoctlIn = match read(op_in) {
+                    Ok(a) => a,
+                    Err(short) => return refused(short),
+                };
+                let len = (a.in_size as usize).min(h.payload_len).min(payload.len());
+                return match self.ring_ioctl(h.uid, a.cmd, &payload[..len]) {
+                    Some(job) => {
+                        let done = defer();
+                        let job: Job = Box::new(move || match job() {
+                            Ok(data) => done(0, &[&ioctl_out()[..], &data].concat()),
+                            Err(e) => done(errno_of(&e), &[]),
+                        });
+                        // Without a thread to take it (they are gone only if
+                        // one panicked), it runs here.
+                        if let Err(SendError(job)) = blocking.send(job) {
+                            job();
+                        }
+                        Outcome::Later
+                    }
+                    None => replied(Err(Error::Posix(Errno(libc::ENOTTY)))),
+                };
             }
-            op::IOCTL => match read::<IoctlIn>(op_in) {
-                Ok(_) => Err(Error::Posix(Errno(libc::ENOTTY))),
-                Err(short) => return refused(short),
-            },
             _ => {
                 let len = h.payload_len.min(payload.len());
                 self.answer(h, op_in, &payload[..len])
@@ -263,6 +272,23 @@ impl Tux3Fuse {
             }
             _ => return Err(Error::Posix(Errno(libc::ENOSYS))),
         })
+    }
+
+    /// The work of an ioctl (`fuse_ioctl_in`: fh, flags, cmd at 12; its
+    /// argument `arg` in the payload), to run on a thread that may block:
+    /// `tux3 sync` (a whole commit) and the snapshot ioctls (create and
+    /// delete commit). It gives the data that follows `fuse_ioctl_out` in
+    /// the reply. `None` for a command we do not know.
+    fn ring_ioctl(&self, uid: u32, cmd: u32, arg: &[u8]) -> Option<IoctlJob> {
+        let fuse = self.clone();
+        if cmd == IOC_SYNC {
+            return Some(Box::new(move || fuse.fs.sync().map(|()| Vec::new())));
+        }
+        if is_snapshot_ioctl(cmd) {
+            let arg = arg.to_vec();
+            return Some(Box::new(move || fuse.snapshot_ioctl(uid, cmd, &arg)));
+        }
+        None
     }
 
     fn ring_setattr(&self, ino: Ino, a: &SetattrIn) -> Result<Attr> {
