@@ -82,3 +82,70 @@ pub fn local_offset(sec: i64) -> i64 {
 pub fn format_local_time(ts: Timespec) -> String {
     format_time(ts, local_offset(ts.sec))
 }
+
+/// `YYYY-MM-DD HH:MM:SS` of `sec` (seconds since the epoch) in a zone
+/// `utc_offset` seconds east of UTC.
+pub fn format_time_seconds(sec: i64, utc_offset: i64) -> String {
+    let t = sec.saturating_add(utc_offset);
+    let (y, m, d) = civil_date(t.div_euclid(86_400));
+    let s = t.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+/// A byte count as `df -h` shows it: powers of 1024, rounded up, one
+/// decimal below 10 (`0`, `1000`, `4.0K`, `9.8M`, `12G`).
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [char; 6] = ['K', 'M', 'G', 'T', 'P', 'E'];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let bytes = u128::from(bytes);
+    let mut i = 0;
+    loop {
+        let (scale, unit) = (1u128 << (10 * (i + 1)), UNITS[i]);
+        let tenths = (bytes * 10).div_ceil(scale);
+        if tenths < 100 {
+            return format!("{}.{}{unit}", tenths / 10, tenths % 10);
+        }
+        let whole = bytes.div_ceil(scale);
+        if whole < 1024 || i + 1 == UNITS.len() {
+            return format!("{whole}{unit}");
+        }
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_like_df() {
+        let cases = [
+            (0, "0"),
+            (1000, "1000"),
+            (1024, "1.0K"),
+            (1025, "1.1K"),
+            (4096, "4.0K"),
+            (10 * 1024 - 1, "10K"),
+            (12 << 20, "12M"),
+            ((1 << 30) - 1, "1.0G"),
+            (5 << 40, "5.0T"),
+            (u64::MAX, "16E"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(human_size(n), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn times_have_seconds() {
+        assert_eq!(format_time_seconds(0, 0), "1970-01-01 00:00:00");
+        assert_eq!(format_time_seconds(1_795_686_902, 3600), "2026-11-26 10:55:02");
+    }
+}

@@ -6,7 +6,7 @@
 //! surface — [`tux3::Fs`] (engine API), [`tux3::open_path`] and
 //! [`tux3::device`] (opening and creating images) — the offline tools
 //! ([`tux3_tools`]: fsck, dump, graph) and the FUSE adapter
-//! ([`tux3_fuse`]: `mount`, and `sync`'s ioctl number), and clap_mangen
+//! ([`tux3_fuse`]: `mount`, and the ioctls of `sync` and `snapshot`), and clap_mangen
 //! (`man`: the manual pages).
 
 // Library code returns errors; it never unwraps (tests may).
@@ -28,6 +28,7 @@ mod mkfs;
 pub mod mkfs_helper;
 pub mod mount;
 mod mount_opts;
+mod snapshot;
 mod sync;
 
 pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
@@ -73,6 +74,8 @@ pub enum Command {
     Mount(mount::MountArgs),
     /// Make everything written through tux3 mounts durable now
     Sync(sync::SyncArgs),
+    /// Create, list and delete snapshots of a volume (mounted or not)
+    Snapshot(snapshot::SnapshotArgs),
     /// Write the manual pages (section 8) into a directory
     #[command(hide = true)]
     Man(man::ManArgs),
@@ -91,6 +94,7 @@ impl Command {
             Command::Readlink(_) => "readlink",
             Command::Mount(_) => "mount",
             Command::Sync(_) => "sync",
+            Command::Snapshot(a) => a.action.command_name(),
             Command::Man(_) => "man",
         }
     }
@@ -170,6 +174,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Readlink(a) => cat::run_readlink(&a),
         Command::Mount(a) => mount::run(&a),
         Command::Sync(a) => sync::run(&a),
+        Command::Snapshot(a) => snapshot::run(&a),
         Command::Man(a) => man::run(&a),
     }
 }

@@ -20,6 +20,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tux3::error::Errno;
 use tux3::open_path;
 use tux3::types::OpenOptions;
 use tux3::Fs;
@@ -31,7 +32,8 @@ pub const LONG_ABOUT: &str = "Mount a volume through FUSE. Without -f the comman
      everything.\n\nMounted by root, every user gets in under the kernel's permission checks, \
      and set-user-ID files and device nodes work unless nosuid or nodev say otherwise (as for \
      any filesystem); -o private lets only the mounter in. A mounter who is not root gets \
-     FUSE's rules: only they get in, nosuid,nodev.";
+     FUSE's rules: only they get in, nosuid,nodev.\n\n-o snapshot=NAME mounts a snapshot \
+     (see tux3 snapshot) read-only, beside the live volume's mount if need be.";
 
 /// Arguments of `tux3 mount`.
 #[derive(Args, Debug)]
@@ -126,18 +128,34 @@ fn serve(mounted: Mounted) -> Result<u8, CliError> {
 fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mounted, File), String> {
     tux3_fuse::block_signals().map_err(|e| format!("blocking signals: {e}"))?;
     let ro = opts.fuse.read_only;
-    let lock = lock_volume(target, ro)?;
+    // A snapshot mount takes no lock. Its blocks are never written while
+    // the snapshot exists (the live volume writes elsewhere), so there is
+    // nothing to keep a writer from; and the live volume's read-write
+    // mount holds the exclusive lock (an exclusive open of a block
+    // device), which a shared lock or a second open with O_EXCL would run
+    // into, while a snapshot is meant to be mountable beside it. The lock
+    // returned is then the image opened read-only, without a lock.
+    let lock = match opts.snapshot {
+        Some(_) => {
+            File::open(target).map_err(|e| super::strip_os_error(format!("{}: {e}", target.display())))?
+        }
+        None => lock_volume(target, ro)?,
+    };
     let dev = open_path(target, !ro).map_err(|e| image_error(target, e).message)?;
     let mut open = OpenOptions {
         read_only: ro,
         commit_interval: opts.commit_interval,
         fsync_strict: opts.fsync_strict,
+        snapshot: opts.snapshot.as_ref().map(|n| n.as_bytes().to_vec()),
         ..OpenOptions::default()
     };
     if let Some(limit) = opts.dirty_limit {
         open.dirty_limit = limit;
     }
-    let fs = Fs::open(dev, open).map_err(|e| image_error(target, e).message)?;
+    let fs = Fs::open(dev, open).map_err(|e| match (&opts.snapshot, e.errno()) {
+        (Some(name), Errno::ENOENT) => format!("{}: no snapshot \"{name}\"", target.display()),
+        _ => image_error(target, e).message,
+    })?;
     let mut fopts = opts.fuse.clone();
     fopts.fsname = target
         .canonicalize()
@@ -152,7 +170,7 @@ fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mount
 /// Keep others from opening the volume while it is mounted: an exclusive
 /// open of a block device, a `flock` of an image file (shared when
 /// read-only, so several read-only mounts may coexist).
-fn lock_volume(target: &Path, read_only: bool) -> Result<File, String> {
+pub(crate) fn lock_volume(target: &Path, read_only: bool) -> Result<File, String> {
     let err = |e: io::Error| super::strip_os_error(format!("{}: {e}", target.display()));
     let meta = std::fs::metadata(target).map_err(err)?;
     if meta.file_type().is_block_device() {

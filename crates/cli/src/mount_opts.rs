@@ -29,6 +29,9 @@ pub struct MountOptions {
     /// `commit=SECONDS`: end a delta this often (`commit=0`: never by time,
     /// only on sync, fsync, memory pressure and unmount).
     pub commit_interval: Option<Duration>,
+    /// `snapshot=NAME`: mount the named snapshot instead of the live
+    /// volume, read-only (`OpenOptions::snapshot`).
+    pub snapshot: Option<String>,
 }
 
 /// Default of `commit=SECONDS`.
@@ -87,9 +90,16 @@ pub fn parse_options_over<S: AsRef<str>>(
         fsync_strict: false,
         dirty_limit: None,
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
+        snapshot: None,
     };
+    let mut rw = false;
     for list in lists {
         for opt in list.as_ref().split(',').filter(|s| !s.is_empty()) {
+            match opt {
+                "rw" => rw = true,
+                "ro" => rw = false,
+                _ => {}
+            }
             apply(&mut o, opt).or_else(|e| {
                 if sloppy && e.starts_with("unknown") {
                     Ok(())
@@ -98,6 +108,16 @@ pub fn parse_options_over<S: AsRef<str>>(
                 }
             })?;
         }
+    }
+    // A snapshot is never written: its mount is read-only, and asking
+    // for rw is a mistake worth saying.
+    if let Some(name) = &o.snapshot {
+        if rw {
+            return Err(format!(
+                "mount option snapshot={name}: snapshots are read-only; drop rw"
+            ));
+        }
+        o.fuse.read_only = true;
     }
     Ok(o)
 }
@@ -179,6 +199,15 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
                 .map_err(|_| format!("invalid value '{v}' of mount option commit: expected whole seconds"))?;
             o.commit_interval = (secs > 0).then(|| Duration::from_secs(secs));
         }
+        "snapshot" => {
+            let v = need()?;
+            if v.is_empty() || v.len() > 255 || v.contains('/') {
+                return Err(format!(
+                    "invalid value '{v}' of mount option snapshot: a name of 1 to 255 bytes without '/'"
+                ));
+            }
+            o.snapshot = Some(v.to_string());
+        }
         "threads" => {
             let v = need()?;
             match v.parse::<usize>() {
@@ -248,6 +277,11 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
         "writeback_cache",
         "Use the kernel's FUSE writeback cache: faster small writes, but a write is no longer \
          atomic and data is reordered against renames and other files' writes.",
+    ),
+    (
+        "snapshot=NAME",
+        "Mount the snapshot NAME (see tux3 snapshot) instead of the live volume: read-only \
+         (rw is refused), and possible while the live volume is mounted elsewhere.",
     ),
     ("threads=N", "Request threads (default 4, at most 64)."),
     (

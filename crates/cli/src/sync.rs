@@ -72,7 +72,7 @@ fn sync_one(path: &Path) -> Result<(), CliError> {
 }
 
 /// Mount points of type `fuse.tux3`, from `/proc/self/mounts`.
-fn tux3_mounts() -> io::Result<Vec<PathBuf>> {
+pub(crate) fn tux3_mounts() -> io::Result<Vec<PathBuf>> {
     let text = std::fs::read_to_string("/proc/self/mounts")?;
     Ok(text
         .lines()
