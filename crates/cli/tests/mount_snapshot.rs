@@ -1,0 +1,181 @@
+//! Through real mounts, on both transports: `tux3 snapshot create` on a
+//! path of a live mount (the server takes it, with what was written just
+//! before), the snapshot mounted with `-o snapshot=NAME` on a second
+//! directory while the live volume stays mounted: it shows the old
+//! content and refuses writes (EROFS), and `rw` is refused. Then both are
+//! unmounted, and the snapshot is deleted through a remount of the live
+//! volume; fsck is clean after each step.
+//!
+//! Needs root and /dev/fuse (and FUSE over io_uring for the ring
+//! transport); without them the tests print a note and pass.
+
+mod mount_util;
+
+use mount_util::*;
+use std::fs;
+use std::io::ErrorKind;
+use std::process::{Command, Output, Stdio};
+
+fn tux3(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    Command::new(TUX3)
+        .args(args.iter().map(|a| a.as_ref()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tux3")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `tux3 snapshot ARGS`, which must succeed; its standard output.
+fn snapshot_ok(args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let o = tux3(&[&[&"snapshot" as &dyn AsRef<std::ffi::OsStr>], args].concat());
+    assert_eq!(o.status.code(), Some(0), "tux3 snapshot: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `tux3 snapshot ARGS`, which must fail with exit 1; its standard error.
+fn snapshot_fails(args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let o = tux3(&[&[&"snapshot" as &dyn AsRef<std::ffi::OsStr>], args].concat());
+    assert_eq!(o.status.code(), Some(1), "tux3 snapshot: {}", text(&o));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The snapshot `name`'s row of a listing, if any.
+fn row<'a>(listing: &'a str, name: &str) -> Option<&'a str> {
+    listing
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().next() == Some(name))
+}
+
+/// A second mount point over the same image, for the snapshot.
+fn beside(fx: &Fixture) -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = dir.path().canonicalize().expect("canonical tempdir");
+    let mnt = base.join("snap");
+    fs::create_dir(&mnt).expect("mkdir snap");
+    Fixture {
+        img: fx.img.clone(),
+        log: base.join("server.log"),
+        mnt,
+        dir,
+    }
+}
+
+fn assert_erofs(r: std::io::Result<()>, what: &str) {
+    let e = r.expect_err(what);
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{what}: {e}");
+}
+
+fn snapshot_beside_the_live_mount(transport: &str) {
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&["-o", transport]);
+    fs::create_dir(fx.path("d")).unwrap();
+    fs::write(fx.path("f"), b"old content").unwrap();
+    fs::write(fx.path("d/g"), vec![3u8; 100_000]).unwrap();
+
+    // Taken through the mount, on a file of it, right after the writes.
+    assert_eq!(snapshot_ok(&[&"create", &fx.path("f"), &"s1"]), "");
+    let listing = snapshot_ok(&[&"list", &fx.mnt]);
+    let r = row(&listing, "s1").unwrap_or_else(|| panic!("no s1 in {listing}"));
+    assert!(r.ends_with(" ok"), "{listing}");
+    let e = snapshot_fails(&[&"create", &fx.path("d"), &"s1"]);
+    assert_eq!(
+        e,
+        format!(
+            "tux3 snapshot create: {}: snapshot \"s1\" already exists\n",
+            fx.path("d").display()
+        )
+    );
+    // The live volume moves on.
+    fs::write(fx.path("f"), b"new content, longer than the old").unwrap();
+    fs::remove_file(fx.path("d/g")).unwrap();
+    fs::write(fx.path("h"), b"made after the snapshot").unwrap();
+
+    // The snapshot, mounted beside the live mount.
+    let fx2 = beside(&fx);
+    let o = tux3(&[&"mount", &"-o", &"snapshot=s1,rw", &fx.img, &fx2.mnt]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("read-only"), "{}", text(&o));
+    let o = tux3(&[&"mount", &"-o", &"snapshot=none", &fx.img, &fx2.mnt]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no snapshot \"none\""), "{}", text(&o));
+    assert!(!is_mounted(&fx2.mnt));
+
+    let opts = format!("snapshot=s1,{transport}");
+    let s = fx2.mount(&["-o", &opts]);
+    assert_eq!(fs::read(fx2.path("f")).unwrap(), b"old content");
+    assert_eq!(fs::read(fx2.path("d/g")).unwrap(), vec![3u8; 100_000]);
+    assert_eq!(
+        fs::metadata(fx2.path("h")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_erofs(fs::write(fx2.path("f"), b"x"), "write into the snapshot");
+    assert_erofs(fs::write(fx2.path("new"), b"x"), "create in the snapshot");
+    assert_erofs(fs::remove_file(fx2.path("f")), "unlink in the snapshot");
+    assert_erofs(fs::create_dir(fx2.path("dir")), "mkdir in the snapshot");
+    // Nor does the snapshot take snapshots.
+    let e = snapshot_fails(&[&"create", &fx2.mnt, &"s2"]);
+    assert!(e.contains("read-only"), "{e}");
+    // The live mount still shows the new state.
+    assert_eq!(
+        fs::read(fx.path("f")).unwrap(),
+        b"new content, longer than the old"
+    );
+    assert!(!fx.path("d/g").exists());
+
+    s.unmount();
+    m.unmount();
+    fx.fsck();
+
+    // Deleted through a remount: the name goes at once (its space comes
+    // back in the background: it may still be listed, as deleting).
+    let m = fx.mount(&["-o", transport]);
+    assert_eq!(snapshot_ok(&[&"delete", &fx.mnt, &"s1"]), "");
+    let listing = snapshot_ok(&[&"list", &fx.mnt]);
+    if let Some(r) = row(&listing, "s1") {
+        assert!(r.contains("deleting"), "{listing}");
+    }
+    let e = snapshot_fails(&[&"delete", &fx.mnt, &"s1"]);
+    assert_eq!(
+        e,
+        format!("tux3 snapshot delete: {}: no snapshot \"s1\"\n", fx.mnt.display())
+    );
+    assert_eq!(
+        fs::read(fx.path("f")).unwrap(),
+        b"new content, longer than the old"
+    );
+    m.unmount();
+    fx.fsck();
+    let o = tux3(&[&"mount", &"-o", &"snapshot=s1", &fx.img, &fx2.mnt]);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "a deleted snapshot mounted: {}",
+        text(&o)
+    );
+    assert!(!is_mounted(&fx2.mnt));
+}
+
+#[test]
+fn snapshot_through_dev_fuse() {
+    if !can_mount() {
+        return;
+    }
+    let _one = PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    snapshot_beside_the_live_mount("nouring");
+}
+
+#[test]
+fn snapshot_through_io_uring() {
+    let Some(_switch) = uring_switch(true) else {
+        return;
+    };
+    snapshot_beside_the_live_mount("uring");
+}
