@@ -75,6 +75,7 @@ pub enum Command {
     /// Make everything written through tux3 mounts durable now
     Sync(sync::SyncArgs),
     /// Create, list and delete snapshots of a volume (mounted or not)
+    #[command(long_about = snapshot::LONG_ABOUT)]
     Snapshot(snapshot::SnapshotArgs),
     /// Write the manual pages (section 8) into a directory
     #[command(hide = true)]

@@ -135,9 +135,15 @@ fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mount
     // device), which a shared lock or a second open with O_EXCL would run
     // into, while a snapshot is meant to be mountable beside it. The lock
     // returned is then the image opened read-only, without a lock.
-    let lock = match opts.snapshot {
-        Some(_) => {
-            File::open(target).map_err(|e| super::strip_os_error(format!("{}: {e}", target.display())))?
+    //
+    // It marks the snapshot as mounted instead (`mark_snapshot_mounted`),
+    // which `tux3 snapshot delete` checks.
+    let lock = match &opts.snapshot {
+        Some(name) => {
+            let err = |e: io::Error| super::strip_os_error(format!("{}: {e}", target.display()));
+            let file = File::open(target).map_err(err)?;
+            mark_snapshot_mounted(&file, name.as_bytes()).map_err(err)?;
+            file
         }
         None => lock_volume(target, ro)?,
     };
@@ -195,6 +201,53 @@ pub(crate) fn lock_volume(target: &Path, read_only: bool) -> Result<File, String
         });
     }
     Ok(file)
+}
+
+/// Where the mark of a mounted snapshot goes: a byte far past the end of
+/// any image (from 2^62), picked by a hash of the name.
+fn snapshot_mark(name: &[u8]) -> libc::off_t {
+    // FNV-1a, 64 bits.
+    let hash = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    ((1u64 << 62) + (hash >> 24)) as libc::off_t
+}
+
+/// A lock request (`struct flock`) for the mark of snapshot `name`.
+fn mark_request(kind: libc::c_int, name: &[u8]) -> libc::flock {
+    // SAFETY: an all-zero `flock` is a valid value of this plain C struct.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = snapshot_mark(name);
+    l.l_len = 1;
+    l
+}
+
+/// Mark snapshot `name` as mounted for as long as `image` (a descriptor
+/// of its volume) stays open: a shared open-file-description lock on its
+/// mark byte. Such locks are apart from the `flock` of a read-write mount,
+/// and any number of mounts of one snapshot may hold them.
+fn mark_snapshot_mounted(image: &File, name: &[u8]) -> io::Result<()> {
+    let l = mark_request(libc::F_RDLCK, name);
+    // SAFETY: fcntl with a valid descriptor and a `flock` that outlives it.
+    if unsafe { libc::fcntl(image.as_raw_fd(), libc::F_OFD_SETLK, &l) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether snapshot `name` of the volume at `image` is mounted (its mark is
+/// held, see [`mark_snapshot_mounted`]). Names are told apart by a hash: a
+/// false "mounted" is possible, a missed one is not.
+pub(crate) fn snapshot_is_mounted(image: &Path, name: &[u8]) -> io::Result<bool> {
+    let file = File::open(image)?;
+    let mut l = mark_request(libc::F_WRLCK, name);
+    // SAFETY: fcntl with a valid descriptor and a `flock` it may fill in.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i32::from(l.l_type) != libc::F_UNLCK)
 }
 
 /// Mount in the background: fork (before any thread exists); the child

@@ -11,8 +11,8 @@
 
 use super::format::{format_time_seconds, human_size, local_offset};
 use super::image::image_error;
-use super::mount::lock_volume;
-use super::sync::tux3_mounts;
+use super::mount::{lock_volume, snapshot_is_mounted};
+use super::sync::tux3_mount_table;
 use super::{stdout_error, CliError};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -31,7 +31,7 @@ use tux3_fuse::{
 };
 
 /// What `tux3 snapshot --help` says after the summary.
-const LONG_ABOUT: &str = "Create, list and delete snapshots of a whole volume. A snapshot is \
+pub const LONG_ABOUT: &str = "Create, list and delete snapshots of a whole volume. A snapshot is \
      the volume as it was when it was taken, kept read-only: mount it with \
      `tux3 mount -o snapshot=NAME IMAGE DIR`, beside the live volume if that is mounted.\n\n\
      TARGET is any file or directory of a tux3 mount (the mount's server does the work), or \
@@ -41,7 +41,6 @@ const LONG_ABOUT: &str = "Create, list and delete snapshots of a whole volume. A
 
 /// Arguments of `tux3 snapshot`.
 #[derive(Args, Debug)]
-#[command(long_about = LONG_ABOUT)]
 pub struct SnapshotArgs {
     #[command(subcommand)]
     pub action: Action,
@@ -102,7 +101,7 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
         Action::Create { target, name } => {
             let name = checked_name(target, name)?;
             match locate(target)? {
-                Target::Mount(f) => {
+                Target::Mount(f, _) => {
                     // The pages the kernel holds (written through mmap or
                     // with the writeback cache) go to the server first, so
                     // the snapshot holds them: FUSE's syncfs writes them
@@ -128,8 +127,23 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
         }
         Action::Delete { target, name } => {
             let name = checked_name(target, name)?;
-            match locate(target)? {
-                Target::Mount(f) => name_ioctl(&f, IOC_SNAPSHOT_DELETE, name)
+            let found = locate(target)?;
+            let image = match &found {
+                Target::Mount(_, source) => source,
+                Target::Image => target,
+            };
+            // A mounted snapshot's blocks must stay. (Where the mark cannot
+            // be read, as for a source that is not a path, nothing stops
+            // the delete.)
+            if snapshot_is_mounted(image, name).unwrap_or(false) {
+                return Err(CliError::new(format!(
+                    "{}: snapshot {} is mounted: unmount it first",
+                    target.display(),
+                    quoted(name)
+                )));
+            }
+            match found {
+                Target::Mount(f, _) => name_ioctl(&f, IOC_SNAPSHOT_DELETE, name)
                     .map_err(|e| failure(target, Op::Delete, Some(name), e.into()))?,
                 Target::Image => {
                     let (fs, _lock) = open_image(target, true)?;
@@ -151,7 +165,9 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
         }
         Action::List { target, json } => {
             let all = match locate(target)? {
-                Target::Mount(f) => list_ioctl(&f).map_err(|e| failure(target, Op::List, None, e.into()))?,
+                Target::Mount(f, _) => {
+                    list_ioctl(&f).map_err(|e| failure(target, Op::List, None, e.into()))?
+                }
                 Target::Image => {
                     let (fs, _lock) = open_image(target, false)?;
                     let all = fs
@@ -170,8 +186,9 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
 
 /// Where the work is done.
 enum Target {
-    /// On a tux3 mount: a descriptor of the path, for the ioctls.
-    Mount(File),
+    /// On a tux3 mount: a descriptor of the path, for the ioctls, and the
+    /// mount's source (its image or device).
+    Mount(File, PathBuf),
     /// An image file or block device, not on a tux3 mount.
     Image,
 }
@@ -180,11 +197,11 @@ enum Target {
 fn locate(target: &Path) -> Result<Target, CliError> {
     let meta = std::fs::metadata(target).map_err(|e| CliError::at(target.display(), e))?;
     // A mount point that cannot be reached (its server died) is skipped.
-    let on_mount = tux3_mounts()
+    let on_mount = tux3_mount_table()
         .unwrap_or_default()
-        .iter()
-        .any(|m| std::fs::metadata(m).is_ok_and(|mm| mm.dev() == meta.dev()));
-    if on_mount {
+        .into_iter()
+        .find(|(_, m)| std::fs::metadata(m).is_ok_and(|mm| mm.dev() == meta.dev()));
+    if let Some((source, _)) = on_mount {
         // Read access is enough, for files and directories alike;
         // O_NONBLOCK keeps a FIFO from blocking the open.
         let f = File::options()
@@ -192,7 +209,7 @@ fn locate(target: &Path) -> Result<Target, CliError> {
             .custom_flags(libc::O_NONBLOCK)
             .open(target)
             .map_err(|e| CliError::at(target.display(), e))?;
-        return Ok(Target::Mount(f));
+        return Ok(Target::Mount(f, source));
     }
     let kind = meta.file_type();
     if kind.is_file() || kind.is_block_device() {

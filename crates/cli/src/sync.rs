@@ -73,13 +73,20 @@ fn sync_one(path: &Path) -> Result<(), CliError> {
 
 /// Mount points of type `fuse.tux3`, from `/proc/self/mounts`.
 pub(crate) fn tux3_mounts() -> io::Result<Vec<PathBuf>> {
+    Ok(tux3_mount_table()?.into_iter().map(|(_, dir)| dir).collect())
+}
+
+/// The mounts of type `fuse.tux3` in `/proc/self/mounts`: (source, mount
+/// point). The source is the volume's image or device (`tux3 mount` names
+/// it by its canonical path).
+pub(crate) fn tux3_mount_table() -> io::Result<Vec<(PathBuf, PathBuf)>> {
     let text = std::fs::read_to_string("/proc/self/mounts")?;
     Ok(text
         .lines()
         .filter_map(|l| {
             let mut f = l.split(' ');
-            let (_source, dir, kind) = (f.next()?, f.next()?, f.next()?);
-            (kind == "fuse.tux3").then(|| PathBuf::from(unescape(dir)))
+            let (source, dir, kind) = (f.next()?, f.next()?, f.next()?);
+            (kind == "fuse.tux3").then(|| (PathBuf::from(unescape(source)), PathBuf::from(unescape(dir))))
         })
         .collect())
 }

@@ -2,7 +2,8 @@
 //! path of a live mount (the server takes it, with what was written just
 //! before), the snapshot mounted with `-o snapshot=NAME` on a second
 //! directory while the live volume stays mounted: it shows the old
-//! content and refuses writes (EROFS), and `rw` is refused. Then both are
+//! content and refuses writes (EROFS), `rw` is refused, and so is deleting
+//! the snapshot while it is mounted. Then both are
 //! unmounted, and the snapshot is deleted through a remount of the live
 //! volume; fsck is clean after each step.
 //!
@@ -130,6 +131,18 @@ fn snapshot_beside_the_live_mount(transport: &str) {
     );
     assert!(!fx.path("d/g").exists());
 
+    // Nor may it be deleted while mounted, through the live mount or the
+    // snapshot's.
+    for path in [&fx.mnt, &fx2.mnt] {
+        let e = snapshot_fails(&[&"delete", path, &"s1"]);
+        assert_eq!(
+            e,
+            format!(
+                "tux3 snapshot delete: {}: snapshot \"s1\" is mounted: unmount it first\n",
+                path.display()
+            )
+        );
+    }
     s.unmount();
     m.unmount();
     fx.fsck();
