@@ -53,7 +53,10 @@ fn main() {
     let snaps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let (path, remove) = match args.get(3) {
         Some(p) => (PathBuf::from(p), false),
-        None => (std::env::temp_dir().join(format!("tux3-snapshots-{}.img", std::process::id())), true),
+        None => (
+            std::env::temp_dir().join(format!("tux3-snapshots-{}.img", std::process::id())),
+            true,
+        ),
     };
     let f = std::fs::File::create(&path).expect("create image");
     f.set_len(8 << 30).expect("size image");
@@ -76,9 +79,17 @@ fn main() {
     // Each snapshot sees a few changed files, so each holds something alone.
     let mut bulk = Vec::with_capacity(snaps);
     for s in 0..snaps {
-        let a = fs.lookup(ROOT_INO, format!("f{}", s % files.max(1)).as_bytes()).expect("lookup");
+        let a = fs
+            .lookup(ROOT_INO, format!("f{}", s % files.max(1)).as_bytes())
+            .expect("lookup");
         fs.write(a.ino, 0, &s.to_le_bytes()).expect("write");
-        bulk.push(timed(|| fs.snapshot_create(format!("bulk-{s}").as_bytes()).expect("create")).1);
+        bulk.push(
+            timed(|| {
+                fs.snapshot_create(format!("bulk-{s}").as_bytes())
+                    .expect("create")
+            })
+            .1,
+        );
     }
     println!("create, the {snaps} in between: {}", summary(bulk));
     println!(
@@ -92,7 +103,13 @@ fn main() {
     println!("open with {} snapshots: {:.1} ms", list.len(), ms(t));
 
     let deletes: Vec<Duration> = (0..50)
-        .map(|s| timed(|| fs.snapshot_delete(format!("bulk-{s}").as_bytes()).expect("delete")).1)
+        .map(|s| {
+            timed(|| {
+                fs.snapshot_delete(format!("bulk-{s}").as_bytes())
+                    .expect("delete")
+            })
+            .1
+        })
         .collect();
     println!("delete (the call): {}", summary(deletes));
     let (_, t) = timed(|| fs.snapshot_reclaim(&mut |_| {}).expect("reclaim"));

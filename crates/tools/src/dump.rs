@@ -63,7 +63,11 @@ snapshots (after replay; generation {})",
         be.alloc.generation
     );
     for r in snaps.records.values() {
-        let state = if r.deleting { ", deleted, space coming back" } else { "" };
+        let state = if r.deleting {
+            ", deleted, space coming back"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
             "  {} {:?}: inode table at block {} (depth {}), {} blocks referenced when taken, {} held by it alone{state}",
