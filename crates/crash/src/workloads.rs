@@ -23,6 +23,7 @@ pub const NAMES: &[&str] = &[
     "remount",
     "fsync_ahead",
     "names_fsync",
+    "snapshots",
 ];
 
 const BS: u32 = 4096;
@@ -41,6 +42,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "unify" => Recorder::new(BS, 512, opts(256 << 10, 2), fault)?,
         "random_mix" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
         "remount" => Recorder::new(BS, 512, opts(128 << 10, 6), fault)?,
+        "snapshots" => Recorder::new(BS, 1024, opts(256 << 10, 4), fault)?,
         _ => Recorder::new(BS, 512, opts(1 << 20, 256), fault)?,
     };
     match name {
@@ -54,6 +56,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "remount" => remount(&mut rec, &mut rng)?,
         "fsync_ahead" => fsync_ahead(&mut rec, &mut rng)?,
         "names_fsync" => names::names_fsync(&mut rec, &mut rng)?,
+        "snapshots" => snapshots(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()
@@ -479,6 +482,52 @@ fn unify(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             rec.op("unify", true, |fs| fs.unify())?;
         } else if rng.below(2) == 0 {
             rec.op("sync", true, |fs| fs.sync())?;
+        }
+    }
+    Ok(())
+}
+
+/// Files written, overwritten and unlinked while snapshots are taken (each
+/// a unify) and deleted (their space reclaimed over the following
+/// commits), with a crash and remount now and then: after any crash each
+/// snapshot is wholly there or absent, and fsck finds every block a
+/// snapshot holds live or on the dead list and nothing leaked.
+fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
+    let mut taken: Vec<String> = Vec::new();
+    for step in 0..48u64 {
+        let name = format!("s{}", rng.below(8));
+        let data = fill(rng.next(), 1 + rng.below(24_000) as usize);
+        rec.op(format!("create+write /{name} 0+{}", data.len()), false, |fs| {
+            let a = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+                Ok(a) => a,
+                Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?,
+            };
+            fs.write(a.ino, 0, &data)
+        })?;
+        if rng.below(4) == 0 {
+            rec.op(format!("unlink /{name}"), false, |fs| {
+                fs.unlink(ROOT_INO, name.as_bytes())
+            })?;
+        }
+        match rng.below(6) {
+            0 | 1 => {
+                let snap = format!("snap{step}");
+                rec.op(format!("snapshot create {snap}"), true, |fs| {
+                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
+                })?;
+                taken.push(snap);
+            }
+            2 if !taken.is_empty() => {
+                let snap = taken.remove(rng.below(taken.len() as u64) as usize);
+                rec.op(format!("snapshot delete {snap}"), true, |fs| {
+                    fs.snapshot_delete(snap.as_bytes())
+                })?;
+            }
+            3 => rec.op("sync", true, |fs| fs.sync())?,
+            _ => {}
+        }
+        if step % 16 == 15 {
+            rec.crash_and_remount()?;
         }
     }
     Ok(())

@@ -184,6 +184,13 @@ fn names_fsync() {
 }
 
 #[test]
+fn snapshots() {
+    // Seed 1 and 2 take and delete snapshots at different steps.
+    check("snapshots", 1, 1500, &opts());
+    check("snapshots", 2, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {

@@ -34,6 +34,7 @@ impl Errno {
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const ENXIO: Errno = Errno(libc::ENXIO);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
 
     /// The symbolic name (`ENOENT`), for messages and test output.
     pub fn name(self) -> &'static str {
@@ -89,6 +90,9 @@ pub enum Error {
     /// The image is not a tux3 volume or cannot be used at all.
     #[error("{0}")]
     BadImage(String),
+    /// What was asked for is not there (a snapshot by name); ENOENT.
+    #[error("{0}")]
+    NotFound(String),
     /// The device failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -99,6 +103,7 @@ impl Error {
     pub fn errno(&self) -> Errno {
         match self {
             Error::Posix(e) => *e,
+            Error::NotFound(_) => Errno::ENOENT,
             Error::Corrupt { .. } | Error::BadImage(_) | Error::Io(_) => Errno::EIO,
         }
     }

@@ -34,6 +34,7 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
     match Backend::open(dev.clone(), true) {
         Ok((mut be, _)) => {
             itable(&mut be, &mut out);
+            snapshots(&be, &mut out);
             free_space(&mut be, &mut out);
         }
         Err(e) => {
@@ -47,6 +48,43 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
         c.blocks_read, c.reads, c.blocks_written, c.writes, c.flushes
     );
     Ok(out)
+}
+
+/// The snapshot table: each snapshot, what it alone holds, the dead list.
+fn snapshots(be: &Backend, out: &mut String) {
+    let snaps = &be.snaps;
+    if !be.sb.has_snapshots() && snaps.records.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "
+snapshots (after replay; generation {})",
+        be.alloc.generation
+    );
+    for r in snaps.records.values() {
+        let state = if r.deleting {
+            ", deleted, space coming back"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  {} {:?}: inode table at block {} (depth {}), {} blocks referenced when taken, {} held by it alone{state}",
+            r.id,
+            String::from_utf8_lossy(&r.name),
+            r.itable.addr,
+            r.itable.depth,
+            r.referenced,
+            snaps.unique_blocks(r.id),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  dead list: {} extents, {} blocks (freed by the live volume, held by snapshots)",
+        snaps.dead.len(),
+        snaps.dead_blocks
+    );
 }
 
 /// Both copies; returns the one in use (or the one-line reason none is).

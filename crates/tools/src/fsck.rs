@@ -18,6 +18,7 @@ mod logscan;
 mod names;
 mod refs;
 mod scan;
+mod snapshots;
 mod walk;
 
 pub(crate) use logscan::follow;

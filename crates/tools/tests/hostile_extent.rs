@@ -51,6 +51,7 @@ fn extent_leaf(dev: &Arc<dyn Device>, ino: u64) -> (u64, Vec<(u64, Vec<u8>)>) {
 fn rewrite_leaf(dev: &Arc<dyn Device>, addr: u64, ino: u64, entries: Vec<(u64, Vec<u8>)>) {
     let leaf = tux3::structures::btree::node::Leaf {
         addr,
+        birth: 0,
         dirty: false,
         entries,
     };

@@ -1,8 +1,8 @@
 //! API layer: snapshots of the whole volume — create, list, delete and
 //! the background reclaim of a deleted one's space. A snapshot is taken by
 //! a unify (one commit, no walk of any tree); the frontend and backend do
-//! the work (`backend/snapshot.rs`). Reading a snapshot is opening it
-//! (`OpenOptions::snapshot`).
+//! the work (`frontend/snapshot.rs`, `backend/snapshot.rs`). Reading a
+//! snapshot is opening it (`OpenOptions::snapshot`).
 
 use super::Fs;
 use crate::error::{Errno, Error, Result};
@@ -14,29 +14,46 @@ impl Fs {
     /// Errors: EEXIST (the name is taken), EINVAL (empty, longer than 255
     /// bytes, or holding '/' or NUL), EROFS (read-only), ENOSPC.
     pub fn snapshot_create(&self, name: &[u8]) -> Result<SnapshotInfo> {
-        let _ = name;
-        Err(Error::Posix(Errno::ENOSYS))
+        self.vol().snapshot_request(name)?;
+        // The turn serializes commits: the unify that takes the snapshot
+        // is this one, or one that froze after the request.
+        self.shared.commit(true)?;
+        self.snapshot_list()?
+            .into_iter()
+            .rev()
+            .find(|s| !s.deleting && s.name == name)
+            .ok_or(Error::Posix(Errno::EIO))
     }
 
-    /// Every snapshot, oldest first, with its space accounting.
+    /// Every snapshot, oldest first, with its space accounting (deleted
+    /// ones whose space is still coming back included, marked `deleting`).
     pub fn snapshot_list(&self) -> Result<Vec<SnapshotInfo>> {
-        Err(Error::Posix(Errno::ENOSYS))
+        Ok(self.shared_vol().snapshot_infos())
     }
 
     /// Delete the snapshot `name`: the name goes at once (durable when this
     /// returns); its space comes back in bounded batches, one per delta
     /// commit, resumed after a crash or unmount. ENOENT if there is none.
     pub fn snapshot_delete(&self, name: &[u8]) -> Result<()> {
-        let _ = name;
-        Err(Error::Posix(Errno::ENOSYS))
+        self.vol().snapshot_delete(name)?;
+        self.shared.sync()
     }
 
     /// Reclaim the space of deleted snapshots until none is left (each
     /// batch its own commit), calling `progress(left)` between batches with
-    /// the extents still to examine. Offline tools call this before they
+    /// the dead extents still to free. Offline tools call this before they
     /// close; a mount reclaims in the background instead.
     pub fn snapshot_reclaim(&self, progress: &mut dyn FnMut(u64)) -> Result<()> {
-        let _ = progress;
-        Err(Error::Posix(Errno::ENOSYS))
+        loop {
+            let left = {
+                let v = self.shared_vol();
+                if v.is_read_only() || !v.reclaiming() {
+                    return Ok(());
+                }
+                v.snapshot_infos().iter().map(|s| s.reclaim_left).sum()
+            };
+            progress(left);
+            self.shared.commit(false)?;
+        }
     }
 }

@@ -9,6 +9,11 @@
 //! Invariant A2: pins are released only after the commit that freed the
 //! block is durable (`unpin_committed`, called by `Backend::finish`).
 //!
+//! Snapshots: a block freed by the live volume whose birth (the
+//! generation it was written in) is at or below the newest snapshot is
+//! held by a snapshot. `free_born` leaves it in use and queues it in
+//! `dying`, for the snapshot table's dead list (`backend/snapshot.rs`).
+//!
 //! Calls structures (bitmap block encoding).
 
 use crate::error::{err, Errno, Result};
@@ -34,6 +39,14 @@ pub struct Allocator {
     /// Frees still pinned after the current delta's records were taken
     /// (released once the commit is durable).
     committing_frees: Vec<(u64, u64)>,
+    /// Generation of the blocks allocated now (the birth they get).
+    pub generation: u32,
+    /// The newest snapshot not being deleted: a block born at or below it
+    /// that the live volume frees stays in use, on the dead list.
+    pub held_upto: Option<u32>,
+    /// Blocks the live volume freed that a snapshot holds: `(start,
+    /// count, birth)`, not yet on the dead list.
+    pub dying: Vec<(u64, u64, u32)>,
 }
 
 fn get(v: &[u64], b: u64) -> bool {
@@ -63,6 +76,9 @@ impl Allocator {
             delta_allocs: Vec::new(),
             delta_frees: Vec::new(),
             committing_frees: Vec::new(),
+            generation: 0,
+            held_upto: None,
+            dying: Vec::new(),
         }
     }
 
@@ -226,6 +242,21 @@ impl Allocator {
         // Log only what lies inside the volume: replay rejects anything else.
         if start < end {
             self.delta_frees.push((start, end - start));
+        }
+    }
+
+    /// Free `[start, start+count)`, blocks of the live volume's trees born
+    /// in generation `birth`: as [`Allocator::free_range`], unless a
+    /// snapshot holds them (born at or below the newest snapshot), when
+    /// they stay in use and go to `dying`.
+    pub fn free_born(&mut self, start: u64, count: u64, birth: u32) {
+        if self.held_upto.is_some_and(|s| birth <= s) {
+            let end = start.saturating_add(count).min(self.blocks);
+            if start < end {
+                self.dying.push((start, end - start, birth));
+            }
+        } else {
+            self.free_range(start, count);
         }
     }
 

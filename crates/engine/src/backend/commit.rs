@@ -42,12 +42,14 @@
 //! next delta with one `Orphan` record per orphan, written before the
 //! superblock (`restart_log`), so the list survives the unify.
 
+use super::snapshot::SnapRecord;
 use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
 use crate::device::{Device, Urgent};
-use crate::error::Result;
+use crate::error::{Errno, Error, Result};
 use crate::log::{Record, Tail};
+use crate::structures::btree::node::FreedNode;
 use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use std::collections::BTreeMap;
@@ -220,6 +222,15 @@ impl Backend {
         let mut data: Pages = Vec::new();
         let mut records = std::mem::take(&mut self.records);
         let inodes: Vec<u64> = cache.dirty.get_mut().iter().copied().collect();
+        // Blocks a snapshot holds that the delta freed join the dead list
+        // before reclaim looks at it (a snapshot deleted in this delta may
+        // hold them alone).
+        self.bury(&mut records)?;
+        if self.snaps.reclaiming() {
+            let dev = self.dev.clone();
+            self.snaps.reclaim(dev.as_ref(), &mut self.alloc, &mut records)?;
+            self.alloc.held_upto = self.snaps.held_upto();
+        }
         self.allocate_data(cache, &mut data)?;
         self.redirect_files(cache, unify, &mut writes, &mut records)?;
         self.store_inodes(cache)?;
@@ -233,7 +244,7 @@ impl Backend {
             let sb = self.unify_images(&mut writes)?;
             ((sb.home(), sb.encode()), Some(sb), None)
         } else {
-            ((0, Vec::new()), None, Some(self.log_records(records)))
+            ((0, Vec::new()), None, Some(self.log_records(records)?))
         };
         let job = CommitJob {
             dev: self.dev.clone(),
@@ -349,10 +360,11 @@ impl Backend {
                     for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
                         data.push((start + k as u64, p.clone()));
                     }
-                    let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n)?;
+                    let birth = self.alloc.generation;
+                    let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n, birth)?;
                     let freed_blocks: u64 = freed.iter().map(|f| f.1).sum();
-                    for (s, c) in freed {
-                        self.alloc.free_range(s, c);
+                    for (s, c, b) in freed {
+                        self.alloc.free_born(s, c, b);
                     }
                     inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
                     inode.goal = start + n;
@@ -396,11 +408,13 @@ impl Backend {
                 records.push(Record::LeafUnmap { tree: ino, sep });
             }
             let mut maps = Vec::new();
+            let birth = self.alloc.generation;
             let alloc = &mut self.alloc;
             let goal = inode.goal;
             let mut next_goal = goal;
             tree.redirect_leaves(
                 bs,
+                birth,
                 &mut || {
                     let b = alloc.alloc_one(next_goal)?;
                     next_goal = b + 1;
@@ -412,15 +426,16 @@ impl Backend {
             for (sep, addr) in maps {
                 records.push(Record::LeafMap { tree: ino, sep, addr });
             }
-            for b in tree.freed.drain(..) {
-                self.alloc.free_range(b, 1);
+            for (b, born) in tree.freed.drain(..) {
+                self.alloc.free_born(b, 1, born);
             }
             if unify {
                 let mut freed = Vec::new();
                 let alloc = &mut self.alloc;
-                let root = tree.redirect_branches(bs, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
-                for b in freed {
-                    self.alloc.free_range(b, 1);
+                let root =
+                    tree.redirect_branches(bs, birth, &mut || alloc.alloc_one(goal), writes, &mut freed)?;
+                for (b, born) in freed {
+                    self.alloc.free_born(b, 1, born);
                 }
                 if inode.attrs.root != root {
                     inode.attrs.root = root;
@@ -449,10 +464,12 @@ impl Backend {
             records.push(Record::LeafUnmap { tree: 0, sep });
         }
         let mut maps = Vec::new();
+        let birth = self.alloc.generation;
         let alloc = &mut self.alloc;
         let mut goal = 2;
         self.itable.redirect_leaves(
             self.bs,
+            birth,
             &mut || {
                 let b = alloc.alloc_one(goal)?;
                 goal = b + 1;
@@ -464,15 +481,29 @@ impl Backend {
         for (sep, addr) in maps {
             records.push(Record::LeafMap { tree: 0, sep, addr });
         }
-        for b in self.itable.freed.drain(..) {
-            self.alloc.free_range(b, 1);
+        for (b, born) in self.itable.freed.drain(..) {
+            self.alloc.free_born(b, 1, born);
         }
         Ok(())
     }
 
+    /// Put the blocks the delta freed that a snapshot holds on the dead
+    /// list (they died in the current generation), with their `Dead`
+    /// records.
+    fn bury(&mut self, records: &mut Vec<Record>) -> Result<()> {
+        let dying = std::mem::take(&mut self.alloc.dying);
+        if dying.is_empty() {
+            return Ok(());
+        }
+        let dev = self.dev.clone();
+        let death = self.alloc.generation;
+        self.snaps.add_dead(dev.as_ref(), dying, death, Some(records))
+    }
+
     /// Step 5: allocations and frees become records, the last of the
     /// delta's log ([`Backend::encode_log`] encodes them).
-    fn log_records(&mut self, mut records: Vec<Record>) -> Vec<Record> {
+    fn log_records(&mut self, mut records: Vec<Record>) -> Result<Vec<Record>> {
+        self.bury(&mut records)?;
         let (allocs, frees) = self.alloc.take_delta();
         records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
             start: s,
@@ -482,7 +513,7 @@ impl Backend {
             start: s,
             count: c as u32,
         }));
-        records
+        Ok(records)
     }
 
     /// Unify after steps 1-4: branches and bitmap blocks join the writes;
@@ -491,18 +522,29 @@ impl Backend {
         let bs = self.bs;
         // The inode table's changed branches.
         let mut freed = Vec::new();
+        let birth = self.alloc.generation;
         let alloc = &mut self.alloc;
-        self.sb.itable = self
-            .itable
-            .redirect_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        self.sb.itable =
+            self.itable
+                .redirect_branches(bs, birth, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        for (b, born) in freed {
+            self.alloc.free_born(b, 1, born);
+        }
         // The old log is no longer needed once the superblock is durable; its
         // reserved next block becomes the new head (or, with orphans, a
         // fresh block does).
-        freed.append(&mut self.log.since_unify);
-        for b in freed {
+        for b in std::mem::take(&mut self.log.since_unify) {
             self.alloc.free_range(b, 1);
         }
+        // The dead list takes this unify's deaths (the table is written in
+        // full below: no records), then the snapshots asked for.
+        self.bury(&mut Vec::new())?;
+        self.take_snapshots()?;
         let head = self.restart_log(writes)?;
+        if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
+            self.sb.snapshots = self.snaps.write(&mut self.alloc, bs, writes)?;
+            self.sb.generation = u64::from(self.alloc.generation);
+        }
         let relocated = self.relocate_bitmap(writes)?;
         for (index, addr) in &relocated {
             writes.push((
@@ -518,6 +560,32 @@ impl Backend {
         sb.next_delta = self.delta + 1;
         sb.unifies += 1;
         Ok(sb)
+    }
+
+    /// Take the snapshots asked for since the last unify: each keeps the
+    /// inode table this unify wrote and closes one generation.
+    fn take_snapshots(&mut self) -> Result<()> {
+        let dev = self.dev.clone();
+        for (name, created) in std::mem::take(&mut self.snaps.pending) {
+            let id = self.alloc.generation;
+            let Some(next) = id.checked_add(1).filter(|&g| g < u32::MAX) else {
+                return Err(Error::Posix(Errno::EOVERFLOW));
+            };
+            let used = self.alloc.blocks() - self.alloc.free();
+            let referenced = used.saturating_sub(self.snaps.dead_blocks + self.sb.bitmap_blocks + 2);
+            let rec = SnapRecord {
+                id: u64::from(id),
+                name,
+                created,
+                itable: self.sb.itable,
+                referenced,
+                deleting: false,
+            };
+            self.snaps.insert_record(dev.as_ref(), rec)?;
+            self.alloc.generation = next;
+            self.alloc.held_upto = self.snaps.held_upto();
+        }
+        Ok(())
     }
 
     /// Start the log the unify's superblock names; returns its head, the
@@ -579,7 +647,7 @@ impl Backend {
             for index in todo {
                 let goal = extent::lookup(&mut self.bitmap, dev.as_ref(), index)?.map_or(2, |e| e.pblock);
                 let addr = self.alloc.alloc_one(goal)?;
-                for (s, c) in extent::map(&mut self.bitmap, dev.as_ref(), index, addr, 1)? {
+                for (s, c, _) in extent::map(&mut self.bitmap, dev.as_ref(), index, addr, 1, 0)? {
                     self.alloc.free_range(s, c);
                 }
                 relocated.insert(index, addr);
@@ -587,14 +655,15 @@ impl Backend {
             let mut maps = Vec::new();
             let alloc = &mut self.alloc;
             self.bitmap
-                .redirect_leaves(bs, &mut || alloc.alloc_one(2), writes, &mut maps)?;
-            let mut freed: Vec<u64> = self.bitmap.freed.drain(..).collect();
+                .redirect_leaves(bs, 0, &mut || alloc.alloc_one(2), writes, &mut maps)?;
+            let mut freed: Vec<FreedNode> = self.bitmap.freed.drain(..).collect();
             self.bitmap.unmaps.clear();
             let alloc = &mut self.alloc;
             self.sb.bitmap =
                 self.bitmap
-                    .redirect_branches(bs, &mut || alloc.alloc_one(2), writes, &mut freed)?;
-            for b in freed {
+                    .redirect_branches(bs, 0, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+            // The bitmap file is in no snapshot: its blocks are freed at once.
+            for (b, _) in freed {
                 self.alloc.free_range(b, 1);
             }
         }

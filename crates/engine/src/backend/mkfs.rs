@@ -13,7 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::inode::InodeAttrs;
-use crate::structures::superblock::{Superblock, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::structures::superblock::{Root, Superblock, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::structures::{bitmap, extent};
 use crate::types::{FormatOptions, Timespec, ROOT_INO};
 
@@ -42,14 +42,14 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
 
     // The bitmap file: one extent over its blocks.
     let mut bitmap_tree = Tree::new_empty(BITMAP_INO, TreeKind::Extents);
-    extent::map(&mut bitmap_tree, dev, 0, 2, nbitmap)?;
+    extent::map(&mut bitmap_tree, dev, 0, 2, nbitmap, 0)?;
     let mut maps = Vec::new();
     let mut freed = Vec::new();
     let bitmap_root = {
         let a = &mut alloc;
         let mut f = || a.alloc_one(2);
-        bitmap_tree.redirect_leaves(bs, &mut f, &mut writes, &mut maps)?;
-        bitmap_tree.redirect_branches(bs, &mut f, &mut writes, &mut freed)?
+        bitmap_tree.redirect_leaves(bs, 0, &mut f, &mut writes, &mut maps)?;
+        bitmap_tree.redirect_branches(bs, 0, &mut f, &mut writes, &mut freed)?
     };
 
     // The inode table with the root directory.
@@ -71,8 +71,8 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
     let itable_root = {
         let a = &mut alloc;
         let mut f = || a.alloc_one(2);
-        itable.redirect_leaves(bs, &mut f, &mut writes, &mut maps)?;
-        itable.redirect_branches(bs, &mut f, &mut writes, &mut freed)?
+        itable.redirect_leaves(bs, 0, &mut f, &mut writes, &mut maps)?;
+        itable.redirect_branches(bs, 0, &mut f, &mut writes, &mut freed)?
     };
 
     // The log head: reserved and zeroed so no stale block can pass for it.
@@ -104,6 +104,8 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         next_delta: 1,
         created: now.sec,
         unifies: 0,
+        snapshots: Root::default(),
+        generation: 0,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

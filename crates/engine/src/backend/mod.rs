@@ -14,6 +14,7 @@ pub mod alloc;
 pub mod commit;
 pub mod logwriter;
 pub mod mkfs;
+pub mod snapshot;
 mod writeout;
 
 use crate::device::Device;
@@ -24,6 +25,7 @@ use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use alloc::Allocator;
 use logwriter::LogWriter;
+use snapshot::Snapshots;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -131,6 +133,10 @@ pub struct Backend {
     /// `Orphan` record and leaves it with its `Drop`; a unify re-logs the
     /// whole list at the head of the new log. After replay: the durable list.
     pub orphans: BTreeSet<u64>,
+    /// The snapshot table and the dead list.
+    pub snaps: Snapshots,
+    /// Open as this snapshot (read-only): its id.
+    pub snapshot: Option<u64>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -151,7 +157,18 @@ impl Backend {
     /// and inode-table changes are applied at once; file-tree changes are
     /// returned for the cache to apply. Writes nothing.
     pub fn open(dev: Arc<dyn Device>, read_only: bool) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
-        let sb = Superblock::load(dev.as_ref())?;
+        Backend::open_as(dev, read_only, None)
+    }
+
+    /// [`Backend::open`], or with `snapshot`, the snapshot of that name:
+    /// the log is replayed (it may have deleted the snapshot), then the
+    /// inode table is the snapshot's and nothing of the log applies to it.
+    pub fn open_as(
+        dev: Arc<dyn Device>,
+        read_only: bool,
+        snapshot: Option<&[u8]>,
+    ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        let mut sb = Superblock::load(dev.as_ref())?;
         let bs = dev.block_size() as usize;
         if sb.block_size as usize != bs {
             return Err(Error::BadImage(format!(
@@ -189,6 +206,8 @@ impl Backend {
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
+        let mut snaps = Snapshots::load(dev.as_ref(), sb.snapshots)?;
+        let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let chain = read_chain(dev.as_ref(), sb.log_start())?;
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
@@ -258,6 +277,32 @@ impl Backend {
                             return Err(bad(format!("bfree {start}+{count} outside the volume")));
                         }
                     }
+                    Record::Dead { start, count, birth } => {
+                        if birth >= death.max(1) {
+                            return Err(bad(format!(
+                                "dead {start}+{count} born {birth}, after generation {death}"
+                            )));
+                        }
+                        snaps.add_dead(dev.as_ref(), vec![(start, count as u64, birth)], death, None)?;
+                    }
+                    // Its blocks come free through the delta's Bfree.
+                    Record::Reclaim { start, count } => {
+                        if snaps.remove_dead(dev.as_ref(), start)? != Some(count as u64) {
+                            return Err(bad(format!("reclaim {start}+{count}: no such dead extent")));
+                        }
+                    }
+                    Record::SnapDelete { id } => {
+                        if !snaps.mark_deleting(dev.as_ref(), id)? {
+                            return Err(bad(format!(
+                                "deletes snapshot {id}, which the table does not hold"
+                            )));
+                        }
+                    }
+                    Record::SnapGone { id } => {
+                        if !snaps.remove_record(dev.as_ref(), id)? {
+                            return Err(bad(format!("drops snapshot {id}, which the table does not hold")));
+                        }
+                    }
                     Record::LeafMap { tree, sep, addr } => {
                         if !in_volume(addr) {
                             return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
@@ -307,6 +352,21 @@ impl Backend {
             }
             delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }
+        let mut snapshot_id = None;
+        if let Some(name) = snapshot {
+            let rec = snaps.find(name).ok_or_else(|| {
+                Error::NotFound(format!("no snapshot named {:?}", String::from_utf8_lossy(name)))
+            })?;
+            snapshot_id = Some(rec.id);
+            sb.itable = rec.itable;
+            itable = Tree::open(0, TreeKind::Itable, rec.itable);
+            trees.clear();
+            images.clear();
+            pages.clear();
+            orphans.clear();
+        }
+        alloc.generation = death;
+        alloc.held_upto = snaps.held_upto();
         let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _, _)| *ino).collect();
         for (ino, attrs, at) in images {
             let attrs = keep_root(&mut itable, dev.as_ref(), ino, attrs, at)?;
@@ -340,6 +400,8 @@ impl Backend {
             replayed_pages: pages,
             data_cursor: 2,
             orphans,
+            snaps,
+            snapshot: snapshot_id,
         };
         be.recount_replayed(&replayed_images, &trees);
         Ok((be, trees))

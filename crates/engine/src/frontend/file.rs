@@ -281,8 +281,8 @@ impl Volume {
             let freed = extent::punch(&mut i.tree, dev.as_ref(), keep, u64::MAX)?;
             let n: u64 = freed.iter().map(|f| f.1).sum();
             i.attrs.blocks = i.attrs.blocks.saturating_sub(n);
-            for (s, c) in freed {
-                self.be.alloc.free_range(s, c);
+            for (s, c, born) in freed {
+                self.be.alloc.free_born(s, c, born);
             }
             let d = self.dirty_bytes.get_mut();
             *d = d.saturating_sub(dropped * bs);

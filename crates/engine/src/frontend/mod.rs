@@ -19,6 +19,7 @@ mod namespace;
 pub mod pipeline;
 mod repair;
 mod shared;
+mod snapshot;
 mod xattr;
 
 use crate::backend::commit::CommitJob;
@@ -112,7 +113,10 @@ pub struct Retired {
 impl Volume {
     /// Open the volume on `dev` and replay its log into cache.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> {
-        let (be, replays) = Backend::open(dev, opts.read_only)?;
+        let mut opts = opts;
+        // A snapshot never changes.
+        opts.read_only |= opts.snapshot.is_some();
+        let (be, replays) = Backend::open_as(dev, opts.read_only, opts.snapshot.as_deref())?;
         let mut v = Volume {
             be,
             cache: InodeCache::default(),
@@ -203,6 +207,10 @@ impl Volume {
         // gone. Their frees join the first delta; replay itself wrote nothing.
         if !v.be.read_only {
             v.free_replayed_orphans()?;
+            // A deleted snapshot's space still to come back: reclaim resumes.
+            if v.be.snaps.reclaiming() {
+                *v.changed.get_mut() = true;
+            }
         }
         Ok(v)
     }
@@ -339,6 +347,8 @@ impl Volume {
             || !self.be.records.is_empty()
             || self.be.itable.has_dirty_leaves()
             || !self.be.alloc.delta_frees.is_empty()
+            || !self.be.alloc.dying.is_empty()
+            || self.be.snaps.reclaiming()
     }
 
     /// End the current delta: commit it (and unify when asked or when the
@@ -383,7 +393,8 @@ impl Volume {
                 self.in_flight_bytes += job.data_bytes();
                 *self.dirty_bytes.get_mut() = 0;
                 *self.reserved.get_mut() = 0;
-                *self.changed.get_mut() = false;
+                // Reclaim goes on in the next delta while it has work.
+                *self.changed.get_mut() = self.be.snaps.reclaiming();
                 self.ns_touched.clear();
                 self.names.clear();
                 self.freed_images.clear();

@@ -315,16 +315,17 @@ impl Volume {
             attrs.nlink = 0;
             self.freed_images.insert(ino, attrs.encode());
         }
-        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        // (start, count, birth): a snapshot may hold some of them.
+        let mut blocks: Vec<(u64, u64, u32)> = Vec::new();
         let is_extents = !inode.is_dir();
         if is_extents {
             for e in extent::all(&mut inode.tree, dev.as_ref())? {
-                blocks.push((e.pblock, e.count));
+                blocks.push((e.pblock, e.count, e.birth));
             }
         }
-        inode.tree.visit(dev.as_ref(), &mut |addr, _, _, _: &Node| {
+        inode.tree.visit(dev.as_ref(), &mut |addr, _, _, node: &Node| {
             if addr != 0 {
-                blocks.push((addr, 1));
+                blocks.push((addr, 1, node.birth()));
             }
             Ok(())
         })?;
@@ -334,10 +335,10 @@ impl Volume {
                 .freed
                 .iter()
                 .chain(inode.tree.retired.iter())
-                .map(|&b| (b, 1)),
+                .map(|&(b, born)| (b, 1, born)),
         );
-        for (s, c) in blocks {
-            self.be.alloc.free_range(s, c);
+        for (s, c, born) in blocks {
+            self.be.alloc.free_born(s, c, born);
         }
         let d = self.dirty_bytes.get_mut();
         *d = d.saturating_sub(inode.pages.len() as u64 * bs);

@@ -15,6 +15,10 @@
 //! | 9 | Orphan     | ino u64 | `ino` has link count 0 but an open handle: on the orphan list until a Drop of `ino` |
 //! | 10 | BlockSum  | start u64, count u32, crc u32 | none: CRC32C of blocks `start..start+count` as this delta wrote them; a single-flush commit is valid only if they match (checked for the last full delta of the chain) |
 //! | 11 | DirentRemove | dir u64, key u64 | (fsync) no entry at position `key` of `dir` |
+//! | 12 | Dead      | start u64, count u32, birth u32 | blocks the live volume freed but a snapshot holds: they stay in use, on the dead list, died in the superblock's generation |
+//! | 13 | Reclaim   | start u64, count u32 | the dead extent at `start` is held by no snapshot any more: off the dead list, blocks free |
+//! | 14 | SnapDelete | id u64 | snapshot `id` is deleted: its name is gone, its space is being reclaimed |
+//! | 15 | SnapGone  | id u64 | snapshot `id`'s space is all back: its record goes |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
 //! Replay applies them unless a later full commit in the chain carries a
@@ -81,10 +85,25 @@ pub enum Record {
         count: u32,
         crc: u32,
     },
+    Dead {
+        start: u64,
+        count: u32,
+        birth: u32,
+    },
+    Reclaim {
+        start: u64,
+        count: u32,
+    },
+    SnapDelete {
+        id: u64,
+    },
+    SnapGone {
+        id: u64,
+    },
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 15] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -96,13 +115,19 @@ pub const KINDS: [&str; 11] = [
     "orphan",
     "blocksum",
     "unentry",
+    "dead",
+    "reclaim",
+    "snapdelete",
+    "snapgone",
 ];
 
 impl Record {
     /// Encoded size in bytes, by type (the self-describing size table).
     pub fn size(&self) -> usize {
         match self {
-            Record::Balloc { .. } | Record::Bfree { .. } => 13,
+            Record::Balloc { .. } | Record::Bfree { .. } | Record::Reclaim { .. } => 13,
+            Record::Dead { .. } => 17,
+            Record::SnapDelete { .. } | Record::SnapGone { .. } => 9,
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } | Record::DirentRemove { .. } => 17,
             Record::Drop { .. } | Record::Orphan { .. } => 9,
@@ -127,6 +152,10 @@ impl Record {
             Record::Orphan { .. } => 8,
             Record::BlockSum { .. } => 9,
             Record::DirentRemove { .. } => 10,
+            Record::Dead { .. } => 11,
+            Record::Reclaim { .. } => 12,
+            Record::SnapDelete { .. } => 13,
+            Record::SnapGone { .. } => 14,
         }
     }
 
@@ -197,6 +226,25 @@ impl Record {
                 w.u64(start);
                 w.u32(count);
                 w.u32(crc);
+            }
+            Record::Dead { start, count, birth } => {
+                w.u8(12);
+                w.u64(start);
+                w.u32(count);
+                w.u32(birth);
+            }
+            Record::Reclaim { start, count } => {
+                w.u8(13);
+                w.u64(start);
+                w.u32(count);
+            }
+            Record::SnapDelete { id } => {
+                w.u8(14);
+                w.u64(id);
+            }
+            Record::SnapGone { id } => {
+                w.u8(15);
+                w.u64(id);
             }
         }
     }
@@ -270,6 +318,21 @@ impl Record {
                 dir: r.u64("unentry dir")?,
                 key: r.u64("unentry key")?,
             },
+            12 => Record::Dead {
+                start: r.u64("dead start")?,
+                count: r.u32("dead count")?,
+                birth: r.u32("dead birth")?,
+            },
+            13 => Record::Reclaim {
+                start: r.u64("reclaim start")?,
+                count: r.u32("reclaim count")?,
+            },
+            14 => Record::SnapDelete {
+                id: r.u64("snapdelete id")?,
+            },
+            15 => Record::SnapGone {
+                id: r.u64("snapgone id")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         };
         rec.check(r, bounds)?;
@@ -281,8 +344,12 @@ impl Record {
         let name = KINDS.get(self.kind()).copied().unwrap_or("record");
         let bad = |what: String| Err(r.bad(format!("log record {name}: {what}")));
         match *self {
-            Record::Balloc { start, count } | Record::Bfree { start, count } => {
-                if !bounds.holds_range(start, u64::from(count)) {
+            Record::Balloc { start, count }
+            | Record::Bfree { start, count }
+            | Record::Reclaim { start, count }
+            | Record::Dead { start, count, .. } => {
+                let empty = count == 0 && matches!(self, Record::Dead { .. } | Record::Reclaim { .. });
+                if empty || !bounds.holds_range(start, u64::from(count)) {
                     return bad(format!(
                         "blocks {start}+{count} outside the volume (2..{})",
                         bounds.block_count
@@ -325,6 +392,8 @@ impl Record {
             // block checksum range outside the volume are reported as
             // damage by replay and the chain reader.
             Record::Orphan { .. } | Record::BlockSum { .. } => {}
+            // Checked against the snapshot table by replay.
+            Record::SnapDelete { .. } | Record::SnapGone { .. } => {}
         }
         Ok(())
     }

@@ -399,14 +399,14 @@ mod collisions {
                 Ok(next)
             };
             self.tree
-                .redirect_leaves(BS, &mut alloc, &mut out, &mut maps)
+                .redirect_leaves(BS, 0, &mut alloc, &mut out, &mut maps)
                 .unwrap();
             self.tree.unmaps.clear();
             if unify {
                 let mut freed = Vec::new();
                 let root = self
                     .tree
-                    .redirect_branches(BS, &mut alloc, &mut out, &mut freed)
+                    .redirect_branches(BS, 0, &mut alloc, &mut out, &mut freed)
                     .unwrap();
                 self.next_block = next;
                 for (a, b) in out {

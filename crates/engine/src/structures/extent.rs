@@ -1,7 +1,9 @@
 //! Structures layer: extent trees, a file's data map, keyed by logical block,
-//! each value an extent `physical start u64, block count u32`. Extents never
-//! overlap. Operations here keep that true and report the physical blocks
-//! they free.
+//! each value an extent `physical start u64, block count u32` and, on a
+//! volume that has had snapshots, `birth u32`: the generation its blocks
+//! were allocated in (absent means 0). Extents never overlap. Operations
+//! here keep that true and report the physical blocks they free, each with
+//! its birth (snapshots keep a freed block its birth says they hold).
 //!
 //! Calls the btree, the device (through it) and the base modules.
 
@@ -19,7 +21,12 @@ pub struct Extent {
     pub lblock: u64,
     pub pblock: u64,
     pub count: u64,
+    /// Generation the blocks were allocated in (0: before any snapshot).
+    pub birth: u32,
 }
+
+/// Physical blocks an operation freed: `(start, count, birth)`.
+pub type Freed = (u64, u64, u32);
 
 impl Extent {
     /// First logical block past the extent.
@@ -36,10 +43,15 @@ impl Extent {
 /// Longest extent stored in one entry.
 pub const MAX_EXTENT: u64 = u32::MAX as u64;
 
-fn encode(pblock: u64, count: u64) -> Vec<u8> {
-    let mut w = Writer::with_capacity(12);
+/// An extent's value: 12 bytes, or 16 with a birth (0 is not written, so
+/// a volume that never had a snapshot keeps the 12-byte form).
+pub fn encode(pblock: u64, count: u64, birth: u32) -> Vec<u8> {
+    let mut w = Writer::with_capacity(16);
     w.u64(pblock);
     w.u32(u32::try_from(count).unwrap_or(u32::MAX));
+    if birth != 0 {
+        w.u32(birth);
+    }
     w.buf
 }
 
@@ -50,6 +62,11 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
     let mut r = Reader::new(v, block);
     let pblock = r.u64("extent start")?;
     let count = u64::from(r.u32("extent length")?);
+    let birth = if r.remaining() == 4 {
+        r.u32("extent birth")?
+    } else {
+        0
+    };
     if count == 0 || r.remaining() != 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
     }
@@ -68,6 +85,7 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
         lblock,
         pblock,
         count,
+        birth,
     })
 }
 
@@ -94,7 +112,7 @@ pub fn next(t: &mut Tree, dev: &dyn Device, lblock: u64) -> Result<Option<Extent
 /// Unmap logical blocks `[from, to)`; returns the freed physical ranges.
 /// The extents met are decoded ones, so the differences and sums of their
 /// bounds below are exact.
-pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
+pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<Freed>> {
     let mut freed = Vec::new();
     if from >= to {
         return Ok(freed);
@@ -103,12 +121,12 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
     if let Some(e) = lookup(t, dev, from)? {
         if e.lblock < from {
             let head = from.saturating_sub(e.lblock);
-            t.insert(dev, e.lblock, encode(e.pblock, head))?;
+            t.insert(dev, e.lblock, encode(e.pblock, head, e.birth))?;
             let end = e.end();
             let cut_end = end.min(to);
-            freed.push((e.physical(from), cut_end.saturating_sub(from)));
+            freed.push((e.physical(from), cut_end.saturating_sub(from), e.birth));
             if end > to {
-                t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to)))?;
+                t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to), e.birth))?;
             }
         }
     }
@@ -119,19 +137,26 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
         t.remove(dev, e.lblock)?;
         let end = e.end();
         if end > to {
-            freed.push((e.pblock, to.saturating_sub(e.lblock)));
-            t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to)))?;
+            freed.push((e.pblock, to.saturating_sub(e.lblock), e.birth));
+            t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to), e.birth))?;
             break;
         }
-        freed.push((e.pblock, e.count));
+        freed.push((e.pblock, e.count, e.birth));
     }
     Ok(freed)
 }
 
 /// Map `[lblock, lblock + count)` to `[pblock, ..)`, replacing whatever was
 /// mapped there (returned as freed ranges). Merges with a contiguous
-/// predecessor so sequential files stay one extent.
-pub fn map(t: &mut Tree, dev: &dyn Device, lblock: u64, pblock: u64, count: u64) -> Result<Vec<(u64, u64)>> {
+/// predecessor of the same birth so sequential files stay one extent.
+pub fn map(
+    t: &mut Tree,
+    dev: &dyn Device,
+    lblock: u64,
+    pblock: u64,
+    count: u64,
+    birth: u32,
+) -> Result<Vec<Freed>> {
     let end = lblock
         .checked_add(count)
         .filter(|&end| end <= MAX_FILE_BLOCKS && count <= MAX_EXTENT)
@@ -140,13 +165,17 @@ pub fn map(t: &mut Tree, dev: &dyn Device, lblock: u64, pblock: u64, count: u64)
     if let Some(before) = lblock.checked_sub(1) {
         if let Some(p) = lookup(t, dev, before)? {
             let merged = p.count.saturating_add(count);
-            if p.end() == lblock && p.pblock.checked_add(p.count) == Some(pblock) && merged <= MAX_EXTENT {
-                t.insert(dev, p.lblock, encode(p.pblock, merged))?;
+            if p.end() == lblock
+                && p.pblock.checked_add(p.count) == Some(pblock)
+                && merged <= MAX_EXTENT
+                && p.birth == birth
+            {
+                t.insert(dev, p.lblock, encode(p.pblock, merged, birth))?;
                 return Ok(freed);
             }
         }
     }
-    t.insert(dev, lblock, encode(pblock, count))?;
+    t.insert(dev, lblock, encode(pblock, count, birth))?;
     Ok(freed)
 }
 
@@ -198,40 +227,48 @@ mod tests {
     fn punch_and_map_keep_extents_disjoint() {
         let dev = MemDevice::new(1024, 1024);
         let mut t = Tree::new_empty(9, TreeKind::Extents);
-        assert!(map(&mut t, &dev, 0, 100, 10).unwrap().is_empty());
-        assert!(map(&mut t, &dev, 10, 110, 5).unwrap().is_empty());
+        assert!(map(&mut t, &dev, 0, 100, 10, 0).unwrap().is_empty());
+        assert!(map(&mut t, &dev, 10, 110, 5, 0).unwrap().is_empty());
         assert_eq!(
             all(&mut t, &dev).unwrap(),
             vec![Extent {
                 lblock: 0,
                 pblock: 100,
-                count: 15
+                count: 15,
+                birth: 0
             }]
         );
-        let freed = map(&mut t, &dev, 3, 500, 2).unwrap();
-        assert_eq!(freed, vec![(103, 2)]);
+        let freed = map(&mut t, &dev, 3, 500, 2, 7).unwrap();
+        assert_eq!(freed, vec![(103, 2, 0)]);
         assert_eq!(
             all(&mut t, &dev).unwrap(),
             vec![
                 Extent {
                     lblock: 0,
                     pblock: 100,
-                    count: 3
+                    count: 3,
+                    birth: 0
                 },
                 Extent {
                     lblock: 3,
                     pblock: 500,
-                    count: 2
+                    count: 2,
+                    birth: 7
                 },
                 Extent {
                     lblock: 5,
                     pblock: 105,
-                    count: 10
+                    count: 10,
+                    birth: 0
                 },
             ]
         );
+        // Births stay with their blocks, and an extent of another birth
+        // is not merged with its neighbour.
+        assert!(map(&mut t, &dev, 5 + 10, 115, 1, 7).unwrap().is_empty());
+        assert_eq!(lookup(&mut t, &dev, 15).unwrap().unwrap().lblock, 15);
         let freed = punch(&mut t, &dev, 4, 1 << 40).unwrap();
-        assert_eq!(freed, vec![(501, 1), (105, 10)]);
+        assert_eq!(freed, vec![(501, 1, 7), (105, 10, 0), (115, 1, 7)]);
         assert_eq!(lookup(&mut t, &dev, 3).unwrap().unwrap().pblock, 500);
         assert!(lookup(&mut t, &dev, 4).unwrap().is_none());
     }

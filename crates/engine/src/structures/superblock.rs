@@ -16,7 +16,14 @@
 //! 40  [8] volume id              120 u64 unify count
 //! 48  u64 itable root address    128 u64 log head prev crc (u32, high 32 bits 0)
 //! 56  u8  itable root depth (+7 pad)
+//! 136 u64 snapshot table root    144 u8 its depth (+7 pad)
+//! 152 u64 generation
 //! ```
+//!
+//! A volume that has had a snapshot sets flag bit 0 (`SNAPSHOTS`) and
+//! format version 2, so a reader of version 1 refuses it instead of
+//! ignoring its snapshots; without the flag, bytes 136.. stay zero and the
+//! version stays 1.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -24,8 +31,12 @@ use crate::error::{Error, Result};
 
 /// Magic at byte 0 of each superblock copy.
 pub const MAGIC: &[u8; 8] = b"TUX3SUPR";
-/// Format version this code reads and writes.
+/// Format version of a volume that never had a snapshot.
 pub const VERSION: u32 = 1;
+/// Format version of a volume with the `SNAPSHOTS` flag.
+pub const VERSION_SNAPSHOTS: u32 = 2;
+/// Flag bit: the volume has a snapshot table (fields at 136..160).
+pub const FLAG_SNAPSHOTS: u32 = 1;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
@@ -56,17 +67,23 @@ pub struct Superblock {
     pub next_delta: u64,
     pub created: i64,
     pub unifies: u64,
+    /// The snapshot table (the `SNAPSHOTS` flag is set when it is not
+    /// empty or `generation` is not 0).
+    pub snapshots: Root,
+    /// Generation of blocks written now; each snapshot closes one.
+    pub generation: u64,
 }
 
 impl Superblock {
     /// Encode into one block image.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(self.block_size as usize);
+        let snapshots = self.has_snapshots();
         w.bytes(MAGIC);
         w.u32(0);
-        w.u32(VERSION);
+        w.u32(if snapshots { VERSION_SNAPSHOTS } else { VERSION });
         w.u32(self.block_size);
-        w.u32(0);
+        w.u32(if snapshots { FLAG_SNAPSHOTS } else { 0 });
         w.u64(self.block_count);
         w.u64(self.seq);
         w.u64(self.volume_id);
@@ -81,6 +98,11 @@ impl Superblock {
         w.i64(self.created);
         w.u64(self.unifies);
         w.u64(self.log_prev_crc as u64);
+        if snapshots {
+            w.u64(self.snapshots.addr);
+            w.u64(self.snapshots.depth as u64);
+            w.u64(self.generation);
+        }
         let mut b = w.buf;
         b.resize(self.block_size as usize, 0);
         let crc = crc_superblock(&b);
@@ -110,10 +132,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_SNAPSHOTS {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION}"),
+                format!("superblock: format version {version}, this program reads {VERSION} and {VERSION_SNAPSHOTS}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -132,7 +154,13 @@ impl Superblock {
                 ),
             ));
         }
-        let _flags = r.u32("flags")?;
+        let flags = r.u32("flags")?;
+        if (flags == FLAG_SNAPSHOTS) != (version == VERSION_SNAPSHOTS) || flags & !FLAG_SNAPSHOTS != 0 {
+            return Err(Error::corrupt(
+                addr,
+                format!("superblock: flags {flags:#x} do not go with format version {version}"),
+            ));
+        }
         let block_count = r.u64("block count")?;
         let seq = r.u64("sequence")?;
         let volume_id = r.u64("volume id")?;
@@ -166,7 +194,32 @@ impl Superblock {
                     )
                 })?
             },
+            snapshots: Root::default(),
+            generation: 0,
         };
+        let mut sb = sb;
+        if flags & FLAG_SNAPSHOTS != 0 {
+            sb.snapshots = Root {
+                addr: r.u64("snapshot table root")?,
+                depth: depth(&mut r, addr, "snapshot table depth")?,
+            };
+            sb.generation = r.u64("generation")?;
+            if sb.generation > u64::from(u32::MAX) {
+                return Err(Error::corrupt(
+                    addr,
+                    format!("superblock: generation {} is implausible", sb.generation),
+                ));
+            }
+            if sb.snapshots.addr != 0 && (sb.snapshots.addr < 2 || sb.snapshots.addr >= block_count) {
+                return Err(Error::corrupt(
+                    addr,
+                    format!(
+                        "superblock: snapshot table root {} outside the volume (2..{block_count})",
+                        sb.snapshots.addr
+                    ),
+                ));
+            }
+        }
         // The volume's size in bytes fits a u64, and the bitmap file covers
         // exactly its blocks.
         if block_count.checked_mul(u64::from(block_size)).is_none() {
@@ -208,6 +261,11 @@ impl Superblock {
             }
         }
         Ok(sb)
+    }
+
+    /// Whether the volume has the snapshot fields (flag `SNAPSHOTS`).
+    pub fn has_snapshots(&self) -> bool {
+        self.snapshots.addr != 0 || self.generation != 0
     }
 
     /// Read both copies from `dev` and return the valid one with the highest
@@ -321,7 +379,27 @@ mod tests {
             next_delta: 9,
             created: 1234,
             unifies: 2,
+            snapshots: Root::default(),
+            generation: 0,
         }
+    }
+
+    /// A volume with snapshots writes version 2 and its three fields; a
+    /// reader of version 1 refuses it.
+    #[test]
+    fn snapshot_fields_round_trip() {
+        let mut sb = sample();
+        sb.snapshots = Root { addr: 13, depth: 1 };
+        sb.generation = 4;
+        let b = sb.encode();
+        assert_eq!(
+            u32::from_le_bytes(b[12..16].try_into().unwrap()),
+            VERSION_SNAPSHOTS
+        );
+        assert_eq!(Superblock::decode(&b, 1).unwrap(), sb);
+        let plain = sample().encode();
+        assert_eq!(u32::from_le_bytes(plain[12..16].try_into().unwrap()), VERSION);
+        assert!(plain[136..160].iter().all(|&x| x == 0));
     }
 
     #[test]

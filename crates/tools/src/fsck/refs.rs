@@ -23,6 +23,8 @@ pub(crate) enum Owner {
     Log { seq: u64 },
     /// The block reserved for the next log block.
     LogReserved,
+    /// Freed by the live volume, held by a snapshot (the dead list).
+    Dead { birth: u32 },
 }
 
 impl Owner {
@@ -42,6 +44,7 @@ impl fmt::Display for Owner {
                 match tree {
                     0 => write!(f, "inode table {node}"),
                     tux3::backend::BITMAP_INO => write!(f, "bitmap file extent {node}"),
+                    tux3::backend::snapshot::SNAP_INO => write!(f, "snapshot table {node}"),
                     ino => write!(f, "{node} of the tree of inode {ino}"),
                 }
             }
@@ -50,6 +53,7 @@ impl fmt::Display for Owner {
             }
             Owner::Log { seq } => write!(f, "log block seq {seq}"),
             Owner::LogReserved => write!(f, "the reserved next log block"),
+            Owner::Dead { birth } => write!(f, "the dead list (born in generation {birth})"),
         }
     }
 }

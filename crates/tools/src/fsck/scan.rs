@@ -158,6 +158,20 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
         b.finish_and_clear();
     }
 
+    // Snapshots: the table owns its nodes and the dead list; what the
+    // snapshots reference must be owned already.
+    if !super::snapshots::table_refs(&mut be, &mut refs, &mut f) {
+        complete = false;
+    }
+    if !be.snaps.records.is_empty() {
+        let mut seen: std::collections::HashSet<u64> = inodes
+            .values()
+            .map(|a| a.root.addr)
+            .chain([be.sb.itable.addr])
+            .collect();
+        super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);
+    }
+
     names::check(
         &inodes,
         &be.orphans,

@@ -4,11 +4,15 @@
 //! algorithms live in `tree.rs`.
 //!
 //! ```text
-//! leaf:   header(16) | owner u64 | kind u8 | level u8 = 0 | count u16 | 0 u32
+//! leaf:   header(16) | owner u64 | kind u8 | level u8 = 0 | count u16 | birth u32
 //!         | count x (key u64, len u16, value[len])
-//! branch: header(16) | owner u64 | kind u8 | level u8 >= 1 | count u16 | 0 u32
+//! branch: header(16) | owner u64 | kind u8 | level u8 >= 1 | count u16 | birth u32
 //!         | count x (separator u64, child address u64)
 //! ```
+//!
+//! `birth` is the generation the node was written in (0 on a volume that
+//! never had a snapshot): freeing a node whose birth a snapshot covers puts
+//! it on the dead list instead (`backend/snapshot.rs`).
 
 use crate::codec::{begin, seal, verify, Reader};
 use crate::error::{Error, Result};
@@ -34,6 +38,8 @@ pub enum TreeKind {
     Extents = 2,
     /// A directory: key = hash position, value = directory entry.
     Dirents = 3,
+    /// The snapshot table and the dead list (`structures/snapshot.rs`).
+    Snapshots = 4,
 }
 
 impl TreeKind {
@@ -42,6 +48,7 @@ impl TreeKind {
             1 => Some(TreeKind::Itable),
             2 => Some(TreeKind::Extents),
             3 => Some(TreeKind::Dirents),
+            4 => Some(TreeKind::Snapshots),
             _ => None,
         }
     }
@@ -50,6 +57,7 @@ impl TreeKind {
             TreeKind::Itable => "itable",
             TreeKind::Extents => "extent tree",
             TreeKind::Dirents => "directory",
+            TreeKind::Snapshots => "snapshot table",
         }
     }
 }
@@ -60,12 +68,25 @@ pub enum Slot {
     Mem(Box<Node>),
 }
 
+/// A node address no longer in the tree, and the generation it was
+/// written in (0 if it was never loaded: the oldest birth, which only ever
+/// keeps a block longer).
+pub type FreedNode = (u64, u32);
+
 impl Slot {
     /// The child's current on-disk address (0 if it was never written).
     pub fn addr(&self) -> u64 {
         match self {
             Slot::Disk(a) => *a,
             Slot::Mem(n) => n.addr(),
+        }
+    }
+
+    /// The child's address and birth, as freed.
+    pub fn freed(&self) -> FreedNode {
+        match self {
+            Slot::Disk(a) => (*a, 0),
+            Slot::Mem(n) => (n.addr(), n.birth()),
         }
     }
 }
@@ -79,6 +100,8 @@ pub struct Child {
 pub struct Leaf {
     /// Current on-disk address; 0 if never written.
     pub addr: u64,
+    /// Generation it was written in (meaningless while `addr` is 0).
+    pub birth: u32,
     /// Changed since last written: the next delta commit writes it anew.
     pub dirty: bool,
     pub entries: Vec<(u64, Vec<u8>)>,
@@ -87,6 +110,8 @@ pub struct Leaf {
 pub struct Branch {
     /// On-disk address as of the last unify; 0 if created since.
     pub addr: u64,
+    /// Generation it was written in (meaningless while `addr` is 0).
+    pub birth: u32,
     /// 1: children are leaves.
     pub level: u8,
     /// Changed since the last unify: the next unify writes it anew.
@@ -106,6 +131,12 @@ impl Node {
         match self {
             Node::Leaf(l) => l.addr,
             Node::Branch(b) => b.addr,
+        }
+    }
+    pub fn birth(&self) -> u32 {
+        match self {
+            Node::Leaf(l) => l.birth,
+            Node::Branch(b) => b.birth,
         }
     }
 }
@@ -139,7 +170,7 @@ impl Leaf {
         w.u8(kind as u8);
         w.u8(0);
         w.u16(self.entries.len() as u16);
-        w.u32(0);
+        w.u32(self.birth);
         for (k, v) in &self.entries {
             w.u64(*k);
             w.u16(v.len() as u16);
@@ -161,7 +192,7 @@ impl Branch {
         w.u8(kind as u8);
         w.u8(self.level);
         w.u16(self.children.len() as u16);
-        w.u32(0);
+        w.u32(self.birth);
         for c in &self.children {
             w.u64(c.sep);
             w.u64(c.slot.addr());
@@ -284,7 +315,7 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
         ));
     }
     let count = r.u16("entry count")? as usize;
-    r.u32("reserved")?;
+    let birth = r.u32("birth")?;
     if level == 0 {
         let mut entries: Vec<(u64, Vec<u8>)> = Vec::with_capacity(count);
         for i in 0..count {
@@ -307,6 +338,7 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
         }
         Ok(Node::Leaf(Leaf {
             addr,
+            birth,
             dirty: false,
             entries,
         }))
@@ -338,6 +370,7 @@ pub fn decode(b: &[u8], addr: u64, owner: u64, kind: TreeKind, level: u8, block_
         }
         Ok(Node::Branch(Branch {
             addr,
+            birth,
             level,
             dirty: false,
             leaves_dirty: false,

@@ -2,17 +2,19 @@
 //! changed branches at unify (`write_branches`), each to a new address.
 //! Calls only the node encoders.
 
-use super::node::{Branch, Node, Slot, TreeKind};
+use super::node::{Branch, FreedNode, Node, Slot, TreeKind};
 use crate::error::Result;
 
 pub(super) struct LeafWriter<'a> {
     pub(super) bs: usize,
+    /// Generation the written leaves are born in.
+    pub(super) birth: u32,
     pub(super) owner: u64,
     pub(super) kind: TreeKind,
     pub(super) alloc: &'a mut dyn FnMut() -> Result<u64>,
     pub(super) out: &'a mut Vec<(u64, Vec<u8>)>,
     pub(super) maps: &'a mut Vec<(u64, u64)>,
-    pub(super) freed: &'a mut Vec<u64>,
+    pub(super) freed: &'a mut Vec<FreedNode>,
 }
 
 impl LeafWriter<'_> {
@@ -26,8 +28,9 @@ impl LeafWriter<'_> {
                 }
                 let new = (self.alloc)()?;
                 if l.addr != 0 {
-                    self.freed.push(l.addr);
+                    self.freed.push((l.addr, l.birth));
                 }
+                l.birth = self.birth;
                 self.out
                     .push((new, l.encode(new, self.owner, self.kind, self.bs)));
                 l.addr = new;
@@ -53,36 +56,44 @@ impl LeafWriter<'_> {
     }
 }
 
-/// Write `b` if it or any branch below it changed since the last unify;
-/// returns whether `b` got a new address.
-pub(super) fn write_branches(
-    b: &mut Branch,
-    bs: usize,
-    owner: u64,
-    kind: TreeKind,
-    alloc: &mut dyn FnMut() -> Result<u64>,
-    out: &mut Vec<(u64, Vec<u8>)>,
-    freed: &mut Vec<u64>,
-) -> Result<bool> {
-    debug_assert!(!b.leaves_dirty, "unify with dirty leaves");
-    for c in b.children.iter_mut() {
-        if let Slot::Mem(n) = &mut c.slot {
-            if let Node::Branch(cb) = n.as_mut() {
-                if write_branches(cb, bs, owner, kind, alloc, out, freed)? {
-                    b.dirty = true;
+/// Writes changed branches at unify, each to a new address.
+pub(super) struct BranchWriter<'a> {
+    pub(super) bs: usize,
+    /// Generation the written branches are born in.
+    pub(super) birth: u32,
+    pub(super) owner: u64,
+    pub(super) kind: TreeKind,
+    pub(super) alloc: &'a mut dyn FnMut() -> Result<u64>,
+    pub(super) out: &'a mut Vec<(u64, Vec<u8>)>,
+    pub(super) freed: &'a mut Vec<FreedNode>,
+}
+
+impl BranchWriter<'_> {
+    /// Write `b` if it or any branch below it changed since the last unify;
+    /// returns whether `b` got a new address.
+    pub(super) fn branch(&mut self, b: &mut Branch) -> Result<bool> {
+        debug_assert!(!b.leaves_dirty, "unify with dirty leaves");
+        for c in b.children.iter_mut() {
+            if let Slot::Mem(n) = &mut c.slot {
+                if let Node::Branch(cb) = n.as_mut() {
+                    if self.branch(cb)? {
+                        b.dirty = true;
+                    }
                 }
             }
         }
+        if !b.dirty && b.addr != 0 {
+            return Ok(false);
+        }
+        let new = (self.alloc)()?;
+        if b.addr != 0 {
+            self.freed.push((b.addr, b.birth));
+        }
+        b.birth = self.birth;
+        self.out
+            .push((new, b.encode(new, self.owner, self.kind, self.bs)));
+        b.addr = new;
+        b.dirty = false;
+        Ok(true)
     }
-    if !b.dirty && b.addr != 0 {
-        return Ok(false);
-    }
-    let new = alloc()?;
-    if b.addr != 0 {
-        freed.push(b.addr);
-    }
-    out.push((new, b.encode(new, owner, kind, bs)));
-    b.addr = new;
-    b.dirty = false;
-    Ok(true)
 }

@@ -2,7 +2,7 @@
 //! `LeafMap` inserts or moves a leaf, `LeafUnmap` removes one, keeping
 //! invariant T1 (tree.rs). Loads nodes through `tree::load`.
 
-use super::node::{Child, Node, Slot};
+use super::node::{Child, FreedNode, Node, Slot};
 use super::tree::{child_level, child_mut, insert_after, load, split_branch, Ctx, Splits};
 use crate::error::{Error, Result};
 
@@ -67,7 +67,12 @@ pub(super) enum Unmapped {
 /// freed at the next unify): replay may group leaves differently from the
 /// tree that logged the change, so a leaf that had siblings there may be
 /// alone here.
-pub(super) fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u64>) -> Result<Unmapped> {
+pub(super) fn unmap_rec(
+    node: &mut Node,
+    cx: &Ctx,
+    sep: u64,
+    retired: &mut Vec<FreedNode>,
+) -> Result<Unmapped> {
     let Node::Branch(b) = node else {
         return Ok(Unmapped::Same);
     };
@@ -90,7 +95,7 @@ pub(super) fn unmap_rec(node: &mut Node, cx: &Ctx, sep: u64, retired: &mut Vec<u
             Unmapped::Empty => {
                 let gone = b.children.remove(i);
                 if gone.slot.addr() != 0 {
-                    retired.push(gone.slot.addr());
+                    retired.push(gone.slot.freed());
                 }
                 Unmapped::Same
             }

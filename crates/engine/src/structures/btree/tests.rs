@@ -75,11 +75,11 @@ proptest! {
                     let mut maps = Vec::new();
                     let mut next = h.next;
                     let mut alloc = || { next += 1; Ok(next) };
-                    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+                    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
                     let unmaps = std::mem::take(&mut t.unmaps);
                     if matches!(op, Op::Unify) {
                         let mut freed = Vec::new();
-                        base = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+                        base = t.redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed).unwrap();
                         log.clear();
                     } else {
                         log.push((unmaps, maps));
@@ -260,11 +260,11 @@ proptest! {
                     let mut out = Vec::new();
                     let mut maps = Vec::new();
                     let mut alloc = || { next += 1; Ok(next) };
-                    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+                    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
                     t.unmaps.clear();
                     let root = matches!(op, ProbeOp::Reload).then(|| {
                         let mut freed = Vec::new();
-                        t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap()
+                        t.redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed).unwrap()
                     });
                     for (a, b) in out {
                         dev.write(a, &b).unwrap();
@@ -310,9 +310,11 @@ fn a_probe_reads_no_leaf_past_its_range() {
         next += 1;
         Ok(next)
     };
-    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
+    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
     let mut freed = Vec::new();
-    let root = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+    let root = t
+        .redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
+        .unwrap();
     for (a, b) in out {
         dev.write(a, &b).unwrap();
     }
@@ -357,8 +359,10 @@ fn an_emptied_first_leaf_keeps_the_left_edge() {
         next += 1;
         Ok(next)
     };
-    t.redirect_leaves(bs, &mut alloc, &mut out, &mut maps).unwrap();
-    let root = t.redirect_branches(bs, &mut alloc, &mut out, &mut freed).unwrap();
+    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
+    let root = t
+        .redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
+        .unwrap();
     h.next = next;
     h.write(out);
     let mut r = Tree::open(7, TreeKind::Extents, root);

@@ -19,9 +19,10 @@
 //! the same leaf. Leaf splits, leaf removal and replay all preserve T1.
 
 use super::node::{
-    branch_capacity, decode, Branch, Child, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD, NODE_HEADER,
+    branch_capacity, decode, Branch, Child, FreedNode, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD,
+    NODE_HEADER,
 };
-use super::redirect::{write_branches, LeafWriter};
+use super::redirect::LeafWriter;
 use super::replay::{map_rec, unmap_rec, Unmapped};
 use super::search::{get_rec, next_rec, prev_rec, probe_rec, Probe, Prober, Route, Spot, Stamp};
 use crate::device::Device;
@@ -46,10 +47,10 @@ pub struct Tree {
     /// Seps of leaves removed since the last commit, in order.
     pub unmaps: Vec<u64>,
     /// Blocks no longer referenced once the current delta is durable.
-    pub freed: Vec<u64>,
+    pub freed: Vec<FreedNode>,
     /// Branch addresses of the unified image no longer in the tree; freed
     /// by the next unify (which stops referencing them).
-    pub retired: Vec<u64>,
+    pub retired: Vec<FreedNode>,
     /// This state of the entries and shape (`Tree::holds`).
     stamp: Stamp,
 }
@@ -126,6 +127,7 @@ impl Tree {
         let mut t = Tree::open(id, kind, Root::default());
         t.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
             addr: 0,
+            birth: 0,
             dirty: true,
             entries: Vec::new(),
         }))));
@@ -288,6 +290,7 @@ impl Tree {
         if self.root.is_none() {
             self.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
                 addr: 0,
+                birth: 0,
                 dirty: true,
                 entries: Vec::new(),
             }))));
@@ -346,6 +349,7 @@ impl Tree {
             }
             let mut b = Branch {
                 addr: 0,
+                birth: 0,
                 level,
                 dirty: true,
                 leaves_dirty,
@@ -400,7 +404,7 @@ impl Tree {
         if let Unmapped::Empty = unmap_rec(load(slot, &cx, depth)?, &cx, sep, &mut self.retired)? {
             if let Some(old) = self.root.take() {
                 if old.addr() != 0 {
-                    self.retired.push(old.addr());
+                    self.retired.push(old.freed());
                 }
             }
             self.depth = 0;
@@ -409,12 +413,13 @@ impl Tree {
     }
 
     /// Delta commit: give every dirty leaf a new address from `alloc`
-    /// (redirect) and encode it, pushing (address, image) to `out` for the
-    /// caller to write, old addresses to `self.freed`, and (sep, address)
-    /// to `maps`.
+    /// (redirect) and encode it with `birth`, pushing (address, image) to
+    /// `out` for the caller to write, old addresses (and births) to
+    /// `self.freed`, and (sep, address) to `maps`.
     pub fn redirect_leaves(
         &mut self,
         bs: usize,
+        birth: u32,
         alloc: &mut dyn FnMut() -> Result<u64>,
         out: &mut Vec<(u64, Vec<u8>)>,
         maps: &mut Vec<(u64, u64)>,
@@ -423,6 +428,7 @@ impl Tree {
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
             let mut w = LeafWriter {
                 bs,
+                birth,
                 owner,
                 kind,
                 alloc,
@@ -436,20 +442,30 @@ impl Tree {
     }
 
     /// Unify: give every dirty branch a new address (children first) and
-    /// encode it into `out`, pushing old branch addresses to `freed`.
-    /// Leaves must be clean.
+    /// encode it with `birth` into `out`, pushing old branch addresses (and
+    /// births) to `freed`. Leaves must be clean.
     /// Sets and returns the new unified root.
     pub fn redirect_branches(
         &mut self,
         bs: usize,
+        birth: u32,
         alloc: &mut dyn FnMut() -> Result<u64>,
         out: &mut Vec<(u64, Vec<u8>)>,
-        freed: &mut Vec<u64>,
+        freed: &mut Vec<FreedNode>,
     ) -> Result<Root> {
         freed.append(&mut self.retired);
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
             if let Node::Branch(b) = n.as_mut() {
-                write_branches(b, bs, self.id, self.kind, alloc, out, freed)?;
+                let mut w = super::redirect::BranchWriter {
+                    bs,
+                    birth,
+                    owner: self.id,
+                    kind: self.kind,
+                    alloc,
+                    out,
+                    freed,
+                };
+                w.branch(b)?;
             }
         }
         let addr = self.root.as_ref().map_or(0, |s| s.addr());
@@ -514,6 +530,7 @@ impl Tree {
 fn disk_leaf_placeholder() -> Leaf {
     Leaf {
         addr: 0,
+        birth: 0,
         dirty: false,
         entries: Vec::new(),
     }
@@ -598,6 +615,7 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
         let sep = right.first().map_or(0, |e| e.0);
         let mut r = Leaf {
             addr: 0,
+            birth: 0,
             dirty: true,
             entries: right,
         };
@@ -632,6 +650,7 @@ pub(super) fn split_branch(b: &mut Branch, bs: usize) -> Splits {
             sep,
             Node::Branch(Branch {
                 addr: 0,
+                birth: 0,
                 level: b.level,
                 dirty: true,
                 leaves_dirty: b.leaves_dirty,
@@ -645,7 +664,7 @@ pub(super) fn split_branch(b: &mut Branch, bs: usize) -> Splits {
 
 struct Events<'a> {
     unmaps: &'a mut Vec<u64>,
-    freed: &'a mut Vec<u64>,
+    freed: &'a mut Vec<FreedNode>,
 }
 
 /// Remove `key`; returns the value and, if the first sep of `node` rose
@@ -688,7 +707,7 @@ fn remove_rec(
                 let gone = b.children.remove(i);
                 ev.unmaps.push(gone.sep);
                 if gone.slot.addr() != 0 {
-                    ev.freed.push(gone.slot.addr());
+                    ev.freed.push(gone.slot.freed());
                 }
                 b.dirty = true;
                 removed = true;

@@ -1,0 +1,442 @@
+//! Backend layer: snapshots — the snapshot table and the dead list, in one
+//! btree (owner 3, kind `Snapshots`) that only a unify writes, like the
+//! bitmap file: between unifies the log carries its changes (`Dead`,
+//! `Reclaim`, `SnapDelete`, `SnapGone`), and the whole table is kept in
+//! memory.
+//!
+//! Births and generations. Every block of a tree (node or data extent)
+//! records the generation it was written in (`birth`). A snapshot is taken
+//! by a unify: it keeps that unify's inode-table root, gets the current
+//! generation as its id, and the generation goes up by one. So snapshot
+//! `s` holds exactly the blocks born at or below `s` that were still live
+//! when it was taken.
+//!
+//! The dead list. When the live volume frees a block born at or below the
+//! newest snapshot (`Allocator::free_born`), the block stays in use and
+//! its extent goes on the dead list with its birth `b` and its death `d`
+//! (the generation it died in). Snapshot `s` holds it exactly when
+//! `b <= s < d`. A dead extent is freed once no snapshot that still exists
+//! lies in `[b, d)`.
+//!
+//! Deleting snapshot `s` (its name goes at once, `SnapDelete`): with `p`
+//! the newest existing snapshot below it and `n` the oldest above it (the
+//! live volume when none), the extents only `s` held are those with
+//! `p < b <= s` and `s < d <= n`. The index by (death, birth) reaches them
+//! directly: for each death in `(s, n]`, one range of births. Reclaim frees
+//! at most [`RECLAIM_BATCH`] extents per delta commit (`Reclaim` records),
+//! and drops the record once none is left (`SnapGone`). It needs no state
+//! of its own, so after a crash it simply starts again.
+//!
+//! Calls structures (the btree, the superblock's root type), the log's
+//! record type, the allocator and base modules.
+
+use super::alloc::Allocator;
+use crate::device::Device;
+use crate::error::{Errno, Error, Result};
+use crate::log::Record;
+use crate::structures::btree::node::FreedNode;
+use crate::structures::btree::{Tree, TreeKind};
+use crate::structures::superblock::Root;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Owner of the snapshot table's nodes (an inode number never used by files).
+pub const SNAP_INO: u64 = 3;
+/// Keys at or above this are snapshot records (`RECORD_KEY + id`); below
+/// it, dead extents keyed by their first block.
+pub const RECORD_KEY: u64 = 1 << 62;
+/// Dead extents a delta commit reclaims at most.
+pub const RECLAIM_BATCH: usize = 4096;
+/// Longest snapshot name.
+pub const NAME_MAX: usize = 255;
+
+/// One snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapRecord {
+    pub id: u64,
+    pub name: Vec<u8>,
+    pub created: i64,
+    /// The inode table as its unify wrote it.
+    pub itable: Root,
+    /// Blocks in use when it was taken, less the dead list and the
+    /// bitmap file's blocks.
+    pub referenced: u64,
+    /// Deleted; its space is being reclaimed.
+    pub deleting: bool,
+}
+
+impl SnapRecord {
+    /// `flags u8 | created i64 | itable root u64 | depth u8 | referenced u64 | name`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(26 + self.name.len());
+        v.push(u8::from(self.deleting));
+        v.extend_from_slice(&self.created.to_le_bytes());
+        v.extend_from_slice(&self.itable.addr.to_le_bytes());
+        v.push(self.itable.depth);
+        v.extend_from_slice(&self.referenced.to_le_bytes());
+        v.extend_from_slice(&self.name);
+        v
+    }
+
+    pub fn decode(id: u64, v: &[u8], leaf: u64, block_count: u64) -> Result<SnapRecord> {
+        let bad = |what: &str| Error::corrupt(leaf, format!("snapshot table: snapshot {id}: {what}"));
+        let mut r = crate::codec::Reader::new(v, leaf);
+        let flags = r.u8("snapshot flags")?;
+        let created = r.i64("snapshot time")?;
+        let addr = r.u64("snapshot root")?;
+        let depth = r.u8("snapshot depth")?;
+        let referenced = r.u64("snapshot referenced blocks")?;
+        let name = r.bytes(r.remaining(), "snapshot name")?.to_vec();
+        if flags > 1 {
+            return Err(bad(&format!("flags {flags:#x}")));
+        }
+        if addr < 2 || addr >= block_count || depth > crate::codec::MAX_DEPTH {
+            return Err(bad(&format!("root {addr} depth {depth} outside the volume")));
+        }
+        check_name(&name).map_err(|_| bad("bad name"))?;
+        Ok(SnapRecord {
+            id,
+            name,
+            created,
+            itable: Root { addr, depth },
+            referenced,
+            deleting: flags == 1,
+        })
+    }
+}
+
+/// A snapshot name: 1..=255 bytes, no '/' and no NUL.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.len() > NAME_MAX || name.iter().any(|&c| c == b'/' || c == 0) {
+        return Err(Error::Posix(Errno::EINVAL));
+    }
+    Ok(())
+}
+
+/// A dead extent: `count` blocks at its key, born in `birth`, died in `death`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadExtent {
+    pub count: u64,
+    pub birth: u32,
+    pub death: u32,
+}
+
+impl DeadExtent {
+    /// `count u32 | birth u32 | death u32`.
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(12);
+        v.extend_from_slice(&u32::try_from(self.count).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(&self.birth.to_le_bytes());
+        v.extend_from_slice(&self.death.to_le_bytes());
+        v
+    }
+
+    fn decode(start: u64, v: &[u8], leaf: u64, block_count: u64) -> Result<DeadExtent> {
+        let mut r = crate::codec::Reader::new(v, leaf);
+        let count = u64::from(r.u32("dead count")?);
+        let birth = r.u32("dead birth")?;
+        let death = r.u32("dead death")?;
+        if r.remaining() != 0
+            || count == 0
+            || start < 2
+            || start.checked_add(count).is_none_or(|e| e > block_count)
+            || birth >= death
+        {
+            return Err(Error::corrupt(
+                leaf,
+                format!("snapshot table: dead extent {start}+{count} born {birth} died {death} is invalid"),
+            ));
+        }
+        Ok(DeadExtent { count, birth, death })
+    }
+}
+
+/// The snapshot table and the dead list, in memory and in their tree.
+pub struct Snapshots {
+    pub tree: Tree,
+    pub records: BTreeMap<u64, SnapRecord>,
+    pub dead: BTreeMap<u64, DeadExtent>,
+    /// The dead list by (death, birth, start).
+    by_death: BTreeSet<(u32, u32, u64)>,
+    /// Blocks on the dead list.
+    pub dead_blocks: u64,
+    /// Snapshots to take at the next unify: (name, time).
+    pub pending: Vec<(Vec<u8>, i64)>,
+}
+
+impl Snapshots {
+    /// Load the table named by `root` (whole: it is kept in memory).
+    pub fn load(dev: &dyn Device, root: Root) -> Result<Snapshots> {
+        let mut s = Snapshots {
+            tree: Tree::open(SNAP_INO, TreeKind::Snapshots, root),
+            records: BTreeMap::new(),
+            dead: BTreeMap::new(),
+            by_death: BTreeSet::new(),
+            dead_blocks: 0,
+            pending: Vec::new(),
+        };
+        if root.addr == 0 {
+            return Ok(s);
+        }
+        let n = dev.block_count();
+        let mut entries = Vec::new();
+        s.tree.scan(dev, 0, u64::MAX, |key, value, leaf| {
+            entries.push((key, value.to_vec(), leaf));
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        let mut end_of_last = 0u64;
+        for (key, value, leaf) in entries {
+            if key >= RECORD_KEY {
+                let id = key - RECORD_KEY;
+                let rec = SnapRecord::decode(id, &value, leaf, n)?;
+                if !rec.deleting && s.find(&rec.name).is_some() {
+                    return Err(Error::corrupt(leaf, "snapshot table: a name used twice"));
+                }
+                s.records.insert(id, rec);
+            } else {
+                let d = DeadExtent::decode(key, &value, leaf, n)?;
+                if key < end_of_last {
+                    return Err(Error::corrupt(
+                        leaf,
+                        format!("snapshot table: dead extent {key} overlaps"),
+                    ));
+                }
+                end_of_last = key + d.count;
+                s.index(key, d);
+            }
+        }
+        Ok(s)
+    }
+
+    fn index(&mut self, start: u64, d: DeadExtent) {
+        self.by_death.insert((d.death, d.birth, start));
+        self.dead_blocks += d.count;
+        self.dead.insert(start, d);
+    }
+
+    /// The live snapshot (not being deleted) named `name`.
+    pub fn find(&self, name: &[u8]) -> Option<&SnapRecord> {
+        self.records.values().find(|r| !r.deleting && r.name == name)
+    }
+
+    /// The newest snapshot not being deleted: the allocator keeps what it holds.
+    pub fn held_upto(&self) -> Option<u32> {
+        self.records
+            .values()
+            .rev()
+            .find(|r| !r.deleting)
+            .map(|r| r.id as u32)
+    }
+
+    /// Whether reclaim has work (a deleted snapshot whose record remains).
+    pub fn reclaiming(&self) -> bool {
+        self.records.values().any(|r| r.deleting)
+    }
+
+    /// Put dead extents on the list (death `death`) and in the tree; with
+    /// `records`, log them too.
+    pub fn add_dead(
+        &mut self,
+        dev: &dyn Device,
+        dying: Vec<(u64, u64, u32)>,
+        death: u32,
+        records: Option<&mut Vec<Record>>,
+    ) -> Result<()> {
+        let mut log = Vec::new();
+        for (start, count, birth) in dying {
+            // A range longer than an entry holds is split.
+            let (mut at, mut left) = (start, count);
+            while left > 0 {
+                let c = left.min(u64::from(u32::MAX));
+                let d = DeadExtent {
+                    count: c,
+                    birth,
+                    death,
+                };
+                if self.dead.contains_key(&at) {
+                    return Err(Error::corrupt(at, "block freed twice: already on the dead list"));
+                }
+                self.tree.insert(dev, at, d.encode())?;
+                self.index(at, d);
+                log.push(Record::Dead {
+                    start: at,
+                    count: c as u32,
+                    birth,
+                });
+                at += c;
+                left -= c;
+            }
+        }
+        if let Some(r) = records {
+            r.extend(log);
+        }
+        Ok(())
+    }
+
+    /// Take the dead extent at `start` off the list (replay of `Reclaim`,
+    /// or reclaim itself); returns its length.
+    pub fn remove_dead(&mut self, dev: &dyn Device, start: u64) -> Result<Option<u64>> {
+        let Some(d) = self.dead.remove(&start) else {
+            return Ok(None);
+        };
+        self.by_death.remove(&(d.death, d.birth, start));
+        self.dead_blocks -= d.count;
+        self.tree.remove(dev, start)?;
+        Ok(Some(d.count))
+    }
+
+    /// Record a snapshot (taken by the unify being prepared).
+    pub fn insert_record(&mut self, dev: &dyn Device, rec: SnapRecord) -> Result<()> {
+        self.tree.insert(dev, RECORD_KEY + rec.id, rec.encode())?;
+        self.records.insert(rec.id, rec);
+        Ok(())
+    }
+
+    /// Mark snapshot `id` deleted (its name goes).
+    pub fn mark_deleting(&mut self, dev: &dyn Device, id: u64) -> Result<bool> {
+        let Some(rec) = self.records.get_mut(&id) else {
+            return Ok(false);
+        };
+        rec.deleting = true;
+        let v = rec.encode();
+        self.tree.insert(dev, RECORD_KEY + id, v)?;
+        Ok(true)
+    }
+
+    /// Drop snapshot `id`'s record: its space is all back.
+    pub fn remove_record(&mut self, dev: &dyn Device, id: u64) -> Result<bool> {
+        let had = self.records.remove(&id).is_some();
+        if had {
+            self.tree.remove(dev, RECORD_KEY + id)?;
+        }
+        Ok(had)
+    }
+
+    /// The neighbours of snapshot `id` among those not being deleted:
+    /// the newest below (as a lower bound on births: blocks born at or
+    /// below it are still held) and the oldest above (deaths up to it).
+    fn neighbours(&self, id: u64) -> (Option<u32>, u32) {
+        let live = |r: &&SnapRecord| !r.deleting;
+        let below = self
+            .records
+            .range(..id)
+            .map(|(_, r)| r)
+            .rev()
+            .find(live)
+            .map(|r| r.id as u32);
+        let above = self
+            .records
+            .range(id + 1..)
+            .map(|(_, r)| r)
+            .find(live)
+            .map_or(u32::MAX, |r| r.id as u32);
+        (below, above)
+    }
+
+    /// Dead extents only snapshot `id` holds: (start, count), at most `max`
+    /// of them (all with `usize::MAX`).
+    pub fn only_held_by(&self, id: u64, max: usize) -> Vec<(u64, u64)> {
+        let s = id as u32;
+        let (below, above) = self.neighbours(id);
+        let first_birth = below.map_or(0, |p| p.saturating_add(1));
+        let mut out = Vec::new();
+        if below.is_some_and(|p| p >= s) {
+            return out;
+        }
+        let mut death = s.saturating_add(1);
+        while death <= above && out.len() < max {
+            let mut any = None;
+            for &(d, b, start) in self.by_death.range((death, first_birth, 0)..) {
+                if d != death || b > s {
+                    any = Some(d);
+                    break;
+                }
+                out.push((start, self.dead.get(&start).map_or(0, |e| e.count)));
+                if out.len() >= max {
+                    return out;
+                }
+            }
+            // The next death value present, if any.
+            let next = match any {
+                Some(d) if d > death => d,
+                _ => match self.by_death.range((death.saturating_add(1), 0, 0)..).next() {
+                    Some(&(d, _, _)) => d,
+                    None => break,
+                },
+            };
+            if next <= death {
+                break;
+            }
+            death = next;
+        }
+        out
+    }
+
+    /// Bytes only snapshot `id` holds (what deleting it gives back).
+    pub fn unique_blocks(&self, id: u64) -> u64 {
+        self.only_held_by(id, usize::MAX).iter().map(|e| e.1).sum()
+    }
+
+    /// One batch of reclaim for the oldest deleted snapshot: free what no
+    /// snapshot holds any more (logged as `Reclaim`), and when nothing is
+    /// left, drop its record (`SnapGone`). Returns whether work remains.
+    pub fn reclaim(
+        &mut self,
+        dev: &dyn Device,
+        alloc: &mut Allocator,
+        records: &mut Vec<Record>,
+    ) -> Result<bool> {
+        let Some(id) = self.records.values().find(|r| r.deleting).map(|r| r.id) else {
+            return Ok(false);
+        };
+        let batch = self.only_held_by(id, RECLAIM_BATCH);
+        let done = batch.len() < RECLAIM_BATCH;
+        for (start, _) in batch {
+            if let Some(count) = self.remove_dead(dev, start)? {
+                alloc.free_range(start, count);
+                records.push(Record::Reclaim {
+                    start,
+                    count: count as u32,
+                });
+            }
+        }
+        if done {
+            self.remove_record(dev, id)?;
+            records.push(Record::SnapGone { id });
+        }
+        Ok(self.reclaiming())
+    }
+
+    /// Extents reclaim still has to examine for deleted snapshot `id`.
+    pub fn reclaim_left(&self, id: u64) -> u64 {
+        self.only_held_by(id, usize::MAX).len() as u64
+    }
+
+    /// Unify: write the table's changed nodes (its own old nodes are freed
+    /// at once: no snapshot holds them) and return its new root.
+    pub fn write(
+        &mut self,
+        alloc: &mut Allocator,
+        bs: usize,
+        writes: &mut Vec<(u64, Vec<u8>)>,
+    ) -> Result<Root> {
+        let mut maps = Vec::new();
+        let a = &mut *alloc;
+        self.tree
+            .redirect_leaves(bs, 0, &mut || a.alloc_one(2), writes, &mut maps)?;
+        let mut freed: Vec<FreedNode> = self.tree.freed.drain(..).collect();
+        self.tree.unmaps.clear();
+        let a = &mut *alloc;
+        let root = self
+            .tree
+            .redirect_branches(bs, 0, &mut || a.alloc_one(2), writes, &mut freed)?;
+        for (b, _) in freed {
+            alloc.free_range(b, 1);
+        }
+        Ok(root)
+    }
+
+    /// Every block the table holds: its nodes and the dead extents (for fsck).
+    pub fn dead_extents(&self) -> impl Iterator<Item = (u64, &DeadExtent)> {
+        self.dead.iter().map(|(s, d)| (*s, d))
+    }
+}

@@ -1,0 +1,77 @@
+//! Frontend layer: the snapshot requests of the open delta — a snapshot
+//! asked for (taken by the next unify), a snapshot deleted (its
+//! `SnapDelete` rides in the open delta), and what the table reports.
+//! The mechanism (births, the dead list, reclaim) is the backend's
+//! (`backend/snapshot.rs`).
+
+use super::Volume;
+use crate::backend::snapshot::check_name;
+use crate::error::{err, Errno, Result};
+use crate::log::Record;
+use crate::types::{SnapshotInfo, Timespec};
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Volume {
+    /// Ask for a snapshot named `name`, taken by the next unify.
+    pub fn snapshot_request(&mut self, name: &[u8]) -> Result<()> {
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        check_name(name)?;
+        let snaps = &self.be.snaps;
+        if snaps.find(name).is_some() || snaps.pending.iter().any(|(n, _)| n == name) {
+            return err(Errno::EEXIST);
+        }
+        self.be.snaps.pending.push((name.to_vec(), Timespec::now().sec));
+        Ok(())
+    }
+
+    /// Delete the snapshot named `name` in the open delta: its name goes,
+    /// and the allocator stops keeping what only it holds.
+    pub fn snapshot_delete(&mut self, name: &[u8]) -> Result<()> {
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        let Some(id) = self.be.snaps.find(name).map(|r| r.id) else {
+            return err(Errno::ENOENT);
+        };
+        let dev = self.be.dev.clone();
+        self.be.snaps.mark_deleting(dev.as_ref(), id)?;
+        self.be.records.push(Record::SnapDelete { id });
+        self.be.alloc.held_upto = self.be.snaps.held_upto();
+        self.changed.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// The snapshot table, oldest first.
+    pub fn snapshot_infos(&self) -> Vec<SnapshotInfo> {
+        let bs = self.be.bs as u64;
+        let snaps = &self.be.snaps;
+        snaps
+            .records
+            .values()
+            .map(|r| {
+                let unique = snaps.unique_blocks(r.id);
+                SnapshotInfo {
+                    id: r.id,
+                    name: r.name.clone(),
+                    created: r.created,
+                    deleting: r.deleting,
+                    reclaim_left: if r.deleting { snaps.reclaim_left(r.id) } else { 0 },
+                    unique_bytes: unique * bs,
+                    referenced_bytes: r.referenced * bs,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether deleted snapshots still have space to give back.
+    pub fn reclaiming(&self) -> bool {
+        self.be.snaps.reclaiming()
+    }
+
+    /// The snapshot this volume was opened as, if any.
+    pub fn opened_snapshot(&self) -> Option<u64> {
+        self.be.snapshot
+    }
+}

@@ -1,0 +1,195 @@
+//! fsck of snapshots: the snapshot table's nodes and dead extents own
+//! their blocks; every block a snapshot's trees reference must be live or
+//! on the dead list (else the allocator could hand it out while the
+//! snapshot still reads it); and every dead extent must be held by a
+//! snapshot, or by a deleted one whose space is still coming back.
+//!
+//! A tree a snapshot shares with the live volume or an earlier snapshot
+//! (same root address) is not walked again, so the work follows the
+//! distinct trees, not the snapshot count.
+//!
+//! Calls `backend` (the loaded table), `structures` decoders and the
+//! sibling modules `walk` and `refs`.
+
+use super::refs::{Owner, Ref};
+use super::walk::walk;
+use super::Findings;
+use std::collections::HashSet;
+use tux3::backend::snapshot::SNAP_INO;
+use tux3::backend::Backend;
+use tux3::structures::btree::{Tree, TreeKind};
+use tux3::structures::extent;
+use tux3::structures::inode::InodeAttrs;
+use tux3::types::FileType;
+
+/// The table's own blocks (nodes and dead extents), for the ownership checks.
+pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool {
+    let dev = be.dev.clone();
+    let mut shape = Vec::new();
+    let w = walk(
+        dev.as_ref(),
+        &mut be.snaps.tree,
+        "snapshot table",
+        &mut |_, _| {},
+        &mut |line| shape.push(line),
+    );
+    for line in shape {
+        f.problem("snapshots", line);
+    }
+    for e in &w.errors {
+        f.error("snapshots", "snapshot table node", e);
+    }
+    for &(addr, level) in &w.nodes {
+        if addr != 0 {
+            refs.push(Ref {
+                start: addr,
+                count: 1,
+                owner: Owner::Node {
+                    tree: SNAP_INO,
+                    level,
+                },
+            });
+        }
+    }
+    let snaps = &be.snaps;
+    for (start, d) in snaps.dead_extents() {
+        refs.push(Ref {
+            start,
+            count: d.count,
+            owner: Owner::Dead { birth: d.birth },
+        });
+        let held = snaps
+            .records
+            .values()
+            .any(|r| u64::from(d.birth) <= r.id && r.id < u64::from(d.death));
+        if !held {
+            f.problem(
+                "snapshots",
+                format!(
+                    "blocks {start}+{}: on the dead list (born {}, died {}) but no snapshot holds them",
+                    d.count, d.birth, d.death
+                ),
+            );
+        }
+    }
+    w.complete()
+}
+
+/// Every snapshot's trees: each block must be owned by `refs` already
+/// (live, or dead). `seen` holds the roots of the live volume's trees.
+pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64>, f: &mut Findings) {
+    let dev = be.dev.clone();
+    let dev = dev.as_ref();
+    let mut owned: Vec<(u64, u64)> = refs
+        .iter()
+        .map(|r| (r.start, r.start.saturating_add(r.count)))
+        .collect();
+    owned.sort_unstable();
+    let covered = |start: u64, count: u64| -> bool {
+        // The ranges owned, merged, must cover [start, start+count).
+        let end = start.saturating_add(count);
+        let mut at = start;
+        let i = owned.partition_point(|&(s, _)| s <= at);
+        let mut j = i.saturating_sub(1);
+        while at < end {
+            match owned.get(j) {
+                Some(&(s, e)) if s <= at => {
+                    at = at.max(e);
+                    j += 1;
+                }
+                _ => return false,
+            }
+        }
+        true
+    };
+    for rec in be.snaps.records.values().filter(|r| !r.deleting) {
+        let name = String::from_utf8_lossy(&rec.name);
+        if !seen.insert(rec.itable.addr) {
+            continue;
+        }
+        let mut itable = Tree::open(0, TreeKind::Itable, rec.itable);
+        let mut inodes: Vec<(u64, InodeAttrs)> = Vec::new();
+        let (mut bad, mut shape) = (Vec::new(), Vec::new());
+        let w = walk(
+            dev,
+            &mut itable,
+            "snapshot inode table",
+            &mut |leaf, entries| {
+                for (ino, v) in entries {
+                    match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev)) {
+                        Ok(a) => inodes.push((*ino, a)),
+                        Err(e) => bad.push(super::describe(&format!("snapshot {name}: inode {ino}"), &e)),
+                    }
+                }
+            },
+            &mut |line| shape.push(format!("snapshot {name}: {line}")),
+        );
+        for line in bad.into_iter().chain(shape) {
+            f.problem("snapshots", line);
+        }
+        for e in &w.errors {
+            f.error("snapshots", &format!("snapshot {name}: inode table node"), e);
+        }
+        let check = |what: String, start: u64, count: u64, f: &mut Findings| {
+            if !covered(start, count) {
+                f.problem(
+                    "snapshots",
+                    format!("blocks {start}+{count}: {what} of snapshot {name}, neither live nor on the dead list"),
+                );
+            }
+        };
+        for &(addr, _) in &w.nodes {
+            check("an inode table node".into(), addr, 1, f);
+        }
+        for (ino, a) in inodes {
+            if a.root.addr == 0 || !seen.insert(a.root.addr) {
+                continue;
+            }
+            let kind = if FileType::from_mode(a.mode) == Some(FileType::Directory) {
+                TreeKind::Dirents
+            } else {
+                TreeKind::Extents
+            };
+            let mut tree = Tree::open(ino, kind, a.root);
+            let mut extents = Vec::new();
+            let (mut bad, mut shape) = (Vec::new(), Vec::new());
+            let w = walk(
+                dev,
+                &mut tree,
+                "snapshot file tree",
+                &mut |leaf, entries| {
+                    if kind == TreeKind::Extents {
+                        for (k, v) in entries {
+                            match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
+                                Ok(e) => extents.push(e),
+                                Err(e) => bad.push(super::describe(&format!("inode {ino}"), &e)),
+                            }
+                        }
+                    }
+                },
+                &mut |line| shape.push(line),
+            );
+            for line in bad.into_iter().chain(shape) {
+                f.problem("snapshots", format!("snapshot {name}: {line}"));
+            }
+            for e in &w.errors {
+                f.error("snapshots", &format!("snapshot {name}: tree of inode {ino}"), e);
+            }
+            for &(addr, _) in &w.nodes {
+                check(format!("a node of inode {ino}"), addr, 1, f);
+            }
+            for e in extents {
+                if u64::from(e.birth) > rec.id {
+                    f.problem(
+                        "snapshots",
+                        format!(
+                            "blocks {}+{}: data of inode {ino} in snapshot {name} born {} after it",
+                            e.pblock, e.count, e.birth
+                        ),
+                    );
+                }
+                check(format!("data of inode {ino}"), e.pblock, e.count, f);
+            }
+        }
+    }
+}
