@@ -18,10 +18,8 @@ impl Fs {
         // The turn serializes commits: the unify that takes the snapshot
         // is this one, or one that froze after the request.
         self.shared.commit(true)?;
-        self.snapshot_list()?
-            .into_iter()
-            .rev()
-            .find(|s| !s.deleting && s.name == name)
+        self.shared_vol()
+            .snapshot_info(name)
             .ok_or(Error::Posix(Errno::EIO))
     }
 

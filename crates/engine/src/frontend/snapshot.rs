@@ -45,24 +45,26 @@ impl Volume {
 
     /// The snapshot table, oldest first.
     pub fn snapshot_infos(&self) -> Vec<SnapshotInfo> {
+        self.be.snaps.records.values().map(|r| self.info(r)).collect()
+    }
+
+    /// The snapshot named `name` (not deleted), if any.
+    pub fn snapshot_info(&self, name: &[u8]) -> Option<SnapshotInfo> {
+        self.be.snaps.find(name).map(|r| self.info(r))
+    }
+
+    fn info(&self, r: &crate::backend::snapshot::SnapRecord) -> SnapshotInfo {
         let bs = self.be.bs as u64;
         let snaps = &self.be.snaps;
-        snaps
-            .records
-            .values()
-            .map(|r| {
-                let unique = snaps.unique_blocks(r.id);
-                SnapshotInfo {
-                    id: r.id,
-                    name: r.name.clone(),
-                    created: r.created,
-                    deleting: r.deleting,
-                    reclaim_left: if r.deleting { snaps.reclaim_left(r.id) } else { 0 },
-                    unique_bytes: unique * bs,
-                    referenced_bytes: r.referenced * bs,
-                }
-            })
-            .collect()
+        SnapshotInfo {
+            id: r.id,
+            name: r.name.clone(),
+            created: r.created,
+            deleting: r.deleting,
+            reclaim_left: if r.deleting { snaps.reclaim_left(r.id) } else { 0 },
+            unique_bytes: snaps.unique_blocks(r.id) * bs,
+            referenced_bytes: r.referenced * bs,
+        }
     }
 
     /// Whether deleted snapshots still have space to give back.
