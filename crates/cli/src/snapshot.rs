@@ -1,4 +1,4 @@
-//! `tux3 snapshot create|list|delete TARGET [NAME]`: snapshots of a whole
+//! `tux3 snapshot create|list|delete|diff|rollback TARGET ...`: snapshots of a whole
 //! volume. TARGET is either any file or directory of a tux3 mount, whose
 //! server does the work (the snapshot ioctls of [`tux3_fuse`]), or an image
 //! file or block device that is not mounted, which this command opens,
@@ -83,6 +83,33 @@ pub enum Action {
         /// Name of the snapshot to delete
         name: OsString,
     },
+    /// List what changed from snapshot OLDER to snapshot NEWER
+    #[command(
+        long_about = "List the paths that differ from snapshot OLDER to snapshot NEWER, \
+         one per line, sorted by path: `+ PATH` created, `- PATH` deleted, `M PATH` modified \
+         (data or attributes), `R OLD -> NEW` renamed. Only what the two snapshots do not share \
+         is read. Works on an image or through a mount (the image is read, nothing is written)."
+    )]
+    Diff {
+        /// A path on a tux3 mount, or an unmounted image file or block device
+        target: PathBuf,
+        /// The older snapshot
+        older: OsString,
+        /// The newer snapshot
+        newer: OsString,
+    },
+    /// Make the volume what a snapshot holds
+    #[command(
+        long_about = "Make the live volume what snapshot NAME holds: everything written \
+         since is gone from it. Every snapshot stays, newer ones included. Only on an unmounted \
+         image or block device (unmount it first); it reads the volume whole."
+    )]
+    Rollback {
+        /// An unmounted image file or block device
+        target: PathBuf,
+        /// The snapshot to go back to
+        name: OsString,
+    },
 }
 
 impl Action {
@@ -92,6 +119,8 @@ impl Action {
             Action::Create { .. } => "snapshot create",
             Action::List { .. } => "snapshot list",
             Action::Delete { .. } => "snapshot delete",
+            Action::Diff { .. } => "snapshot diff",
+            Action::Rollback { .. } => "snapshot rollback",
         }
     }
 }
@@ -162,6 +191,52 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
                     close(target, fs)?;
                 }
             }
+        }
+        Action::Diff { target, older, newer } => {
+            let (older, newer) = (checked_name(target, older)?, checked_name(target, newer)?);
+            let image = match locate(target)? {
+                Target::Mount(_, source) => source,
+                Target::Image => target.clone(),
+            };
+            let dev = open_path(&image, false).map_err(|e| image_error(&image, e))?;
+            let changes = tux3_tools::snapdiff::diff(dev, older, newer).map_err(|e| {
+                let which = if matches!(e, tux3::Error::NotFound(_)) {
+                    e.to_string()
+                } else {
+                    format!("{} -> {}: {e}", quoted(older), quoted(newer))
+                };
+                CliError::new(format!("{}: diff {which}", target.display()))
+            })?;
+            let mut out = Vec::new();
+            for c in changes {
+                out.push(c.kind.code() as u8);
+                out.push(b'\t');
+                out.extend_from_slice(&c.path);
+                if let Some(to) = &c.to {
+                    out.extend_from_slice(b" -> ");
+                    out.extend_from_slice(to);
+                }
+                out.push(b'\n');
+            }
+            io::stdout().write_all(&out).map_err(stdout_error)?;
+        }
+        Action::Rollback { target, name } => {
+            let name = checked_name(target, name)?;
+            if let Target::Mount(..) = locate(target)? {
+                return Err(CliError::new(format!(
+                    "{}: is on a mount: unmount the volume, then roll back its image",
+                    target.display()
+                )));
+            }
+            let (fs, _lock) = open_image(target, true)?;
+            fs.snapshot_rollback(name).map_err(|e| {
+                let t = target.display();
+                CliError::new(match e.errno().0 {
+                    libc::ENOENT => format!("{t}: no snapshot {}", quoted(name)),
+                    _ => format!("{t}: rollback to snapshot {}: {e}", quoted(name)),
+                })
+            })?;
+            close(target, fs)?;
         }
         Action::List { target, json } => {
             let all = match locate(target)? {

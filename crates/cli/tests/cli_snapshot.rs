@@ -165,3 +165,41 @@ fn snapshot_mount_option() {
         .contains("read-only"));
     assert!(parse_options(&["ro,snapshot=x"], false).is_ok());
 }
+
+/// `diff` between two snapshots of an image prints each change once, in
+/// the `+ - M R` form; `rollback` makes the image what the older one held,
+/// keeps both, and refuses an unknown name.
+#[test]
+fn diff_and_rollback_on_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path());
+    ok(&[&"snapshot", &"create", &img, &"one"]);
+    // Change the image through the engine: overwrite a, rename d/b, add c.
+    {
+        let dev = tux3::open_path(&img, true).unwrap();
+        let fs = tux3::Fs::open(dev, tux3::OpenOptions::default()).unwrap();
+        let a = fs.lookup(tux3::ROOT_INO, b"a").unwrap().ino;
+        fs.write(a, 0, b"THE").unwrap();
+        let d = fs.lookup(tux3::ROOT_INO, b"d").unwrap().ino;
+        fs.rename(d, b"b", d, b"b2", tux3::RenameFlags::default())
+            .unwrap();
+        let c = fs.create(tux3::ROOT_INO, b"c", 0o644, 0, 0).unwrap().ino;
+        fs.write(c, 0, b"new").unwrap();
+        fs.close().unwrap();
+    }
+    ok(&[&"snapshot", &"create", &img, &"two"]);
+    let diff = ok(&[&"snapshot", &"diff", &img, &"one", &"two"]);
+    assert_eq!(diff, "M\t/\nM\t/a\n+\t/c\nM\t/d\nR\t/d/b -> /d/b2\n");
+    assert_eq!(ok(&[&"snapshot", &"diff", &img, &"two", &"two"]), "");
+    let err = fails(&[&"snapshot", &"diff", &img, &"one", &"three"]);
+    assert!(err.contains("no snapshot named \"three\""), "{err}");
+
+    ok(&[&"snapshot", &"rollback", &img, &"one"]);
+    assert_eq!(ok(&[&"cat", &img, &"/a"]), "the first file");
+    assert!(tux3(&[&"cat", &img, &"/c"]).status.code() != Some(0));
+    assert_eq!(names(&ok(&[&"snapshot", &"list", &img])), ["one", "two"]);
+    let err = fails(&[&"snapshot", &"rollback", &img, &"nope"]);
+    assert!(err.contains("no snapshot \"nope\""), "{err}");
+    let fsck = tux3(&[&"fsck", &img]);
+    assert_eq!(fsck.status.code(), Some(0), "{}", stdout(&fsck));
+}

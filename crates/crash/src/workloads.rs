@@ -488,8 +488,8 @@ fn unify(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
 }
 
 /// Files written, overwritten and unlinked while snapshots are taken (each
-/// a unify) and deleted (their space reclaimed over the following
-/// commits), with a crash and remount now and then: after any crash each
+/// a unify), deleted (their space reclaimed over the following commits)
+/// and rolled back to, with a crash and remount now and then: after any crash each
 /// snapshot is wholly there or absent, and fsck finds every block a
 /// snapshot holds live or on the dead list and nothing leaked.
 fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
@@ -521,6 +521,12 @@ fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                 let snap = taken.remove(rng.below(taken.len() as u64) as usize);
                 rec.op(format!("snapshot delete {snap}"), true, |fs| {
                     fs.snapshot_delete(snap.as_bytes())
+                })?;
+            }
+            4 if !taken.is_empty() && rng.below(3) == 0 => {
+                let snap = taken[rng.below(taken.len() as u64) as usize].clone();
+                rec.op(format!("snapshot rollback {snap}"), true, |fs| {
+                    fs.snapshot_rollback(snap.as_bytes())
                 })?;
             }
             3 => rec.op("sync", true, |fs| fs.sync())?,

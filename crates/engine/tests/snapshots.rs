@@ -231,6 +231,7 @@ enum Step {
     Unlink(u8),
     Snapshot,
     Delete(u8),
+    Rollback(u8),
     Sync,
     Unify,
     Remount,
@@ -242,6 +243,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..6).prop_map(Step::Unlink),
         1 => Just(Step::Snapshot),
         1 => (0u8..8).prop_map(Step::Delete),
+        1 => (0u8..8).prop_map(Step::Rollback),
         1 => Just(Step::Sync),
         1 => Just(Step::Unify),
         1 => Just(Step::Remount),
@@ -249,7 +251,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Each snapshot equals the model's copy taken with it, after every
     /// step; after deleting them all, fsck finds every block accounted for.
@@ -285,6 +287,13 @@ proptest! {
                         fs.snapshot_delete(name.as_bytes()).unwrap();
                     }
                 }
+                Step::Rollback(i) => {
+                    if !snaps.is_empty() {
+                        let (name, copy) = &snaps[i as usize % snaps.len()];
+                        fs.snapshot_rollback(name.as_bytes()).unwrap();
+                        model = copy.clone();
+                    }
+                }
                 Step::Sync => fs.sync().unwrap(),
                 Step::Unify => fs.unify().unwrap(),
                 Step::Remount => {
@@ -309,4 +318,46 @@ proptest! {
         fs.close().unwrap();
         fsck_clean(&dev);
     }
+}
+
+#[test]
+fn rollback_makes_the_live_volume_the_snapshot_and_keeps_the_others() {
+    let dev = volume(8192);
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    for i in 0..6 {
+        write_file(&fs, &format!("f{i}"), &pattern(i, 30_000));
+    }
+    fs.snapshot_create(b"base").unwrap();
+    let base = files(&fs);
+    write_file(&fs, "f0", &pattern(50, 70_000));
+    fs.unlink(ROOT_INO, b"f1").unwrap();
+    write_file(&fs, "new", &pattern(51, 5000));
+    fs.snapshot_create(b"later").unwrap();
+    let later = files(&fs);
+    write_file(&fs, "f2", &pattern(52, 1000));
+    fs.unlink(ROOT_INO, b"f3").unwrap();
+    fs.sync().unwrap();
+
+    fs.snapshot_rollback(b"base").unwrap();
+    assert_eq!(files(&fs), base);
+    assert_eq!(fs.snapshot_rollback(b"nope").unwrap_err().errno(), Errno::ENOENT);
+    // Both snapshots stay, and the newer one still reads as it was.
+    let names: Vec<Vec<u8>> = fs.snapshot_list().unwrap().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, [b"base".to_vec(), b"later".to_vec()]);
+    assert_eq!(files(&open_snapshot(&dev, "later").unwrap()), later);
+    // The rolled-back volume works on: change it, remount, check.
+    write_file(&fs, "f4", &pattern(53, 12_000));
+    let mut now = base.clone();
+    now.insert("f4".into(), pattern(53, 12_000));
+    fs.close().unwrap();
+    fsck_clean(&dev);
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    assert_eq!(files(&fs), now);
+    // Deleting every snapshot leaves nothing behind.
+    fs.snapshot_delete(b"base").unwrap();
+    fs.snapshot_delete(b"later").unwrap();
+    fs.snapshot_reclaim(&mut |_| {}).unwrap();
+    assert_eq!(files(&fs), now);
+    fs.close().unwrap();
+    fsck_clean(&dev);
 }

@@ -1,6 +1,6 @@
 //! Offline tools that read a volume through the engine's layers: the
 //! checker (`fsck`), the structure report (`dump`) and the structure graph
-//! (`graph`). A crate of its own (tux3-tools) above the engine: it opens a
+//! (`graph`), and the difference between two snapshots (`snapdiff`). A crate of its own (tux3-tools) above the engine: it opens a
 //! volume through the backend, as a mount does (replay, writing nothing),
 //! and reads it with the structures', log's and device's decoders; only
 //! `fsck --repair` changes a volume, through the frontend's repair hooks.
@@ -11,3 +11,4 @@
 pub mod dump;
 pub mod fsck;
 pub mod graph;
+pub mod snapdiff;

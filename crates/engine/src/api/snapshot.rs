@@ -37,6 +37,16 @@ impl Fs {
         self.shared.sync()
     }
 
+    /// Make the live volume what snapshot `name` holds; every snapshot
+    /// stays, newer ones included. Meant for a volume no one else uses:
+    /// EBUSY while any handle is held. Reads both images whole.
+    pub fn snapshot_rollback(&self, name: &[u8]) -> Result<()> {
+        // No commit of either kind runs meanwhile; the rollback commits
+        // under the volume's exclusive hold, as close does.
+        self.shared
+            .with_commit_lock(|| self.vol().snapshot_rollback(name))
+    }
+
     /// Reclaim the space of deleted snapshots until none is left (each
     /// batch its own commit), calling `progress(left)` between batches with
     /// the dead extents still to free. Offline tools call this before they

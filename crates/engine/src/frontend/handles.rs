@@ -43,6 +43,11 @@ impl Handles {
             s.get_mut().clear();
         }
     }
+
+    /// No handle is held.
+    pub(super) fn is_empty(&mut self) -> bool {
+        self.0.iter_mut().all(|s| s.get_mut().is_empty())
+    }
 }
 
 impl Volume {

@@ -354,7 +354,7 @@ impl Volume {
     /// End the current delta: commit it (and unify when asked or when the
     /// log has grown past its limit), all under the caller's lock. Does
     /// nothing while another commit's I/O is in flight.
-    fn commit(&mut self, unify: bool) -> Result<()> {
+    pub(super) fn commit(&mut self, unify: bool) -> Result<()> {
         if self.commit_in_flight() {
             return Ok(());
         }

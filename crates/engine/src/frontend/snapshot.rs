@@ -67,6 +67,55 @@ impl Volume {
         }
     }
 
+    /// Make the live volume what snapshot `name` holds, keeping every
+    /// snapshot (newer ones too). Two unifies, under the caller's exclusive
+    /// hold of the volume and the commit turn: the first puts everything
+    /// on disk; then, in memory, every block the live image holds and the
+    /// snapshot does not is freed (onto the dead list where another
+    /// snapshot holds it), every block the snapshot holds and the live
+    /// image does not leaves the dead list, and the inode table becomes the
+    /// snapshot's; the second unify writes it all, so a crash leaves one
+    /// image or the other. Reads both images whole. EBUSY while a handle is
+    /// held (an open file, or the kernel's lookups through a mount).
+    pub fn snapshot_rollback(&mut self, name: &[u8]) -> Result<()> {
+        use crate::backend::snapshot::{image_blocks, merged, subtract};
+        if self.be.read_only {
+            return err(Errno::EROFS);
+        }
+        let Some(target) = self.be.snaps.find(name).map(|r| r.itable) else {
+            return err(Errno::ENOENT);
+        };
+        if !self.handles.is_empty() {
+            return err(Errno::EBUSY);
+        }
+        self.commit(true)?;
+        let dev = self.be.dev.clone();
+        let (live, _) = image_blocks(dev.as_ref(), self.be.sb.itable)?;
+        let (snap, orphans) = image_blocks(dev.as_ref(), target)?;
+        for (s, c, birth) in subtract(&live, &merged(&snap)) {
+            self.be.alloc.free_born(s, c, birth);
+        }
+        for (s, c, _) in subtract(&snap, &merged(&live)) {
+            self.be.snaps.revive(dev.as_ref(), s, c)?;
+        }
+        self.be.itable =
+            crate::structures::btree::Tree::open(0, crate::structures::btree::TreeKind::Itable, target);
+        self.be.sb.itable = target;
+        // Nothing cached of the old image stays: inodes, clean pages, the
+        // numbers handed out, the orphans (an orphan of the snapshot's
+        // moment is freed like any at the next open or close).
+        self.cache = Default::default();
+        *self.clean.get_mut() = super::CleanPages::new(
+            self.opts.dirty_limit,
+            self.opts.dirty_limit.min(self.opts.stream_limit),
+        );
+        self.ino_cursor.clear();
+        self.max_ino = 0;
+        self.be.orphans = orphans.into_iter().collect();
+        self.changed.store(true, Relaxed);
+        self.commit(true)
+    }
+
     /// Whether deleted snapshots still have space to give back.
     pub fn reclaiming(&self) -> bool {
         self.be.snaps.reclaiming()
