@@ -12,7 +12,7 @@
 //! sibling modules `walk` and `refs`.
 
 use super::refs::{Owner, Ref};
-use super::walk::walk;
+use super::walk::{walk, walk_pruned};
 use super::Findings;
 use std::collections::HashSet;
 use tux3::backend::snapshot::SNAP_INO;
@@ -76,8 +76,10 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
 }
 
 /// Every snapshot's trees: each block must be owned by `refs` already
-/// (live, or dead). `seen` holds the roots of the live volume's trees.
-pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64>, f: &mut Findings) {
+/// (live, or dead). `prune` holds the nodes walked already (the live
+/// volume's): a node two trees share is walked once, with what lies below
+/// it, so the work follows the distinct nodes, not the snapshot count.
+pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u64>, f: &mut Findings) {
     let dev = be.dev.clone();
     let dev = dev.as_ref();
     let mut owned: Vec<(u64, u64)> = refs
@@ -103,27 +105,29 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64
         true
     };
     for rec in be.snaps.records.values().filter(|r| !r.deleting) {
-        let name = String::from_utf8_lossy(&rec.name);
-        if !seen.insert(rec.itable.addr) {
-            continue;
-        }
+        let name = String::from_utf8_lossy(&rec.name).into_owned();
         let mut itable = Tree::open(0, TreeKind::Itable, rec.itable);
         let mut inodes: Vec<(u64, InodeAttrs)> = Vec::new();
         let (mut bad, mut shape) = (Vec::new(), Vec::new());
-        let w = walk(
-            dev,
-            &mut itable,
-            "snapshot inode table",
-            &mut |leaf, entries| {
+        let w = {
+            let mut leaf = |leaf: u64, entries: &[(u64, Vec<u8>)]| {
                 for (ino, v) in entries {
                     match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev)) {
                         Ok(a) => inodes.push((*ino, a)),
                         Err(e) => bad.push(super::describe(&format!("snapshot {name}: inode {ino}"), &e)),
                     }
                 }
-            },
-            &mut |line| shape.push(format!("snapshot {name}: {line}")),
-        );
+            };
+            let mut problem = |line: String| shape.push(format!("snapshot {name}: {line}"));
+            walk_pruned(
+                dev,
+                &mut itable,
+                "snapshot inode table",
+                &mut leaf,
+                &mut problem,
+                Some(&mut *prune),
+            )
+        };
         for line in bad.into_iter().chain(shape) {
             f.problem("snapshots", line);
         }
@@ -141,8 +145,11 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64
         for &(addr, _) in &w.nodes {
             check("an inode table node".into(), addr, 1, f);
         }
+        // Only inodes in leaves not walked before are here: the others'
+        // records, and so their trees, were checked with that leaf.
         for (ino, a) in inodes {
-            if a.root.addr == 0 || !seen.insert(a.root.addr) {
+            // A tree whose root was walked (shared): not even its root is read.
+            if a.root.addr == 0 || prune.contains(&a.root.addr) {
                 continue;
             }
             let kind = if FileType::from_mode(a.mode) == Some(FileType::Directory) {
@@ -153,11 +160,8 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64
             let mut tree = Tree::open(ino, kind, a.root);
             let mut extents = Vec::new();
             let (mut bad, mut shape) = (Vec::new(), Vec::new());
-            let w = walk(
-                dev,
-                &mut tree,
-                "snapshot file tree",
-                &mut |leaf, entries| {
+            let w = {
+                let mut leaf = |leaf: u64, entries: &[(u64, Vec<u8>)]| {
                     if kind == TreeKind::Extents {
                         for (k, v) in entries {
                             match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
@@ -166,9 +170,17 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], seen: &mut HashSet<u64
                             }
                         }
                     }
-                },
-                &mut |line| shape.push(line),
-            );
+                };
+                let mut problem = |line: String| shape.push(line);
+                walk_pruned(
+                    dev,
+                    &mut tree,
+                    "snapshot file tree",
+                    &mut leaf,
+                    &mut problem,
+                    Some(&mut *prune),
+                )
+            };
             for line in bad.into_iter().chain(shape) {
                 f.problem("snapshots", format!("snapshot {name}: {line}"));
             }

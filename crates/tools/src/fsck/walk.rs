@@ -53,6 +53,9 @@ struct Walker<'a> {
     last_key: Option<u64>,
     last_sep: Option<u64>,
     buf: Vec<u8>,
+    /// Nodes already walked in another tree that shares them (snapshots):
+    /// skipped, with everything below them; each node walked is added.
+    prune: Option<&'a mut HashSet<u64>>,
 }
 
 /// Walk `tree` (called `what` in messages). `leaf(addr, entries)` sees every
@@ -64,6 +67,20 @@ pub(crate) fn walk(
     what: &str,
     leaf: &mut LeafFn,
     problem: &mut dyn FnMut(String),
+) -> Walked {
+    walk_pruned(dev, tree, what, leaf, problem, None)
+}
+
+/// [`walk`], skipping every node in `prune` (and what lies below it) and
+/// adding each node walked to it: trees that share nodes (snapshots) are
+/// walked once in all, however many share them.
+pub(crate) fn walk_pruned<'a>(
+    dev: &'a dyn Device,
+    tree: &mut Tree,
+    what: &'a str,
+    leaf: &'a mut LeafFn<'a>,
+    problem: &'a mut dyn FnMut(String),
+    prune: Option<&'a mut HashSet<u64>>,
 ) -> Walked {
     let mut w = Walker {
         dev,
@@ -78,6 +95,7 @@ pub(crate) fn walk(
         last_key: None,
         last_sep: None,
         buf: vec![0u8; dev.block_size() as usize],
+        prune,
     };
     let mut walked = false;
     // Only the root comes from `visit`; the walker does the rest and stops
@@ -110,6 +128,11 @@ impl Walker<'_> {
     }
 
     fn node(&mut self, addr: u64, sep: u64, node: &Node, root: bool, depth: usize) {
+        if let Some(p) = self.prune.as_mut() {
+            if addr != 0 && !p.insert(addr) {
+                return;
+            }
+        }
         if addr != 0 && !self.seen.insert(addr) {
             self.fail(
                 addr,
@@ -159,6 +182,9 @@ impl Walker<'_> {
         let count = self.dev.block_count();
         if addr < 2 || addr >= count {
             self.fail(addr, "node address outside the volume".into());
+            return;
+        }
+        if self.prune.as_ref().is_some_and(|p| p.contains(&addr)) {
             return;
         }
         if let Err(e) = self.dev.read(addr, &mut self.buf) {
