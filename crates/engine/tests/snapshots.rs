@@ -37,6 +37,15 @@ fn open_snapshot(dev: &Arc<dyn Device>, name: &str) -> tux3::Result<Fs> {
     )
 }
 
+/// Bytes of the blocks snapshot `name` references, by a walk of it.
+fn walked_bytes(dev: &Arc<dyn Device>, name: &str) -> u64 {
+    use tux3::backend::snapshot::{image_blocks, merged};
+    let (be, _) = tux3::backend::Backend::open(dev.clone(), true).unwrap();
+    let root = be.snaps.find(name.as_bytes()).unwrap().itable;
+    let (blocks, _) = image_blocks(dev.as_ref(), root).unwrap();
+    merged(&blocks).iter().map(|(s, e)| e - s).sum::<u64>() * BS as u64
+}
+
 fn snap_err(dev: &Arc<dyn Device>, name: &str) -> Errno {
     match open_snapshot(dev, name) {
         Ok(_) => panic!("snapshot {name} opened"),
@@ -127,6 +136,8 @@ fn a_snapshot_keeps_what_was_there() {
     assert_eq!(files(&open_snapshot(&dev, "s1").unwrap()), before);
     let list = fs.snapshot_list().unwrap();
     assert_eq!(list.len(), 1);
+    // What it refers to is counted exactly, without a walk.
+    assert_eq!(list[0].referenced_bytes, walked_bytes(&dev, "s1"), "{list:?}");
     assert!(list[0].unique_bytes >= 50_000 / BS as u64 * BS as u64, "{list:?}");
     assert_eq!(snap_err(&dev, "nope"), Errno::ENOENT);
     fs.close().unwrap();
@@ -278,7 +289,8 @@ proptest! {
                 Step::Snapshot => {
                     let name = format!("s{next}");
                     next += 1;
-                    fs.snapshot_create(name.as_bytes()).unwrap();
+                    let info = fs.snapshot_create(name.as_bytes()).unwrap();
+                    prop_assert_eq!(info.referenced_bytes, walked_bytes(&dev, &name));
                     snaps.push((name, model.clone()));
                 }
                 Step::Delete(i) => {

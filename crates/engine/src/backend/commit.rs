@@ -571,8 +571,7 @@ impl Backend {
             let Some(next) = id.checked_add(1).filter(|&g| g < u32::MAX) else {
                 return Err(Error::Posix(Errno::EOVERFLOW));
             };
-            let used = self.alloc.blocks() - self.alloc.free();
-            let referenced = used.saturating_sub(self.snaps.dead_blocks + self.sb.bitmap_blocks + 2);
+            let referenced = self.live_blocks()?;
             let rec = SnapRecord {
                 id: u64::from(id),
                 name,
@@ -586,6 +585,24 @@ impl Backend {
             self.alloc.held_upto = self.snaps.held_upto();
         }
         Ok(())
+    }
+
+    /// Blocks the live image references, counted without a walk: the
+    /// blocks in use less those of everything else — the superblocks, the
+    /// bitmap file and its tree, the snapshot table, the dead list and the
+    /// log's reserved next block (the unify has freed the old log).
+    fn live_blocks(&mut self) -> Result<u64> {
+        let dev = self.dev.clone();
+        let mut nodes = 0u64;
+        for tree in [&mut self.bitmap, &mut self.snaps.tree] {
+            tree.visit(dev.as_ref(), &mut |addr, _, _, _| {
+                nodes += u64::from(addr != 0);
+                Ok(())
+            })?;
+            nodes += (tree.freed.len() + tree.retired.len()) as u64;
+        }
+        let used = self.alloc.blocks() - self.alloc.free();
+        Ok(used.saturating_sub(2 + self.sb.bitmap_blocks + nodes + self.snaps.dead_blocks + 1))
     }
 
     /// Start the log the unify's superblock names; returns its head, the

@@ -57,8 +57,8 @@ pub struct SnapRecord {
     pub created: i64,
     /// The inode table as its unify wrote it.
     pub itable: Root,
-    /// Blocks in use when it was taken, less the dead list and the
-    /// bitmap file's blocks.
+    /// Blocks its image references (inode table, file trees, data),
+    /// counted when it was taken (`commit.rs::live_blocks`).
     pub referenced: u64,
     /// Deleted; its space is being reclaimed.
     pub deleting: bool,
