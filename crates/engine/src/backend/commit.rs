@@ -233,6 +233,11 @@ impl Backend {
         }
         self.allocate_data(cache, &mut data)?;
         self.redirect_files(cache, unify, &mut writes, &mut records)?;
+        // A unify left no tree unwritten (the pending set missed none).
+        debug_assert!(
+            !unify || cache.map.values_mut().all(|n| !n.get_mut().tree.needs_unify()),
+            "a unify left a file tree with unwritten branches"
+        );
         self.store_inodes(cache)?;
         self.redirect_itable(&mut writes, &mut records)?;
         let single_flush = !unify && data.len() + writes.len() <= SINGLE_FLUSH_BLOCKS;
@@ -387,14 +392,13 @@ impl Backend {
         records: &mut Vec<Record>,
     ) -> Result<()> {
         let bs = self.bs;
+        // A unify writes the trees changed since the last one: those of
+        // this delta's dirty inodes and those earlier deltas left pending.
         let inos: Vec<u64> = if unify {
-            let dirty = cache.dirty.get_mut();
-            let mut v: Vec<u64> = cache
-                .map
-                .iter_mut()
-                .filter_map(|(i, n)| (dirty.contains(i) || n.get_mut().tree.needs_unify()).then_some(*i))
-                .collect();
+            let mut v: Vec<u64> = cache.dirty.get_mut().iter().copied().collect();
+            v.extend(std::mem::take(&mut cache.unify_pending));
             v.sort_unstable();
+            v.dedup();
             v
         } else {
             cache.dirty.get_mut().iter().copied().collect()
@@ -441,6 +445,8 @@ impl Backend {
                     inode.attrs.root = root;
                     cache.dirty.get_mut().insert(ino);
                 }
+            } else if tree.needs_unify() {
+                cache.unify_pending.insert(ino);
             }
         }
         Ok(())

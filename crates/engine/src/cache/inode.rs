@@ -102,6 +102,11 @@ pub struct InodeCache {
     /// Inodes whose attributes, tree or pages changed since the last commit.
     /// (Its own lock: operations under the shared guard add to it.)
     pub dirty: Mutex<BTreeSet<Ino>>,
+    /// Inodes whose trees changed since the last unify (branches to write,
+    /// a root to record): with the dirty ones, all a unify looks at, so its
+    /// cost follows what changed, not the inodes in cache. (Exclusive
+    /// access only.)
+    pub unify_pending: BTreeSet<Ino>,
 }
 
 impl InodeCache {
@@ -126,6 +131,7 @@ impl InodeCache {
     /// Drop `ino` from the cache (and from the dirty set), returning it.
     pub fn remove(&mut self, ino: Ino) -> Option<Inode> {
         self.dirty.get_mut().remove(&ino);
+        self.unify_pending.remove(&ino);
         self.map.remove(&ino).map(|c| c.into_inner())
     }
 

@@ -157,6 +157,8 @@ impl Volume {
             }
             v.be.replay_tree(&mut inode.tree, replay)?;
             v.cache.insert(inode);
+            // Its branches were rebuilt in cache: the next unify writes them.
+            v.cache.unify_pending.insert(id);
         }
         for (id, r) in &replays {
             if !r.inserts.is_empty() && v.cache.contains(*id) {
