@@ -237,3 +237,22 @@ fn the_command_writes_dot_and_renders_with_graphviz() {
         assert!(!o.status.success() && err.contains("install graphviz"), "{err}");
     }
 }
+
+/// Snapshots are drawn, each with what it refers to and holds alone; one
+/// taken with no change since shares the live inode table's root.
+#[test]
+fn snapshots_are_drawn_with_what_they_share() {
+    let dev = fresh(4096);
+    let fs = open(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f.ino, 0, &[1u8; 9000]).unwrap();
+    fs.snapshot_create(b"first").unwrap();
+    fs.write(f.ino, 0, &[2u8; 9000]).unwrap();
+    fs.snapshot_create(b"second").unwrap();
+    fs.close().unwrap();
+    let dot = graph(dev, 1000).unwrap();
+    assert!(dot.contains("snapshot 0 \\\"first\\\""), "{dot}");
+    assert!(dot.contains("snapshot 1 \\\"second\\\""), "{dot}");
+    assert_eq!(dot.matches("shares the inode table").count(), 1, "{dot}");
+    assert!(dot.contains("dead list"), "{dot}");
+}

@@ -184,9 +184,10 @@ pub fn graph(dev: Arc<dyn Device>, max_nodes: usize) -> Result<String> {
         match Backend::open(dev.clone(), true) {
             Ok((mut be, replays)) => {
                 d.section(1, 3);
-                let inodes = itable(&mut d, &mut be);
+                let (inodes, live_root) = itable(&mut d, &mut be);
                 d.section(1, 1);
                 data_trees(&mut d, &be, &inodes, &replays);
+                snapshots(&mut d, &be, live_root.as_deref());
             }
             Err(e) => {
                 let id = d.corrupt(0, &e);
@@ -205,6 +206,62 @@ pub fn graph(dev: Arc<dyn Device>, max_nodes: usize) -> Result<String> {
         esc(&title),
         d.out
     ))
+}
+
+/// The snapshot table: one node per snapshot, with an edge to the live
+/// inode table's root when it shares it (no change since it was taken),
+/// and the dead list's size.
+fn snapshots(d: &mut Dot, be: &Backend, live_root: Option<&str>) {
+    let snaps = &be.snaps;
+    if snaps.records.is_empty() && snaps.dead.is_empty() {
+        return;
+    }
+    d.open("snapshots", "snapshots (after replay)", "#674ea7");
+    let bs = be.bs as u64;
+    let live = be.itable.unified.addr;
+    for r in snaps.records.values() {
+        let state = if r.deleting {
+            "deleted, space coming back"
+        } else {
+            "ok"
+        };
+        let id = d.add(
+            &[
+                format!(
+                    "snapshot {} \"{}\"",
+                    r.id,
+                    cut_text(&String::from_utf8_lossy(&r.name), NAME_CHARS)
+                ),
+                format!("inode table {}", at(r.itable.addr)),
+                format!(
+                    "refers to {} KiB, alone {} KiB",
+                    r.referenced * bs / 1024,
+                    snaps.unique_blocks(r.id) * bs / 1024
+                ),
+                state.to_string(),
+            ],
+            "#d9d2e9",
+            "",
+        );
+        d.edge(
+            "sb_use:it",
+            &id,
+            "label=\"snapshot table\", color=\"#674ea7\", style=dashed",
+        );
+        if let (Some(root), true) = (live_root, r.itable.addr == live) {
+            d.edge(&id, root, "label=\"shares the inode table\", color=\"#674ea7\"");
+        }
+    }
+    d.add(
+        &[
+            "dead list".to_string(),
+            format!("{} extents, {} blocks", snaps.dead.len(), snaps.dead_blocks),
+            "freed by the live volume, held by snapshots".to_string(),
+        ],
+        "#b4a7d6",
+        "",
+    );
+    d.close();
 }
 
 /// Both copies; the one in use gets id `sb_use` (with ports `it`, `bm`,

@@ -188,7 +188,8 @@ pub(super) struct Inode {
 }
 
 /// The inode table after replay; returns its inodes in order.
-pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> Vec<Inode> {
+/// The live inode table; returns its inodes and its root's node id.
+pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> (Vec<Inode>, Option<String>) {
     let dev = be.dev.clone();
     let mut inodes = Vec::new();
     d.open("itable", "inode table (after replay)", "#e69138");
@@ -213,14 +214,14 @@ pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> Vec<Inode> {
     );
     d.more(cut, "inode table nodes");
     d.close();
-    if let Some(r) = root {
+    if let Some(r) = &root {
         d.edge(
             "sb_use:it",
-            &r,
+            r,
             "label=\"itable (after replay)\", color=\"#e69138\"",
         );
     }
-    inodes
+    (inodes, root)
 }
 
 /// Fields of an extent leaf; `out` collects (drawn place, extent) pairs.
