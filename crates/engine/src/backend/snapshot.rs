@@ -161,6 +161,10 @@ pub struct Snapshots {
     pub dead_blocks: u64,
     /// Snapshots to take at the next unify: (name, time).
     pub pending: Vec<(Vec<u8>, i64)>,
+    /// Names of the snapshots not being deleted, to their ids.
+    names: std::collections::HashMap<Vec<u8>, u64>,
+    /// Snapshots deleted whose records remain (reclaim's work).
+    deleting: usize,
 }
 
 impl Snapshots {
@@ -173,6 +177,8 @@ impl Snapshots {
             by_death: BTreeSet::new(),
             dead_blocks: 0,
             pending: Vec::new(),
+            names: std::collections::HashMap::new(),
+            deleting: 0,
         };
         if root.addr == 0 {
             return Ok(s);
@@ -188,9 +194,10 @@ impl Snapshots {
             if key >= RECORD_KEY {
                 let id = key - RECORD_KEY;
                 let rec = SnapRecord::decode(id, &value, leaf, n)?;
-                if !rec.deleting && s.find(&rec.name).is_some() {
+                if !rec.deleting && s.names.insert(rec.name.clone(), id).is_some() {
                     return Err(Error::corrupt(leaf, "snapshot table: a name used twice"));
                 }
+                s.deleting += usize::from(rec.deleting);
                 s.records.insert(id, rec);
             } else {
                 let d = DeadExtent::decode(key, &value, leaf, n)?;
@@ -215,7 +222,7 @@ impl Snapshots {
 
     /// The live snapshot (not being deleted) named `name`.
     pub fn find(&self, name: &[u8]) -> Option<&SnapRecord> {
-        self.records.values().find(|r| !r.deleting && r.name == name)
+        self.names.get(name).and_then(|id| self.records.get(id))
     }
 
     /// The newest snapshot not being deleted: the allocator keeps what it holds.
@@ -229,7 +236,7 @@ impl Snapshots {
 
     /// Whether reclaim has work (a deleted snapshot whose record remains).
     pub fn reclaiming(&self) -> bool {
-        self.records.values().any(|r| r.deleting)
+        self.deleting > 0
     }
 
     /// Put dead extents on the list (death `death`) and in the tree; with
@@ -287,7 +294,14 @@ impl Snapshots {
     /// Record a snapshot (taken by the unify being prepared).
     pub fn insert_record(&mut self, dev: &dyn Device, rec: SnapRecord) -> Result<()> {
         self.tree.insert(dev, RECORD_KEY + rec.id, rec.encode())?;
-        self.records.insert(rec.id, rec);
+        if rec.deleting {
+            self.deleting += 1;
+        } else {
+            self.names.insert(rec.name.clone(), rec.id);
+        }
+        if let Some(old) = self.records.insert(rec.id, rec) {
+            self.deleting -= usize::from(old.deleting);
+        }
         Ok(())
     }
 
@@ -296,7 +310,11 @@ impl Snapshots {
         let Some(rec) = self.records.get_mut(&id) else {
             return Ok(false);
         };
+        self.deleting += usize::from(!rec.deleting);
         rec.deleting = true;
+        if self.names.get(&rec.name) == Some(&id) {
+            self.names.remove(&rec.name);
+        }
         let v = rec.encode();
         self.tree.insert(dev, RECORD_KEY + id, v)?;
         Ok(true)
@@ -304,7 +322,14 @@ impl Snapshots {
 
     /// Drop snapshot `id`'s record: its space is all back.
     pub fn remove_record(&mut self, dev: &dyn Device, id: u64) -> Result<bool> {
-        let had = self.records.remove(&id).is_some();
+        let gone = self.records.remove(&id);
+        if let Some(r) = &gone {
+            self.deleting -= usize::from(r.deleting);
+            if self.names.get(&r.name) == Some(&id) {
+                self.names.remove(&r.name);
+            }
+        }
+        let had = gone.is_some();
         if had {
             self.tree.remove(dev, RECORD_KEY + id)?;
         }
