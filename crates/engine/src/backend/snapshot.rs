@@ -121,22 +121,41 @@ pub struct DeadExtent {
 }
 
 impl DeadExtent {
-    /// `count u32 | birth u32 | death u32`.
+    /// Three LEB128 varints: `count`, `birth`, `death − birth` — 3 to 5
+    /// bytes for the usual extent (short, generations below 2^21), so an
+    /// entry with its key and length stays within 16 bytes.
     fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(12);
-        v.extend_from_slice(&u32::try_from(self.count).unwrap_or(u32::MAX).to_le_bytes());
-        v.extend_from_slice(&self.birth.to_le_bytes());
-        v.extend_from_slice(&self.death.to_le_bytes());
+        let mut v = Vec::with_capacity(6);
+        for x in [
+            self.count.min(u64::from(u32::MAX)),
+            u64::from(self.birth),
+            u64::from(self.death.saturating_sub(self.birth)),
+        ] {
+            put_varint(&mut v, x);
+        }
         v
     }
 
     fn decode(start: u64, v: &[u8], leaf: u64, block_count: u64) -> Result<DeadExtent> {
-        let mut r = crate::codec::Reader::new(v, leaf);
-        let count = u64::from(r.u32("dead count")?);
-        let birth = r.u32("dead birth")?;
-        let death = r.u32("dead death")?;
-        if r.remaining() != 0
-            || count == 0
+        let bad = || {
+            Error::corrupt(
+                leaf,
+                format!("snapshot table: dead extent at block {start} does not decode"),
+            )
+        };
+        let mut at = 0;
+        let mut next = || {
+            get_varint(v, &mut at)
+                .filter(|&x| x <= u64::from(u32::MAX))
+                .ok_or_else(bad)
+        };
+        let (count, birth, span) = (next()?, next()?, next()?);
+        let death = birth.checked_add(span).filter(|&d| d <= u64::from(u32::MAX));
+        let Some(death) = death.filter(|_| at == v.len()) else {
+            return Err(bad());
+        };
+        let (birth, death) = (birth as u32, death as u32);
+        if count == 0
             || start < 2
             || start.checked_add(count).is_none_or(|e| e > block_count)
             || birth >= death
@@ -148,6 +167,29 @@ impl DeadExtent {
         }
         Ok(DeadExtent { count, birth, death })
     }
+}
+
+/// Append `x` as an LEB128 varint (7 bits a byte, low first).
+fn put_varint(v: &mut Vec<u8>, mut x: u64) {
+    while x >= 0x80 {
+        v.push((x as u8 & 0x7f) | 0x80);
+        x >>= 7;
+    }
+    v.push(x as u8);
+}
+
+/// The LEB128 varint at `*at` of `v` (at most 10 bytes), moving `at` past it.
+fn get_varint(v: &[u8], at: &mut usize) -> Option<u64> {
+    let mut x = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *v.get(*at)?;
+        *at += 1;
+        x |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            return Some(x);
+        }
+    }
+    None
 }
 
 /// The snapshot table and the dead list, in memory and in their tree.
@@ -605,6 +647,51 @@ impl Snapshots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dead_extents_round_trip_in_few_bytes() {
+        for d in [
+            DeadExtent {
+                count: 1,
+                birth: 0,
+                death: 1,
+            },
+            DeadExtent {
+                count: 300,
+                birth: 5000,
+                death: 5001,
+            },
+            DeadExtent {
+                count: u64::from(u32::MAX),
+                birth: u32::MAX - 1,
+                death: u32::MAX,
+            },
+        ] {
+            let v = d.encode();
+            assert_eq!(DeadExtent::decode(10, &v, 7, u64::MAX).unwrap(), d);
+        }
+        // A short extent of generations below 2^21: an entry of at most 16
+        // bytes with its 8-byte key and 2-byte length.
+        let v = DeadExtent {
+            count: 100,
+            birth: 2_000_000,
+            death: 2_000_100,
+        }
+        .encode();
+        assert!(v.len() + 10 <= 16, "{}", v.len());
+        // Truncated, overlong or past the volume: corruption naming the leaf.
+        let v = DeadExtent {
+            count: 3,
+            birth: 1,
+            death: 2,
+        }
+        .encode();
+        for bad in [&v[..2], &[v.clone(), vec![0]].concat()[..], &[0x80; 11][..]] {
+            let e = DeadExtent::decode(10, bad, 7, 100).unwrap_err().to_string();
+            assert!(e.contains("block 7"), "{e}");
+        }
+        assert!(DeadExtent::decode(99, &v, 7, 100).is_err());
+    }
 
     #[test]
     fn subtract_keeps_what_lies_outside() {
