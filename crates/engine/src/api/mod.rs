@@ -264,6 +264,10 @@ impl Fs {
             match vol.write_pressure(ino, offset, data.len()) {
                 Pressure::Clear => {
                     let in_flight = vol.commit_in_flight();
+                    // P5: a write that fits leaves the dirty data held
+                    // within the limit (one that does not is a write alone,
+                    // or one no commit could make room for).
+                    let fits = cfg!(debug_assertions) && vol.write_fits(ino, offset, data.len());
                     let written = vol.write(ino, offset, data).and_then(|n| {
                         if n > 0 {
                             vol.strip_privs(ino, strip)?;
@@ -278,6 +282,12 @@ impl Fs {
                         }
                         r => r?,
                     };
+                    debug_assert!(
+                        !fits || vol.held_bytes() <= vol.dirty_limit(),
+                        "P5: a write within the dirty limit left {} bytes held (limit {})",
+                        vol.held_bytes(),
+                        vol.dirty_limit()
+                    );
                     let early = vol.wants_commit(ino);
                     drop(vol);
                     if let (true, Some(wake)) = (early, &self.wake_committer) {

@@ -385,6 +385,10 @@ impl Volume {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
+        debug_assert!(
+            unify || (self.be.log.since_unify.len() as u64) < self.opts.unify_log_blocks,
+            "P6: a delta commit with the log at its bound is not a unify"
+        );
         // (A unify gives trees new roots; an fsync commit that goes ahead
         // of it logs them, and replay keeps the inode table's root instead.)
         let frozen = self.frozen_state();
@@ -570,6 +574,24 @@ impl Volume {
             self.opts.dirty_limit
         };
         held.saturating_add(cost) > limit
+    }
+
+    /// Whether a write of `len` bytes at `offset` of `ino` fits within the
+    /// dirty limit with what is held now (P5; for its assertion).
+    pub fn write_fits(&self, ino: Ino, offset: u64, len: usize) -> bool {
+        let i = self.cache.lock(ino);
+        !self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
+    }
+
+    /// The bound P5 keeps `held_bytes` within (`OpenOptions::dirty_limit`).
+    pub fn dirty_limit(&self) -> u64 {
+        self.opts.dirty_limit
+    }
+
+    /// Dirty file data held now: the open delta's and the commit in
+    /// flight's (what P5 bounds).
+    pub fn held_bytes(&self) -> u64 {
+        self.dirty_bytes.load(Relaxed) + self.in_flight_bytes
     }
 
     /// A commit job (full or fsync) is frozen or writing.
