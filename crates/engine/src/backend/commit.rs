@@ -42,12 +42,11 @@
 //! next delta with one `Orphan` record per orphan, written before the
 //! superblock (`restart_log`), so the list survives the unify.
 
-use super::snapshot::SnapRecord;
 use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
 use crate::device::{Device, Urgent};
-use crate::error::{Errno, Error, Result};
+use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::btree::node::FreedNode;
 use crate::structures::superblock::Superblock;
@@ -493,19 +492,6 @@ impl Backend {
         Ok(())
     }
 
-    /// Put the blocks the delta freed that a snapshot holds on the dead
-    /// list (they died in the current generation), with their `Dead`
-    /// records.
-    fn bury(&mut self, records: &mut Vec<Record>) -> Result<()> {
-        let dying = std::mem::take(&mut self.alloc.dying);
-        if dying.is_empty() {
-            return Ok(());
-        }
-        let dev = self.dev.clone();
-        let death = self.alloc.generation;
-        self.snaps.add_dead(dev.as_ref(), dying, death, Some(records))
-    }
-
     /// Step 5: allocations and frees become records, the last of the
     /// delta's log ([`Backend::encode_log`] encodes them).
     fn log_records(&mut self, mut records: Vec<Record>) -> Result<Vec<Record>> {
@@ -566,49 +552,6 @@ impl Backend {
         sb.next_delta = self.delta + 1;
         sb.unifies += 1;
         Ok(sb)
-    }
-
-    /// Take the snapshots asked for since the last unify: each keeps the
-    /// inode table this unify wrote and closes one generation.
-    fn take_snapshots(&mut self) -> Result<()> {
-        let dev = self.dev.clone();
-        for (name, created) in std::mem::take(&mut self.snaps.pending) {
-            let id = self.alloc.generation;
-            let Some(next) = id.checked_add(1).filter(|&g| g < u32::MAX) else {
-                return Err(Error::Posix(Errno::EOVERFLOW));
-            };
-            let referenced = self.live_blocks()?;
-            let rec = SnapRecord {
-                id: u64::from(id),
-                name,
-                created,
-                itable: self.sb.itable,
-                referenced,
-                deleting: false,
-            };
-            self.snaps.insert_record(dev.as_ref(), rec)?;
-            self.alloc.generation = next;
-            self.alloc.held_upto = self.snaps.held_upto();
-        }
-        Ok(())
-    }
-
-    /// Blocks the live image references, counted without a walk: the
-    /// blocks in use less those of everything else — the superblocks, the
-    /// bitmap file and its tree, the snapshot table, the dead list and the
-    /// log's reserved next block (the unify has freed the old log).
-    fn live_blocks(&mut self) -> Result<u64> {
-        let dev = self.dev.clone();
-        let mut nodes = 0u64;
-        for tree in [&mut self.bitmap, &mut self.snaps.tree] {
-            tree.visit(dev.as_ref(), &mut |addr, _, _, _| {
-                nodes += u64::from(addr != 0);
-                Ok(())
-            })?;
-            nodes += (tree.freed.len() + tree.retired.len()) as u64;
-        }
-        let used = self.alloc.blocks() - self.alloc.free();
-        Ok(used.saturating_sub(2 + self.sb.bitmap_blocks + nodes + self.snaps.dead_blocks + 1))
     }
 
     /// Start the log the unify's superblock names; returns its head, the
