@@ -468,6 +468,7 @@ SNAP_STEPS = [
     ("create-empty", "latency"), ("create-files", "latency"), ("fill", "total"),
     ("create-many", "latency"), ("list", "latency"), ("mount-empty", "latency"),
     ("mount", "latency"), ("delete", "latency"), ("delete-space", "latency"),
+    ("delete-many", "latency"), ("delete-many-space", "single"),
     ("reclaim-delete", "single"), ("reclaim-space", "single"), ("fsync-idle", "fsync"),
     ("fsync-reclaim", "fsync"),
 ]
@@ -481,11 +482,14 @@ SNAP_TEXT = (
     "both). In order: creates on the empty volume; D bytes in 64 KiB files, a snapshot, "
     "every file overwritten (the snapshot then alone holds D), the fsync probe idle for a "
     "while, then the probe again while that snapshot is deleted and its space reclaimed; "
-    "F small files (the meta tree load) and creates; creates until S snapshots exist "
-    "(timed as a whole); creates with S present; listing; unmount, drop caches and mount; "
-    "deletes of the newest snapshots, one at a time, each followed by waiting for its "
-    "space: tux3 polls `tux3 snapshot list MNT --json` (every 20 ms, one listing at a "
-    "time) until the row is gone, Btrfs runs `btrfs subvolume sync MNT`. The Btrfs delete "
+    "F small files (the meta tree load) and creates; deletes of those snapshots, one at a "
+    "time, each followed by waiting for its space: tux3 polls `tux3 snapshot list MNT "
+    "--json` (every 20 ms, one listing at a time) until the row is gone, Btrfs runs "
+    "`btrfs subvolume sync MNT`; creates until S snapshots exist (timed as a whole); "
+    "creates with S present; listing; unmount, drop caches and mount; deletes with S "
+    "present, back to back, then one wait for all of them (from the first delete's start; "
+    "with S snapshots a single tux3 listing, so a single poll, takes as long as the list "
+    "row shows). The Btrfs delete "
     "is `-c` (it commits before returning), as a tux3 delete is durable when it returns. "
     "A snapshot of tux3 is taken by one commit, a Btrfs snapshot by one transaction "
     "commit. tux3 mounts commit every 5 s (the default `commit=5`); a tux3 delete "

@@ -14,14 +14,17 @@ On one fresh filesystem, in this order:
                   small file every 20 ms) idle, and again while that
                   snapshot is deleted and its space reclaimed
   create-files    F small files (bench/c/meta tree create), then C creates
+  delete          K deletes of those, each timed and followed by the wait
+                  for its space (tux3: `tux3 snapshot list --json` polled
+                  until the row is gone; Btrfs: `btrfs subvolume sync`)
   fill            creates until S snapshots exist (timed as a whole)
   create-many     C creates with S present
   list            the listing of all of them, L times
-  mount           unmount, drop caches, mount: M times (also once at the
-                  start, on the empty volume)
-  delete          K deletes: the command's time, and the time until the
-                  space is back (tux3: `tux3 snapshot list --json` polled
-                  until the row is gone; Btrfs: `btrfs subvolume sync`)
+  mount           unmount, drop caches, mount: M times (also at the start,
+                  on the empty volume)
+  delete-many     K deletes back to back with S present, each timed, then
+                  one wait for all of them (one listing of S snapshots may
+                  take seconds, too long a poll for each delete)
 
 Only tux3 (its first mount, not tux3-devfuse) and Btrfs run it. The whole
 workload has a time budget (ctx.snap_budget): the fill stops early at it and
@@ -85,21 +88,22 @@ class Tux3Snaps:
             time.sleep(0.2)
         raise CmdError("snapshot %s did not come to hold %d bytes alone" % (name, nbytes))
 
-    def wait_gone(self, name, timeout, first=None):
-        """Poll the listing until `name` is gone; returns the extents left
-        to reclaim at the first poll (0 when it was gone already)."""
+    def wait_gone(self, names, timeout):
+        """Poll the listing until none of `names` is in it; returns the
+        extents left to reclaim at the first poll (0 when they were gone
+        already)."""
+        names = set(names)
         deadline = time.monotonic() + timeout
-        left = 0
-        polls = 0
+        left = None
         while True:
-            s = next((s for s in self.listing() if s["name"] == name), None)
-            if s is None:
+            rows = [s for s in self.listing() if s["name"] in names]
+            if left is None:
+                left = sum(s.get("reclaim_left", 0) for s in rows)
+            if not rows:
                 return left
-            if polls == 0:
-                left = s.get("reclaim_left", 0)
-            polls += 1
             if time.monotonic() > deadline:
-                raise CmdError("snapshot %s still listed %ss after its delete" % (name, timeout))
+                raise CmdError("snapshot %s still listed %ss after its delete" % (
+                    rows[0]["name"], timeout))
             time.sleep(0.02)
 
 
@@ -127,7 +131,7 @@ class BtrfsSnaps:
     def commit(self, name, nbytes, deadline):
         return 0.0  # sync -f commits the transaction
 
-    def wait_gone(self, name, timeout, first=None):
+    def wait_gone(self, names, timeout):
         run(["btrfs", "subvolume", "sync", self.m.mnt], timeout=timeout, quiet=True)
         return None
 
@@ -199,8 +203,8 @@ def snapshots(ctx, m):
         r = last_json(out)
         return r.get("lat_ms", []), r.get("t", []), got
 
-    base = ["create-empty", "reclaim", "create-files", "fill", "create-many", "list",
-            "mount", "delete"]
+    base = ["create-empty", "reclaim", "create-files", "delete", "fill", "create-many",
+            "list", "mount", "delete-many"]
     done = []
     try:
         # mount time of the empty volume, for reference
@@ -241,7 +245,7 @@ def snapshots(ctx, m):
             marks["t0"] = time.monotonic()
             run(s.delete_cmd("reclaim"), timeout=T)
             marks["t1"] = time.monotonic()
-            marks["left"] = s.wait_gone("reclaim", ctx.snap_reclaim_timeout)
+            marks["left"] = s.wait_gone(["reclaim"], ctx.snap_reclaim_timeout)
             marks["t2"] = time.monotonic()
         lat, at, _ = fsync_probe(probe_file + "-reclaim", ctx.snap_reclaim_timeout + 30,
                                  delete_and_wait)
@@ -276,28 +280,48 @@ def snapshots(ctx, m):
                 creates(ctx.snap_creates), files=r.get("ops"), files_s=r.get("seconds"))
         done.append("create-files")
 
+        # -- deletes, each waited for (the snapshots just taken) --
+        check_budget("the deletes")
+        present = "{:,}".format(count[0])  # "reclaim" is gone already
+        ret, back = [], []
+        for i in range(min(ctx.snap_deletes, ctx.snap_creates)):
+            name = "s%06d" % (count[0] - i)
+            t0 = time.monotonic()
+            run(s.delete_cmd(name), timeout=T, quiet=True)
+            t1 = time.monotonic()
+            s.wait_gone([name], T)
+            ret.append(t1 - t0)
+            back.append(time.monotonic() - t0)
+        lat_row("delete", "delete, %s snapshots" % present, " ".join(s.delete_cmd("NAME")), ret)
+        lat_row("delete-space", "space back after a delete, %s snapshots" % present,
+                "tux3 snapshot list MNT --json (polled)" if m.fs == "tux3"
+                else "btrfs subvolume sync MNT", back)
+        gone = set(range(count[0] - len(ret) + 1, count[0] + 1))
+        done.append("delete")
+
         # -- many snapshots --
         want = ctx.snap_many
         t0 = time.monotonic()
         n0 = count[0]
         stopped = ""
-        while count[0] < want:
+        while count[0] - len(gone) < want:
             if time.monotonic() > deadline:
                 stopped = "stopped at the time budget (%s s)" % ctx.snap_budget
                 break
             creates(1)
         took = time.monotonic() - t0
         made = count[0] - n0
-        add("fill", "take %s snapshots (to %s)" % ("{:,}".format(made), "{:,}".format(count[0])),
+        add("fill", "take %s snapshots (to %s)" % ("{:,}".format(made),
+                                                    "{:,}".format(count[0] - len(gone))),
             " ".join(s.create_cmd("NAME")) + " (each)", dict(
                 ops=made, seconds=took, figure=took, unit="s", better="lower",
-                snapshots=count[0], error=stopped))
+                snapshots=count[0] - len(gone), error=stopped))
         done.append("fill")
-        many = "{:,}".format(count[0])
+        many = "{:,}".format(count[0] - len(gone))
         lat_row("create-many", "create, %s snapshots" % many, " ".join(s.create_cmd("NAME")),
                 creates(ctx.snap_creates))
         done.append("create-many")
-        many = "{:,}".format(count[0])
+        many = "{:,}".format(count[0] - len(gone))
 
         check_budget("the listing")
         secs = [timed(s.list_cmd(), T) for _ in range(ctx.snap_lists)]
@@ -308,21 +332,24 @@ def snapshots(ctx, m):
         lat_row("mount", "mount, %s snapshots" % many, " ".join(env.mount_cmd(m)), secs)
         done.append("mount")
 
-        check_budget("the deletes")
-        ret, back = [], []
-        for i in range(ctx.snap_deletes):
-            name = "s%06d" % (count[0] - i)
-            t0 = time.monotonic()
-            run(s.delete_cmd(name), timeout=T, quiet=True)
-            t1 = time.monotonic()
-            s.wait_gone(name, T)
-            ret.append(t1 - t0)
-            back.append(time.monotonic() - t0)
-        lat_row("delete", "delete, %s snapshots" % many, " ".join(s.delete_cmd("NAME")), ret)
-        lat_row("delete-space", "space back after a delete, %s snapshots" % many,
-                "tux3 snapshot list MNT --json (polled)" if m.fs == "tux3"
-                else "btrfs subvolume sync MNT", back)
-        done.append("delete")
+        # -- deletes back to back, then one wait for all of them (with this
+        # many snapshots one listing, hence one poll, may take seconds) --
+        check_budget("the deletes with many snapshots")
+        names = ["s%06d" % (count[0] - i) for i in range(ctx.snap_deletes)]
+        ret = []
+        t0 = time.monotonic()
+        for name in names:
+            ret.append(timed(s.delete_cmd(name), T))
+        t1 = time.monotonic()
+        s.wait_gone(names, ctx.snap_reclaim_timeout)
+        t2 = time.monotonic()
+        lat_row("delete-many", "delete, %s snapshots" % many, " ".join(s.delete_cmd("NAME")), ret)
+        add("delete-many-space", "space back after %d deletes, %s snapshots" % (len(names), many),
+            "tux3 snapshot list MNT --json (polled)" if m.fs == "tux3"
+            else "btrfs subvolume sync MNT", dict(
+                ops=len(names), seconds=t2 - t0, figure=(t2 - t0) * 1e3, unit="ms",
+                better="lower", wait_s=t2 - t1))
+        done.append("delete-many")
     except Budget as e:
         add("budget", "not run: %s" % ", ".join(x for x in base if x not in done), "", dict(
             error=str(e)))
