@@ -542,8 +542,8 @@ def snapshot_section(snap, engine_text):
             SNAP_TEXT, "`%s`" % " ".join(snap.get("argv") or ["bench/run"]),
             ", --quick: small counts, noisy" if snap.get("quick") else "", m.get("date", "?")),
             "",
-            "D = %s MiB, F = %s, S = %s; %s creates timed per step, %s listings, %s mounts, "
-            "%s deletes; the probe appends 4 KiB and fsyncs every %s ms (%s s idle)." % (
+            "D = %s MiB, F = %s, S = %s; timed per step: creates %s, listings %s, mounts %s, "
+            "deletes %s; the probe appends 4 KiB and fsyncs every %s ms (%s s idle)." % (
                 "{:,}".format((q.get("snap_reclaim_bytes") or 0) >> 20),
                 "{:,}".format(q.get("snap_files") or 0), "{:,}".format(q.get("snap_many") or 0),
                 q.get("snap_creates"), q.get("snap_lists"), q.get("snap_mounts"),
@@ -567,7 +567,15 @@ def snapshot_section(snap, engine_text):
             if kind == "fsync":
                 param = param.replace("fsync p99", "fsync p50 / p99")
 
+            # the steps without a command of their own: the one they run
+            same = {"reclaim-space": "delete-space", "fsync-reclaim": "fsync-idle"}.get(step)
+
             def cmd(r):
+                if r and step == "fsync-reclaim":
+                    return "`fsync_latency probe FILE SECS %s t`, ended by SIGTERM once the " \
+                        "space is back" % q.get("snap_probe_ms")
+                if r and not r.get("cmd") and same:
+                    r = by.get(same, {}).get(r["fs"])
                 return "`%s`" % r["cmd"].replace("|", "\\|") if r and r.get("cmd") else "—"
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 param, cmd(t), cmd(b), _snap_cell(t, kind), _snap_cell(b, kind),
