@@ -13,9 +13,14 @@
  *        fsync_latency probe FILE SECONDS INTERVAL_MS
  *          Every INTERVAL_MS: append 4 KiB to FILE and fsync it, timing the
  *          write+fsync. Prints {"samples": N, "lat_ms": [...]}.
+ *        fsync_latency probe FILE SECONDS INTERVAL_MS t
+ *          The same, also printing "t": [...], each sample's start on
+ *          CLOCK_MONOTONIC in seconds; SIGTERM or SIGINT ends it early
+ *          (it still prints what it has).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +64,15 @@ static int writer(const char *path, long long max, double secs)
 	return 0;
 }
 
-static int probe(const char *path, double secs, int interval_ms)
+static volatile sig_atomic_t stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static int probe(const char *path, double secs, int interval_ms, int stamps)
 {
 	char buf[4096];
 	memset(buf, 0x33, sizeof buf);
@@ -70,10 +83,18 @@ static int probe(const char *path, double secs, int interval_ms)
 	}
 	size_t cap = (size_t)(secs * 1000 / interval_ms) + 16, n = 0;
 	double *lat = malloc(cap * sizeof(double));
+	double *at = malloc(cap * sizeof(double));
 	double t0 = now(), next = t0;
 	int errors = 0;
-	while (now() - t0 < secs && n < cap) {
+	if (stamps) {
+		struct sigaction sa = {0};
+		sa.sa_handler = on_stop;
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+	}
+	while (!stop && now() - t0 < secs && n < cap) {
 		double a = now();
+		at[n] = a;
 		if (write(fd, buf, sizeof buf) != sizeof buf || fsync(fd))
 			errors++;
 		lat[n++] = (now() - a) * 1e3;
@@ -89,6 +110,11 @@ static int probe(const char *path, double secs, int interval_ms)
 	printf("{\"samples\": %zu, \"errors\": %d, \"lat_ms\": [", n, errors);
 	for (size_t i = 0; i < n; i++)
 		printf("%s%.3f", i ? ", " : "", lat[i]);
+	if (stamps) {
+		printf("], \"t\": [");
+		for (size_t i = 0; i < n; i++)
+			printf("%s%.6f", i ? ", " : "", at[i]);
+	}
 	printf("]}\n");
 	close(fd);
 	return errors ? 1 : 0;
@@ -98,9 +124,9 @@ int main(int argc, char **argv)
 {
 	if (argc == 5 && !strcmp(argv[1], "writer"))
 		return writer(argv[2], atoll(argv[3]), atof(argv[4]));
-	if (argc == 5 && !strcmp(argv[1], "probe"))
-		return probe(argv[2], atof(argv[3]), atoi(argv[4]));
+	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "t"))) && !strcmp(argv[1], "probe"))
+		return probe(argv[2], atof(argv[3]), atoi(argv[4]), argc == 6);
 	fprintf(stderr, "usage: fsync_latency writer FILE MAXBYTES SECONDS\n"
-			"       fsync_latency probe FILE SECONDS INTERVAL_MS\n");
+			"       fsync_latency probe FILE SECONDS INTERVAL_MS [t]\n");
 	return 2;
 }

@@ -55,6 +55,7 @@ KERNEL_FS = {"ext4": "ext4", "ext4-fc": "ext4", "xfs": "xfs", "btrfs": "btrfs",
              "fuse2fs": "fuse", "tux3": "fuse", "tux3-devfuse": "fuse", "tmpfs": "tmpfs"}
 # Debian package of each tool the suite may need.
 PACKAGES = {"mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs",
+            "btrfs": "btrfs-progs",
             "fuse2fs": "fuse2fs", "dbench": "dbench", "fio": "fio", "gcc": "gcc",
             "losetup": "mount", "findmnt": "util-linux"}
 
@@ -201,31 +202,55 @@ class Env:
                     say("note: %s runs without direct I/O" % dev)
             if fs in TUX3_MOUNTS:
                 run([self.tux3, "mkfs", dev], timeout=120)
-                opt = "uring" if self.uring_was is not None and fs == "tux3" else "nouring"
-                run([self.tux3, "mount", "-o", opt, dev, self.mnt], timeout=60)
             else:
                 run(MKFS[fs] + [dev], timeout=300)
-                if fs == "fuse2fs":
-                    opts = [] if os.geteuid() == 0 else ["-o", "fakeroot"]
-                    run(["fuse2fs", dev, self.mnt] + opts, timeout=60)
-                else:
-                    run(["mount", "-t", KERNEL_FS[fs]] + MOUNT_OPTS.get(fs, []) + [dev, self.mnt],
-                        timeout=60)
-            self._mounted(self.mnt)
-            if fs in TUX3_MOUNTS + ("fuse2fs",):
-                # Its own process (the daemon): for CPU time and clean-up.
-                time.sleep(0.2)
-                pids = find_pids(["tux3" if fs in TUX3_MOUNTS else "fuse2fs"], exact=[dev])
-                m.pid = pids[0] if pids else None
-                if m.pid:
-                    self.daemons.append(m.pid)
-                    self.save()
-            if not os.path.ismount(self.mnt):
-                raise SetupError("%s is not mounted after mount returned" % self.mnt)
+            self.mount(m)
         except (CmdError, SetupError, OSError) as e:
             self.teardown(m)
             raise SetupError(str(e))
         return m
+
+    def mount_cmd(self, m):
+        """The command that mounts `m`'s device (formatted) on its mount point."""
+        fs, dev = m.fs, m.dev
+        if fs in TUX3_MOUNTS:
+            opt = "uring" if self.uring_was is not None and fs == "tux3" else "nouring"
+            return [self.tux3, "mount", "-o", opt, dev, m.mnt]
+        if fs == "fuse2fs":
+            return ["fuse2fs", dev, m.mnt] + ([] if os.geteuid() == 0 else ["-o", "fakeroot"])
+        return ["mount", "-t", KERNEL_FS[fs]] + MOUNT_OPTS.get(fs, []) + [dev, m.mnt]
+
+    def mount(self, m, timeout=60):
+        """Mount `m` (formatted); returns the seconds the mount command took."""
+        t0 = time.monotonic()
+        try:
+            run(self.mount_cmd(m), timeout=timeout)
+        finally:
+            # Recorded even on a failure or timeout: it may have mounted.
+            secs = time.monotonic() - t0
+            self._mounted(m.mnt)
+        if m.fs in TUX3_MOUNTS + ("fuse2fs",):
+            # Its own process (the daemon): for CPU time and clean-up.
+            time.sleep(0.2)
+            pids = find_pids(["tux3" if m.fs in TUX3_MOUNTS else "fuse2fs"], exact=[m.dev])
+            m.pid = pids[0] if pids else None
+            if m.pid:
+                self.daemons.append(m.pid)
+                self.save()
+        if not os.path.ismount(m.mnt):
+            raise SetupError("%s is not mounted after mount returned" % m.mnt)
+        return secs
+
+    def remount(self, m, timeout=60):
+        """Unmount `m`, drop the caches and mount it again; returns the
+        seconds the mount command took (cold)."""
+        self.unmount(m.mnt)
+        if m.pid:
+            self.end_daemon(m.pid)
+            m.pid = None
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return self.mount(m, timeout)
 
     def _mounted(self, mnt):
         if mnt not in self.mounts:

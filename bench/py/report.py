@@ -463,6 +463,164 @@ def commands(res):
     ]
 
 
+SNAP_STEPS = [
+    # step, what the figure is, label of the btrfs command when it differs
+    ("create-empty", "latency"), ("create-files", "latency"), ("fill", "total"),
+    ("create-many", "latency"), ("list", "latency"), ("mount-empty", "latency"),
+    ("mount", "latency"), ("delete", "latency"), ("delete-space", "latency"),
+    ("delete-many", "latency"), ("delete-many-space", "single"),
+    ("reclaim-delete", "single"), ("reclaim-space", "single"), ("fsync-idle", "fsync"),
+    ("fsync-reclaim", "fsync"),
+]
+
+SNAP_TEXT = (
+    "Read-only snapshots of tux3 (the whole volume, through its mount: `tux3 snapshot` on "
+    "a path of the mount, which the mount's server carries out) against Btrfs snapshots of "
+    "a subvolume (`vol`, made on the fresh Btrfs; snapshots into `snaps/`), each on a "
+    "fresh filesystem on its own loop device as above. Every create, list and delete is "
+    "one whole command, timed from its start to its exit (a process start included, for "
+    "both). In order: creates on the empty volume; D bytes in 64 KiB files, a snapshot, "
+    "every file overwritten (the snapshot then alone holds D), the fsync probe idle for a "
+    "while, then the probe again while that snapshot is deleted and its space reclaimed; "
+    "F small files (the meta tree load) and creates; deletes of those snapshots, one at a "
+    "time, each followed by waiting for its space: tux3 polls `tux3 snapshot list MNT "
+    "--json` (every 20 ms, one listing at a time) until the row is gone, Btrfs runs "
+    "`btrfs subvolume sync MNT`; creates until S snapshots exist (timed as a whole); "
+    "creates with S present; listing; unmount, drop caches and mount; deletes with S "
+    "present, back to back, then one wait for all of them (from the first delete's start; "
+    "with S snapshots a single tux3 listing, so a single poll, takes as long as the list "
+    "row shows). The Btrfs delete "
+    "is `-c` (it commits before returning), as a tux3 delete is durable when it returns. "
+    "A snapshot of tux3 is taken by one commit, a Btrfs snapshot by one transaction "
+    "commit. tux3 mounts commit every 5 s (the default `commit=5`); a tux3 delete "
+    "reclaims at most 4,096 extents a commit. Times in ms, lower is better; **tux3 vs "
+    "Btrfs** is Btrfs's time over tux3's (the median, the p99 for the fsync rows, or the "
+    "one figure): above 1 tux3 is faster.")
+
+
+def _ms(v):
+    return "—" if v is None else "%s ms" % fmt(float(v))
+
+
+def _snap_cell(r, kind):
+    if r is None:
+        return "—"
+    if r.get("error") and r.get("figure") is None:
+        return "error"
+    if kind == "latency":
+        return "%s / %s" % (fmt(r.get("lat_p50_ms")), fmt(r.get("lat_p99_ms")))
+    if kind == "total":
+        per = r["seconds"] / r["ops"] * 1e3 if r.get("ops") else None
+        return "%s s (%s ms each)%s" % (fmt(r.get("seconds")), fmt(per),
+                                        "*" if r.get("error") else "")
+    if kind == "fsync":
+        n = r.get("ops") or 0
+        return "%s / %s (%s sample%s)" % (fmt(r.get("lat_p50_ms")), fmt(r.get("lat_p99_ms")),
+                                         "{:,}".format(n), "" if n == 1 else "s")
+    return fmt(r.get("figure"))
+
+
+def _snap_ratio(t, b, kind):
+    key = "seconds" if kind == "total" else ("lat_p99_ms" if kind == "fsync" else "figure")
+    if not t or not b or t.get(key) is None or b.get(key) is None or not t[key]:
+        return "—"
+    return "%s×" % fmt(float(b[key]) / float(t[key]))
+
+
+def snapshot_section(snap, engine_text):
+    """The Snapshots section: tux3 through its mount against Btrfs, then the
+    engine alone (from bench/snapshots-engine.md)."""
+    L = ["## Snapshots", ""]
+    rows = (snap or {}).get("rows") or []
+    if not rows:
+        L += ["Not run yet through the mounts (`bench/run --fs tux3,btrfs --workloads "
+              "snapshots`).", ""]
+    else:
+        q = snap.get("params") or {}
+        m = snap.get("machine") or {}
+        L += ["%s (%s%s, %s)." % (
+            SNAP_TEXT, "`%s`" % " ".join(snap.get("argv") or ["bench/run"]),
+            ", --quick: small counts, noisy" if snap.get("quick") else "", m.get("date", "?")),
+            "",
+            "D = %s MiB, F = %s, S = %s; timed per step: creates %s, listings %s, mounts %s, "
+            "deletes %s; the probe appends 4 KiB and fsyncs every %s ms (%s s idle)." % (
+                "{:,}".format((q.get("snap_reclaim_bytes") or 0) >> 20),
+                "{:,}".format(q.get("snap_files") or 0), "{:,}".format(q.get("snap_many") or 0),
+                q.get("snap_creates"), q.get("snap_lists"), q.get("snap_mounts"),
+                q.get("snap_deletes"), q.get("snap_probe_ms"), q.get("snap_idle_secs")), ""]
+        by = {}
+        for r in rows:
+            by.setdefault(r.get("step"), {})[r["fs"]] = r
+        L += ["| step | tux3 command | Btrfs command | tux3 median / p99 | Btrfs median / p99 | "
+              "tux3 vs Btrfs |", "|---|---|---|---|---|---|"]
+        for step, kind in SNAP_STEPS:
+            g = by.get(step)
+            if not g:
+                continue
+            t, b = g.get("tux3"), g.get("btrfs")
+            param = (t or b)["param"]
+            n = (t or b).get("ops")
+            if kind == "latency" and n:
+                param += " (%s×)" % "{:,}".format(n)
+            if kind == "single":
+                param += " (one)"
+            if kind == "fsync":
+                param = param.replace("fsync p99", "fsync p50 / p99")
+
+            # the steps without a command of their own: the one they run
+            same = {"reclaim-space": "delete-space", "fsync-reclaim": "fsync-idle"}.get(step)
+
+            def cmd(r):
+                if r and step == "fsync-reclaim":
+                    return "`fsync_latency probe FILE SECS %s t`, ended by SIGTERM once the " \
+                        "space is back" % q.get("snap_probe_ms")
+                if r and not r.get("cmd") and same:
+                    r = by.get(same, {}).get(r["fs"])
+                return "`%s`" % r["cmd"].replace("|", "\\|") if r and r.get("cmd") else "—"
+            L.append("| %s | %s | %s | %s | %s | %s |" % (
+                param, cmd(t), cmd(b), _snap_cell(t, kind), _snap_cell(b, kind),
+                _snap_ratio(t, b, kind)))
+        ti, tr = by.get("fsync-idle", {}), by.get("fsync-reclaim", {})
+        if tr:
+            L += ["", "fsync p99 during the reclaim over the idle p99 (at most 1 would mean the "
+                  "reclaim costs the other process nothing): %s." % "; ".join(
+                      "%s %s×" % (LABEL[f], fmt(float(tr[f]["vs_idle"])))
+                      for f in ("tux3", "btrfs") if tr.get(f, {}).get("vs_idle") is not None)]
+            left = tr.get("tux3") and by.get("reclaim-space", {}).get("tux3", {}).get(
+                "reclaim_left")
+            if left:
+                L[-1] += (" tux3 listed %s extents left to reclaim at its first poll after "
+                          "the delete." % "{:,}".format(left))
+        if by.get("fill", {}) and any(r.get("error") for r in by["fill"].values()):
+            L += ["", "\\* the fill stopped at the workload's time budget (see the notes)."]
+        errs = ["- %s / %s: %s" % (r["fs"], r["param"], r["error"]) for r in rows
+                if r.get("error")]
+        errs += ["- %s skipped: %s" % (LABEL.get(f, f), w)
+                 for f, w in (snap.get("skipped") or {}).items()]
+        errs += ["- %s" % n for n in snap.get("notes") or []]
+        if errs:
+            L += ["", "Errors and notes of this run:", ""] + errs
+        L += ["", "Raw results: `bench/results/snapshots.csv` and `snapshots.json`; "
+              "regenerate with `bench/run --report-only bench/results/snapshots.json`.", ""]
+    if engine_text:
+        L += ["### The engine alone", "", engine_text.strip(), ""]
+    return L
+
+
+def engine_snapshot_text():
+    """bench/snapshots-engine.md without its leading comment."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "snapshots-engine.md")
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    if text.startswith("<!--"):
+        text = text[text.index("-->") + 3:]
+    return text
+
+
 def write(res, path, plotdir, plots):
     rows = res["rows"]
     fss = [f for f in FILESYSTEMS if any(r["fs"] == f for r in rows)]
@@ -550,7 +708,8 @@ def write(res, path, plotdir, plots):
           "counters give blocks (4 KiB) and flushes per fsync."]
     e = engine_table(rows)
     L += e if e else ["", "Not run."]
-    L += ["", "## Not run, errors and notes", ""]
+    L += [""] + snapshot_section(res.get("snapshots"), engine_snapshot_text())
+    L += ["## Not run, errors and notes", ""]
     notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]
     notes += ["- %s / %s / %s: %s" % (r["fs"], r["workload"], r["param"], r["error"])
               for r in rows if r.get("error")]

@@ -53,6 +53,26 @@ class Ctx:
         # steps compare.
         self.syncs_cap = 20 if q else 30
         self.engine_dbench_secs = 1 if q else 10
+        # snapshots (snapshots.py): creates timed per step, the snapshot
+        # count of the many-snapshots steps, small files before a step, the
+        # data a snapshot alone holds when deleted under the fsync probe,
+        # the idle probe's length and every probe's interval, listings and
+        # mounts timed, deletes timed; the whole workload's time budget on
+        # one filesystem and each command's timeout.
+        self.snap_creates = 20 if q else 200
+        self.snap_many = 200 if q else 10000
+        self.snap_files = 5000 if q else 100000
+        self.snap_reclaim_bytes = (64 if q else 1024) * MIB
+        self.snap_idle_secs = 1.5 if q else 20
+        self.snap_probe_ms = 20
+        self.snap_lists = 3 if q else 5
+        self.snap_mounts = 1 if q else 3
+        self.snap_deletes = 10 if q else 100
+        self.snap_budget = 15 if q else 4 * 3600
+        self.snap_cmd_timeout = 20 if q else 300
+        self.snap_reclaim_timeout = 20 if q else 900
+        self.tux3 = None  # target/release/tux3
+        self.env = None  # the fsetup.Env (the snapshot workload remounts)
         # Quick mode formats each filesystem once for all workloads.
         self.fresh_per_workload = not q
 
@@ -329,6 +349,8 @@ def stream(ctx, m):
     return rows
 
 
+from snapshots import snapshots  # noqa: E402
+
 WORKLOADS = {"syncs": syncs, "rename": rename, "dbench": dbench, "fsync-load": fsync_load,
-             "meta": meta, "stream": stream}
-ORDER = ["syncs", "rename", "dbench", "fsync-load", "meta", "stream", "engine"]
+             "meta": meta, "stream": stream, "snapshots": snapshots}
+ORDER = ["syncs", "rename", "dbench", "fsync-load", "meta", "stream", "snapshots", "engine"]
