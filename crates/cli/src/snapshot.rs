@@ -391,15 +391,21 @@ const MAX_LISTED: u64 = 1 << 20;
 /// Every snapshot of the mount, one ioctl each.
 fn list_ioctl(f: &File) -> io::Result<Vec<SnapshotInfo>> {
     let mut all = Vec::new();
-    for index in 0..MAX_LISTED {
-        let mut rec: [u8; SNAPSHOT_RECORD_LEN] = list_request(index);
+    // Each answer is the first snapshot with an id at or above the one
+    // asked for; the next question starts past it.
+    let mut from = 0u64;
+    for _ in 0..MAX_LISTED {
+        let mut rec: [u8; SNAPSHOT_RECORD_LEN] = list_request(from);
         // SAFETY: the command's size is that of `rec`, which the kernel
         // reads and writes; it outlives the call.
         if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SNAPSHOT_LIST as _, rec.as_mut_ptr()) } != 0 {
             return Err(io::Error::last_os_error());
         }
         match decode_snapshot(&rec) {
-            Some(s) => all.push(s),
+            Some(s) => {
+                from = s.id.saturating_add(1);
+                all.push(s);
+            }
             None => break,
         }
     }

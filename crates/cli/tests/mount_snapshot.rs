@@ -86,6 +86,20 @@ fn snapshot_beside_the_live_mount(transport: &str) {
     let listing = snapshot_ok(&[&"list", &fx.mnt]);
     let r = row(&listing, "s1").unwrap_or_else(|| panic!("no s1 in {listing}"));
     assert!(r.ends_with(" ok"), "{listing}");
+    // A listing of several, one answer each, and one being deleted.
+    for n in ["x1", "x2", "x3"] {
+        snapshot_ok(&[&"create", &fx.mnt, &n]);
+    }
+    snapshot_ok(&[&"delete", &fx.mnt, &"x2"]);
+    let listing = snapshot_ok(&[&"list", &fx.mnt]);
+    for n in ["s1", "x1", "x3"] {
+        assert!(
+            row(&listing, n).is_some_and(|r| r.ends_with(" ok")),
+            "{n} in {listing}"
+        );
+    }
+    snapshot_ok(&[&"delete", &fx.mnt, &"x1"]);
+    snapshot_ok(&[&"delete", &fx.mnt, &"x3"]);
     let e = snapshot_fails(&[&"create", &fx.path("d"), &"s1"]);
     assert_eq!(
         e,

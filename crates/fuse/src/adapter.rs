@@ -357,10 +357,9 @@ impl Tux3Fuse {
     /// delete commit, so the caller must be a thread that may block.
     pub(super) fn snapshot_ioctl(&self, uid: u32, cmd: u32, arg: &[u8]) -> Result<Vec<u8>> {
         if cmd == IOC_SNAPSHOT_LIST {
-            let index = list_index(arg).ok_or_else(einval)?;
-            let all = self.fs.snapshot_list()?;
-            let s = usize::try_from(index).ok().and_then(|i| all.get(i));
-            return Ok(encode_snapshot(index, s).to_vec());
+            let from = list_index(arg).ok_or_else(einval)?;
+            let s = self.fs.snapshot_from(from)?;
+            return Ok(encode_snapshot(from, s.as_ref()).to_vec());
         }
         // SAFETY: geteuid has no preconditions.
         if uid != 0 && uid != unsafe { libc::geteuid() } {

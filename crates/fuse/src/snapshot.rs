@@ -19,8 +19,8 @@ pub const SNAPSHOT_NAME_ARG: usize = 256;
 ///
 /// | offset | size | field |
 /// |---|---|---|
-/// | 0 | 8 | index: in, the snapshot wanted (0 is the oldest); out, the same |
-/// | 8 | 4 | flags: 1 a snapshot follows, 2 it is being deleted; 0 the end marker (no snapshot at that index) |
+/// | 0 | 8 | from: in, the lowest snapshot id wanted (0: the oldest snapshot); out, the same |
+/// | 8 | 4 | flags: 1 a snapshot follows (the first with an id at or above `from`), 2 it is being deleted; 0 the end marker (none) |
 /// | 12 | 4 | length of the name |
 /// | 16 | 8 | id |
 /// | 24 | 8 | created: seconds since the epoch (signed) |
@@ -54,19 +54,19 @@ pub fn decode_name(arg: &[u8]) -> Option<&[u8]> {
     Some(&arg[..end])
 }
 
-/// The list argument that asks for the snapshot at `index`.
+/// The list argument that asks for the first snapshot with an id of `index` or more.
 pub fn list_request(index: u64) -> [u8; SNAPSHOT_RECORD_LEN] {
     let mut rec = [0; SNAPSHOT_RECORD_LEN];
     rec[..8].copy_from_slice(&index.to_ne_bytes());
     rec
 }
 
-/// The index a list argument asks for; `None` if it is too short.
+/// The lowest id a list argument asks for; `None` if it is too short.
 pub fn list_index(arg: &[u8]) -> Option<u64> {
     Some(u64::from_ne_bytes(arg.get(..8)?.try_into().ok()?))
 }
 
-/// The list answer for `index`: snapshot `s`, or the end marker.
+/// The list answer for `index` (the lowest id asked for): snapshot `s`, or the end marker.
 pub fn encode_snapshot(index: u64, s: Option<&SnapshotInfo>) -> [u8; SNAPSHOT_RECORD_LEN] {
     let mut rec = list_request(index);
     let Some(s) = s else { return rec };

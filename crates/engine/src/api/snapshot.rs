@@ -29,6 +29,13 @@ impl Fs {
         Ok(self.shared_vol().snapshot_infos())
     }
 
+    /// The first snapshot whose id is `id` or more (deleted ones whose
+    /// space is still coming back included): a listing one at a time, each
+    /// step costing what that snapshot's accounting does.
+    pub fn snapshot_from(&self, id: u64) -> Result<Option<SnapshotInfo>> {
+        Ok(self.shared_vol().snapshot_from(id))
+    }
+
     /// Delete the snapshot `name`: the name goes at once (durable when this
     /// returns); its space comes back in bounded batches, one per delta
     /// commit, resumed after a crash or unmount. ENOENT if there is none.

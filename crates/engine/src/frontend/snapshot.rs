@@ -48,6 +48,16 @@ impl Volume {
         self.be.snaps.records.values().map(|r| self.info(r)).collect()
     }
 
+    /// The first snapshot whose id is `id` or more, if any.
+    pub fn snapshot_from(&self, id: u64) -> Option<SnapshotInfo> {
+        self.be
+            .snaps
+            .records
+            .range(id..)
+            .next()
+            .map(|(_, r)| self.info(r))
+    }
+
     /// The snapshot named `name` (not deleted), if any.
     pub fn snapshot_info(&self, name: &[u8]) -> Option<SnapshotInfo> {
         self.be.snaps.find(name).map(|r| self.info(r))
