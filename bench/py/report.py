@@ -493,7 +493,7 @@ SNAP_TEXT = (
     "is `-c` (it commits before returning), as a tux3 delete is durable when it returns. "
     "A snapshot of tux3 is taken by one commit, a Btrfs snapshot by one transaction "
     "commit. tux3 mounts commit every 5 s (the default `commit=5`); a tux3 delete "
-    "reclaims at most 4,096 extents a commit. Times in ms, lower is better; **tux3 vs "
+    "reclaims at most 1,024 extents a commit, a commit every 10 ms while any is left. Times in ms, lower is better; **tux3 vs "
     "Btrfs** is Btrfs's time over tux3's (the median, the p99 for the fsync rows, or the "
     "one figure): above 1 tux3 is faster.")
 

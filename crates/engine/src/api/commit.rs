@@ -28,6 +28,9 @@ use crossbeam_channel::{bounded, select, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Pause between reclaim batches (see [`Worker::delta_committer`]).
+const RECLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 use std::thread::JoinHandle;
 
 /// Called once with an fsync's outcome, from the fsync committer thread.
@@ -367,6 +370,10 @@ impl Worker {
     /// wakes it through the returned sender because half the dirty limit is
     /// dirty (so the next delta fills while this one is written). It holds
     /// only a weak reference to the volume.
+    /// Pause between two reclaim batches of the delta committer: short, so
+    /// a deleted snapshot's space comes back in a fraction of a second a
+    /// gigabyte, long enough that the batches (each holding the delta
+    /// guard for about a millisecond) leave room for everyone else.
     pub(super) fn delta_committer(
         shared: &Arc<Shared>,
         every: std::time::Duration,
@@ -376,22 +383,36 @@ impl Worker {
         let weak = Arc::downgrade(shared);
         let thread = std::thread::Builder::new()
             .name("tux3-commit".into())
-            .spawn(move || loop {
-                let by_time = select! {
-                    recv(stopped) -> _ => return,
-                    recv(woken) -> r => match r {
-                        Ok(()) => false,
-                        Err(_) => return,
-                    },
-                    default(every) => true,
-                };
-                let Some(shared) = weak.upgrade() else { return };
-                // A stale wake-up (the delta was committed meanwhile) is ignored.
-                if !by_time && !shared.volume.read().may_commit_early() {
-                    continue;
-                }
-                if let Err(e) = shared.commit(false) {
-                    tracing::error!("background commit failed: {e}");
+            .spawn(move || {
+                // While a deleted snapshot's space is coming back, a batch
+                // of it goes out every RECLAIM_PAUSE, not every `every`.
+                let mut wait = every;
+                loop {
+                    let by_time = select! {
+                        recv(stopped) -> _ => return,
+                        recv(woken) -> r => match r {
+                            Ok(()) => false,
+                            Err(_) => return,
+                        },
+                        default(wait) => true,
+                    };
+                    let Some(shared) = weak.upgrade() else { return };
+                    // A stale wake-up (the delta was committed meanwhile) is ignored.
+                    let early = {
+                        let v = shared.volume.read();
+                        v.may_commit_early() || v.reclaiming()
+                    };
+                    if !by_time && !early {
+                        continue;
+                    }
+                    if let Err(e) = shared.commit(false) {
+                        tracing::error!("background commit failed: {e}");
+                    }
+                    wait = if shared.volume.read().reclaiming() {
+                        RECLAIM_PAUSE.min(every)
+                    } else {
+                        every
+                    };
                 }
             })?;
         Ok((

@@ -41,7 +41,12 @@ impl Fs {
     /// commit, resumed after a crash or unmount. ENOENT if there is none.
     pub fn snapshot_delete(&self, name: &[u8]) -> Result<()> {
         self.vol().snapshot_delete(name)?;
-        self.shared.sync()
+        self.shared.sync()?;
+        // The delta committer, if there is one, goes on with the reclaim.
+        if let Some(wake) = &self.wake_committer {
+            let _ = wake.try_send(());
+        }
+        Ok(())
     }
 
     /// Make the live volume what snapshot `name` holds; every snapshot

@@ -49,7 +49,7 @@ pub const SNAP_INO: u64 = 3;
 /// it, dead extents keyed by their first block.
 pub const RECORD_KEY: u64 = 1 << 62;
 /// Dead extents a delta commit reclaims at most.
-pub const RECLAIM_BATCH: usize = 4096;
+pub const RECLAIM_BATCH: usize = 1024;
 /// Longest snapshot name.
 pub const NAME_MAX: usize = 255;
 
