@@ -102,10 +102,24 @@ impl Volume {
         let dev = self.be.dev.clone();
         let (live, _) = image_blocks(dev.as_ref(), self.be.sb.itable)?;
         let (snap, orphans) = image_blocks(dev.as_ref(), target)?;
+        let revived = subtract(&snap, &merged(&live));
+        // What the snapshot holds apart from the live image must still be
+        // in use (on the dead list): checked before anything changes.
+        for &(s, c, _) in &revived {
+            if let Some(b) = (s..s + c).find(|&b| !self.be.alloc.is_used(b)) {
+                return Err(crate::error::Error::corrupt(
+                    b,
+                    format!(
+                        "snapshot {:?} references block {b}, which is free: not rolled back",
+                        String::from_utf8_lossy(name)
+                    ),
+                ));
+            }
+        }
         for (s, c, birth) in subtract(&live, &merged(&snap)) {
             self.be.alloc.free_born(s, c, birth);
         }
-        for (s, c, _) in subtract(&snap, &merged(&live)) {
+        for (s, c, _) in revived {
             self.be.snaps.revive(dev.as_ref(), s, c)?;
         }
         self.be.itable =
