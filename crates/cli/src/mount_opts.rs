@@ -93,6 +93,13 @@ pub fn parse_options_over<S: AsRef<str>>(
         snapshot: None,
     };
     let mut rw = false;
+    // As given, for a rollback through the mount that mounts again.
+    o.fuse.mount_options = lists
+        .iter()
+        .map(|l| l.as_ref())
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
     for list in lists {
         for opt in list.as_ref().split(',').filter(|s| !s.is_empty()) {
             match opt {

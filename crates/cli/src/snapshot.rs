@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use tux3::types::{OpenOptions, SnapshotInfo};
 use tux3::{open_path, Fs};
 use tux3_fuse::{
-    decode_snapshot, encode_name, list_request, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE, IOC_SNAPSHOT_LIST,
-    SNAPSHOT_RECORD_LEN,
+    decode_snapshot, encode_name, list_request, IOC_MOUNT_INFO, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
+    IOC_SNAPSHOT_LIST, MOUNT_INFO_LEN, SNAPSHOT_RECORD_LEN,
 };
 
 /// What `tux3 snapshot --help` says after the summary.
@@ -222,21 +222,10 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
         }
         Action::Rollback { target, name } => {
             let name = checked_name(target, name)?;
-            if let Target::Mount(..) = locate(target)? {
-                return Err(CliError::new(format!(
-                    "{}: is on a mount: unmount the volume, then roll back its image",
-                    target.display()
-                )));
+            match locate(target)? {
+                Target::Mount(f, _) => rollback_mounted(target, f, name)?,
+                Target::Image => rollback_image(target, target, name)?,
             }
-            let (fs, _lock) = open_image(target, true)?;
-            fs.snapshot_rollback(name).map_err(|e| {
-                let t = target.display();
-                CliError::new(match e.errno().0 {
-                    libc::ENOENT => format!("{t}: no snapshot {}", quoted(name)),
-                    _ => format!("{t}: rollback to snapshot {}: {e}", quoted(name)),
-                })
-            })?;
-            close(target, fs)?;
         }
         Action::List { target, json } => {
             let all = match locate(target)? {
@@ -257,6 +246,103 @@ pub fn run(a: &SnapshotArgs) -> Result<u8, CliError> {
         }
     }
     Ok(0)
+}
+
+/// Roll the unmounted volume at `image` back to snapshot `name`
+/// (`target` names it in messages).
+fn rollback_image(target: &Path, image: &Path, name: &[u8]) -> Result<(), CliError> {
+    let (fs, _lock) = open_image(image, true)?;
+    fs.snapshot_rollback(name).map_err(|e| {
+        let t = target.display();
+        CliError::new(match e.errno().0 {
+            libc::ENOENT => format!("{t}: no snapshot {}", quoted(name)),
+            libc::EBUSY => format!("{t}: the volume is in use: rollback needs it to itself"),
+            _ => format!("{t}: rollback to snapshot {}: {e}", quoted(name)),
+        })
+    })?;
+    close(image, fs)
+}
+
+/// Roll a mounted volume back, as `zfs rollback` does: ask the server how
+/// it was mounted, unmount (refused while files are open on it: they would
+/// point into the other image), roll the image back, mount it again with
+/// the same options. If the rollback fails, the volume is mounted again as
+/// it was.
+fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError> {
+    let t = target.display();
+    let mut info = [0u8; MOUNT_INFO_LEN];
+    // SAFETY: the command's size is that of `info`, which the kernel
+    // fills; it outlives the call.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_MOUNT_INFO as _, info.as_mut_ptr()) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(failure(target, Op::Rollback, Some(name), e.into()));
+    }
+    let mut parts = info.split(|&b| b == 0);
+    let source = PathBuf::from(std::ffi::OsStr::from_bytes(parts.next().unwrap_or_default()));
+    let options = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+    let all = list_ioctl(&f).map_err(|e| failure(target, Op::List, None, e.into()))?;
+    if !all.iter().any(|s| !s.deleting && s.name == name) {
+        return Err(CliError::new(format!("{t}: no snapshot {}", quoted(name))));
+    }
+    let meta = f.metadata().map_err(|e| CliError::at(&t, e))?;
+    let mountpoint = tux3_mount_table()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(src, m)| *src == source && std::fs::metadata(m).is_ok_and(|mm| mm.dev() == meta.dev()))
+        .map(|(_, m)| m)
+        .ok_or_else(|| CliError::new(format!("{t}: its mount point is not in /proc/self/mounts")))?;
+    drop(f);
+    let mp = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| CliError::new(format!("{}: bad mount point", mountpoint.display())))?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::umount2(mp.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EBUSY) => CliError::new(format!(
+                "{}: busy: files are open on it, which would point into the other image; close them and roll back again",
+                mountpoint.display()
+            )),
+            _ => CliError::at(format!("{}: unmount", mountpoint.display()), e),
+        });
+    }
+    // The server closes the volume once it is unmounted; wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while lock_volume(&source, false).is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let rolled = rollback_image(target, &source, name);
+    let mut mount = std::process::Command::new(std::env::current_exe().map_err(|e| CliError::at("tux3", e))?);
+    mount.arg("mount");
+    if !options.is_empty() {
+        mount.arg("-o").arg(&options);
+    }
+    // The server it starts stays in the background: it must not hold our
+    // standard streams open (a caller reading them would wait for ever).
+    let status = mount
+        .arg(&source)
+        .arg(&mountpoint)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => rolled,
+        _ => Err(CliError::new(format!(
+            "{}: {}; mounting it again failed: run tux3 mount{} {} {}",
+            t,
+            match &rolled {
+                Ok(()) => "rolled back".to_string(),
+                Err(e) => e.message.clone(),
+            },
+            if options.is_empty() {
+                String::new()
+            } else {
+                format!(" -o {options}")
+            },
+            source.display(),
+            mountpoint.display()
+        ))),
+    }
 }
 
 /// Where the work is done.
@@ -417,6 +503,7 @@ enum Op {
     Create,
     Delete,
     List,
+    Rollback,
 }
 
 /// An engine error or one an ioctl returned.
@@ -452,11 +539,14 @@ fn failure(target: &Path, op: Op, name: Option<&[u8]>, e: Failure) -> CliError {
         Op::Create => "create",
         Op::Delete => "delete",
         Op::List => "list",
+        Op::Rollback => "roll back to",
     };
     let msg = match (e.errno, op) {
         (Some(libc::EEXIST), Op::Create) => format!("{t}: snapshot {n} already exists"),
         (Some(libc::ENOENT), Op::Delete) => format!("{t}: no snapshot {n}"),
-        (Some(libc::EINVAL), Op::Create | Op::Delete) => return bad_name(target, name.unwrap_or_default()),
+        (Some(libc::EINVAL), Op::Create | Op::Delete | Op::Rollback) => {
+            return bad_name(target, name.unwrap_or_default())
+        }
         (Some(libc::EROFS), _) => format!("{t}: read-only, cannot {verb} snapshot {n}"),
         (Some(libc::ENOSPC), Op::Create) => format!("{t}: no space left for snapshot {n}"),
         (Some(libc::EPERM | libc::EACCES), _) => {

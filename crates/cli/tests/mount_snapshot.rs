@@ -3,9 +3,10 @@
 //! before), the snapshot mounted with `-o snapshot=NAME` on a second
 //! directory while the live volume stays mounted: it shows the old
 //! content and refuses writes (EROFS), `rw` is refused, and so is deleting
-//! the snapshot while it is mounted. Then both are
-//! unmounted, and the snapshot is deleted through a remount of the live
-//! volume; fsck is clean after each step.
+//! the snapshot while it is mounted. Then both are unmounted; through a
+//! remount of the live volume the snapshot is rolled back to (refused while
+//! a file is open; the volume is unmounted, rolled back and mounted again)
+//! and deleted; fsck is clean after each step.
 //!
 //! Needs root and /dev/fuse (and FUSE over io_uring for the ring
 //! transport); without them the tests print a note and pass.
@@ -161,9 +162,26 @@ fn snapshot_beside_the_live_mount(transport: &str) {
     m.unmount();
     fx.fsck();
 
-    // Deleted through a remount: the name goes at once (its space comes
-    // back in the background: it may still be listed, as deleting).
+    // Rolled back through the mount: refused while a file is open on it;
+    // then unmounted, rolled back and mounted again with its options.
     let m = fx.mount(&["-o", transport]);
+    let held = fs::File::open(fx.path("f")).unwrap();
+    let e = snapshot_fails(&[&"rollback", &fx.mnt, &"s1"]);
+    assert!(e.contains("busy: files are open on it"), "{e}");
+    drop(held);
+    assert!(snapshot_fails(&[&"rollback", &fx.mnt, &"nope"]).contains("no snapshot \"nope\""));
+    assert_eq!(snapshot_ok(&[&"rollback", &fx.mnt, &"s1"]), "");
+    // (Its server went with the unmount; the new one is this mount's.)
+    std::mem::forget(m);
+    let m = fx.mounted();
+    assert_eq!(fs::read(fx.path("f")).unwrap(), b"old content");
+    assert_eq!(fs::read(fx.path("d/g")).unwrap(), vec![3u8; 100_000]);
+    assert!(!fx.path("h").exists());
+    assert!(row(&snapshot_ok(&[&"list", &fx.mnt]), "s1").is_some());
+    fs::write(fx.path("f"), b"new content, longer than the old").unwrap();
+
+    // Deleted through the mount: the name goes at once (its space comes
+    // back in the background: it may still be listed, as deleting).
     assert_eq!(snapshot_ok(&[&"delete", &fx.mnt, &"s1"]), "");
     let listing = snapshot_ok(&[&"list", &fx.mnt]);
     if let Some(r) = row(&listing, "s1") {

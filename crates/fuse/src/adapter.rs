@@ -365,6 +365,16 @@ impl Tux3Fuse {
         if uid != 0 && uid != unsafe { libc::geteuid() } {
             return Err(Error::Posix(Errno::EPERM));
         }
+        if cmd == crate::IOC_MOUNT_INFO {
+            let mut out = vec![0u8; crate::MOUNT_INFO_LEN];
+            let (src, opts) = (self.opts.fsname.as_bytes(), self.opts.mount_options.as_bytes());
+            if src.len() + opts.len() + 2 > out.len() {
+                return Err(Error::Posix(Errno(libc::ENAMETOOLONG)));
+            }
+            out[..src.len()].copy_from_slice(src);
+            out[src.len() + 1..src.len() + 1 + opts.len()].copy_from_slice(opts);
+            return Ok(out);
+        }
         let name = decode_name(arg).ok_or_else(einval)?;
         match cmd {
             IOC_SNAPSHOT_CREATE => self.fs.snapshot_create(name).map(|_| Vec::new()),
@@ -427,7 +437,10 @@ pub(super) fn empty(r: Result<()>, reply: ReplyEmpty) {
 
 /// Whether `cmd` is one of the snapshot ioctls (create, delete, list).
 pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
-    matches!(cmd, IOC_SNAPSHOT_CREATE | IOC_SNAPSHOT_DELETE | IOC_SNAPSHOT_LIST)
+    matches!(
+        cmd,
+        IOC_SNAPSHOT_CREATE | IOC_SNAPSHOT_DELETE | IOC_SNAPSHOT_LIST | crate::IOC_MOUNT_INFO
+    )
 }
 
 pub(super) fn einval() -> Error {

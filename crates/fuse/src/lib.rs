@@ -87,6 +87,16 @@ pub const IOC_SNAPSHOT_DELETE: u32 = libc::_IOW::<[u8; SNAPSHOT_NAME_ARG]>(0xE3,
 /// that may open a file of the mount may send it.
 pub const IOC_SNAPSHOT_LIST: u32 = libc::_IOWR::<[u8; SNAPSHOT_RECORD_LEN]>(0xE3, 4) as u32;
 
+/// Bytes [`IOC_MOUNT_INFO`] returns.
+pub const MOUNT_INFO_LEN: usize = 4096;
+
+/// The ioctl that reports how the volume was mounted (`_IOR(0xE3, 5,
+/// [u8; 4096])`): the source (image or device path), a NUL, the `-o`
+/// options as given, a NUL, zeros. For root and the mounter only (EPERM
+/// otherwise). `tux3 snapshot rollback` on a path of a mount uses it to
+/// unmount, roll back the image and mount it again the same way.
+pub const IOC_MOUNT_INFO: u32 = libc::_IOR::<[u8; MOUNT_INFO_LEN]>(0xE3, 5) as u32;
+
 pub use snapshot::{
     decode_name, decode_snapshot, encode_name, encode_snapshot, list_index, list_request, SNAPSHOT_NAME_ARG,
     SNAPSHOT_RECORD_LEN,
@@ -142,6 +152,10 @@ pub struct FuseOptions {
     pub atime: Option<bool>,
     pub sync: Option<bool>,
     pub dirsync: bool,
+    /// The `-o` options the mount was made with, as given: what
+    /// [`IOC_MOUNT_INFO`] reports, so that `tux3 snapshot rollback` through
+    /// the mount can mount the volume again the same way.
+    pub mount_options: String,
 }
 
 impl FuseOptions {
@@ -156,6 +170,7 @@ impl FuseOptions {
             threads: DEFAULT_THREADS,
             uring: None,
             fsname: "tux3".to_string(),
+            mount_options: String::new(),
             exec: None,
             suid: root.then_some(true),
             dev: root.then_some(true),
