@@ -13,10 +13,11 @@
 //!
 //! A path is built from the directory's `parent` attribute and its name in
 //! that parent (one directory read per level, cached). A file whose data or
-//! attributes changed but whose names did not is named by a walk of the
-//! newer snapshot's directories, stopped once every such file is found:
-//! that step is the one that can grow with the volume rather than the
-//! change (files have no parent attribute to follow).
+//! attributes changed but whose names did not is found through its parent
+//! hint (the directory it was made or last renamed in); only a file without
+//! one (made before hints were written) or whose hinted name is gone is
+//! named by a walk of the newer snapshot's directories, stopped once every
+//! such file is found.
 //!
 //! Calls the engine's backend (to open the volume and find the snapshots)
 //! and its structures' decoders.
@@ -396,12 +397,30 @@ pub fn diff(dev: Arc<dyn Device>, older: &[u8], newer: &[u8]) -> Result<Vec<Chan
             }
         }
     }
-    let files: HashSet<u64> = unnamed
-        .iter()
-        .copied()
-        .filter(|i| !dirs.contains_key(i))
-        .collect();
-    let found = vb.find_paths(&files)?;
+    // A file's parent hint names the directory it was made or last renamed
+    // in: one directory read, when the name is still there; a walk for the
+    // rest (files from before hints, or whose hinted name went).
+    let mut found: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut files: HashSet<u64> = HashSet::new();
+    for ino in unnamed.iter().copied().filter(|i| !dirs.contains_key(i)) {
+        let hint = vb.attrs(ino)?.map_or(0, |a| a.parent);
+        let named = match (hint != 0).then_some(hint) {
+            Some(dir) => match vb.entries(dir)?.into_iter().find(|d| d.ino == ino) {
+                Some(d) => vb.dir_path(dir)?.map(|p| join(&p, &d.name)),
+                None => None,
+            },
+            None => None,
+        };
+        match named {
+            Some(p) => {
+                found.insert(ino, p);
+            }
+            None => {
+                files.insert(ino);
+            }
+        }
+    }
+    found.extend(vb.find_paths(&files)?);
     for &(ino, is_dir) in &modified {
         if !unnamed.contains(&ino) {
             continue;

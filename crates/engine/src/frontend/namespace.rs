@@ -169,7 +169,10 @@ impl Volume {
             gid,
             nlink: if is_dir { 2 } else { 1 },
             rdev: if keep_rdev { rdev } else { 0 },
-            parent: if is_dir { parent } else { 0 },
+            // A directory's parent; for any other file, a hint: the
+            // directory it was made or last renamed in (`tux3 snapshot
+            // diff` names a changed file through it).
+            parent,
             atime: now,
             mtime: now,
             ctime: now,
@@ -480,9 +483,11 @@ impl Volume {
         self.changed(src.ino)
     }
 
-    /// A directory moved from `from` to `to`: fix its parent and link counts.
+    /// An inode moved from `from` to `to`: a directory's parent and link
+    /// counts; any other file's parent hint.
     fn reparent(&mut self, ino: Ino, from: Ino, to: Ino) -> Result<()> {
         if !self.inode(ino)?.is_dir() {
+            self.inode(ino)?.attrs.parent = to;
             return Ok(());
         }
         self.dir(ino)?.attrs.parent = to;

@@ -8,7 +8,7 @@
 //! | 2 | size     | bytes u64 |
 //! | 3 | times    | atime, mtime, ctime, btime: each sec i64 + nsec u32 |
 //! | 4 | rdev     | u64 |
-//! | 5 | parent   | directory's parent inode u64 |
+//! | 5 | parent   | directory's parent inode u64; other files: a hint, the directory it was made or last renamed in |
 //! | 6 | root     | data tree's unified root: address u64, depth u8 |
 //! | 7 | xattr    | name length u8, name, value (the rest) |
 //! | 8 | blocks   | data blocks held u64 |
