@@ -487,6 +487,18 @@ fn unify(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
+/// `/name` created if absent, and `data` written at its start: one call.
+fn create_write(rec: &mut Recorder, name: &str, data: &[u8]) -> Result<()> {
+    rec.op(format!("create+write /{name} 0+{}", data.len()), false, |fs| {
+        let a = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a,
+            Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?,
+        };
+        fs.write(a.ino, 0, data)
+    })?;
+    Ok(())
+}
+
 /// Files written, overwritten and unlinked while snapshots are taken (each
 /// a unify), deleted (their space reclaimed over the following commits)
 /// and rolled back to, with a crash and remount now and then: after any crash each
@@ -497,13 +509,7 @@ fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     for step in 0..48u64 {
         let name = format!("s{}", rng.below(8));
         let data = fill(rng.next(), 1 + rng.below(24_000) as usize);
-        rec.op(format!("create+write /{name} 0+{}", data.len()), false, |fs| {
-            let a = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
-                Ok(a) => a,
-                Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?,
-            };
-            fs.write(a.ino, 0, &data)
-        })?;
+        create_write(rec, &name, &data)?;
         if rng.below(4) == 0 {
             rec.op(format!("unlink /{name}"), false, |fs| {
                 fs.unlink(ROOT_INO, name.as_bytes())
@@ -550,13 +556,7 @@ fn remount(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         for _ in 0..4 + rng.below(4) {
             let name = format!("r{}", rng.below(6));
             let data = fill(rng.next(), 1 + rng.below(9000) as usize);
-            rec.op(format!("create+write /{name} 0+{}", data.len()), false, |fs| {
-                let a = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
-                    Ok(a) => a,
-                    Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?,
-                };
-                fs.write(a.ino, 0, &data)
-            })?;
+            create_write(rec, &name, &data)?;
             if rng.below(3) == 0 {
                 let to = format!("r{}", rng.below(6));
                 let flags = RenameFlags::default();

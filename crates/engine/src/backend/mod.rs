@@ -135,8 +135,6 @@ pub struct Backend {
     pub orphans: BTreeSet<u64>,
     /// The snapshot table and the dead list.
     pub snaps: Snapshots,
-    /// Open as this snapshot (read-only): its id.
-    pub snapshot: Option<u64>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -352,12 +350,10 @@ impl Backend {
             }
             delta = delta.max(if d.fsync { d.delta } else { d.delta + 1 });
         }
-        let mut snapshot_id = None;
         if let Some(name) = snapshot {
             let rec = snaps.find(name).ok_or_else(|| {
                 Error::NotFound(format!("no snapshot named {:?}", String::from_utf8_lossy(name)))
             })?;
-            snapshot_id = Some(rec.id);
             sb.itable = rec.itable;
             itable = Tree::open(0, TreeKind::Itable, rec.itable);
             trees.clear();
@@ -401,7 +397,6 @@ impl Backend {
             data_cursor: 2,
             orphans,
             snaps,
-            snapshot: snapshot_id,
         };
         be.recount_replayed(&replayed_images, &trees);
         Ok((be, trees))

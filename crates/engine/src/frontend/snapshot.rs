@@ -144,9 +144,4 @@ impl Volume {
     pub fn reclaiming(&self) -> bool {
         self.be.snaps.reclaiming()
     }
-
-    /// The snapshot this volume was opened as, if any.
-    pub fn opened_snapshot(&self) -> Option<u64> {
-        self.be.snapshot
-    }
 }

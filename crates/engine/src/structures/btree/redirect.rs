@@ -1,41 +1,52 @@
-//! Redirecting a tree: dirty leaves at each delta commit (`LeafWriter`),
-//! changed branches at unify (`write_branches`), each to a new address.
+//! Redirecting a tree: dirty leaves at each delta commit
+//! ([`Redirect::leaves`]), changed branches at unify
+//! ([`Redirect::branches`]), each to a new address, born in the current
+//! generation; the old address and its birth go to `freed`.
 //! Calls only the node encoders.
 
 use super::node::{Branch, FreedNode, Node, Slot, TreeKind};
 use crate::error::Result;
 
-pub(super) struct LeafWriter<'a> {
+/// Where redirected nodes go, and what they are written as.
+pub(super) struct Redirect<'a> {
     pub(super) bs: usize,
-    /// Generation the written leaves are born in.
+    /// Generation the written nodes are born in.
     pub(super) birth: u32,
     pub(super) owner: u64,
     pub(super) kind: TreeKind,
     pub(super) alloc: &'a mut dyn FnMut() -> Result<u64>,
     pub(super) out: &'a mut Vec<(u64, Vec<u8>)>,
-    pub(super) maps: &'a mut Vec<(u64, u64)>,
     pub(super) freed: &'a mut Vec<FreedNode>,
 }
 
-impl LeafWriter<'_> {
-    /// Write dirty leaves under `node` (whose sep is `sep`); returns whether
-    /// the node's own address changed.
-    pub(super) fn node(&mut self, node: &mut Node, sep: u64) -> Result<bool> {
+impl Redirect<'_> {
+    /// A new address for a node that was at `old` (address 0: never
+    /// written; else freed with its birth), whose image there `image`
+    /// makes; the caller has set its birth to the current generation.
+    fn place(&mut self, old: FreedNode, image: impl FnOnce(u64) -> Vec<u8>) -> Result<u64> {
+        let new = (self.alloc)()?;
+        if old.0 != 0 {
+            self.freed.push(old);
+        }
+        self.out.push((new, image(new)));
+        Ok(new)
+    }
+
+    /// Write dirty leaves under `node` (whose sep is `sep`), pushing (sep,
+    /// new address) to `maps`; returns whether the node's own address
+    /// changed.
+    pub(super) fn leaves(&mut self, node: &mut Node, sep: u64, maps: &mut Vec<(u64, u64)>) -> Result<bool> {
+        let (bs, owner, kind) = (self.bs, self.owner, self.kind);
         match node {
             Node::Leaf(l) => {
                 if !l.dirty && l.addr != 0 {
                     return Ok(false);
                 }
-                let new = (self.alloc)()?;
-                if l.addr != 0 {
-                    self.freed.push((l.addr, l.birth));
-                }
+                let old = (l.addr, l.birth);
                 l.birth = self.birth;
-                self.out
-                    .push((new, l.encode(new, self.owner, self.kind, self.bs)));
-                l.addr = new;
+                l.addr = self.place(old, |new| l.encode(new, owner, kind, bs))?;
                 l.dirty = false;
-                self.maps.push((sep, new));
+                maps.push((sep, l.addr));
                 Ok(true)
             }
             Node::Branch(b) => {
@@ -44,7 +55,7 @@ impl LeafWriter<'_> {
                 }
                 for c in b.children.iter_mut() {
                     if let Slot::Mem(n) = &mut c.slot {
-                        if self.node(n, c.sep)? {
+                        if self.leaves(n, c.sep, maps)? {
                             b.dirty = true;
                         }
                     }
@@ -54,29 +65,15 @@ impl LeafWriter<'_> {
             }
         }
     }
-}
 
-/// Writes changed branches at unify, each to a new address.
-pub(super) struct BranchWriter<'a> {
-    pub(super) bs: usize,
-    /// Generation the written branches are born in.
-    pub(super) birth: u32,
-    pub(super) owner: u64,
-    pub(super) kind: TreeKind,
-    pub(super) alloc: &'a mut dyn FnMut() -> Result<u64>,
-    pub(super) out: &'a mut Vec<(u64, Vec<u8>)>,
-    pub(super) freed: &'a mut Vec<FreedNode>,
-}
-
-impl BranchWriter<'_> {
     /// Write `b` if it or any branch below it changed since the last unify;
     /// returns whether `b` got a new address.
-    pub(super) fn branch(&mut self, b: &mut Branch) -> Result<bool> {
+    pub(super) fn branches(&mut self, b: &mut Branch) -> Result<bool> {
         debug_assert!(!b.leaves_dirty, "unify with dirty leaves");
         for c in b.children.iter_mut() {
             if let Slot::Mem(n) = &mut c.slot {
                 if let Node::Branch(cb) = n.as_mut() {
-                    if self.branch(cb)? {
+                    if self.branches(cb)? {
                         b.dirty = true;
                     }
                 }
@@ -85,14 +82,10 @@ impl BranchWriter<'_> {
         if !b.dirty && b.addr != 0 {
             return Ok(false);
         }
-        let new = (self.alloc)()?;
-        if b.addr != 0 {
-            self.freed.push((b.addr, b.birth));
-        }
+        let (bs, owner, kind) = (self.bs, self.owner, self.kind);
+        let old = (b.addr, b.birth);
         b.birth = self.birth;
-        self.out
-            .push((new, b.encode(new, self.owner, self.kind, self.bs)));
-        b.addr = new;
+        b.addr = self.place(old, |new| b.encode(new, owner, kind, bs))?;
         b.dirty = false;
         Ok(true)
     }

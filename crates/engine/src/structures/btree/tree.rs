@@ -22,7 +22,7 @@ use super::node::{
     branch_capacity, decode, Branch, Child, FreedNode, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD,
     NODE_HEADER,
 };
-use super::redirect::LeafWriter;
+use super::redirect::Redirect;
 use super::replay::{map_rec, unmap_rec, Unmapped};
 use super::search::{get_rec, next_rec, prev_rec, probe_rec, Probe, Prober, Route, Spot, Stamp};
 use crate::device::Device;
@@ -426,17 +426,16 @@ impl Tree {
     ) -> Result<()> {
         let (owner, kind) = (self.id, self.kind);
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
-            let mut w = LeafWriter {
+            let mut w = Redirect {
                 bs,
                 birth,
                 owner,
                 kind,
                 alloc,
                 out,
-                maps,
                 freed: &mut self.freed,
             };
-            w.node(n, 0)?;
+            w.leaves(n, 0, maps)?;
         }
         Ok(())
     }
@@ -456,7 +455,7 @@ impl Tree {
         freed.append(&mut self.retired);
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
             if let Node::Branch(b) = n.as_mut() {
-                let mut w = super::redirect::BranchWriter {
+                let mut w = Redirect {
                     bs,
                     birth,
                     owner: self.id,
@@ -465,7 +464,7 @@ impl Tree {
                     out,
                     freed,
                 };
-                w.branch(b)?;
+                w.branches(b)?;
             }
         }
         let addr = self.root.as_ref().map_or(0, |s| s.addr());
