@@ -25,7 +25,7 @@ use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::pipeline::{Durability, Turn};
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Sender};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ pub(super) struct Shared {
     /// The volume, and the delta guard: operations that may run together
     /// hold it shared (`frontend/shared.rs`), everything else (and every
     /// step of a commit that touches the volume) exclusively.
-    pub(super) volume: RwLock<Volume>,
+    volume: RwLock<Volume>,
     /// Whose turn it is to commit a delta, and which deltas are durable.
     durability: Durability,
     /// Serializes use of the log's tail (see the module comment).
@@ -78,6 +78,20 @@ fn shared_outcome(r: &Result<()>) -> Result<()> {
 }
 
 impl Shared {
+    /// The volume, exclusively: what shared unlinks left for exclusive
+    /// access is carried out first (`Volume::settle`), so every exclusive
+    /// holder sees it done.
+    pub(super) fn vol(&self) -> RwLockWriteGuard<'_, Volume> {
+        let mut v = self.volume.write();
+        v.settle();
+        v
+    }
+
+    /// The volume, shared with other operations of the delta.
+    pub(super) fn shared_vol(&self) -> RwLockReadGuard<'_, Volume> {
+        self.volume.read()
+    }
+
     /// Whether every fsync commits the whole delta (`-o fsync=strict`).
     pub(super) fn fsync_strict(&self) -> bool {
         self.fsync_strict
@@ -144,7 +158,7 @@ impl Shared {
     fn commit_locked<F: FnOnce()>(&self, turn: &Turn, unify: bool, mut during: During<F>) -> Result<()> {
         let log = self.log.lock();
         let number = turn.number();
-        let Some(mut job) = self.volume.write().freeze(unify)? else {
+        let Some(mut job) = self.vol().freeze(unify)? else {
             // Nothing in it: it is as durable as every delta before it.
             turn.durable(number);
             return Ok(());
@@ -161,7 +175,7 @@ impl Shared {
         during.at(Phase::Data, job.holds_log());
         let mut log = Some(log.unwrap_or_else(|| self.log.lock()));
         if r.is_ok() {
-            r = self.volume.write().encode_log(&mut job);
+            r = self.vol().encode_log(&mut job);
         }
         if r.is_ok() {
             r = job.write_log_blocks();
@@ -170,7 +184,7 @@ impl Shared {
         // may follow it while it flushes, and that commit's flush makes
         // both durable. A unify keeps the tail until its superblock.
         if r.is_ok() && !job.holds_log() {
-            self.volume.write().log_written(&job);
+            self.vol().log_written(&job);
             drop(log.take());
             during.at(Phase::LogWritten, false);
         }
@@ -178,7 +192,7 @@ impl Shared {
         if r.is_ok() {
             r = job.flush_log();
         }
-        let retired = self.volume.write().finish(job, r)?;
+        let retired = self.vol().finish(job, r)?;
         turn.durable(number);
         // Freed once writers and fsyncs no longer wait on our locks.
         drop(log);
@@ -299,7 +313,7 @@ impl Shared {
     /// they need a full commit or the delta commit in flight.
     fn try_fsync_commit(&self, inos: &[Ino]) -> Option<Result<()>> {
         let _log = self.log.lock();
-        let plan = match self.volume.write().fsync_plan(inos) {
+        let plan = match self.vol().fsync_plan(inos) {
             Ok(plan) => plan,
             Err(e) => return Some(Err(e)),
         };
@@ -308,7 +322,7 @@ impl Shared {
             FsyncPlan::Full | FsyncPlan::Wait => None,
             FsyncPlan::Job(mut job) => {
                 let r = job.write();
-                let r = self.volume.write().finish(*job, r);
+                let r = self.vol().finish(*job, r);
                 Some(r.map(drop))
             }
         }
@@ -399,7 +413,7 @@ impl Worker {
                     let Some(shared) = weak.upgrade() else { return };
                     // A stale wake-up (the delta was committed meanwhile) is ignored.
                     let early = {
-                        let v = shared.volume.read();
+                        let v = shared.shared_vol();
                         v.may_commit_early() || v.reclaiming()
                     };
                     if !by_time && !early {
@@ -408,7 +422,7 @@ impl Worker {
                     if let Err(e) = shared.commit(false) {
                         tracing::error!("background commit failed: {e}");
                     }
-                    wait = if shared.volume.read().reclaiming() {
+                    wait = if shared.shared_vol().reclaiming() {
                         RECLAIM_PAUSE.min(every)
                     } else {
                         every

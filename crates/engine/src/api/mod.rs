@@ -83,12 +83,12 @@ impl Fs {
 
     /// The volume, exclusively.
     fn vol(&self) -> RwLockWriteGuard<'_, Volume> {
-        self.shared.volume.write()
+        self.shared.vol()
     }
 
     /// The volume, shared with other operations of the delta.
     fn shared_vol(&self) -> RwLockReadGuard<'_, Volume> {
-        self.shared.volume.read()
+        self.shared.shared_vol()
     }
 
     /// Commit everything and release the device.
@@ -134,20 +134,21 @@ impl Fs {
 
     /// Create a regular file. `mode` holds the permission bits.
     pub fn create(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.vol()
-            .mknod(parent, name, libc::S_IFREG | (mode & 0o7777), 0, uid, gid)
+        self.mknod(parent, name, libc::S_IFREG | (mode & 0o7777), 0, uid, gid)
     }
 
     /// Create a node of any non-directory type: `mode` carries the `S_IFMT`
     /// bits (regular, fifo, character or block device, socket).
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+        if let Some(r) = self.shared_vol().mknod_shared(parent, name, mode, rdev, uid, gid) {
+            return r;
+        }
         self.vol().mknod(parent, name, mode, rdev, uid, gid)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.vol()
-            .mknod(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, uid, gid)
+        self.mknod(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, uid, gid)
     }
 
     /// Create a symbolic link to `target`.
@@ -167,6 +168,9 @@ impl Fs {
 
     /// Remove a non-directory entry.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        if let Some(r) = self.shared_vol().unlink_shared(parent, name) {
+            return r;
+        }
         self.vol().unlink(parent, name)
     }
 
@@ -184,6 +188,12 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        if let Some(r) = self
+            .shared_vol()
+            .rename_shared(parent, name, newparent, newname, flags)
+        {
+            return r;
+        }
         self.vol().rename(parent, name, newparent, newname, flags)
     }
 

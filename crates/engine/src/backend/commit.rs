@@ -234,7 +234,7 @@ impl Backend {
         self.redirect_files(cache, unify, &mut writes, &mut records)?;
         // A unify left no tree unwritten (the pending set missed none).
         debug_assert!(
-            !unify || cache.map.values_mut().all(|n| !n.get_mut().tree.needs_unify()),
+            !unify || cache.iter_mut().all(|n| !n.tree.needs_unify()),
             "a unify left a file tree with unwritten branches"
         );
         self.store_inodes(cache)?;
@@ -341,8 +341,9 @@ impl Backend {
     /// extent tree.
     fn allocate_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
         let dev = self.dev.clone();
-        for ino in cache.dirty.get_mut().iter() {
-            let Some(inode) = cache.map.get_mut(ino).map(|c| c.get_mut()) else {
+        let dirty: Vec<crate::types::Ino> = cache.dirty.get_mut().iter().copied().collect();
+        for ino in &dirty {
+            let Some(inode) = cache.get_mut(*ino) else {
                 continue;
             };
             let pages = inode.pages.start_writeback();
@@ -403,7 +404,7 @@ impl Backend {
             cache.dirty.get_mut().iter().copied().collect()
         };
         for ino in inos {
-            let Some(inode) = cache.map.get_mut(&ino).map(|c| c.get_mut()) else {
+            let Some(inode) = cache.get_mut(ino) else {
                 continue;
             };
             let tree = &mut inode.tree;
@@ -454,8 +455,9 @@ impl Backend {
     /// Step 3: encode every dirty inode into the inode table.
     fn store_inodes(&mut self, cache: &mut InodeCache) -> Result<()> {
         let dev = self.dev.clone();
-        for ino in cache.dirty.get_mut().iter() {
-            if let Some(inode) = cache.map.get_mut(ino).map(|c| c.get_mut()) {
+        let dirty: Vec<crate::types::Ino> = cache.dirty.get_mut().iter().copied().collect();
+        for ino in &dirty {
+            if let Some(inode) = cache.get_mut(*ino) {
                 self.itable.insert(dev.as_ref(), *ino, inode.attrs.encode())?;
             }
         }

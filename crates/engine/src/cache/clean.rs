@@ -9,7 +9,7 @@
 //!
 //! Calls only the inode cache (and the base types).
 
-use super::inode::InodeMap;
+use super::inode::InodeCache;
 use crate::types::Ino;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -63,14 +63,13 @@ impl CleanPages {
     /// Evict files' clean pages until the held bytes are within the limit;
     /// the evicted pages go to `out`, for the caller to free outside its
     /// locks.
-    pub fn evict(&mut self, map: &mut InodeMap, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
+    pub fn evict(&mut self, cache: &mut InodeCache, bs: u64, out: &mut Vec<Arc<Vec<u8>>>) {
         while self.bytes > self.limit {
             let Some(ino) = self.order.pop_front() else {
                 self.bytes = 0; // what is left was dropped with its inodes
                 return;
             };
-            if let Some(i) = map.get_mut(&ino) {
-                let i = i.get_mut();
+            if let Some(i) = cache.get_mut(ino) {
                 let gone = i.pages.take_clean();
                 self.bytes = self.bytes.saturating_sub(gone.len() as u64 * bs);
                 out.extend(gone);
@@ -99,20 +98,20 @@ mod tests {
     fn eviction_keeps_the_bound_oldest_files_first() {
         let bs = 8;
         let mut c = CleanPages::new(5 * bs, 5 * bs);
-        let mut map = InodeMap::default();
+        let mut map = InodeCache::default();
         for (ino, n) in [(10, 3), (11, 2), (12, 2)] {
-            map.insert(ino, Box::new(parking_lot::Mutex::new(file_with_clean(ino, n))));
+            map.insert(file_with_clean(ino, n));
             c.changed(ino, 0, n as usize, bs);
         }
         let mut out = Vec::new();
         c.evict(&mut map, bs, &mut out);
         assert_eq!(out.len(), 3, "the first file's pages go");
         assert_eq!(c.bytes(), 4 * bs);
-        assert_eq!(map[&10].lock().pages.clean_len(), 0);
-        assert_eq!(map[&11].lock().pages.clean_len(), 2);
+        assert_eq!(map.lock(10).unwrap().pages.clean_len(), 0);
+        assert_eq!(map.lock(11).unwrap().pages.clean_len(), 2);
         // A file dropped from the cache with its pages: the count stays an
         // upper bound, and eviction ends once the queue is empty.
-        map.remove(&11);
+        map.remove(11);
         c.changed(12, 2, 1, bs);
         c.evict(&mut map, bs, &mut out);
         assert_eq!(c.bytes(), 3 * bs, "within the limit: nothing to do");

@@ -2,11 +2,13 @@
 //! inode that has been touched since open.
 //!
 //! Each cached inode sits in its own heap cell behind its own mutex (the
-//! file's lock): the map may grow without moving an inode, and operations
-//! on different files that run together under the shared delta guard
-//! (`frontend/shared.rs`) lock only the inodes they touch. Code that holds
-//! the volume exclusively reaches inodes with `get_mut`, which takes no
-//! lock at all.
+//! file's lock), shared by reference count: the map (sharded, each shard
+//! behind a short read-write lock) may grow and shrink under the shared
+//! delta guard (`frontend/shared.rs`: creates and unlinks run there)
+//! without moving an inode, and an operation holding a cell keeps it
+//! valid even if a concurrent unlink frees the inode (which marks it
+//! `gone`). Code that holds the volume exclusively reaches inodes with
+//! `get_mut`, which takes no lock at all.
 //!
 //! Calls structures (the inode's attribute record and data tree).
 
@@ -14,8 +16,9 @@ use super::pages::PageMap;
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{ArcMutexGuard, Mutex, RawMutex, RwLock};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// One inode in cache.
 pub struct Inode {
@@ -34,6 +37,9 @@ pub struct Inode {
     /// The open delta's number while the inode is in its data-changed set
     /// (the frontend's), 0 once it leaves it.
     pub data_delta: u64,
+    /// Freed by an operation under the shared guard while others may
+    /// still hold its cell: no longer part of the volume.
+    pub gone: bool,
 }
 
 impl Inode {
@@ -52,6 +58,7 @@ impl Inode {
             goal: 0,
             delta: 0,
             data_delta: 0,
+            gone: false,
         }
     }
 
@@ -88,17 +95,26 @@ impl Inode {
     }
 }
 
-/// One cached inode's cell: boxed so that it never moves, locked by the
-/// operations that share the volume.
-pub type InodeCell = Box<Mutex<Inode>>;
+/// One cached inode's cell: on the heap, so that it never moves, shared
+/// by reference count, so that an operation holding it may outlive its
+/// place in the map (a concurrent unlink frees it: the holder then finds
+/// it `gone`), and locked by the operations that share the volume.
+pub type InodeCell = Arc<Mutex<Inode>>;
 
-/// Cached inodes by number (seeded fast hashing: the keys are integers).
-pub type InodeMap = HashMap<Ino, InodeCell, foldhash::fast::RandomState>;
+/// A locked cached inode, holding its cell.
+pub type InodeGuard = ArcMutexGuard<RawMutex, Inode>;
+
+/// Shards of the map: operations under the shared guard add and remove
+/// inodes (creates, unlinks) while others look them up.
+const SHARDS: usize = 64;
+
+type Shard = RwLock<HashMap<Ino, InodeCell, foldhash::fast::RandomState>>;
 
 /// All cached inodes and which of them are dirty in the current delta.
-#[derive(Default)]
 pub struct InodeCache {
-    pub map: InodeMap,
+    /// Cached inodes by number, in shards by number (seeded fast hashing
+    /// within each: the keys are integers).
+    shards: Box<[Shard]>,
     /// Inodes whose attributes, tree or pages changed since the last commit.
     /// (Its own lock: operations under the shared guard add to it.)
     pub dirty: Mutex<BTreeSet<Ino>>,
@@ -109,30 +125,120 @@ pub struct InodeCache {
     pub unify_pending: BTreeSet<Ino>,
 }
 
+impl Default for InodeCache {
+    fn default() -> InodeCache {
+        InodeCache {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            dirty: Mutex::default(),
+            unify_pending: BTreeSet::new(),
+        }
+    }
+}
+
+fn shard_of(ino: Ino) -> usize {
+    // Neighbouring numbers (one directory's files) go to different shards.
+    (ino as usize) % SHARDS
+}
+
+/// The inode in `cell`, through exclusive access to the cache: nothing
+/// else holds the cell then (operations holding cells run under the
+/// shared guard, and end before an exclusive holder starts).
+fn cell_mut(cell: &mut InodeCell) -> &mut Inode {
+    debug_assert_eq!(
+        Arc::strong_count(cell),
+        1,
+        "a cached inode is held outside the shared delta guard"
+    );
+    if Arc::get_mut(cell).is_none() {
+        // Never, by the protocol above; should it happen, whoever holds
+        // the cell finds a stand-in that is gone, and the inode moves to
+        // a cell of its own.
+        let mut stand_in = Inode::new(cell.lock().ino, InodeAttrs::default());
+        stand_in.gone = true;
+        let inode = std::mem::replace(&mut *cell.lock(), stand_in);
+        *cell = Arc::new(Mutex::new(inode));
+    }
+    match Arc::get_mut(cell) {
+        Some(m) => m.get_mut(),
+        None => unreachable!("a fresh cell has one holder"),
+    }
+}
+
 impl InodeCache {
     /// Inode `ino`, through exclusive access (no lock taken).
     pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
-        self.map.get_mut(&ino).map(|c| c.get_mut())
+        self.shards[shard_of(ino)].get_mut().get_mut(&ino).map(cell_mut)
+    }
+
+    /// Every cached inode, through exclusive access.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Inode> {
+        self.shards
+            .iter_mut()
+            .flat_map(|s| s.get_mut().values_mut().map(cell_mut))
     }
 
     /// Inode `ino`, locked (shared access; uncontended under exclusive).
-    pub fn lock(&self, ino: Ino) -> Option<MutexGuard<'_, Inode>> {
-        self.map.get(&ino).map(|c| c.lock())
+    /// `None` when it is not cached, or was freed by an operation that
+    /// held it before this one.
+    pub fn lock(&self, ino: Ino) -> Option<InodeGuard> {
+        let cell = self.shards[shard_of(ino)].read().get(&ino)?.clone();
+        let i = cell.lock_arc();
+        (!i.gone).then_some(i)
+    }
+
+    /// Inode `ino` locked if that is possible without waiting; `None`
+    /// as for [`InodeCache::lock`], or when someone holds it.
+    pub fn try_lock(&self, ino: Ino) -> Option<InodeGuard> {
+        let cell = self.shards[shard_of(ino)].read().get(&ino)?.clone();
+        let i = cell.try_lock_arc()?;
+        (!i.gone).then_some(i)
     }
 
     pub fn contains(&self, ino: Ino) -> bool {
-        self.map.contains_key(&ino)
+        self.shards[shard_of(ino)].read().contains_key(&ino)
+    }
+
+    /// Cached inodes (for statistics and tests).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn insert(&mut self, inode: Inode) {
-        self.map.insert(inode.ino, Box::new(Mutex::new(inode)));
+        let ino = inode.ino;
+        self.shards[shard_of(ino)]
+            .get_mut()
+            .insert(ino, Arc::new(Mutex::new(inode)));
+    }
+
+    /// [`InodeCache::insert`] under the shared guard: a new inode nobody
+    /// else can name yet (its entry is added after).
+    pub fn insert_shared(&self, inode: Inode) {
+        let ino = inode.ino;
+        self.shards[shard_of(ino)]
+            .write()
+            .insert(ino, Arc::new(Mutex::new(inode)));
     }
 
     /// Drop `ino` from the cache (and from the dirty set), returning it.
     pub fn remove(&mut self, ino: Ino) -> Option<Inode> {
         self.dirty.get_mut().remove(&ino);
         self.unify_pending.remove(&ino);
-        self.map.remove(&ino).map(|c| c.into_inner())
+        let cell = self.shards[shard_of(ino)].get_mut().remove(&ino)?;
+        Some(Arc::try_unwrap(cell).ok()?.into_inner())
+    }
+
+    /// Drop `i` (locked by the caller) from the cache under the shared
+    /// guard: it is `gone` from here on, for anyone who holds its cell.
+    /// It stays in `unify_pending` until the next exclusive holder settles
+    /// the operation (see `Volume::settle`).
+    pub fn remove_shared(&self, i: &mut Inode) {
+        i.gone = true;
+        self.dirty.lock().remove(&i.ino);
+        self.shards[shard_of(i.ino)].write().remove(&i.ino);
     }
 
     /// Mark `ino` dirty in the current delta (shared access).

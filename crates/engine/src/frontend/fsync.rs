@@ -43,7 +43,7 @@
 //!
 //! Calls the backend (`prepare_fsync`), the cache and log (the records).
 
-use super::names::Pos;
+use super::names::{PendingNames, Pos};
 use super::Volume;
 use crate::backend::commit::CommitJob;
 use crate::error::Result;
@@ -116,6 +116,7 @@ struct Logged {
 impl Volume {
     /// Plan an fsync of `inos` (a group: one commit serves them all).
     pub fn fsync_plan(&mut self, inos: &[Ino]) -> Result<FsyncPlan> {
+        self.settle();
         if self.be.read_only {
             return Ok(FsyncPlan::Nothing);
         }
@@ -174,11 +175,12 @@ impl Volume {
                 i.pages.mark_logged(lblock);
             }
         }
+        let books = self.books.get_mut();
         for &pos in &c.positions {
-            self.names.logged(pos);
+            books.names.logged(pos);
         }
         for ino in &c.inodes {
-            self.ns_touched.remove(ino);
+            books.ns_touched.remove(ino);
             self.data_changed.get_mut().remove(ino);
             if let Some(i) = self.cache.get_mut(*ino) {
                 i.data_delta = 0;
@@ -202,10 +204,11 @@ impl Volume {
     /// are durable (only attributes that reading the data back does not
     /// need — times, mode, owner, xattrs — may be pending).
     pub fn datasync_needless(&self, ino: Ino) -> bool {
-        !self.commit_in_flight()
-            && !self.data_changed.lock().contains(&ino)
-            && !self.names.pending(ino)
-            && !self.names.any_in(ino)
+        if self.commit_in_flight() || self.data_changed.lock().contains(&ino) {
+            return false;
+        }
+        let books = self.books.lock();
+        !books.names.pending(ino) && !books.names.any_in(ino)
     }
 
     /// The closure of `start`'s pending changes, or `None` if they need a
@@ -228,15 +231,15 @@ impl Volume {
             // A directory brings its pending positions, and itself if its
             // own name is not durable yet (as every directory of the
             // closure does, below).
-            let positions = self.names.positions_in(ino);
+            let positions = self.books.get_mut().names.positions_in(ino);
             let image = self.inode(ino)?.attrs.encode();
-            if positions.is_empty() && !self.names.pending(ino) && self.fsync_logged.get(&ino) == Some(&image)
-            {
+            let pending = self.books.get_mut().names.pending(ino);
+            if positions.is_empty() && !pending && self.fsync_logged.get(&ino) == Some(&image) {
                 continue;
             }
             c.dirs.insert(ino);
             for pos in positions {
-                self.visit(pos, &mut c, &mut queue);
+                visit(&self.books.get_mut().names, pos, &mut c, &mut queue);
             }
         }
         // Inodes reached through name changes (not fsynced themselves).
@@ -253,9 +256,9 @@ impl Volume {
                         return Ok(None);
                     }
                 }
-                let positions = self.names.positions(ino);
+                let positions = self.books.get_mut().names.positions(ino);
                 for &pos in &positions {
-                    self.visit(pos, &mut c, &mut queue);
+                    visit(&self.books.get_mut().names, pos, &mut c, &mut queue);
                 }
                 let is_dir = self.cache.lock(ino).map(|i| i.is_dir());
                 match is_dir {
@@ -263,14 +266,15 @@ impl Volume {
                         // Only a directory made in the open delta, whose
                         // one change of name is its new entry: a moved or
                         // removed one takes a full commit.
-                        if positions.iter().any(|&p| self.names.inos_at(p).1 == Some(ino)) {
+                        let names = &self.books.get_mut().names;
+                        if positions.iter().any(|&p| names.inos_at(p).1 == Some(ino)) {
                             return Ok(None);
                         }
                         c.new_dirs.push(ino);
                         c.dirs.insert(ino);
                     }
                     Some(false) => c.inodes.push(ino),
-                    None if self.freed_images.contains_key(&ino) => c.freed.push(ino),
+                    None if self.books.get_mut().freed_images.contains_key(&ino) => c.freed.push(ino),
                     None => return Ok(None),
                 }
             }
@@ -283,25 +287,28 @@ impl Volume {
             }
             // A directory whose own name is not durable yet goes too (if
             // it is new; see above).
-            queue.extend(todo.iter().copied().filter(|d| self.names.pending(*d)));
+            let books = self.books.get_mut();
+            queue.extend(todo.iter().copied().filter(|d| books.names.pending(*d)));
             // An inode not in the cache and not a freed file may have been
             // a directory.
-            let names_dir = |i: Ino| match self.cache.lock(i) {
+            let cache = &self.cache;
+            let names_dir = |i: Ino| match cache.lock(i) {
                 Some(n) => n.is_dir(),
-                None => !self.freed_images.contains_key(&i),
+                None => !books.freed_images.contains_key(&i),
             };
-            for dir in todo.into_iter().filter(|d| self.ns_touched.contains(d)) {
-                for pos in self.names.positions_in(dir) {
-                    let (added, removed) = self.names.inos_at(pos);
+            for dir in todo.into_iter().filter(|d| books.ns_touched.contains(d)) {
+                for pos in books.names.positions_in(dir) {
+                    let (added, removed) = books.names.inos_at(pos);
                     if added.into_iter().chain(removed).any(names_dir) {
-                        self.visit(pos, &mut c, &mut queue);
+                        visit(&books.names, pos, &mut c, &mut queue);
                     }
                 }
             }
         }
         for &dir in &c.dirs {
             // Its own name is durable, or new and logged here.
-            if !self.inode(dir)?.is_dir() || (self.names.pending(dir) && !c.new_dirs.contains(&dir)) {
+            let pending = self.books.get_mut().names.pending(dir);
+            if !self.inode(dir)?.is_dir() || (pending && !c.new_dirs.contains(&dir)) {
                 return Ok(None);
             }
         }
@@ -317,31 +324,18 @@ impl Volume {
         Ok(Some(c))
     }
 
-    /// Add position `pos` to closure `c`, and the inodes it brings to
-    /// `queue`.
-    fn visit(&self, pos: Pos, c: &mut Closure, queue: &mut Vec<Ino>) {
-        if !c.positions.insert(pos) {
-            return;
-        }
-        let (added, removed) = self.names.inos_at(pos);
-        queue.extend(added.into_iter().chain(removed));
-        if added.is_some() {
-            queue.extend(self.names.removed_same_hash(pos.0, pos.1));
-        }
-        c.dirs.insert(pos.0);
-    }
-
     /// The commit about to be frozen, as fsync commits may go ahead of it
     /// (called at freeze, before the delta is prepared).
     pub(super) fn frozen_state(&self) -> Frozen {
         let uncovered = self.uncovered();
+        let books = self.books.lock();
         let data_only = |ino: &&Ino| {
             let Some(i) = self.cache.lock(**ino) else {
                 return false;
             };
             matches!(i.kind(), FileType::Regular | FileType::Symlink)
-                && !self.ns_touched.contains(*ino)
-                && !self.names.pending(**ino)
+                && !books.ns_touched.contains(*ino)
+                && !books.names.pending(**ino)
                 && !self.be.orphans.contains(*ino)
                 && !i.tree.has_dirty_leaves()
         };
@@ -356,7 +350,7 @@ impl Volume {
             self.inode_records(ino, &mut out)?;
         }
         for ino in &c.freed {
-            let attrs = self.freed_images[ino].clone();
+            let attrs = self.books.get_mut().freed_images[ino].clone();
             out.records.push(Record::InodeImage { ino: *ino, attrs });
             out.records.push(Record::Orphan { ino: *ino });
         }
@@ -410,4 +404,17 @@ impl Volume {
         out.records.extend(data);
         Ok(())
     }
+}
+
+/// Add position `pos` to closure `c`, and the inodes it brings to `queue`.
+fn visit(names: &PendingNames, pos: Pos, c: &mut Closure, queue: &mut Vec<Ino>) {
+    if !c.positions.insert(pos) {
+        return;
+    }
+    let (added, removed) = names.inos_at(pos);
+    queue.extend(added.into_iter().chain(removed));
+    if added.is_some() {
+        queue.extend(names.removed_same_hash(pos.0, pos.1));
+    }
+    c.dirs.insert(pos.0);
 }

@@ -27,6 +27,7 @@ use crate::backend::{Backend, FIRST_INO};
 use crate::cache::{CleanPages, Inode, InodeCache, PageMap};
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
+use crate::log::Record;
 use crate::structures::btree::Tree;
 use crate::structures::inode::{InodeAttrs, FIXED_ATTRS_MAX};
 use crate::types::*;
@@ -69,8 +70,10 @@ pub struct Volume {
     reserved: AtomicU64,
     /// Where the last inode allocated near each directory went.
     ino_cursor: HashMap<Ino, Ino>,
-    /// Highest inode number given out since open.
-    max_ino: Ino,
+    /// Highest inode number in the inode table or given out since open:
+    /// every number above it is free (creates under the shared guard take
+    /// the next one).
+    max_ino: AtomicU64,
     /// A commit failed: refuse further changes rather than risk the image.
     failed: bool,
     /// Where the delta commit and the fsync commit in flight are
@@ -82,6 +85,22 @@ pub struct Volume {
     /// Something changed since open or since the last freeze (replay alone
     /// dirties the cache but is already durable in the log).
     changed: AtomicBool,
+    /// The open delta's namespace books (`Books`): their own short lock,
+    /// since creates and unlinks under the shared guard change them too.
+    books: Mutex<Books>,
+    /// Inodes whose data or size changed in the open delta and that no
+    /// fsync commit has logged since: what an fdatasync must make durable.
+    data_changed: Mutex<std::collections::HashSet<Ino>>,
+    /// Open handles per inode. (Inodes with no name left that a handle
+    /// keeps alive are the backend's orphan list, `be.orphans`.)
+    handles: handles::Handles,
+}
+
+/// What namespace changes leave in the open delta. Exclusive holders
+/// reach it without locking (`Volume::books`); creates and unlinks under
+/// the shared guard lock it, after the inodes they hold (a leaf lock).
+#[derive(Default)]
+struct Books {
     /// Inodes whose names or link counts changed in the open delta
     /// (directories: when their link count or parent changed).
     ns_touched: std::collections::HashSet<Ino>,
@@ -91,16 +110,27 @@ pub struct Volume {
     /// (files and symlinks without tree changes only), which an fsync
     /// commit logs when it makes the removal of their name durable.
     freed_images: HashMap<Ino, Vec<u8>>,
-    /// Inodes whose data or size changed in the open delta and that no
-    /// fsync commit has logged since: what an fdatasync must make durable.
-    data_changed: Mutex<std::collections::HashSet<Ino>>,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
+    /// (Kept across deltas.)
     freed_inos: std::collections::HashSet<Ino>,
-    /// Open handles per inode. (Inodes with no name left that a handle
-    /// keeps alive are the backend's orphan list, `be.orphans`.)
-    handles: handles::Handles,
+    /// What unlinks under the shared guard left for the next exclusive
+    /// holder (`Volume::settle`), in the order they happened.
+    unsettled: Unsettled,
+}
+
+/// Changes of shared unlinks that only exclusive access may make: to the
+/// allocator, the inode table, the log's records and the orphan list.
+#[derive(Default)]
+struct Unsettled {
+    /// Blocks of freed inodes: (start, count, birth).
+    frees: Vec<(u64, u64, u32)>,
+    /// `Orphan` records (the inode joins the orphan list) and `Drop`
+    /// records (the inode leaves the inode table and the orphan list).
+    records: Vec<Record>,
+    /// The inodes of those `Orphan` records, for shared lookups meanwhile.
+    orphans: std::collections::HashSet<Ino>,
 }
 
 /// What a finished commit leaves to free ([`Volume::finish`]): dropping it
@@ -129,16 +159,13 @@ impl Volume {
             in_flight_bytes: 0,
             reserved: AtomicU64::new(0),
             ino_cursor: HashMap::new(),
-            max_ino: 0,
+            max_ino: AtomicU64::new(0),
             failed: false,
             pipeline: pipeline::Pipeline::new(),
             fsync_logged: HashMap::new(),
             changed: AtomicBool::new(false),
-            ns_touched: Default::default(),
-            names: Default::default(),
-            freed_images: HashMap::new(),
+            books: Default::default(),
             data_changed: Default::default(),
-            freed_inos: Default::default(),
             handles: Default::default(),
         };
         // File trees changed since the unify: rebuild their branches in cache.
@@ -197,6 +224,7 @@ impl Volume {
                 }
             }
         }
+        v.note_itable_end()?;
         // The root must be a directory, or nothing else can be trusted.
         let root = v.inode(ROOT_INO)?;
         if !root.is_dir() {
@@ -375,6 +403,7 @@ impl Volume {
     /// [`Volume::finish`]. `None` when there is nothing to commit. Only one
     /// job may be in flight when a delta freezes.
     pub fn freeze(&mut self, unify: bool) -> Result<Option<CommitJob>> {
+        self.settle();
         if self.be.read_only {
             return Ok(None);
         }
@@ -401,9 +430,10 @@ impl Volume {
                 *self.reserved.get_mut() = 0;
                 // Reclaim goes on in the next delta while it has work.
                 *self.changed.get_mut() = self.be.snaps.reclaiming();
-                self.ns_touched.clear();
-                self.names.clear();
-                self.freed_images.clear();
+                let books = self.books.get_mut();
+                books.ns_touched.clear();
+                books.names.clear();
+                books.freed_images.clear();
                 self.data_changed.get_mut().clear();
                 self.fsync_logged.clear();
                 Ok(Some(job))
@@ -431,8 +461,9 @@ impl Volume {
         let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.lock(ino)) else {
             return false;
         };
-        !self.ns_touched.contains(&ino)
-            && !self.names.pending(ino)
+        let books = self.books.lock();
+        !books.ns_touched.contains(&ino)
+            && !books.names.pending(ino)
             && !i.tree.has_dirty_leaves()
             && !i.pages.any_unlogged()
             && i.attrs.encode() == *image
@@ -493,7 +524,7 @@ impl Volume {
                     clean.changed(*ino, before, i.pages.clean_len(), bs);
                 }
             }
-            clean.evict(&mut self.cache.map, bs, &mut pages);
+            clean.evict(&mut self.cache, bs, &mut pages);
         }
         Ok(Retired {
             _job: job,
@@ -668,6 +699,16 @@ impl Volume {
         Tree::max_value(self.be.bs) - FIXED_ATTRS_MAX
     }
 
+    /// Raise `max_ino` to the inode table's last number (at open, and when
+    /// the table is replaced).
+    fn note_itable_end(&mut self) -> Result<()> {
+        let dev = self.be.dev.clone();
+        let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
+        let max = self.max_ino.get_mut();
+        *max = (*max).max(last).max(FIRST_INO - 1);
+        Ok(())
+    }
+
     /// A free inode number near `parent`: the next few numbers after the
     /// last one given out near it; if those are taken (a dense region), the
     /// first number past the end of the inode table.
@@ -683,7 +724,7 @@ impl Volume {
         let mut found = None;
         for c in start..start + 8 {
             if !self.cache.contains(c)
-                && !self.freed_inos.contains(&c)
+                && !self.books.get_mut().freed_inos.contains(&c)
                 && self.be.itable.get(dev.as_ref(), c)?.is_none()
             {
                 found = Some(c);
@@ -693,9 +734,8 @@ impl Volume {
         let c = match found {
             Some(c) => c,
             None => {
-                let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
-                let mut c = last.max(self.max_ino).max(FIRST_INO - 1) + 1;
-                while self.cache.contains(c) || self.freed_inos.contains(&c) {
+                let mut c = (*self.max_ino.get_mut()).max(FIRST_INO - 1) + 1;
+                while self.cache.contains(c) || self.books.get_mut().freed_inos.contains(&c) {
                     c += 1;
                 }
                 c
@@ -704,7 +744,8 @@ impl Volume {
         if c >= 1 << 48 {
             return err(Errno::ENOSPC);
         }
-        self.max_ino = self.max_ino.max(c);
+        let max = self.max_ino.get_mut();
+        *max = (*max).max(c);
         self.ino_cursor.insert(parent, c);
         Ok(c)
     }

@@ -23,6 +23,16 @@ use crate::structures::extent;
 use crate::structures::inode::InodeAttrs;
 use crate::types::*;
 use std::ops::ControlFlow;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What freeing an inode gives back ([`Volume::release`]).
+pub(super) struct Freed {
+    /// Its tree's blocks and its data: (start, count, birth).
+    blocks: Vec<(u64, u64, u32)>,
+    /// Its last image with link count 0 (files and symlinks without tree
+    /// changes only; see `Books::freed_images`).
+    image: Option<Vec<u8>>,
+}
 
 /// An entry found by name: its place in the directory tree, what it names.
 struct Found {
@@ -85,7 +95,7 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        self.names.add((dir, key), ino);
+        self.books.get_mut().names.add((dir, key), ino);
         Ok(key)
     }
 
@@ -99,7 +109,7 @@ impl Volume {
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch(dir);
-        self.names.remove((dir, at.key), ino);
+        self.books.get_mut().names.remove((dir, at.key), ino);
         Ok(())
     }
 
@@ -161,35 +171,13 @@ impl Volume {
             return err(Errno::ENOSPC);
         }
         let ino = self.alloc_ino(parent)?;
-        let now = Timespec::now();
-        let keep_rdev = matches!(kind, FileType::CharDevice | FileType::BlockDevice);
-        let attrs = InodeAttrs {
-            mode: kind.mode_bits() | (mode & 0o7777),
-            uid,
-            gid,
-            nlink: if is_dir { 2 } else { 1 },
-            rdev: if keep_rdev { rdev } else { 0 },
-            // A directory's parent; for any other file, a hint: the
-            // directory it was made or last renamed in (`tux3 snapshot
-            // diff` names a changed file through it).
-            parent,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            btime: now,
-            ..InodeAttrs::default()
-        };
-        let mut inode = crate::cache::Inode::new(ino, attrs);
-        inode.delta = self.be.delta;
-        if is_dir {
-            inode.tree = crate::structures::btree::Tree::new_empty(ino, inode.tree.kind);
-        }
+        let inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
         self.cache.insert(inode);
         self.touch(ino);
         self.add_entry(parent, name, ino, kind, free)?;
         if is_dir {
             self.dir(parent)?.attrs.nlink += 1;
-            self.ns_touched.insert(parent);
+            self.books.get_mut().ns_touched.insert(parent);
         }
         Ok(ino)
     }
@@ -246,7 +234,7 @@ impl Volume {
             return err(Errno::EMLINK);
         }
         self.begin_change(2)?;
-        self.ns_touched.insert(ino);
+        self.books.get_mut().ns_touched.insert(ino);
         let kind = self.inode(ino)?.kind();
         self.add_entry(newparent, newname, ino, kind, free)?;
         let i = self.inode(ino)?;
@@ -263,7 +251,7 @@ impl Volume {
             return err(Errno::EISDIR);
         }
         self.begin_release(2)?;
-        self.ns_touched.insert(e.ino);
+        self.books.get_mut().ns_touched.insert(e.ino);
         self.remove_entry(parent, &e.spot, e.ino)?;
         self.drop_link(e.ino)
     }
@@ -278,7 +266,7 @@ impl Volume {
             return err(Errno::ENOTEMPTY);
         }
         self.begin_release(2)?;
-        self.ns_touched.extend([parent, e.ino]);
+        self.books.get_mut().ns_touched.extend([parent, e.ino]);
         self.remove_entry(parent, &e.spot, e.ino)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.free_inode(e.ino)
@@ -311,22 +299,43 @@ impl Volume {
         let Some(mut inode) = self.cache.remove(ino) else {
             return Ok(());
         };
+        let freed = self.release(&mut inode, dev.as_ref())?;
+        for (s, c, born) in freed.blocks {
+            self.be.alloc.free_born(s, c, born);
+        }
+        let books = self.books.get_mut();
+        if let Some(image) = freed.image {
+            books.freed_images.insert(ino, image);
+        }
+        books.freed_inos.insert(ino);
+        self.be.records.push(Record::Drop { tree: ino });
+        self.be.orphans.remove(&ino);
+        self.be.itable.remove(dev.as_ref(), ino)?;
+        Ok(())
+    }
+
+    /// What freeing `inode` gives back (the caller holds it, out of the
+    /// cache or about to leave it): its clean and dirty pages leave the
+    /// books here; its blocks and last image are returned.
+    pub(super) fn release(&self, inode: &mut Inode, dev: &dyn Device) -> Result<Freed> {
         let bs = self.be.bs as u64;
-        self.clean.get_mut().changed(ino, inode.pages.clean_len(), 0, bs);
-        if matches!(inode.kind(), FileType::Regular | FileType::Symlink) && !inode.tree.has_dirty_leaves() {
+        let ino = inode.ino;
+        self.clean.lock().changed(ino, inode.pages.clean_len(), 0, bs);
+        let image = (matches!(inode.kind(), FileType::Regular | FileType::Symlink)
+            && !inode.tree.has_dirty_leaves())
+        .then(|| {
             let mut attrs = inode.attrs.clone();
             attrs.nlink = 0;
-            self.freed_images.insert(ino, attrs.encode());
-        }
+            attrs.encode()
+        });
         // (start, count, birth): a snapshot may hold some of them.
         let mut blocks: Vec<(u64, u64, u32)> = Vec::new();
-        let is_extents = !inode.is_dir();
-        if is_extents {
-            for e in extent::all(&mut inode.tree, dev.as_ref())? {
+        if !inode.is_dir() {
+            for e in extent::all(&mut inode.tree, dev)? {
                 blocks.push((e.pblock, e.count, e.birth));
             }
         }
-        inode.tree.visit(dev.as_ref(), &mut |addr, _, _, node: &Node| {
+        inode.tree.visit(dev, &mut |addr, _, _, node: &Node| {
             if addr != 0 {
                 blocks.push((addr, 1, node.birth()));
             }
@@ -340,16 +349,11 @@ impl Volume {
                 .chain(inode.tree.retired.iter())
                 .map(|&(b, born)| (b, 1, born)),
         );
-        for (s, c, born) in blocks {
-            self.be.alloc.free_born(s, c, born);
-        }
-        let d = self.dirty_bytes.get_mut();
-        *d = d.saturating_sub(inode.pages.len() as u64 * bs);
-        self.be.records.push(Record::Drop { tree: ino });
-        self.be.orphans.remove(&ino);
-        self.freed_inos.insert(ino);
-        self.be.itable.remove(dev.as_ref(), ino)?;
-        Ok(())
+        let pages = inode.pages.len() as u64 * bs;
+        let _ = self
+            .dirty_bytes
+            .fetch_update(Relaxed, Relaxed, |d| Some(d.saturating_sub(pages)));
+        Ok(Freed { blocks, image })
     }
 
     /// Is `ancestor` equal to `ino` or above it in the tree?
@@ -421,10 +425,10 @@ impl Volume {
                 return Ok(());
             }
             self.begin_change(4)?;
-            self.ns_touched.extend([src.ino, tgt.ino]);
+            self.books.get_mut().ns_touched.extend([src.ino, tgt.ino]);
             if src.kind == FileType::Directory || tgt.kind == FileType::Directory {
                 // Parents and link counts of directories change.
-                self.ns_touched.extend([parent, newparent]);
+                self.books.get_mut().ns_touched.extend([parent, newparent]);
             }
             // Each name takes the lowest free position of its hash once
             // both are gone (looked for again: the trees changed).
@@ -455,14 +459,14 @@ impl Volume {
             }
         }
         self.begin_change(4)?;
-        self.ns_touched.insert(src.ino);
+        self.books.get_mut().ns_touched.insert(src.ino);
         if let Some(t) = &target {
-            self.ns_touched.insert(t.ino);
+            self.books.get_mut().ns_touched.insert(t.ino);
         }
         let dir_moves = src_dir || target.as_ref().is_some_and(|t| t.kind == FileType::Directory);
         if dir_moves {
             // Link counts of the parents change.
-            self.ns_touched.extend([parent, newparent]);
+            self.books.get_mut().ns_touched.extend([parent, newparent]);
         }
         if let Some(t) = target {
             self.remove_entry(newparent, &t.spot, t.ino)?;
@@ -510,6 +514,45 @@ impl Volume {
     }
 }
 
+/// A new inode `ino` of type `kind` made in `parent`, changed in `delta`.
+#[allow(clippy::too_many_arguments)]
+fn fresh_inode(
+    ino: Ino,
+    parent: Ino,
+    kind: FileType,
+    mode: u32,
+    rdev: u64,
+    uid: u32,
+    gid: u32,
+    delta: u64,
+) -> Inode {
+    let now = Timespec::now();
+    let is_dir = kind == FileType::Directory;
+    let keep_rdev = matches!(kind, FileType::CharDevice | FileType::BlockDevice);
+    let attrs = InodeAttrs {
+        mode: kind.mode_bits() | (mode & 0o7777),
+        uid,
+        gid,
+        nlink: if is_dir { 2 } else { 1 },
+        rdev: if keep_rdev { rdev } else { 0 },
+        // A directory's parent; for any other file, a hint: the
+        // directory it was made or last renamed in (`tux3 snapshot
+        // diff` names a changed file through it).
+        parent,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        btime: now,
+        ..InodeAttrs::default()
+    };
+    let mut inode = Inode::new(ino, attrs);
+    inode.delta = delta;
+    if is_dir {
+        inode.tree = crate::structures::btree::Tree::new_empty(ino, inode.tree.kind);
+    }
+    inode
+}
+
 /// Look `name` up in directory `d` (the caller holds its lock): its entry,
 /// or (absent) its lowest free position and where that goes.
 pub(super) fn probe_in(d: &mut Inode, dev: &dyn Device, name: &[u8]) -> Result<Lookup> {
@@ -552,5 +595,6 @@ pub(super) fn readdir_of(d: &mut Inode, dev: &dyn Device, pos: u64, max: usize) 
     Ok(out)
 }
 
+mod shared;
 #[cfg(test)]
 mod tests;

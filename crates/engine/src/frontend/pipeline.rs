@@ -31,10 +31,16 @@
 //! 3. the volume — the delta guard: shared by the operations of
 //!    `frontend/shared.rs`, exclusive for every other operation and for each
 //!    step of a commit that touches the volume (never across device I/O);
-//! 4. one inode's lock (`cache/inode.rs`), one at a time;
+//! 4. inode locks (`cache/inode.rs`): one, or for a namespace change under
+//!    the shared guard its directory (two directories in inode-number
+//!    order) and then the inodes their entries name, those taken without
+//!    waiting (`try_lock`: a held one sends the change to the exclusive
+//!    path), so no two operations wait for each other's inodes;
 //! 5. one leaf lock at a time: the dirty set, the data-changed set, the
-//!    clean-page books, the open handles; or the durability counter's state
-//!    (never held across anything).
+//!    clean-page books, the open handles, the namespace books, a shard of
+//!    the inode map; or the durability counter's state (never held across
+//!    anything). Under the exclusive guard nobody else holds any of 4 and
+//!    5, so the order there is free.
 //!
 //! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
 

@@ -2,23 +2,30 @@
 //! many at once. The API holds the volume shared (Tux3's change_begin /
 //! change_end: a freeze takes it exclusively, so it waits only for the
 //! operations still inside the delta) and calls these with `&Volume`.
+//! Creates, unlinks and renames of files run so too
+//! (`namespace/shared.rs`).
 //!
 //! Each operation locks only what it touches:
 //! - the inode it works on (its own mutex, `cache/inode.rs`): a file's data
-//!   and attributes, a directory's entries. One inode at a time, never two;
+//!   and attributes, a directory's entries. The namespace operations hold a
+//!   directory (two, in inode-number order, for a rename between them)
+//!   and then the inodes its entries name, taken without waiting;
 //! - after that, at most one short leaf lock at a time: the delta's dirty
-//!   set, its data-changed set, the clean-page books, the open handles.
-//!   Counters (dirty bytes, reservations, "changed") are atomics.
+//!   set, its data-changed set, the clean-page books, the open handles, the
+//!   namespace books, a shard of the inode map. Counters (dirty bytes,
+//!   reservations, "changed", the highest inode number) are atomics.
 //!
 //! Everything else in the volume (the allocator, the inode table, the log,
-//! the namespace books of fsync) is read-only here; only exclusive access
-//! changes it. So an operation that needs more — an inode not in cache, a
-//! commit to make room, an orphan to free, a size change, any namespace
-//! change — returns `None` having changed nothing, and the API runs it
+//! the orphan list) is read-only here; only exclusive access changes it
+//! (what a shared unlink owes them waits in the books, `Volume::settle`).
+//! So an operation that needs more — an inode not in cache, a commit to
+//! make room, an orphan to free, a size change, a directory moved or
+//! removed — returns `None` having changed nothing, and the API runs it
 //! again exclusively.
 //!
 //! Device reads (tree nodes not loaded yet, file data not in cache) happen
-//! under the inode's own lock only, never under a lock other files share.
+//! under the inode's own lock only (and, for a namespace change, its
+//! directory's), never under a lock other files share.
 //! A block such a read maps cannot be reused meanwhile: blocks are freed
 //! only by exclusive operations and by commits, which wait for the guard.
 //!
@@ -75,7 +82,22 @@ impl Volume {
     /// Reserve `blocks` for a change without exclusive access; `None` when
     /// the space is not there now (the exclusive path commits to make room,
     /// or fails with ENOSPC).
-    fn reserve_shared(&self, blocks: u64) -> Option<Result<()>> {
+    pub(super) fn reserve_shared(&self, blocks: u64) -> Option<Result<()>> {
+        self.reserve_shared_as(blocks, false)
+    }
+
+    /// [`Volume::reserve_shared`] for changes that free space (see
+    /// `begin_release`).
+    pub(super) fn reserve_release_shared(&self, blocks: u64) -> Option<Result<()>> {
+        self.reserve_shared_as(blocks, true)
+    }
+
+    fn reserve_shared_as(&self, blocks: u64, releases: bool) -> Option<Result<()>> {
+        let blocks = if releases {
+            blocks.saturating_sub(self.slack() / 2)
+        } else {
+            blocks
+        };
         if self.be.read_only {
             return Some(err(Errno::EROFS));
         }
@@ -158,10 +180,10 @@ impl Volume {
         Some(Ok(i.attrs.xattrs.keys().cloned().collect()))
     }
 
+    /// Take a handle. Handles are taken and released under the inode's
+    /// lock, so a shared unlink holding it sees them settled.
     pub fn open_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
-        if !self.cache.contains(ino) {
-            return None;
-        }
+        let _i = self.cache.lock(ino)?;
         *self.handles.of(ino).entry(ino).or_insert(0) += 1;
         Some(Ok(()))
     }
@@ -169,11 +191,14 @@ impl Volume {
     /// Release `count` handles; `None` when they are the last ones of an
     /// orphan, which must then be freed.
     pub fn release_handles_shared(&self, ino: Ino, count: u64) -> Option<Result<()>> {
+        let _i = self.cache.lock(ino)?;
+        // (Only an operation holding the inode makes it an orphan.)
+        let orphan = self.be.orphans.contains(&ino) || self.orphan_unsettled(ino);
         let mut handles = self.handles.of(ino);
         match handles.get_mut(&ino) {
             None => {}
             Some(n) if *n > count => *n -= count,
-            Some(_) if self.be.orphans.contains(&ino) && !self.be.read_only => return None,
+            Some(_) if orphan && !self.be.read_only => return None,
             Some(_) => {
                 handles.remove(&ino);
             }

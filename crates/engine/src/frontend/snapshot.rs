@@ -134,7 +134,8 @@ impl Volume {
             self.opts.dirty_limit.min(self.opts.stream_limit),
         );
         self.ino_cursor.clear();
-        self.max_ino = 0;
+        // Numbers given out in this session stay used (see `freed_inos`).
+        self.note_itable_end()?;
         self.be.orphans = orphans.into_iter().collect();
         self.changed.store(true, Relaxed);
         self.commit(true)

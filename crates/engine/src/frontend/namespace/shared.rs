@@ -1,0 +1,332 @@
+//! Frontend layer: creates and unlinks under the shared delta guard, many
+//! at once (see `frontend/shared.rs` for the protocol: `None` means "run
+//! me again exclusively", having changed nothing).
+//!
+//! Locks, in this order, and each only while needed:
+//! - the directory's inode (its entries: one descent finds the name and
+//!   where a new entry goes, the change goes there);
+//! - for an unlink, the named inode, tried without waiting (a holder makes
+//!   the unlink run exclusively instead, so no two operations can wait for
+//!   each other's inodes);
+//! - the namespace books (`Books`), a short leaf lock.
+//!
+//! Inode numbers come from an atomic counter above every number in use
+//! (`Volume::max_ino`). What only exclusive access may change — the
+//! allocator, the inode table, the log's records and the orphan list — an
+//! unlink leaves in `Books::unsettled` for the next exclusive holder
+//! (`Volume::settle`, run before any exclusive operation and every freeze),
+//! so it lands in the same delta as the unlink. Until then the freed number
+//! is in no cache (an operation on it runs exclusively and finds it gone),
+//! its blocks stay in use, and a new orphan is listed in `unsettled`.
+//!
+//! Directories are made here too. Removing one (rmdir), renaming one,
+//! exchanges, links and symlinks stay exclusive.
+//!
+//! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
+//! records, handed to the backend at settle).
+
+use super::{check_name, fresh_inode, probe_in};
+use crate::cache::InodeGuard;
+use crate::error::{err, Errno, Result};
+use crate::frontend::Volume;
+use crate::log::Record;
+use crate::structures::dirent::{self, Lookup};
+use crate::types::*;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// `Some(Err)` out of a shared operation.
+macro_rules! or_fail {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
+impl Volume {
+    /// [`Volume::mknod`] (any type but a symlink) under the shared guard.
+    pub fn mknod_shared(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Option<Result<Attr>> {
+        let kind = or_fail!(FileType::from_mode(mode).ok_or(crate::error::Error::Posix(Errno::EINVAL)));
+        if kind == FileType::Symlink {
+            return Some(err(Errno::EINVAL));
+        }
+        let dev = self.be.dev.as_ref();
+        let mut d = self.cache.lock(parent)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        or_fail!(check_name(name));
+        let Lookup::Absent { free } = or_fail!(probe_in(&mut d, dev, name)) else {
+            return Some(err(Errno::EEXIST));
+        };
+        or_fail!(self.reserve_shared(3)?);
+        let Some(free) = free else {
+            // Every position of the name's hash is taken.
+            return Some(err(Errno::ENOSPC));
+        };
+        let ino = self.max_ino.fetch_add(1, Relaxed) + 1;
+        if ino >= 1 << 48 {
+            return Some(err(Errno::ENOSPC));
+        }
+        let inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
+        let attr = inode.attr(self.be.bs as u32);
+        self.cache.insert_shared(inode);
+        self.touched(ino);
+        or_fail!(d.tree.insert_at(dev, &free, dirent::encode(ino, kind, name)));
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        let is_dir = kind == FileType::Directory;
+        if is_dir {
+            d.attrs.nlink += 1;
+        }
+        self.touch_locked(&mut d);
+        let mut books = self.books.lock();
+        books.names.add((parent, free.key), ino);
+        if is_dir {
+            books.ns_touched.insert(parent);
+        }
+        Some(Ok(attr))
+    }
+
+    /// [`Volume::unlink`] under the shared guard, when the named inode is
+    /// cached and nobody holds it.
+    pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+        let dev = self.be.dev.as_ref();
+        let mut d = self.cache.lock(parent)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut d, dev, name)) else {
+            return Some(err(Errno::ENOENT));
+        };
+        if kind == FileType::Directory {
+            return Some(err(Errno::EISDIR));
+        }
+        if ino == parent {
+            return None; // damage: the exclusive path reports it
+        }
+        let i = self.cache.try_lock(ino)?;
+        or_fail!(self.reserve_release_shared(2)?);
+        or_fail!(d.tree.remove_at(dev, &spot));
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        self.touch_locked(&mut d);
+        {
+            let mut books = self.books.lock();
+            books.ns_touched.insert(ino);
+            books.names.remove((parent, spot.key), ino);
+        }
+        drop(d);
+        Some(self.drop_link_shared(i, now))
+    }
+
+    /// [`Volume::rename`] under the shared guard, for a source that is
+    /// not a directory (no parent or link count of a directory changes),
+    /// without `exchange`, when the inodes involved are cached and nobody
+    /// holds them. Two directories are locked in inode-number order.
+    pub fn rename_shared(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Option<Result<()>> {
+        if flags.exchange {
+            return None;
+        }
+        let dev = self.be.dev.as_ref();
+        let (mut a, mut b) = if parent == newparent {
+            (self.cache.lock(parent)?, None)
+        } else if parent < newparent {
+            let a = self.cache.lock(parent)?;
+            (a, Some(self.cache.lock(newparent)?))
+        } else {
+            let b = self.cache.lock(newparent)?;
+            (self.cache.lock(parent)?, Some(b))
+        };
+        // The checks in the order of the exclusive rename (Linux's).
+        if !a.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        if name.len() > NAME_MAX {
+            return Some(err(Errno::ENAMETOOLONG));
+        }
+        if !b.as_ref().is_none_or(|b| b.is_dir()) {
+            return Some(err(Errno::ENOTDIR));
+        }
+        or_fail!(check_name(newname));
+        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut a, dev, name)) else {
+            return Some(err(Errno::ENOENT));
+        };
+        if kind == FileType::Directory {
+            return None;
+        }
+        let (target, free) = match or_fail!(probe_in(b.as_deref_mut().unwrap_or(&mut a), dev, newname)) {
+            Lookup::Found { ino, kind, spot } => (Some((ino, kind, spot)), None),
+            Lookup::Absent { free } => (None, free),
+        };
+        if flags.noreplace && target.is_some() {
+            return Some(err(Errno::EEXIST));
+        }
+        if let Some((t, tkind, _)) = &target {
+            if *t == ino {
+                return Some(Ok(()));
+            }
+            if *tkind == FileType::Directory {
+                // An error, but which one takes the exclusive path's
+                // checks (a directory above the source: ENOTEMPTY).
+                return None;
+            }
+        }
+        if [parent, newparent].contains(&ino)
+            || target
+                .as_ref()
+                .is_some_and(|t| [parent, newparent].contains(&t.0))
+        {
+            return None; // damage: the exclusive path reports it
+        }
+        let mut src = self.cache.try_lock(ino)?;
+        let mut tgt = match &target {
+            Some((t, _, _)) => Some(self.cache.try_lock(*t)?),
+            None => None,
+        };
+        or_fail!(self.reserve_shared(4)?);
+        let now = Timespec::now();
+        if let Some((_, _, tspot)) = &target {
+            let d = b.as_deref_mut().unwrap_or(&mut a);
+            or_fail!(d.tree.remove_at(dev, tspot));
+        }
+        or_fail!(a.tree.remove_at(dev, &spot));
+        a.attrs.mtime = now;
+        a.attrs.ctime = now;
+        self.touch_locked(&mut a);
+        let d = b.as_deref_mut().unwrap_or(&mut a);
+        // The position the lookup found free, unless a removal above
+        // changed the tree (then looked for again).
+        let at = match free {
+            Some(s) if d.tree.holds(&s) => s,
+            _ => match or_fail!(dirent::free_position(&mut d.tree, dev, newname)) {
+                Some(s) => s,
+                None => return Some(err(Errno::ENOSPC)),
+            },
+        };
+        or_fail!(d.tree.insert_at(dev, &at, dirent::encode(ino, kind, newname)));
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        self.touch_locked(d);
+        {
+            let mut books = self.books.lock();
+            books.ns_touched.insert(ino);
+            if let Some((t, _, tspot)) = &target {
+                books.ns_touched.insert(*t);
+                books.names.remove((newparent, tspot.key), *t);
+            }
+            books.names.remove((parent, spot.key), ino);
+            books.names.add((newparent, at.key), ino);
+        }
+        drop((a, b));
+        if parent != newparent {
+            // A file's parent hint follows it.
+            src.attrs.parent = newparent;
+        }
+        src.attrs.ctime = now;
+        self.touch_locked(&mut src);
+        drop(src);
+        match tgt.take() {
+            Some(t) => Some(self.drop_link_shared(t, now)),
+            None => Some(Ok(())),
+        }
+    }
+
+    /// One name of `i` (held, not a directory) is gone: drop its link
+    /// count; at zero it becomes an orphan if a handle holds it, else it
+    /// is freed.
+    fn drop_link_shared(&self, mut i: InodeGuard, now: Timespec) -> Result<()> {
+        let ino = i.ino;
+        i.attrs.nlink = i.attrs.nlink.saturating_sub(1);
+        i.attrs.ctime = now;
+        if i.attrs.nlink > 0 {
+            self.touch_locked(&mut i);
+            return Ok(());
+        }
+        // (Handles are taken and released under the inode's lock, which
+        // this holds: the answer stays true.)
+        if self.is_open(ino) {
+            // On the orphan list in the delta that writes the link count 0.
+            self.touch_locked(&mut i);
+            let mut books = self.books.lock();
+            books.unsettled.orphans.insert(ino);
+            books.unsettled.records.push(Record::Orphan { ino });
+            return Ok(());
+        }
+        self.free_shared(i)
+    }
+
+    /// Free inode `i` (held, with no name and no handle left) under the
+    /// shared guard; what needs exclusive access waits in `unsettled`.
+    fn free_shared(&self, mut i: InodeGuard) -> Result<()> {
+        let ino = i.ino;
+        let freed = self.release(&mut i, self.be.dev.as_ref())?;
+        self.cache.remove_shared(&mut i);
+        drop(i);
+        let mut books = self.books.lock();
+        if let Some(image) = freed.image {
+            books.freed_images.insert(ino, image);
+        }
+        books.freed_inos.insert(ino);
+        books.unsettled.frees.extend(freed.blocks);
+        books.unsettled.records.push(Record::Drop { tree: ino });
+        Ok(())
+    }
+
+    /// Whether `ino` became an orphan in a shared unlink not settled yet.
+    pub(in crate::frontend) fn orphan_unsettled(&self, ino: Ino) -> bool {
+        self.books.lock().unsettled.orphans.contains(&ino)
+    }
+
+    /// Carry out what shared unlinks left for exclusive access, in their
+    /// order: frees to the allocator, `Orphan` and `Drop` records to the
+    /// log, orphans listed, freed inodes out of the inode table. Every
+    /// exclusive holder runs it first. A failure to update the inode table
+    /// (a device read) fails the volume, as a failed commit does.
+    pub fn settle(&mut self) {
+        let u = &mut self.books.get_mut().unsettled;
+        if u.records.is_empty() && u.frees.is_empty() {
+            return;
+        }
+        let u = std::mem::take(u);
+        for (s, c, born) in u.frees {
+            self.be.alloc.free_born(s, c, born);
+        }
+        let dev = self.be.dev.clone();
+        for r in u.records {
+            match r {
+                Record::Orphan { ino } => {
+                    self.be.orphans.insert(ino);
+                }
+                Record::Drop { tree } => {
+                    self.be.orphans.remove(&tree);
+                    self.cache.unify_pending.remove(&tree);
+                    if let Err(e) = self.be.itable.remove(dev.as_ref(), tree) {
+                        tracing::error!("inode {tree} freed, but not removed from the inode table: {e}");
+                        self.failed = true;
+                    }
+                }
+                _ => {}
+            }
+            self.be.records.push(r);
+        }
+    }
+}
