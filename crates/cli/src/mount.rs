@@ -158,6 +158,9 @@ fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mount
     if let Some(limit) = opts.dirty_limit {
         open.dirty_limit = limit;
     }
+    // The kernel's page cache holds the file data read through the mount:
+    // the engine's own clean pages only bridge a commit, as dirty ones do.
+    open.clean_limit = open.dirty_limit;
     let fs = Fs::open(dev, open).map_err(|e| match (&opts.snapshot, e.errno()) {
         (Some(name), Errno::ENOENT) => format!("{}: no snapshot \"{name}\"", target.display()),
         _ => image_error(target, e).message,

@@ -36,6 +36,6 @@ pub mod memory_budget;
 pub mod structures;
 pub mod types;
 
-pub use api::{default_dirty_limit, open_path, usable_memory, Fs};
+pub use api::{default_clean_limit, default_dirty_limit, open_path, usable_memory, Fs};
 pub use error::{Errno, Error, Result};
 pub use types::*;

@@ -1,4 +1,5 @@
-//! Base (bottom layer): how much memory the engine may hold dirty by default:
+//! Base (bottom layer): how much memory the engine may hold dirty (and clean)
+//! by default:
 //! a share of the memory this process may use, which is the machine's
 //! physical memory or, inside a container, its memory control group's limit
 //! when that is lower. Reads /proc and /sys only; the parsing is pure so
@@ -16,6 +17,12 @@ use std::path::{Path, PathBuf};
 /// that eighth (but not under 4 MiB).
 pub fn default_dirty_limit() -> u64 {
     dirty_limit_for(usable_memory())
+}
+
+/// The default [`crate::types::OpenOptions::clean_limit`]: four times the
+/// default dirty limit (a sixteenth of [`usable_memory`], at most 4 GiB).
+pub fn default_clean_limit() -> u64 {
+    dirty_limit_for(usable_memory()).saturating_mul(4)
 }
 
 fn dirty_limit_for(memory: u64) -> u64 {

@@ -272,6 +272,12 @@ pub struct OpenOptions {
     /// many files' small writes (appends, each fsynced) may share one delta
     /// up to half the limit. Default 64 MiB.
     pub stream_limit: u64,
+    /// Clean file data kept in memory after its commit, for reads: the
+    /// oldest files' pages go first past it. The default,
+    /// [`default_clean_limit`], is four times the default dirty limit (a
+    /// sixteenth of usable memory). A server whose kernel caches file data
+    /// itself (`tux3 mount`) keeps it at the dirty limit.
+    pub clean_limit: u64,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,
     /// End a delta this often (a background thread commits); `None` (the
@@ -287,7 +293,7 @@ pub struct OpenOptions {
     pub snapshot: Option<Vec<u8>>,
 }
 
-use crate::memory_budget::default_dirty_limit;
+use crate::memory_budget::{default_clean_limit, default_dirty_limit};
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -295,6 +301,7 @@ impl Default for OpenOptions {
             read_only: false,
             dirty_limit: default_dirty_limit(),
             stream_limit: 64 << 20,
+            clean_limit: default_clean_limit(),
             unify_log_blocks: 256,
             commit_interval: None,
             fsync_strict: false,

@@ -1,7 +1,7 @@
 //! Scenario: pages a commit wrote stay in cache as clean pages. A partial
 //! write of such a block (an append to a log) reads nothing from the
 //! device; clean pages never outlive a truncate or their inode, so stale
-//! data never shows; and they stay within the dirty limit. A stream's
+//! data never shows; and they stay within their limit (`clean_limit`). A stream's
 //! commits do not push other files' clean pages out.
 
 use std::sync::Arc;
@@ -19,6 +19,7 @@ fn fresh() -> Arc<dyn Device> {
 fn open(dev: &Arc<dyn Device>, dirty_limit: u64) -> Fs {
     let opts = OpenOptions {
         dirty_limit,
+        clean_limit: dirty_limit,
         ..OpenOptions::default()
     };
     Fs::open(dev.clone(), opts).unwrap()
@@ -90,7 +91,7 @@ fn truncate_and_free_drop_clean_pages() {
 }
 
 #[test]
-fn clean_pages_stay_within_the_dirty_limit() {
+fn clean_pages_stay_within_their_limit() {
     let dev = fresh();
     let limit = 256 << 10;
     let fs = open(&dev, limit);

@@ -19,7 +19,7 @@ mod snapshot;
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
 use crate::frontend::{Pressure, Volume};
-pub use crate::memory_budget::{default_dirty_limit, usable_memory};
+pub use crate::memory_budget::{default_clean_limit, default_dirty_limit, usable_memory};
 pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};

@@ -133,6 +133,11 @@ struct Unsettled {
     orphans: std::collections::HashSet<Ino>,
 }
 
+/// The clean-page books `opts` ask for.
+fn clean_books(opts: &OpenOptions) -> CleanPages {
+    CleanPages::new(opts.clean_limit, opts.dirty_limit.min(opts.stream_limit))
+}
+
 /// What a finished commit leaves to free ([`Volume::finish`]): dropping it
 /// frees the job's and the written pages' memory.
 pub struct Retired {
@@ -150,10 +155,7 @@ impl Volume {
         let mut v = Volume {
             be,
             cache: InodeCache::default(),
-            clean: Mutex::new(CleanPages::new(
-                opts.dirty_limit,
-                opts.dirty_limit.min(opts.stream_limit),
-            )),
+            clean: Mutex::new(clean_books(&opts)),
             opts,
             dirty_bytes: AtomicU64::new(0),
             in_flight_bytes: 0,

@@ -129,10 +129,7 @@ impl Volume {
         // numbers handed out, the orphans (an orphan of the snapshot's
         // moment is freed like any at the next open or close).
         self.cache = Default::default();
-        *self.clean.get_mut() = super::CleanPages::new(
-            self.opts.dirty_limit,
-            self.opts.dirty_limit.min(self.opts.stream_limit),
-        );
+        *self.clean.get_mut() = super::clean_books(&self.opts);
         self.ino_cursor.clear();
         // Numbers given out in this session stay used (see `freed_inos`).
         self.note_itable_end()?;
