@@ -198,15 +198,6 @@ impl InodeCache {
         self.shards[shard_of(ino)].read().contains_key(&ino)
     }
 
-    /// Cached inodes (for statistics and tests).
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.read().len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn insert(&mut self, inode: Inode) {
         let ino = inode.ino;
         self.shards[shard_of(ino)]
