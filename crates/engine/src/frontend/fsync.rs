@@ -51,8 +51,13 @@ use crate::log::Record;
 use crate::types::*;
 use std::collections::{BTreeSet, HashSet};
 
-/// Most pages an fsync commit may log for one inode.
-pub const INLINE_PAGES: usize = 16;
+/// Most pages an fsync commit may log for one inode. (Each is written
+/// twice, in the log and later in place, but an fsync of a file past it
+/// commits the whole delta: every file's dirty data, with its own flush.)
+pub const INLINE_PAGES: usize = 64;
+/// Pages an fsync commit logs whatever the free space: their log blocks
+/// fit the metadata slack (`Volume::slack`).
+const SLACK_PAGES: u64 = 16;
 /// Bytes of file data per inline record (fits a 1 KiB log block).
 pub const INLINE_CHUNK: usize = 896;
 
@@ -312,14 +317,23 @@ impl Volume {
                 return Ok(None);
             }
         }
+        let mut pages = 0;
         for &ino in &c.inodes {
             let i = self.inode(ino)?;
+            let n = i.pages.not_logged().len();
             if !matches!(i.kind(), FileType::Regular | FileType::Symlink)
                 || i.tree.has_dirty_leaves()
-                || i.pages.not_logged().len() > INLINE_PAGES
+                || n > INLINE_PAGES
             {
                 return Ok(None);
             }
+            pages += n as u64;
+        }
+        // Past a few pages, the log blocks come out of free space, not out
+        // of the metadata slack: only with room to spare (a nearly full
+        // volume commits the delta instead).
+        if pages > SLACK_PAGES && self.spare() < 2 * (pages + 8) {
+            return Ok(None);
         }
         Ok(Some(c))
     }
