@@ -350,6 +350,17 @@ fn mkdirs(fs: &Fs, prefix: &str, n: u64) -> Vec<Ino> {
         .collect()
 }
 
+/// `check` the volume, then close it, fsck it, reopen it (replay) and
+/// `check` again; closed at the end.
+fn check_across_reopen(fs: Fs, mem: &Arc<MemDevice>, check: impl Fn(&Fs, &str)) {
+    check(&fs, "after the threads");
+    fs.close().unwrap();
+    assert_clean(mem);
+    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
+    check(&fs, "after reopening");
+    fs.close().unwrap();
+}
+
 /// An entry a writer created and kept: directory, name, data.
 type Kept = (Ino, Vec<u8>, Vec<u8>);
 
@@ -442,12 +453,7 @@ fn threads_sharing_directories_lose_no_entry() {
             );
         }
     };
-    check(&fs, "after the threads");
-    fs.close().unwrap();
-    assert_clean(&mem);
-    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
-    check(&fs, "after reopening");
-    fs.close().unwrap();
+    check_across_reopen(fs, &mem, check);
 }
 
 /// The data a file made by thread `t` as its `k`th carries: its own tag,
@@ -546,11 +552,6 @@ fn renames_unlinks_and_handles_racing_on_shared_names() {
             }
         }
     };
-    check(&fs, "after the threads");
-    fs.close().unwrap();
-    assert_clean(&mem);
-    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
-    check(&fs, "after reopening");
-    fs.close().unwrap();
+    check_across_reopen(fs, &mem, check);
     assert_clean(&mem);
 }
