@@ -150,6 +150,13 @@ fn max_nodes_bounds_a_large_volume() {
             .create(dir, format!("file{i:04}").as_bytes(), 0o644, 0, 0)
             .unwrap();
         fs.write(f.ino, 0, &[i as u8; 100]).unwrap();
+        if i % 5 == 0 {
+            // Five extents: more than an inode record holds, so the file
+            // gets an extent leaf (a node of the graph).
+            for k in 1..5u64 {
+                fs.write(f.ino, k * 8192, &[i as u8; 100]).unwrap();
+            }
+        }
         if i % 50 == 0 {
             fs.sync().unwrap();
         }

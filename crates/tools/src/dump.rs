@@ -1,22 +1,26 @@
 //! Human-readable report of a volume's structures: both superblock copies,
 //! geometry, the log since the last unify (block by block, and why reading
-//! stopped), the inode table after replay, inode counts by kind, free space
+//! stopped), the inode table after replay, inode counts by kind, files'
+//! data maps (extents held in the inode record or an extent tree's, listed
+//! alike as `lblock..+count -> pblock` for the first files), free space
 //! and the device's I/O counters. Reads only; damage is described in the
 //! report, not raised, as far as the volume can be read at all.
 //!
 //! Calls `structures::superblock`, `backend::Backend::open` (read-only
-//! replay), `log` and the fsck tree walker (`tools::fsck::walk`).
+//! replay), `log`, the fsck tree walker (`tools::fsck::walk`) and
+//! `tools::datamap`.
 
+use super::datamap;
 use super::fsck::{follow, walk};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Arc;
-use tux3::backend::Backend;
+use tux3::backend::{Backend, TreeReplay};
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
-use tux3::structures::superblock::Superblock;
+use tux3::structures::superblock::{Superblock, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS};
 use tux3::structures::{bitmap, extent};
 use tux3::types::FileType;
 
@@ -24,6 +28,10 @@ use tux3::types::FileType;
 const MAX_BITMAP_LISTED: u64 = 16;
 /// Log blocks listed before the rest are summarized.
 const MAX_LOG_LISTED: usize = 200;
+/// Files whose extents are listed before the rest are summarized.
+const MAX_FILES_LISTED: usize = 32;
+/// Extents listed per file before the rest are counted.
+const MAX_EXTENTS_LISTED: usize = 8;
 
 /// Superblock, log chain since the last unify, tree and free-space summary.
 pub fn report(dev: Arc<dyn Device>) -> Result<String> {
@@ -32,8 +40,9 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
     geometry(&sb, &mut out);
     log(dev.as_ref(), &sb, &mut out)?;
     match Backend::open(dev.clone(), true) {
-        Ok((mut be, _)) => {
-            itable(&mut be, &mut out);
+        Ok((mut be, replays)) => {
+            let maps = itable(&mut be, &replays, &mut out);
+            data_maps(&be, &maps, &replays, &mut out);
             snapshots(&be, &mut out);
             free_space(&mut be, &mut out);
         }
@@ -109,6 +118,18 @@ fn superblocks(dev: &dyn Device, out: &mut String) -> Result<Superblock> {
 fn geometry(sb: &Superblock, out: &mut String) {
     let bytes = sb.block_count.saturating_mul(sb.block_size as u64);
     let _ = writeln!(out, "\ngeometry");
+    let (version, flags) = sb.version_and_flags();
+    let names: Vec<&str> = [(FLAG_SNAPSHOTS, "SNAPSHOTS"), (FLAG_INLINE_MAPS, "INLINE_MAPS")]
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
+    let names = if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    };
+    let _ = writeln!(out, "  format version {version}, flags {flags:#x} ({names})");
     let _ = writeln!(
         out,
         "  block size {}, {} blocks ({bytes} bytes), {} bitmap blocks",
@@ -194,10 +215,28 @@ fn log(dev: &dyn Device, sb: &Superblock, out: &mut String) -> Result<()> {
     Ok(())
 }
 
-fn itable(be: &mut Backend, out: &mut String) {
+/// Files' data maps as the inode table has them: counts, and the first
+/// files with data.
+#[derive(Default)]
+struct Maps {
+    /// Files whose record holds their extents, those extents, their blocks.
+    held: u64,
+    held_extents: u64,
+    held_blocks: u64,
+    /// Files with an extent tree (unified, or in the log only).
+    trees: u64,
+    /// The first files with data (record, tree or log), in inode order.
+    listed: Vec<(u64, InodeAttrs)>,
+    /// Files with data past the listed ones.
+    more: u64,
+}
+
+/// The inode table; returns its files' data maps.
+fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String) -> Maps {
     let dev = be.dev.clone();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     let mut bad = 0u64;
+    let mut maps = Maps::default();
     let w = walk(
         dev.as_ref(),
         &mut be.itable,
@@ -206,9 +245,15 @@ fn itable(be: &mut Backend, out: &mut String) {
             for (ino, v) in entries {
                 match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev.as_ref())) {
                     Ok(a) => {
-                        let k = FileType::from_mode(a.mode)
-                            .map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));
+                        let kind = FileType::from_mode(a.mode);
+                        let k = kind.map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));
                         *kinds.entry(k).or_default() += 1;
+                        if kind != Some(FileType::Directory) {
+                            let logged = replays
+                                .get(ino)
+                                .is_some_and(|r| !r.ops.is_empty() || !r.inserts.is_empty());
+                            maps.add(*ino, a, logged);
+                        }
                     }
                     Err(_) => bad += 1,
                 }
@@ -232,6 +277,74 @@ fn itable(be: &mut Backend, out: &mut String) {
     let _ = writeln!(out, "  by kind: {}", list.join(", "));
     if bad > 0 {
         let _ = writeln!(out, "  {bad} inode records do not decode");
+    }
+    maps
+}
+
+impl Maps {
+    /// Count non-directory `ino` and list it if it has data (`logged`: the
+    /// log changes its tree) and room is left.
+    fn add(&mut self, ino: u64, a: InodeAttrs, logged: bool) {
+        if !a.inline.is_empty() {
+            self.held += 1;
+            self.held_extents += a.inline.len() as u64;
+            self.held_blocks += a.inline.iter().map(|e| e.count).sum::<u64>();
+        } else if a.root.addr != 0 || logged {
+            self.trees += 1;
+        } else {
+            return;
+        }
+        if self.listed.len() < MAX_FILES_LISTED {
+            self.listed.push((ino, a));
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// The data maps: how many files keep their extents in the record or in a
+/// tree, and the first files' extents (with the log's changes), each in the
+/// same form wherever it is held.
+fn data_maps(be: &Backend, maps: &Maps, replays: &HashMap<u64, TreeReplay>, out: &mut String) {
+    if maps.held == 0 && maps.trees == 0 {
+        return;
+    }
+    let dev = be.dev.as_ref();
+    let _ = writeln!(out, "\ndata maps (after replay)");
+    let _ = writeln!(
+        out,
+        "  files with extents in their inode record: {} ({} extents, {} blocks); with an extent tree: {}",
+        maps.held, maps.held_extents, maps.held_blocks, maps.trees
+    );
+    for (ino, a) in &maps.listed {
+        let at = if !a.inline.is_empty() {
+            "in its record".to_string()
+        } else if a.root.addr == 0 {
+            "tree in the log".to_string()
+        } else {
+            format!("tree at block {} (depth {})", a.root.addr, a.root.depth)
+        };
+        let extents = datamap::data_tree(be, *ino, a, replays.get(ino))
+            .and_then(|mut t| datamap::tree_extents(dev, &mut t));
+        let list = match extents {
+            Ok(list) => {
+                let mut shown: Vec<String> =
+                    list.iter().take(MAX_EXTENTS_LISTED).map(datamap::show).collect();
+                if list.len() > MAX_EXTENTS_LISTED {
+                    shown.push(format!("... {} more", list.len() - MAX_EXTENTS_LISTED));
+                }
+                if shown.is_empty() {
+                    "no extents".to_string()
+                } else {
+                    shown.join(", ")
+                }
+            }
+            Err(e) => format!("unreadable: {e}"),
+        };
+        let _ = writeln!(out, "  inode {ino}: {at}: {list}");
+    }
+    if maps.more > 0 {
+        let _ = writeln!(out, "  ... {} more files", maps.more);
     }
 }
 

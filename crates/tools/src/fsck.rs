@@ -5,7 +5,8 @@
 //! marked free, a damaged older superblock copy).
 //!
 //! This file owns the public API and the order of the passes; the passes live
-//! in `fsck/`: `scan` (superblocks, bitmap, inode table, file trees), `walk`
+//! in `fsck/`: `scan` (superblocks, bitmap, inode table), `files` (each
+//! inode and its data map: tree or extents held in its record), `walk`
 //! (tolerant tree walker), `logscan` (log chain and damage beyond its end),
 //! `names` (namespace and link counts), `refs` (block ownership) and `fix`
 //! (repair through the engine).
@@ -13,6 +14,7 @@
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
 
+mod files;
 mod fix;
 mod logscan;
 mod names;

@@ -4,10 +4,13 @@
 //! volume through the backend, as a mount does (replay, writing nothing),
 //! and reads it with the structures', log's and device's decoders; only
 //! `fsck --repair` changes a volume, through the frontend's repair hooks.
+//! `datamap` gives every tool a file's extents, whether its inode record
+//! holds them or an extent tree does.
 
 // Library code returns errors; it never unwraps (tests may).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod datamap;
 pub mod dump;
 pub mod fsck;
 pub mod graph;

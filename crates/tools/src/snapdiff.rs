@@ -11,6 +11,13 @@
 //! changed inodes, the same way; entries gone and entries new give the
 //! paths, and an inode that lost one name and gained another was renamed.
 //!
+//! A file's data map is part of its inode record, which is compared whole:
+//! the root of its extent tree (a changed leaf is written elsewhere, so the
+//! root changes) or the extents the record itself holds (format attribute
+//! 9, a small file's whole map). Extents that differ, or a map that moved
+//! from the record to a tree or back, make the file modified like a new
+//! tree root does; a file's extent tree is never opened.
+//!
 //! A path is built from the directory's `parent` attribute and its name in
 //! that parent (one directory read per level, cached). A file whose data or
 //! attributes changed but whose names did not is found through its parent

@@ -19,8 +19,9 @@ use tux3_tools::fsck::{check, metadata_blocks, FsckOptions};
 const BS: usize = 1024;
 const BLOCKS: u64 = 256;
 
-/// A volume holding `/victim` (3000 bytes, one extent), unified and closed
-/// cleanly, so no log checksum (BlockSum) covers its leaf: the damage is
+/// A volume holding `/victim` (3000 bytes, then four blocks with holes
+/// between them: five extents, more than an inode record holds, so they
+/// are in an extent leaf), unified and closed cleanly, so no log checksum (BlockSum) covers its leaf: the damage is
 /// then found only by the decoders. Returns the device and the inode number.
 fn volume() -> (Arc<dyn Device>, u64) {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS as u32, BLOCKS));
@@ -28,6 +29,9 @@ fn volume() -> (Arc<dyn Device>, u64) {
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     let a = fs.create(ROOT_INO, b"victim", 0o644, 0, 0).unwrap();
     fs.write(a.ino, 0, &[0x5a; 3000]).unwrap();
+    for k in 1..5u64 {
+        fs.write(a.ino, k * 8 * BS as u64, &[0x5b; BS]).unwrap();
+    }
     fs.sync().unwrap();
     fs.unify().unwrap();
     fs.close().unwrap();
@@ -102,7 +106,7 @@ fn assert_refused(dev: &Arc<dyn Device>, ino: u64, block: u64, detail: &str) {
 fn extent_past_the_volume_is_an_error_naming_its_leaf() {
     let (dev, ino) = volume();
     let (leaf, mut entries) = extent_leaf(&dev, ino);
-    assert_eq!(entries.len(), 1);
+    assert_eq!(entries.len(), 5);
     let past = BLOCKS + 10;
     entries[0].1[..8].copy_from_slice(&past.to_le_bytes());
     rewrite_leaf(&dev, leaf, ino, entries);

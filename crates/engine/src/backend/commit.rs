@@ -407,6 +407,27 @@ impl Backend {
             let Some(inode) = cache.get_mut(ino) else {
                 continue;
             };
+            // A small file's extents go in its inode record (which the
+            // delta writes anyway) instead of a leaf block of their own.
+            let inline = if self.sb.inline_maps {
+                inline_map(inode, bs)?
+            } else {
+                None
+            };
+            let held = inline.is_some();
+            let extents = inline.unwrap_or_default();
+            if inode.attrs.inline != extents {
+                inode.attrs.inline = extents;
+                inode.tree.hold_inline(held);
+                cache.dirty.get_mut().insert(ino);
+            }
+            let Some(inode) = cache.get_mut(ino) else {
+                continue;
+            };
+            if held {
+                inode.tree.hold_inline(true);
+                continue;
+            }
             let tree = &mut inode.tree;
             for sep in tree.unmaps.drain(..) {
                 records.push(Record::LeafUnmap { tree: ino, sep });
@@ -643,6 +664,34 @@ impl Backend {
 /// `BlockSum` records for the blocks a single-flush commit writes besides
 /// its log: one per block (CRC32C of its image), so a mismatch names the
 /// block.
+/// The extents of `inode`'s data tree if its inode record can hold them:
+/// a file's tree of one leaf never written, of at most
+/// [`INLINE_EXTENTS`] extents (none: the record needs no attribute), whose
+/// record then still fits a leaf.
+fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<extent::Extent>>> {
+    use crate::structures::btree::{Tree, TreeKind};
+    use crate::structures::inode::{inline_cost, FIXED_ATTRS_MAX, INLINE_EXTENTS};
+    if inode.tree.kind != TreeKind::Extents {
+        return Ok(None);
+    }
+    let Some(entries) = inode.tree.inline_entries(INLINE_EXTENTS) else {
+        return Ok(None);
+    };
+    let record = FIXED_ATTRS_MAX + inode.attrs.xattr_bytes() + inline_cost(entries.len());
+    if record > Tree::max_value(bs) {
+        return Ok(None);
+    }
+    let bounds = crate::codec::Bounds {
+        block_size: bs as u32,
+        block_count: u64::MAX,
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        out.push(extent::decode(*k, v, 0, &bounds)?);
+    }
+    Ok(Some(out))
+}
+
 fn block_sums(bs: usize, writes: &Writes, data: &Pages) -> Vec<Record> {
     let mut out = Vec::new();
     for (addr, image) in images(writes, data) {

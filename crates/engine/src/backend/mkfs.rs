@@ -106,6 +106,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         unifies: 0,
         snapshots: Root::default(),
         generation: 0,
+        inline_maps: true,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

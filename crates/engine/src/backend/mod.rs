@@ -39,25 +39,31 @@ fn at_block(d: &crate::log::chain::LoggedDelta) -> u64 {
     d.blocks.last().copied().unwrap_or(0)
 }
 
-/// A live fsync image with the root of the inode as the replayed inode
-/// table has it, if it has the inode. A root changes only at unify, and the
+/// A live fsync image with the data map of the inode as the replayed inode
+/// table has it: its root, or its extents held in the record (none if the
+/// table does not have the inode). A root changes only at unify, and the
 /// table of the superblock in use always names the right one; the image's
 /// may be newer: an fsync commit written while a unify was in flight logs
-/// the roots that unify gave, and the unify may not have landed.
+/// the roots that unify gave, and the unify may not have landed. Extents
+/// held in the record change at every delta commit, and the image's are
+/// those of the last one prepared, which a crash may have lost.
 fn keep_root(itable: &mut Tree, dev: &dyn Device, ino: u64, image: Vec<u8>, at: u64) -> Result<Vec<u8>> {
     use crate::structures::inode::InodeAttrs;
-    let Some((raw, leaf)) = itable.get_at(dev, ino)? else {
-        return Ok(image);
-    };
     let bounds = crate::structures::bounds(dev);
-    let (now, mut attrs) = (
-        InodeAttrs::decode(&raw, ino, leaf, &bounds)?,
-        InodeAttrs::decode(&image, ino, at, &bounds)?,
-    );
-    if attrs.root == now.root {
+    let mut attrs = InodeAttrs::decode(&image, ino, at, &bounds)?;
+    let Some((raw, leaf)) = itable.get_at(dev, ino)? else {
+        if attrs.inline.is_empty() {
+            return Ok(image);
+        }
+        attrs.inline.clear();
+        return Ok(attrs.encode());
+    };
+    let now = InodeAttrs::decode(&raw, ino, leaf, &bounds)?;
+    if attrs.root == now.root && attrs.inline == now.inline {
         return Ok(image);
     }
     attrs.root = now.root;
+    attrs.inline = now.inline;
     Ok(attrs.encode())
 }
 
@@ -423,7 +429,7 @@ impl Backend {
             }
             if let Some(r) = trees.get(&ino) {
                 if r.reset {
-                    inode.tree = Tree::open(ino, inode.tree.kind, Default::default());
+                    inode.tree = crate::cache::data_tree(ino, inode.tree.kind, &inode.attrs, true);
                 }
                 if self.replay_tree(&mut inode.tree, r).is_err() {
                     continue;

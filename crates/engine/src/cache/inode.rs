@@ -14,6 +14,7 @@
 
 use super::pages::PageMap;
 use crate::structures::btree::{Tree, TreeKind};
+use crate::structures::extent;
 use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex, RwLock};
@@ -49,7 +50,7 @@ impl Inode {
         } else {
             TreeKind::Extents
         };
-        let tree = Tree::open(ino, kind, attrs.root);
+        let tree = data_tree(ino, kind, &attrs, false);
         Inode {
             ino,
             attrs,
@@ -93,6 +94,21 @@ impl Inode {
             blksize,
         }
     }
+}
+
+/// The data tree of inode `ino` whose record is `attrs`: its extents held
+/// in the record, else its tree from the unified root — or (`reset`: a
+/// Drop of the number came earlier in the replayed log) from none.
+pub fn data_tree(ino: Ino, kind: TreeKind, attrs: &InodeAttrs, reset: bool) -> Tree {
+    if attrs.inline.is_empty() {
+        return Tree::open(ino, kind, if reset { Default::default() } else { attrs.root });
+    }
+    let entries = attrs
+        .inline
+        .iter()
+        .map(|e| (e.lblock, extent::encode(e.pblock, e.count, e.birth)))
+        .collect();
+    Tree::held_inline(ino, kind, entries)
 }
 
 /// One cached inode's cell: on the heap, so that it never moves, shared

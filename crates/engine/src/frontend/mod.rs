@@ -179,10 +179,10 @@ impl Volume {
                 continue;
             };
             let attrs = InodeAttrs::decode(&raw, id, leaf, &crate::structures::bounds(dev.as_ref()))?;
-            let mut inode = Inode::new(id, attrs);
             let replay = &replays[&id];
+            let mut inode = Inode::new(id, attrs);
             if replay.reset {
-                inode.tree = Tree::open(id, inode.tree.kind, Default::default());
+                inode.tree = crate::cache::data_tree(id, inode.tree.kind, &inode.attrs, true);
             }
             v.be.replay_tree(&mut inode.tree, replay)?;
             v.cache.insert(inode);

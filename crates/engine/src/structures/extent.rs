@@ -70,23 +70,31 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
     if count == 0 || r.remaining() != 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
     }
-    if !bounds.holds_range(pblock, count) {
-        return Err(r.bad(format!(
-            "extent at logical block {lblock}: physical blocks {pblock}+{count} outside the volume (2..{})",
-            bounds.block_count
-        )));
-    }
-    if lblock.checked_add(count).is_none_or(|end| end > MAX_FILE_BLOCKS) {
-        return Err(r.bad(format!(
-            "extent at logical block {lblock}: {count} blocks run past the largest file"
-        )));
-    }
+    check(lblock, pblock, count, bounds).map_err(|what| r.bad(what))?;
     Ok(Extent {
         lblock,
         pblock,
         count,
         birth,
     })
+}
+
+/// Whether an extent of `count` (≥ 1) blocks at logical `lblock`, physical
+/// `pblock` lies inside a volume with `bounds` and below
+/// [`MAX_FILE_BLOCKS`]; else what is wrong with it.
+pub fn check(lblock: u64, pblock: u64, count: u64, bounds: &Bounds) -> std::result::Result<(), String> {
+    if !bounds.holds_range(pblock, count) {
+        return Err(format!(
+            "extent at logical block {lblock}: physical blocks {pblock}+{count} outside the volume (2..{})",
+            bounds.block_count
+        ));
+    }
+    if lblock.checked_add(count).is_none_or(|end| end > MAX_FILE_BLOCKS) {
+        return Err(format!(
+            "extent at logical block {lblock}: {count} blocks run past the largest file"
+        ));
+    }
+    Ok(())
 }
 
 fn get(dev: &dyn Device, found: Option<Found>) -> Result<Option<Extent>> {

@@ -12,7 +12,9 @@
 //! | 6 | root     | data tree's unified root: address u64, depth u8 |
 //! | 7 | xattr    | name length u8, name, value (the rest) |
 //! | 8 | blocks   | data blocks held u64 |
+//! | 9 | extents  | a small file's whole data map, in place of a tree: 1..=4 of lblock u64, pblock u64, count u32, birth u32 |
 
+use super::extent::Extent;
 use super::superblock::Root;
 use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_DEPTH};
 use crate::error::{Error, Result};
@@ -27,6 +29,22 @@ const TAG_PARENT: u8 = 5;
 const TAG_ROOT: u8 = 6;
 const TAG_XATTR: u8 = 7;
 const TAG_BLOCKS: u8 = 8;
+const TAG_EXTENTS: u8 = 9;
+
+/// Most extents a data map held in the inode record may have; a file that
+/// needs more gets an extent tree.
+pub const INLINE_EXTENTS: usize = 4;
+/// Bytes of one extent held in the inode record.
+const INLINE_EXTENT_BYTES: usize = 24;
+
+/// Bytes the `extents` attribute takes for `n` extents (0 when empty).
+pub fn inline_cost(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        n.saturating_mul(INLINE_EXTENT_BYTES).saturating_add(3)
+    }
+}
 
 /// Bytes the fixed attributes can take at most (all present).
 pub const FIXED_ATTRS_MAX: usize = (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8);
@@ -55,6 +73,9 @@ pub struct InodeAttrs {
     pub root: Root,
     /// Data blocks held.
     pub blocks: u64,
+    /// A small file's whole data map, held in the record instead of an
+    /// extent tree (then `root` is empty). Written at every delta commit.
+    pub inline: Vec<Extent>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -104,6 +125,16 @@ impl InodeAttrs {
             w.u16(8);
             w.u64(self.blocks);
         }
+        if !self.inline.is_empty() {
+            w.u8(TAG_EXTENTS);
+            w.u16(u16::try_from(self.inline.len().saturating_mul(INLINE_EXTENT_BYTES)).unwrap_or(u16::MAX));
+            for e in &self.inline {
+                w.u64(e.lblock);
+                w.u64(e.pblock);
+                w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
+                w.u32(e.birth);
+            }
+        }
         for (name, value) in &self.xattrs {
             w.u8(TAG_XATTR);
             let len = name.len().saturating_add(value.len()).saturating_add(1);
@@ -118,7 +149,9 @@ impl InodeAttrs {
     /// Decode the record of inode `ino` found in itable leaf `block` (or a
     /// log block) of a volume with `bounds`: the size fits a file, the data
     /// tree's root lies in the volume with a depth of at most 16, the block
-    /// count fits the volume, the parent is an inode number.
+    /// count fits the volume, the parent is an inode number, a data map in
+    /// the record (regular files and symlinks only, never with a root) has
+    /// 1 ..= 4 sorted, disjoint extents inside the volume.
     pub fn decode(b: &[u8], ino: u64, block: u64, bounds: &Bounds) -> Result<InodeAttrs> {
         let mut a = InodeAttrs::default();
         let mut r = Reader::new(b, block);
@@ -210,11 +243,56 @@ impl InodeAttrs {
                     }
                     a.xattrs.insert(name, value);
                 }
+                TAG_EXTENTS => {
+                    if len == 0
+                        || !len.is_multiple_of(INLINE_EXTENT_BYTES)
+                        || len / INLINE_EXTENT_BYTES > INLINE_EXTENTS
+                    {
+                        return Err(bad(format!(
+                            "extents attribute has length {len}, expected 1 to {INLINE_EXTENTS} times {INLINE_EXTENT_BYTES}"
+                        )));
+                    }
+                    a.inline.clear();
+                    while br.remaining() > 0 {
+                        let lblock = br.u64("extent logical block")?;
+                        let pblock = br.u64("extent start")?;
+                        let count = u64::from(br.u32("extent length")?);
+                        let birth = br.u32("extent birth")?;
+                        if count == 0 {
+                            return Err(bad(format!("extent at logical block {lblock} has length 0")));
+                        }
+                        super::extent::check(lblock, pblock, count, bounds).map_err(bad)?;
+                        let e = Extent {
+                            lblock,
+                            pblock,
+                            count,
+                            birth,
+                        };
+                        if a.inline.last().is_some_and(|p| p.end() > e.lblock) {
+                            return Err(bad(format!(
+                                "its extents overlap or are out of order at logical block {lblock}"
+                            )));
+                        }
+                        a.inline.push(e);
+                    }
+                }
                 _ => return Err(bad(format!("unknown attribute tag {tag}"))),
             }
         }
         if !seen_mode {
             return Err(bad("no mode attribute".into()));
+        }
+        if !a.inline.is_empty() {
+            let kind = a.mode & libc::S_IFMT;
+            if kind != libc::S_IFREG && kind != libc::S_IFLNK {
+                return Err(bad(format!(
+                    "extents in the record of a file of mode {:#o}",
+                    a.mode
+                )));
+            }
+            if a.root.addr != 0 {
+                return Err(bad("both an extent tree and extents in the record".into()));
+            }
         }
         Ok(a)
     }
@@ -255,6 +333,60 @@ mod tests {
         assert!(b.len() <= FIXED_ATTRS_MAX + a.xattr_bytes());
         for cut in 0..b.len() {
             let _ = InodeAttrs::decode(&b[..cut], 5, 100, &VOLUME);
+        }
+    }
+
+    fn inline_file(extents: &[(u64, u64, u64)]) -> InodeAttrs {
+        InodeAttrs {
+            mode: 0o100644,
+            nlink: 1,
+            blocks: extents.iter().map(|e| e.2).sum(),
+            inline: extents
+                .iter()
+                .map(|&(lblock, pblock, count)| Extent {
+                    lblock,
+                    pblock,
+                    count,
+                    birth: (lblock % 3) as u32,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Extents held in the record round-trip (24 bytes each after the
+    /// attribute header); a bad map is corruption naming the block.
+    #[test]
+    fn inline_extents_round_trip_and_are_checked() {
+        let a = inline_file(&[(0, 10, 2), (5, 40, 1), (9, 100, 3)]);
+        let b = a.encode();
+        assert_eq!(InodeAttrs::decode(&b, 5, 100, &VOLUME).unwrap(), a);
+        assert!(b.len() <= FIXED_ATTRS_MAX + inline_cost(3));
+        assert_eq!(inline_cost(3), 3 + 72);
+        let bad: [(&str, InodeAttrs); 6] = [
+            ("overlap", inline_file(&[(0, 10, 2), (1, 40, 1)])),
+            ("outside the volume", inline_file(&[(0, 999, 2)])),
+            (
+                "expected 1 to 4",
+                inline_file(&[(0, 10, 1), (1, 20, 1), (2, 30, 1), (3, 40, 1), (4, 50, 1)]),
+            ),
+            ("length 0", inline_file(&[(0, 10, 0)])),
+            ("both", {
+                let mut a = inline_file(&[(0, 10, 1)]);
+                a.root = Root { addr: 9, depth: 0 };
+                a
+            }),
+            ("mode", {
+                let mut a = inline_file(&[(0, 10, 1)]);
+                a.mode = 0o40755;
+                a
+            }),
+        ];
+        for (what, a) in bad {
+            let e = InodeAttrs::decode(&a.encode(), 5, 123, &VOLUME)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("block 123") && e.contains(what), "{what}: {e}");
         }
     }
 

@@ -23,7 +23,9 @@
 //! A volume that has had a snapshot sets flag bit 0 (`SNAPSHOTS`) and
 //! format version 2, so a reader of version 1 refuses it instead of
 //! ignoring its snapshots; without the flag, bytes 136.. stay zero and the
-//! version stays 1.
+//! version stays 1. A volume whose small files may keep their extents in
+//! the inode record (made so by mkfs) sets flag bit 1 (`INLINE_MAPS`) and
+//! version 3, whatever its other flag.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -37,9 +39,24 @@ pub const VERSION: u32 = 1;
 pub const VERSION_SNAPSHOTS: u32 = 2;
 /// Flag bit: the volume has a snapshot table (fields at 136..160).
 pub const FLAG_SNAPSHOTS: u32 = 1;
+/// Format version of a volume with the `INLINE_MAPS` flag.
+pub const VERSION_INLINE_MAPS: u32 = 3;
+/// Flag bit: inode records may hold a small file's extents (attribute 9).
+pub const FLAG_INLINE_MAPS: u32 = 2;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
+
+/// The format version that goes with `flags`.
+fn flags_version(flags: u32) -> u32 {
+    if flags & FLAG_INLINE_MAPS != 0 {
+        VERSION_INLINE_MAPS
+    } else if flags & FLAG_SNAPSHOTS != 0 {
+        VERSION_SNAPSHOTS
+    } else {
+        VERSION
+    }
+}
 
 /// Root of a btree: address of its top node and the number of branch levels
 /// above the leaves (0: the root is a leaf). Address 0 means "empty tree".
@@ -72,6 +89,8 @@ pub struct Superblock {
     pub snapshots: Root,
     /// Generation of blocks written now; each snapshot closes one.
     pub generation: u64,
+    /// Inode records may hold a small file's extents (flag `INLINE_MAPS`).
+    pub inline_maps: bool,
 }
 
 impl Superblock {
@@ -81,9 +100,10 @@ impl Superblock {
         let snapshots = self.has_snapshots();
         w.bytes(MAGIC);
         w.u32(0);
-        w.u32(if snapshots { VERSION_SNAPSHOTS } else { VERSION });
+        let (version, flags) = self.version_and_flags();
+        w.u32(version);
         w.u32(self.block_size);
-        w.u32(if snapshots { FLAG_SNAPSHOTS } else { 0 });
+        w.u32(flags);
         w.u64(self.block_count);
         w.u64(self.seq);
         w.u64(self.volume_id);
@@ -132,10 +152,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if version != VERSION && version != VERSION_SNAPSHOTS {
+        if !(VERSION..=VERSION_INLINE_MAPS).contains(&version) {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION} and {VERSION_SNAPSHOTS}"),
+                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_INLINE_MAPS}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -155,7 +175,7 @@ impl Superblock {
             ));
         }
         let flags = r.u32("flags")?;
-        if (flags == FLAG_SNAPSHOTS) != (version == VERSION_SNAPSHOTS) || flags & !FLAG_SNAPSHOTS != 0 {
+        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS) != 0 || flags_version(flags) != version {
             return Err(Error::corrupt(
                 addr,
                 format!("superblock: flags {flags:#x} do not go with format version {version}"),
@@ -196,6 +216,7 @@ impl Superblock {
             },
             snapshots: Root::default(),
             generation: 0,
+            inline_maps: flags & FLAG_INLINE_MAPS != 0,
         };
         let mut sb = sb;
         if flags & FLAG_SNAPSHOTS != 0 {
@@ -261,6 +282,18 @@ impl Superblock {
             }
         }
         Ok(sb)
+    }
+
+    /// The format version and flags this superblock is written with.
+    pub fn version_and_flags(&self) -> (u32, u32) {
+        let mut flags = 0;
+        if self.has_snapshots() {
+            flags |= FLAG_SNAPSHOTS;
+        }
+        if self.inline_maps {
+            flags |= FLAG_INLINE_MAPS;
+        }
+        (flags_version(flags), flags)
     }
 
     /// Whether the volume has the snapshot fields (flag `SNAPSHOTS`).
@@ -381,6 +414,43 @@ mod tests {
             unifies: 2,
             snapshots: Root::default(),
             generation: 0,
+            inline_maps: false,
+        }
+    }
+
+    /// Each set of flags goes with its version, both ways: a version-3
+    /// volume (inline maps, with or without snapshots) round-trips, and a
+    /// copy whose version or flags disagree is refused.
+    #[test]
+    fn versions_follow_flags() {
+        for (inline, snaps, version, flags) in [
+            (false, false, VERSION, 0),
+            (false, true, VERSION_SNAPSHOTS, FLAG_SNAPSHOTS),
+            (true, false, VERSION_INLINE_MAPS, FLAG_INLINE_MAPS),
+            (true, true, VERSION_INLINE_MAPS, FLAG_INLINE_MAPS | FLAG_SNAPSHOTS),
+        ] {
+            let mut sb = sample();
+            sb.inline_maps = inline;
+            if snaps {
+                sb.generation = 2;
+            }
+            let b = sb.encode();
+            assert_eq!(u32::from_le_bytes(b[12..16].try_into().unwrap()), version);
+            assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), flags);
+            assert_eq!(Superblock::decode(&b, 1).unwrap(), sb);
+            for (at, bad) in [
+                (12, version % 3 + 1),
+                (20, flags ^ FLAG_INLINE_MAPS),
+                (20, flags | 4),
+            ] {
+                let mut c = b.clone();
+                c[at..at + 4].copy_from_slice(&bad.to_le_bytes());
+                c[8..12].copy_from_slice(&[0; 4]);
+                let crc = crc_superblock(&c);
+                c[8..12].copy_from_slice(&crc.to_le_bytes());
+                let e = Superblock::decode(&c, 1).unwrap_err().to_string();
+                assert!(e.contains("version") || e.contains("flags"), "{e}");
+            }
         }
     }
 

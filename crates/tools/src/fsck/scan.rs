@@ -1,29 +1,29 @@
 //! One read-only fsck pass: both superblock copies, mount-time replay
 //! (`Backend::open`, which writes nothing), the log, the bitmap file and its
-//! blocks, every inode-table node and inode record, every file tree (with
-//! its replayed leaf changes applied as `Volume::open` does), extents and
+//! blocks, every inode-table node and inode record, every file's data map
+//! (`files`: its tree with the replayed leaf changes applied as
+//! `Volume::open` does, or the extents its record holds), extents and
 //! directory entries; then the namespace (`names`) and block ownership
 //! (`refs`) checks over what was collected.
 //!
-//! Calls `backend::Backend` (open, `replay_tree`), `structures` decoders,
-//! and the sibling modules `walk`, `logscan`, `names`, `refs`.
+//! Calls `backend::Backend` (open), `structures` decoders, and the sibling
+//! modules `walk`, `logscan`, `files`, `names`, `refs`, `snapshots`.
 
+use super::files::check_inode;
 use super::names::{self, Complete, Entry};
 use super::refs::{self, Owner, Ref};
-use super::walk::{place, walk};
+use super::walk::walk;
 use super::{logscan, Findings, Fix, Pass};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tux3::backend::{Backend, TreeReplay, BITMAP_INO, FIRST_INO};
+use tux3::backend::{Backend, BITMAP_INO};
 use tux3::device::Device;
 use tux3::error::{Error, Result};
 use tux3::structures::bitmap;
-use tux3::structures::btree::{Tree, TreeKind};
-use tux3::structures::dirent::Dirent;
 use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
-use tux3::types::{FileType, ROOT_INO};
+use tux3::types::FileType;
 
 /// Run one pass. Errors only when the image is not a usable volume at all
 /// (no valid superblock, truncated, I/O failure); damage is reported.
@@ -164,10 +164,13 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
         complete = false;
     }
     if !be.snaps.records.is_empty() {
+        // Roots of the live trees (a file whose record holds its extents
+        // has none).
         let mut seen: std::collections::HashSet<u64> = inodes
             .values()
             .map(|a| a.root.addr)
             .chain([be.sb.itable.addr])
+            .filter(|&addr| addr != 0)
             .collect();
         super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);
     }
@@ -365,197 +368,4 @@ fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool
         ok = false;
     }
     ok
-}
-
-/// One inode: its number and attributes, its tree (with the log's changes),
-/// extents or directory entries. Returns whether its tree was read whole.
-#[allow(clippy::too_many_arguments)]
-fn check_inode(
-    be: &Backend,
-    ino: u64,
-    a: &InodeAttrs,
-    replay: Option<&TreeReplay>,
-    bs: u64,
-    refs: &mut Vec<Ref>,
-    entries: &mut Vec<Entry>,
-    f: &mut Findings,
-) -> bool {
-    let dev = be.dev.as_ref();
-    if ino != ROOT_INO && ino < FIRST_INO {
-        f.problem(
-            "inode",
-            format!("inode {ino}: reserved inode number in the inode table"),
-        );
-    }
-    let kind = FileType::from_mode(a.mode);
-    if kind.is_none() {
-        f.problem(
-            "inode",
-            format!("inode {ino}: mode {:o} names no file type", a.mode),
-        );
-    }
-    if a.nlink == 0 {
-        if be.orphans.contains(&ino) {
-            // Kept alive by a handle when the volume went down: the orphan
-            // list says so, and a writable mount frees it (names.rs checks
-            // the list itself).
-            f.notes.push(format!(
-                "inode {ino}: orphan (open and unlinked at the crash), freed at the next mount"
-            ));
-        } else {
-            f.problem(
-                "inode",
-                format!("inode {ino}: link count 0 but still in the inode table"),
-            );
-        }
-    }
-    let is_dir = kind == Some(FileType::Directory);
-    let tkind = if is_dir {
-        TreeKind::Dirents
-    } else {
-        TreeKind::Extents
-    };
-    let mut tree = if replay.is_some_and(|r| r.reset) {
-        Tree::open(ino, tkind, Default::default())
-    } else {
-        Tree::open(ino, tkind, a.root)
-    };
-    if let Some(r) = replay {
-        if let Err(e) = be.replay_tree(&mut tree, r) {
-            f.error("tree", &format!("inode {ino}: replaying its tree"), &e);
-            return false;
-        }
-    }
-    let what = if is_dir {
-        format!("directory {ino}")
-    } else {
-        format!("extent tree of inode {ino}")
-    };
-    let mut extents: Vec<(u64, Extent)> = Vec::new();
-    let (mut lines, mut shape) = (Vec::new(), Vec::new());
-    let w = walk(
-        dev,
-        &mut tree,
-        &what,
-        &mut |leaf, items| {
-            for (k, v) in items {
-                if is_dir {
-                    match Dirent::decode(v, *k, leaf) {
-                        Ok(d) => entries.push(Entry {
-                            dir: ino,
-                            leaf,
-                            ino: d.ino,
-                            kind: d.kind,
-                            name: d.name,
-                        }),
-                        Err(e) => lines.push(super::describe(&what, &e)),
-                    }
-                } else {
-                    match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
-                        Ok(e) => extents.push((leaf, e)),
-                        Err(e) => lines.push(super::describe(&what, &e)),
-                    }
-                }
-            }
-        },
-        &mut |line| shape.push(line),
-    );
-    for line in lines.into_iter().chain(shape) {
-        f.problem("tree", line);
-    }
-    for &(addr, level) in &w.nodes {
-        node_ref(refs, addr, ino, level);
-    }
-    if !w.complete() {
-        for e in &w.errors {
-            f.error("tree", &what, e);
-        }
-        // What was read still owns its blocks; the totals cannot be checked.
-        for (_, e) in &extents {
-            let owner = Owner::Data {
-                ino,
-                lblock: e.lblock,
-            };
-            refs.push(Ref {
-                start: e.pblock,
-                count: e.count,
-                owner,
-            });
-        }
-        return false;
-    }
-    check_extents(ino, a, kind, &extents, bs, be.sb.block_count, refs, f);
-    true
-}
-
-/// Extents of one inode: disjoint, inside the volume, within the file size,
-/// summing to the `blocks` attribute; only files and symlinks hold any.
-#[allow(clippy::too_many_arguments)]
-fn check_extents(
-    ino: u64,
-    a: &InodeAttrs,
-    kind: Option<FileType>,
-    extents: &[(u64, Extent)],
-    bs: u64,
-    block_count: u64,
-    refs: &mut Vec<Ref>,
-    f: &mut Findings,
-) {
-    let holds_data = matches!(kind, Some(FileType::Regular | FileType::Symlink));
-    let size_blocks = a.size.div_ceil(bs);
-    let mut sum = 0u64;
-    let mut prev_end = 0u64;
-    for (i, (leaf, e)) in extents.iter().enumerate() {
-        let at = format!(
-            "inode {ino}, {}: extent at logical block {} (block {}, {} blocks)",
-            place(*leaf),
-            e.lblock,
-            e.pblock,
-            e.count
-        );
-        if !holds_data && i == 0 {
-            f.problem("extent", format!("{at}: a {kind:?} holds no data"));
-        }
-        if i > 0 && e.lblock < prev_end {
-            f.problem("extent", format!("{at} overlaps the previous extent"));
-        }
-        let end = e.lblock.saturating_add(e.count);
-        if e.lblock >= size_blocks {
-            f.problem(
-                "extent",
-                format!("{at} starts at or beyond the end of the file (size {})", a.size),
-            );
-        } else if end > size_blocks {
-            f.problem(
-                "extent",
-                format!("{at} reaches beyond the end of the file (size {})", a.size),
-            );
-        }
-        if e.pblock < 2 || e.pblock.saturating_add(e.count) > block_count {
-            f.problem(
-                "extent",
-                format!("{at} lies outside the volume ({block_count} blocks)"),
-            );
-        }
-        refs.push(Ref {
-            start: e.pblock,
-            count: e.count,
-            owner: Owner::Data {
-                ino,
-                lblock: e.lblock,
-            },
-        });
-        sum = sum.saturating_add(e.count);
-        prev_end = prev_end.max(end);
-    }
-    if sum != a.blocks {
-        f.fixable(
-            "blocks",
-            Fix::Blocks { ino, blocks: sum },
-            format!(
-                "inode {ino}: blocks attribute is {}, but its extents hold {sum}",
-                a.blocks
-            ),
-        );
-    }
 }

@@ -6,7 +6,9 @@
 //!
 //! A tree a snapshot shares with the live volume or an earlier snapshot
 //! (same root address) is not walked again, so the work follows the
-//! distinct trees, not the snapshot count.
+//! distinct trees, not the snapshot count. A file whose record holds its
+//! extents (format attribute 9) has no tree: they are checked with the
+//! record, in the snapshot's inode-table leaf, like a tree's extents.
 //!
 //! Calls `backend` (the loaded table), `structures` decoders and the
 //! sibling modules `walk` and `refs`.
@@ -18,9 +20,8 @@ use std::collections::HashSet;
 use tux3::backend::snapshot::SNAP_INO;
 use tux3::backend::Backend;
 use tux3::structures::btree::{Tree, TreeKind};
-use tux3::structures::extent;
+use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
-use tux3::types::FileType;
 
 /// The table's own blocks (nodes and dead extents), for the ownership checks.
 pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool {
@@ -145,18 +146,31 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
         for &(addr, _) in &w.nodes {
             check("an inode table node".into(), addr, 1, f);
         }
+        // A file's data: born no later than the snapshot, live or dead.
+        let data = |ino: u64, extents: &[Extent], f: &mut Findings| {
+            for e in extents {
+                if u64::from(e.birth) > rec.id {
+                    f.problem(
+                        "snapshots",
+                        format!(
+                            "blocks {}+{}: data of inode {ino} in snapshot {name} born {} after it",
+                            e.pblock, e.count, e.birth
+                        ),
+                    );
+                }
+                check(format!("data of inode {ino}"), e.pblock, e.count, f);
+            }
+        };
         // Only inodes in leaves not walked before are here: the others'
         // records, and so their trees, were checked with that leaf.
         for (ino, a) in inodes {
+            // Extents the record holds: no tree to walk.
+            data(ino, &a.inline, f);
             // A tree whose root was walked (shared): not even its root is read.
             if a.root.addr == 0 || prune.contains(&a.root.addr) {
                 continue;
             }
-            let kind = if FileType::from_mode(a.mode) == Some(FileType::Directory) {
-                TreeKind::Dirents
-            } else {
-                TreeKind::Extents
-            };
+            let kind = crate::datamap::tree_kind(&a);
             let mut tree = Tree::open(ino, kind, a.root);
             let mut extents = Vec::new();
             let (mut bad, mut shape) = (Vec::new(), Vec::new());
@@ -190,18 +204,7 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
             for &(addr, _) in &w.nodes {
                 check(format!("a node of inode {ino}"), addr, 1, f);
             }
-            for e in extents {
-                if u64::from(e.birth) > rec.id {
-                    f.problem(
-                        "snapshots",
-                        format!(
-                            "blocks {}+{}: data of inode {ino} in snapshot {name} born {} after it",
-                            e.pblock, e.count, e.birth
-                        ),
-                    );
-                }
-                check(format!("data of inode {ino}"), e.pblock, e.count, f);
-            }
+            data(ino, &extents, f);
         }
     }
 }

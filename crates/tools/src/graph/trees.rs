@@ -5,9 +5,13 @@
 //! below it. Leaves list their first entries (inodes, extents as
 //! `lblock..+count -> pblock`, directory names) as record fields with ports,
 //! which the edges to data-tree roots and from names to inodes start from.
+//! A file whose record holds its extents (format attribute 9) has no tree:
+//! its inode-table entry lists them (`extents lblock..+count -> pblock`),
+//! and no data-tree node is drawn for it.
 
 use super::{at, cut_text, esc, kind_name, Dot, BAD, BITMAP, BITMAP_BLOCK, DASHED, DIRENTS, EXTENTS};
 use super::{ITABLE, MAX_FIELDS, NAME_CHARS};
+use crate::datamap;
 use crate::fsck::walk;
 use std::collections::HashMap;
 use tux3::backend::{Backend, TreeReplay, BITMAP_INO};
@@ -202,10 +206,12 @@ pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> (Vec<Inode>, Option<Strin
         &mut |id, leaf, entries| {
             let show = |ino, v: &[u8]| {
                 let a = InodeAttrs::decode(v, ino, leaf, &tux3::structures::bounds(dev.as_ref()))?;
-                Ok((
-                    format!("inode {ino}: {} {} B", kind_name(a.mode), a.size),
-                    (ino, a),
-                ))
+                let mut text = format!("inode {ino}: {} {} B", kind_name(a.mode), a.size);
+                if !a.inline.is_empty() {
+                    let list: Vec<String> = a.inline.iter().map(datamap::show).collect();
+                    text.push_str(&format!(", extents {}", list.join(", ")));
+                }
+                Ok((text, (ino, a)))
             };
             entry_fields(id, entries, "inodes", show, &mut |at, (ino, attrs)| {
                 inodes.push(Inode { ino, attrs, at })
@@ -234,7 +240,7 @@ fn extent_fields(
 ) -> Fields {
     let show = |k, v: &[u8]| {
         let e = extent::decode(k, v, leaf, bounds)?;
-        Ok((format!("{}..+{} -> {}", e.lblock, e.count, e.pblock), e))
+        Ok((datamap::show(&e), e))
     };
     entry_fields(id, entries, "extents", show, &mut |at, e| {
         out.extend(at.map(|a| (a, e)))
@@ -288,6 +294,8 @@ pub(super) fn bitmap_file(d: &mut Dot, dev: &dyn Device, sb: &Superblock) {
 }
 
 /// Every inode's data tree (with the log's changes), while the budget lasts.
+/// Extents a record holds are drawn with the record (see [`itable`]): a tree
+/// is drawn for such a file only if the log maps leaves of it.
 pub(super) fn data_trees(d: &mut Dot, be: &Backend, inodes: &[Inode], replays: &HashMap<u64, TreeReplay>) {
     let dev = be.dev.as_ref();
     let (mut cut_trees, mut cut_nodes) = (0usize, 0usize);
@@ -308,7 +316,8 @@ pub(super) fn data_trees(d: &mut Dot, be: &Backend, inodes: &[Inode], replays: &
         } else {
             TreeKind::Extents
         };
-        let mut tree = Tree::open(n.ino, kind, if reset { Default::default() } else { n.attrs.root });
+        // As a mount builds it: from the record's extents, else the root.
+        let mut tree = tux3::cache::data_tree(n.ino, kind, &n.attrs, reset);
         let label = format!("inode {} ({}) data tree", n.ino, kind_name(n.attrs.mode));
         d.open(
             &format!("ino{}", n.ino),

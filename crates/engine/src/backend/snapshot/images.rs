@@ -14,7 +14,7 @@ use crate::structures::superblock::Root;
 pub type Born = (u64, u64, u32);
 
 /// Every block of the image whose inode table is at `itable`: its nodes,
-/// every inode's tree nodes and extents, as `(start, count, birth)`; and
+/// every inode's tree nodes and extents (those its record holds too), as `(start, count, birth)`; and
 /// the inodes in it with link count 0 (orphans when the image was made).
 /// Reads the whole image (rollback's cost).
 pub fn image_blocks(dev: &dyn Device, itable: Root) -> Result<(Vec<Born>, Vec<u64>)> {
@@ -45,6 +45,7 @@ pub fn image_blocks(dev: &dyn Device, itable: Root) -> Result<(Vec<Born>, Vec<u6
         if a.nlink == 0 {
             orphans.push(ino);
         }
+        blocks.extend(a.inline.iter().map(|e| (e.pblock, e.count, e.birth)));
         if a.root.addr == 0 {
             continue;
         }

@@ -134,6 +134,54 @@ impl Tree {
         t
     }
 
+    /// A tree held in an inode record (docs/FORMAT.md 7.1, attribute 9):
+    /// one clean leaf of `entries` that has no block of its own (address
+    /// 0). It stays so until a commit finds it too large for the record.
+    pub fn held_inline(id: u64, kind: TreeKind, entries: Vec<(u64, Vec<u8>)>) -> Tree {
+        let mut t = Tree::open(id, kind, Root::default());
+        t.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
+            addr: 0,
+            birth: 0,
+            dirty: false,
+            entries,
+        }))));
+        t
+    }
+
+    /// The entries of a tree that may be held in an inode record: a single
+    /// leaf never written to a block, with at most `max` entries, and
+    /// nothing of an earlier shape to free or unmap. None otherwise (an
+    /// empty tree with no leaf included: it needs no record either).
+    pub fn inline_entries(&self, max: usize) -> Option<&[(u64, Vec<u8>)]> {
+        if self.unified.addr != 0
+            || self.depth != 0
+            || !self.unmaps.is_empty()
+            || !self.freed.is_empty()
+            || !self.retired.is_empty()
+        {
+            return None;
+        }
+        match &self.root {
+            Some(Slot::Mem(n)) => match n.as_ref() {
+                Node::Leaf(l) if l.addr == 0 && l.entries.len() <= max => Some(&l.entries),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The tree's one leaf is held in the inode record from now on, or (not
+    /// `held`) leaves it: the next delta commit then writes it to a block.
+    pub fn hold_inline(&mut self, held: bool) {
+        if let Some(Slot::Mem(n)) = self.root.as_mut() {
+            if let Node::Leaf(l) = n.as_mut() {
+                if l.addr == 0 {
+                    l.dirty = !held;
+                }
+            }
+        }
+    }
+
     /// Branch levels above the leaves in memory now.
     pub fn depth(&self) -> u8 {
         self.depth
@@ -494,7 +542,11 @@ impl Tree {
         root_moved
             || !self.retired.is_empty()
             || match &self.root {
-                Some(Slot::Mem(n)) => rec(n),
+                // A clean leaf without a block is held in the inode record.
+                Some(Slot::Mem(n)) => match n.as_ref() {
+                    Node::Leaf(l) => l.dirty,
+                    n => rec(n),
+                },
                 _ => false,
             }
     }
@@ -502,8 +554,10 @@ impl Tree {
     /// True if the next delta commit has leaves to write.
     pub fn has_dirty_leaves(&self) -> bool {
         match &self.root {
+            // A leaf never written is dirty, unless it is held in the
+            // inode record (clean, address 0).
             Some(Slot::Mem(n)) => match n.as_ref() {
-                Node::Leaf(l) => l.dirty || l.addr == 0,
+                Node::Leaf(l) => l.dirty,
                 Node::Branch(b) => b.leaves_dirty,
             },
             _ => false,
