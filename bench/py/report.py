@@ -609,8 +609,13 @@ def snapshot_section(snap, engine_text):
 
 def engine_snapshot_text():
     """bench/snapshots-engine.md without its leading comment."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "snapshots-engine.md")
+    return hand_measured("snapshots-engine.md")
+
+
+def hand_measured(name):
+    """bench/NAME (figures measured by hand, outside a run) without its
+    leading comment; empty if it is missing."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name)
     try:
         with open(path) as f:
             text = f.read()
@@ -645,6 +650,7 @@ def write(res, path, plotdir, plots):
           "| kernel | %s |" % m.get("kernel", "?"),
           "| storage under the scratch dir | %s |" % m.get("storage", "?"),
           "| tux3's FUSE transport | %s |" % m.get("tux3_transport", "/dev/fuse"),
+          "| CPU idle | %s |" % m.get("cpu_idle", "not recorded by this run"),
           "| date | %s |" % m.get("date", "?")]
     for k, v in m.get("versions", {}).items():
         L.append("| %s | %s |" % (k, v))
@@ -689,6 +695,9 @@ def write(res, path, plotdir, plots):
     if c:
         L += ["## CPU time of the filesystem daemon", "",
               "Kernel filesystems have no process of their own to measure.", ""] + c + [""]
+        wake = hand_measured("wakeups.md")
+        if wake:
+            L += ["### Where a request's time goes on this machine", "", wake.strip(), ""]
     rq = requests_table(rows)
     if rq:
         L += ["## FUSE requests per operation", "",

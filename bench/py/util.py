@@ -214,6 +214,16 @@ def _first_line(cmd):
     return (named or lines or ["?"])[0]
 
 
+def cpu_idle():
+    """How an idle CPU waits: the cpuidle driver, and for the guest
+    haltpoll driver how long it polls before halting. A FUSE request is a
+    wake-up of another task, often on the other (idle) CPU, so this is a
+    large part of its cost in a virtual machine (docs/BENCHMARKS.md)."""
+    driver = _read("/sys/devices/system/cpu/cpuidle/current_driver").strip() or "?"
+    poll = _read("/sys/module/haltpoll/parameters/guest_halt_poll_ns").strip()
+    return driver + (", guest_halt_poll_ns %s" % poll if poll else "")
+
+
 def machine(scratch, root):
     cpu = re.search(r"model name\s*:\s*(.*)", _read("/proc/cpuinfo"))
     mem = re.search(r"MemTotal:\s*(\d+)", _read("/proc/meminfo"))
@@ -223,6 +233,7 @@ def machine(scratch, root):
         "ram_gib": round(int(mem.group(1)) / 2**20, 1) if mem else None,
         "kernel": os.uname().release,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpu_idle": cpu_idle(),
     }
     try:
         _, out, _ = run(["findmnt", "-no", "SOURCE,FSTYPE,OPTIONS", "-T", scratch],
