@@ -11,5 +11,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    tux3_cli::tune_allocator();
     tux3_cli::mount::helper_main()
 }

@@ -8,5 +8,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    tux3_cli::tune_allocator();
     tux3_cli::main()
 }
