@@ -32,7 +32,7 @@ build:
 test: build
 	$(CARGO) test --release --workspace
 	# The pipeline's debug assertions (P1, P2) run only in a debug build.
-	$(CARGO) test -p tux3 --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans --test concurrent_model
+	$(CARGO) test -p tux3 --test commit_pipeline --test commit_concurrency --test fsync_fast --test orphans --test concurrent_model --test concurrent_links
 	$(MAKE) loom
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check

@@ -158,11 +158,17 @@ impl Fs {
 
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        if let Some(r) = self.shared_vol().readlink_shared(ino) {
+            return r;
+        }
         self.vol().readlink(ino)
     }
 
     /// Add a hard link `newparent/newname` to `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        if let Some(r) = self.shared_vol().link_shared(ino, newparent, newname) {
+            return r;
+        }
         self.vol().link(ino, newparent, newname)
     }
 
@@ -176,6 +182,9 @@ impl Fs {
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        if let Some(r) = self.shared_vol().rmdir_shared(parent, name) {
+            return r;
+        }
         self.vol().rmdir(parent, name)
     }
 

@@ -149,6 +149,20 @@ impl Volume {
         }
     }
 
+    /// [`Volume::readlink`] under the shared guard; a target length out of
+    /// bounds (damage) is reported by the exclusive path.
+    pub fn readlink_shared(&self, ino: Ino) -> Option<Result<Vec<u8>>> {
+        let mut i = self.cache.lock(ino)?;
+        if i.kind() != FileType::Symlink {
+            return Some(err(Errno::EINVAL));
+        }
+        if i.attrs.size == 0 || i.attrs.size > SYMLINK_MAX as u64 {
+            return None;
+        }
+        let size = i.attrs.size as usize;
+        Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), 0, size))
+    }
+
     pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize) -> Option<Result<Vec<DirEntry>>> {
         let mut d = self.cache.lock(ino)?;
         Some(readdir_of(&mut d, self.be.dev.as_ref(), pos, max))

@@ -1,4 +1,4 @@
-//! Frontend layer: creates and unlinks under the shared delta guard, many
+//! Frontend layer: creates, links, unlinks and renames under the shared delta guard, many
 //! at once (see `frontend/shared.rs` for the protocol: `None` means "run
 //! me again exclusively", having changed nothing).
 //!
@@ -19,8 +19,8 @@
 //! is in no cache (an operation on it runs exclusively and finds it gone),
 //! its blocks stay in use, and a new orphan is listed in `unsettled`.
 //!
-//! Directories are made here too. Removing one (rmdir), renaming one,
-//! exchanges, links and symlinks stay exclusive.
+//! Directories are made and removed here too, and hard links added.
+//! Renaming a directory, exchanges and symlinks stay exclusive.
 //!
 //! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
 //! records, handed to the backend at settle).
@@ -129,6 +129,101 @@ impl Volume {
         }
         drop(d);
         Some(self.drop_link_shared(i, now))
+    }
+
+    /// [`Volume::link`] under the shared guard, when the inode is cached
+    /// and nobody holds it: the directory is locked first, then the inode
+    /// is tried (as an unlink does).
+    pub fn link_shared(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Option<Result<Attr>> {
+        // Absent from the cache, the exclusive path says why (ENOENT).
+        if ino == newparent || !self.cache.contains(ino) {
+            return None;
+        }
+        let dev = self.be.dev.as_ref();
+        let mut d = self.cache.lock(newparent)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        or_fail!(check_name(newname));
+        let Lookup::Absent { free } = or_fail!(probe_in(&mut d, dev, newname)) else {
+            return Some(err(Errno::EEXIST));
+        };
+        let mut i = self.cache.try_lock(ino)?;
+        if i.is_dir() {
+            return Some(err(Errno::EPERM));
+        }
+        // An orphan cannot get a name back (as in Linux).
+        if i.attrs.nlink == 0 {
+            return Some(err(Errno::ENOENT));
+        }
+        if i.attrs.nlink >= u32::MAX - 1 {
+            return Some(err(Errno::EMLINK));
+        }
+        or_fail!(self.reserve_shared(2)?);
+        let Some(free) = free else {
+            return Some(err(Errno::ENOSPC));
+        };
+        let kind = i.kind();
+        or_fail!(d.tree.insert_at(dev, &free, dirent::encode(ino, kind, newname)));
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        self.touch_locked(&mut d);
+        i.attrs.nlink += 1;
+        i.attrs.ctime = now;
+        self.touch_locked(&mut i);
+        {
+            let mut books = self.books.lock();
+            books.ns_touched.insert(ino);
+            books.names.add((newparent, free.key), ino);
+        }
+        Some(Ok(i.attr(self.be.bs as u32)))
+    }
+
+    /// [`Volume::rmdir`] under the shared guard, when the directory named
+    /// is cached and nobody holds it (so nothing is being made in it).
+    pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+        let dev = self.be.dev.as_ref();
+        let mut d = self.cache.lock(parent)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut d, dev, name)) else {
+            return Some(err(Errno::ENOENT));
+        };
+        if kind != FileType::Directory {
+            return Some(err(Errno::ENOTDIR));
+        }
+        if ino == parent {
+            return None; // damage: the exclusive path reports it
+        }
+        let mut c = self.cache.try_lock(ino)?;
+        if !c.is_dir() {
+            return None; // damage: the exclusive path reports it
+        }
+        let mut empty = true;
+        or_fail!(c.tree.scan(dev, 0, u64::MAX, |_, _, _| {
+            empty = false;
+            Ok(std::ops::ControlFlow::Break(()))
+        }));
+        if !empty {
+            return Some(err(Errno::ENOTEMPTY));
+        }
+        or_fail!(self.reserve_release_shared(2)?);
+        or_fail!(d.tree.remove_at(dev, &spot));
+        let now = Timespec::now();
+        d.attrs.mtime = now;
+        d.attrs.ctime = now;
+        d.attrs.nlink = d.attrs.nlink.saturating_sub(1);
+        self.touch_locked(&mut d);
+        {
+            let mut books = self.books.lock();
+            books.ns_touched.extend([parent, ino]);
+            books.names.remove((parent, spot.key), ino);
+        }
+        drop(d);
+        c.attrs.ctime = now;
+        Some(self.free_shared(c))
     }
 
     /// [`Volume::rename`] under the shared guard, for a source that is
