@@ -30,6 +30,7 @@ use crate::cache::InodeGuard;
 use crate::error::{err, Errno, Result};
 use crate::frontend::Volume;
 use crate::log::Record;
+use crate::structures::btree::Spot;
 use crate::structures::dirent::{self, Lookup};
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
@@ -60,14 +61,7 @@ impl Volume {
             return Some(err(Errno::EINVAL));
         }
         let dev = self.be.dev.as_ref();
-        let mut d = self.cache.lock(parent)?;
-        if !d.is_dir() {
-            return Some(err(Errno::ENOTDIR));
-        }
-        or_fail!(check_name(name));
-        let Lookup::Absent { free } = or_fail!(probe_in(&mut d, dev, name)) else {
-            return Some(err(Errno::EEXIST));
-        };
+        let (mut d, free) = or_fail!(self.absent_in(parent, name)?);
         or_fail!(self.reserve_shared(3)?);
         let Some(free) = free else {
             // Every position of the name's hash is taken.
@@ -96,6 +90,22 @@ impl Volume {
             books.ns_touched.insert(parent);
         }
         Some(Ok(attr))
+    }
+
+    /// Directory `dir` locked, where `name` (checked) is not: with the
+    /// free position a new entry of that name takes (`None`: every one of
+    /// its hash is taken). ENOTDIR, a bad name or EEXIST otherwise; `None`
+    /// when `dir` is not cached.
+    fn absent_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Option<Spot>)>> {
+        let mut d = self.cache.lock(dir)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        or_fail!(check_name(name));
+        match or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name)) {
+            Lookup::Absent { free } => Some(Ok((d, free))),
+            Lookup::Found { .. } => Some(err(Errno::EEXIST)),
+        }
     }
 
     /// [`Volume::unlink`] under the shared guard, when the named inode is
@@ -140,14 +150,7 @@ impl Volume {
             return None;
         }
         let dev = self.be.dev.as_ref();
-        let mut d = self.cache.lock(newparent)?;
-        if !d.is_dir() {
-            return Some(err(Errno::ENOTDIR));
-        }
-        or_fail!(check_name(newname));
-        let Lookup::Absent { free } = or_fail!(probe_in(&mut d, dev, newname)) else {
-            return Some(err(Errno::EEXIST));
-        };
+        let (mut d, free) = or_fail!(self.absent_in(newparent, newname)?);
         let mut i = self.cache.try_lock(ino)?;
         if i.is_dir() {
             return Some(err(Errno::EPERM));
