@@ -403,6 +403,7 @@ impl Backend {
         } else {
             cache.dirty.get_mut().iter().copied().collect()
         };
+        let mut restored = Vec::new();
         for ino in inos {
             let Some(inode) = cache.get_mut(ino) else {
                 continue;
@@ -416,16 +417,17 @@ impl Backend {
             };
             let held = inline.is_some();
             let extents = inline.unwrap_or_default();
-            if inode.attrs.inline != extents {
-                inode.attrs.inline = extents;
-                inode.tree.hold_inline(held);
-                cache.dirty.get_mut().insert(ino);
+            let changed = inode.attrs.inline != extents;
+            inode.attrs.inline = extents;
+            // Held: its leaf stays clean in memory; not held (any more):
+            // a leaf never written is written below.
+            inode.tree.hold_inline(held);
+            if changed {
+                // Its record is written anew (it is dirty already, as only
+                // a change to its tree changes the map; this makes sure).
+                restored.push(ino);
             }
-            let Some(inode) = cache.get_mut(ino) else {
-                continue;
-            };
             if held {
-                inode.tree.hold_inline(true);
                 continue;
             }
             let tree = &mut inode.tree;
@@ -470,6 +472,7 @@ impl Backend {
                 cache.unify_pending.insert(ino);
             }
         }
+        cache.dirty.get_mut().extend(restored);
         Ok(())
     }
 

@@ -115,12 +115,7 @@ impl Volume {
 
     fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
         let dev = self.be.dev.clone();
-        let mut empty = true;
-        self.dir(ino)?.tree.scan(dev.as_ref(), 0, u64::MAX, |_, _, _| {
-            empty = false;
-            Ok(ControlFlow::Break(()))
-        })?;
-        Ok(empty)
+        has_no_entries(self.dir(ino)?, dev.as_ref())
     }
 
     pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> {
@@ -551,6 +546,16 @@ fn fresh_inode(
         inode.tree = crate::structures::btree::Tree::new_empty(ino, inode.tree.kind);
     }
     inode
+}
+
+/// Whether directory `d` (the caller holds its lock) has no entry.
+pub(super) fn has_no_entries(d: &mut Inode, dev: &dyn Device) -> Result<bool> {
+    let mut empty = true;
+    d.tree.scan(dev, 0, u64::MAX, |_, _, _| {
+        empty = false;
+        Ok(ControlFlow::Break(()))
+    })?;
+    Ok(empty)
 }
 
 /// Look `name` up in directory `d` (the caller holds its lock): its entry,

@@ -25,7 +25,7 @@
 //! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
 //! records, handed to the backend at settle).
 
-use super::{check_name, fresh_inode, probe_in};
+use super::{check_name, fresh_inode, has_no_entries, probe_in};
 use crate::cache::InodeGuard;
 use crate::error::{err, Errno, Result};
 use crate::frontend::Volume;
@@ -108,17 +108,25 @@ impl Volume {
         }
     }
 
+    /// Directory `dir` locked, with the entry `name` names there: its
+    /// inode, type and place. ENOTDIR or ENOENT otherwise; `None` when
+    /// `dir` is not cached.
+    fn found_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Ino, FileType, Spot)>> {
+        let mut d = self.cache.lock(dir)?;
+        if !d.is_dir() {
+            return Some(err(Errno::ENOTDIR));
+        }
+        match or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name)) {
+            Lookup::Found { ino, kind, spot } => Some(Ok((d, ino, kind, spot))),
+            Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
+        }
+    }
+
     /// [`Volume::unlink`] under the shared guard, when the named inode is
     /// cached and nobody holds it.
     pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
         let dev = self.be.dev.as_ref();
-        let mut d = self.cache.lock(parent)?;
-        if !d.is_dir() {
-            return Some(err(Errno::ENOTDIR));
-        }
-        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut d, dev, name)) else {
-            return Some(err(Errno::ENOENT));
-        };
+        let (mut d, ino, kind, spot) = or_fail!(self.found_in(parent, name)?);
         if kind == FileType::Directory {
             return Some(err(Errno::EISDIR));
         }
@@ -187,13 +195,7 @@ impl Volume {
     /// is cached and nobody holds it (so nothing is being made in it).
     pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
         let dev = self.be.dev.as_ref();
-        let mut d = self.cache.lock(parent)?;
-        if !d.is_dir() {
-            return Some(err(Errno::ENOTDIR));
-        }
-        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut d, dev, name)) else {
-            return Some(err(Errno::ENOENT));
-        };
+        let (mut d, ino, kind, spot) = or_fail!(self.found_in(parent, name)?);
         if kind != FileType::Directory {
             return Some(err(Errno::ENOTDIR));
         }
@@ -204,12 +206,7 @@ impl Volume {
         if !c.is_dir() {
             return None; // damage: the exclusive path reports it
         }
-        let mut empty = true;
-        or_fail!(c.tree.scan(dev, 0, u64::MAX, |_, _, _| {
-            empty = false;
-            Ok(std::ops::ControlFlow::Break(()))
-        }));
-        if !empty {
+        if !or_fail!(has_no_entries(&mut c, dev)) {
             return Some(err(Errno::ENOTEMPTY));
         }
         or_fail!(self.reserve_release_shared(2)?);
