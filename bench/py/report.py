@@ -717,6 +717,9 @@ def write(res, path, plotdir, plots):
           "counters give blocks (4 KiB) and flushes per fsync."]
     e = engine_table(rows)
     L += e if e else ["", "Not run."]
+    floor = hand_measured("fsync-floor.md")
+    if e and floor:
+        L += ["", "### What an fsync costs the engine on this device", "", floor.strip()]
     L += [""] + snapshot_section(res.get("snapshots"), engine_snapshot_text())
     L += ["## Not run, errors and notes", ""]
     notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]

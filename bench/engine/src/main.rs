@@ -134,6 +134,10 @@ fn die(msg: String) -> ! {
 
 /// Format `path` and open the new volume.
 fn open_engine(path: &Path) -> Arc<Fs> {
+    // Measured as the `tux3` command runs it, or not at all.
+    if !tux3::device::file::BATCHED_WRITES {
+        die("the engine is built without its `uring` feature (batched device writes), unlike the tux3 command".into());
+    }
     let dev = FileDevice::open(path, 4096, true).unwrap_or_else(|e| die(format!("{}: {e}", path.display())));
     let dev: Arc<dyn Device> = Arc::new(dev);
     Fs::format(dev, &FormatOptions::default()).unwrap_or_else(|e| die(format!("format: {e}")));

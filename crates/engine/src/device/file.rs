@@ -36,6 +36,11 @@ pub struct FileDevice {
     counters: Counters,
 }
 
+/// Whether this build can batch device writes through an io_uring (the
+/// `uring` feature, which the `tux3` command enables): without it, every
+/// block of a commit is its own `pwrite`, one after another.
+pub const BATCHED_WRITES: bool = cfg!(feature = "uring");
+
 impl FileDevice {
     /// Open `path` with `block_size`-byte blocks. Block devices are opened
     /// with `O_DIRECT` when `block_size` is a multiple of their sector size.
