@@ -203,20 +203,26 @@ pub(crate) fn parse_helper<P: Parser>(usage: u8) -> Result<P, ExitCode> {
 }
 
 /// mimalloc's option number of `purge_delay` (`mi_option_purge_delay` in
-/// its `mimalloc.h`, the same in its versions 2 and 3).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+/// its `mimalloc.h`, the same in its versions 2 and 3; libmimalloc-sys's
+/// own constants follow an older list).
+pub const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long memory freed stays with mimalloc before it goes back to the
+/// system, in ms ([`tune_allocator`]).
+pub const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
 
 /// Settings of the global allocator (mimalloc) for a server: memory freed
-/// goes back to the system after 1 s unused instead of 10 ms. A mount (or
-/// the engine under dbench) frees and allocates page buffers by the
-/// thousand a second; returned at once, each came back as fresh memory
-/// that the kernel faults in and zeroes (whole 2 MiB huge pages), and that
-/// zeroing was 11% of the engine's CPU in dbench with 32 clients. Call it
+/// goes back to the system after [`PURGE_DELAY_MS`] unused. A mount (or the
+/// engine under dbench) frees and allocates page buffers by the thousand a
+/// second; returned at once (mimalloc 2 waits only 10 ms), each comes back
+/// as fresh memory that the kernel faults in and zeroes, whole 2 MiB huge
+/// pages at a time. Mimalloc 3, which the binaries link, waits 1 s by
+/// default: the call keeps that whatever the version's default. Call it
 /// first thing in `main` of a binary whose global allocator is mimalloc.
 pub fn tune_allocator() {
     // SAFETY: mimalloc's options are plain integers it reads atomically;
     // setting one is allowed at any time, from any thread.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1000) }
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
 }
 
 pub fn main() -> ExitCode {
