@@ -1,7 +1,8 @@
 //! API layer (top of the engine): the library's public surface. [`Fs`] is a
 //! mounted volume; every method is one POSIX-like operation and returns
 //! POSIX errors as values. Owns the delta guard (the volume), the commit scheduling and
-//! its threads (`commit.rs`), and opening an image by path (`image.rs`).
+//! its threads (`commit.rs`), the one-shot answer a blocking fsync waits
+//! for (`answer.rs`), and opening an image by path (`image.rs`).
 //!
 //! This layer holds no filesystem logic: it takes the volume — shared for
 //! the operations that may run together (`frontend/shared.rs`: stat,
@@ -12,6 +13,7 @@
 //! uses the backend (mkfs, commit jobs), the device layer (counters) and
 //! the base modules.
 
+mod answer;
 mod commit;
 mod image;
 mod snapshot;
@@ -395,16 +397,11 @@ impl Fs {
     /// xattrs) changed since the data, size and names were last durable;
     /// otherwise it is an fsync (the inode record rides along anyway).
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.fsync_then(
-            ino,
-            datasync,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.recv()
-            .unwrap_or(Err(crate::error::Error::Posix(crate::error::Errno::EIO)))
+        // Answered EIO if the callback is dropped without being called.
+        let eio = Err(crate::error::Error::Posix(crate::error::Errno::EIO));
+        let (giver, waiter) = answer::for_this_thread(eio);
+        self.fsync_then(ino, datasync, Box::new(move |r| giver.give(r)));
+        waiter.wait()
     }
 
     /// [`Fs::fsync`] without waiting: `done` is called with the outcome once
