@@ -22,7 +22,8 @@ struct Slot<T> {
 /// holder was dropped, say by a thread that panicked), it gives the
 /// fallback, so the waiter never waits for nothing.
 pub(super) struct Giver<T> {
-    slot: Option<Arc<Slot<T>>>,
+    slot: Arc<Slot<T>>,
+    /// `None` once given.
     fallback: Option<T>,
 }
 
@@ -40,7 +41,7 @@ pub(super) fn for_this_thread<T>(fallback: T) -> (Giver<T>, Waiter<T>) {
     });
     (
         Giver {
-            slot: Some(slot.clone()),
+            slot: slot.clone(),
             fallback: Some(fallback),
         },
         Waiter { slot },
@@ -57,16 +58,15 @@ impl<T> Slot<T> {
 impl<T> Giver<T> {
     /// Give the answer and wake the waiter (from any thread).
     pub(super) fn give(mut self, value: T) {
-        if let Some(slot) = self.slot.take() {
-            slot.give(value);
-        }
+        self.fallback = None;
+        self.slot.give(value);
     }
 }
 
 impl<T> Drop for Giver<T> {
     fn drop(&mut self) {
-        if let (Some(slot), Some(fallback)) = (self.slot.take(), self.fallback.take()) {
-            slot.give(fallback);
+        if let Some(fallback) = self.fallback.take() {
+            self.slot.give(fallback);
         }
     }
 }
