@@ -4,7 +4,8 @@
 //! threads, not fuser's, serve the requests. `-o uring` on a kernel that
 //! does not allow it fails with a message saying how to allow it; a mount
 //! without the option says so once, and nothing where the kernel allows it.
-//! A write that must wait for a commit leaves the ring threads.
+//! A write that must wait for a commit leaves the ring threads, and so does
+//! a large read.
 //!
 //! Needs root, /dev/fuse and a kernel with FUSE over io_uring (the `fuse`
 //! module's `enable_uring` parameter); without them the tests print a note
@@ -219,6 +220,73 @@ fn writes_held_for_a_commit_leave_the_ring_threads() {
         "and after a remount"
     );
     m.unmount();
+}
+
+/// The file's bytes as `large_reads_*` writes them: each 8-byte word holds
+/// its own offset, so a block read from the wrong place shows.
+fn stamped(len: usize) -> Vec<u8> {
+    (0..len as u64 / 8).flat_map(|w| (w * 8).to_le_bytes()).collect()
+}
+
+/// A large READ (a sequential reader's read-ahead) is read on a thread that
+/// may block, straight into its ring entry, so that several device reads
+/// are in flight: readers see the file block for block, whether it comes
+/// from the device or from writes not yet committed, while other readers
+/// read it too.
+#[test]
+fn large_reads_leave_the_ring_threads_and_read_back() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let Some(_switch) = uring_switch(true) else {
+        return;
+    };
+    const LEN: usize = 24 << 20;
+    let fx = Fixture::new("256M");
+    let mut expect = stamped(LEN);
+    let m = fx.mount(&["-o", "uring"]);
+    fs::write(fx.path("big"), &expect).unwrap();
+    m.unmount();
+    // From the device now; then a few blocks written again and left
+    // uncommitted, in the middle of what the big reads cover.
+    let m = fx.mount(&["-o", "uring,commit=0"]);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fx.path("big"))
+        .unwrap();
+    for at in [5 << 20, (9 << 20) + 4096, (17 << 20) - 4096] {
+        let new = vec![0xA5u8; 8192];
+        f.write_all_at(&new, at as u64).unwrap();
+        expect[at..at + new.len()].copy_from_slice(&new);
+    }
+    // Drop the kernel's cached pages, so every read below asks the server.
+    // SAFETY: plain syscall on an open descriptor.
+    assert_eq!(
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) },
+        0
+    );
+    let before = cpu_ns(m.pid, "tux3-blocking");
+    std::thread::scope(|s| {
+        for r in 0..3usize {
+            let (path, expect) = (fx.path("big"), &expect);
+            s.spawn(move || {
+                let mut back = Vec::with_capacity(LEN);
+                fs::File::open(path).unwrap().read_to_end(&mut back).unwrap();
+                assert!(back.len() == LEN, "reader {r}: {} bytes of {LEN}", back.len());
+                if let Some(at) = (0..LEN).find(|&k| back[k] != expect[k]) {
+                    panic!("reader {r}: byte {at} differs");
+                }
+            });
+        }
+    });
+    let handed_off = cpu_ns(m.pid, "tux3-blocking") - before;
+    assert!(
+        handed_off > 0,
+        "the read-ahead's 1 MiB reads ran off the ring threads"
+    );
+    drop(f);
+    m.unmount();
+    fx.fsck();
 }
 
 #[test]

@@ -27,7 +27,64 @@ pub enum Outcome {
 
 /// Called once with a deferred request's outcome (0 or a negative errno)
 /// and its reply.
-pub type Deferred = Box<dyn FnOnce(i32, &[u8]) + Send>;
+pub type Deferred = Box<dyn FnOnce(i32, Reply<'_>) + Send>;
+
+/// The reply of a request answered later.
+pub enum Reply<'a> {
+    /// These bytes, which the ring copies into the request's payload buffer.
+    Bytes(&'a [u8]),
+    /// This many bytes, already written into the request's payload buffer
+    /// (through [`Lent`]).
+    InPayload(usize),
+}
+
+/// A READ at least this large goes to a thread that may block: the device
+/// read then runs beside the ring thread's other requests, so a sequential
+/// reader's read-ahead requests (1 MiB each) keep several device reads in
+/// flight, where one ring thread would read them one after another (the
+/// kernel queues a reader's requests on its own CPU's queue). Smaller reads
+/// (random 4 KiB) stay on the ring thread: a hand-off costs two wake-ups.
+pub const READ_HANDOFF: usize = 128 << 10;
+
+/// A request's payload buffer, lent to the thread that writes its reply
+/// there. The ring (`ring.rs`) neither reads nor reuses an entry's buffers
+/// from the moment it hands the request to [`Tux3Fuse::serve_ring`] until
+/// the reply is delivered, the kernel writes into them only once that reply
+/// is committed (the commit fetches the entry's next request), and the
+/// buffers are freed only after every entry has ended (a held request keeps
+/// its entry live) or else leaked.
+struct Lent {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is used by one thread at a time (see `Lent`).
+unsafe impl Send for Lent {}
+
+impl Lent {
+    fn new(buf: &mut [u8]) -> Lent {
+        Lent {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+        }
+    }
+
+    /// # Safety
+    /// Called once, by the thread that then answers the request (see `Lent`).
+    unsafe fn take<'a>(self) -> &'a mut [u8] {
+        // SAFETY: `ptr` and `len` came from a live `&mut [u8]` nobody else
+        // uses until the request is answered.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// Run `job` on a thread that may block; without one to take it (they are
+/// gone only if one panicked), here.
+fn hand_off(blocking: &Sender<Job>, job: Job) {
+    if let Err(SendError(job)) = blocking.send(job) {
+        job();
+    }
+}
 
 /// Work handed to a thread that may block (see [`Tux3Fuse::serve_ring`]).
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -97,7 +154,8 @@ impl Tux3Fuse {
     /// its thread's ring would wait too — a small write and fsync behind a
     /// stream's write held for a commit. A write that would wait for dirty
     /// data to drain goes to `blocking` instead, with a copy of its data,
-    /// and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl.
+    /// and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl. A large READ
+    /// goes there too ([`READ_HANDOFF`]), reading straight into `payload`.
     pub(super) fn serve_ring(
         &self,
         h: &InHeader,
@@ -120,7 +178,24 @@ impl Tux3Fuse {
                     Err(short) => return refused(short),
                 };
                 let size = (a.size as usize).min(payload.len());
-                return replied(self.fs.read_into(h.nodeid, a.offset, &mut payload[..size]));
+                let out = &mut payload[..size];
+                if size < READ_HANDOFF {
+                    return replied(self.fs.read_into(h.nodeid, a.offset, out));
+                }
+                let (fuse, ino, offset, out, done) =
+                    (self.clone(), h.nodeid, a.offset, Lent::new(out), defer());
+                hand_off(
+                    blocking,
+                    Box::new(move || {
+                        // SAFETY: this job answers the request, once.
+                        let out = unsafe { out.take() };
+                        match fuse.fs.read_into(ino, offset, out) {
+                            Ok(n) => done(0, Reply::InPayload(n)),
+                            Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
+                        }
+                    }),
+                );
+                return Outcome::Later;
             }
             op::FSYNC | op::FSYNCDIR => {
                 let a: FsyncIn = match read(op_in) {
@@ -132,7 +207,7 @@ impl Tux3Fuse {
                 self.fs.fsync_then(
                     h.nodeid,
                     datasync,
-                    Box::new(move |r| done(r.err().map_or(0, |e| errno_of(&e)), &[])),
+                    Box::new(move |r| done(r.err().map_or(0, |e| errno_of(&e)), Reply::Bytes(&[]))),
                 );
                 return Outcome::Later;
             }
@@ -149,15 +224,13 @@ impl Tux3Fuse {
                         .map(|n| Answer::Written(n as u32))
                 } else {
                     let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
-                    let job: Job = Box::new(move || match fuse.write(ino, offset, &data, kill) {
-                        Ok(n) => done(0, &written(n as u32)),
-                        Err(e) => done(errno_of(&e), &[]),
-                    });
-                    // Without a thread to take it (they are gone only if one
-                    // panicked), it runs here.
-                    if let Err(SendError(job)) = blocking.send(job) {
-                        job();
-                    }
+                    hand_off(
+                        blocking,
+                        Box::new(move || match fuse.write(ino, offset, &data, kill) {
+                            Ok(n) => done(0, Reply::Bytes(&written(n as u32))),
+                            Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
+                        }),
+                    );
                     return Outcome::Later;
                 }
             }
@@ -170,15 +243,13 @@ impl Tux3Fuse {
                 return match self.ring_ioctl(h.uid, a.cmd, &payload[..len]) {
                     Some(job) => {
                         let done = defer();
-                        let job: Job = Box::new(move || match job() {
-                            Ok(data) => done(0, &[&ioctl_out()[..], &data].concat()),
-                            Err(e) => done(errno_of(&e), &[]),
-                        });
-                        // Without a thread to take it (they are gone only if
-                        // one panicked), it runs here.
-                        if let Err(SendError(job)) = blocking.send(job) {
-                            job();
-                        }
+                        hand_off(
+                            blocking,
+                            Box::new(move || match job() {
+                                Ok(data) => done(0, Reply::Bytes(&[&ioctl_out()[..], &data].concat())),
+                                Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
+                            }),
+                        );
                         Outcome::Later
                     }
                     None => replied(Err(Error::Posix(Errno(libc::ENOTTY)))),

@@ -25,10 +25,17 @@
 //! its own time. What happens to the mount after a ring thread panicked
 //! is decided in `mod.rs`.
 //!
+//! A held request's payload buffer may be lent to the thread that answers
+//! it (a large READ reads straight into it): between serving a request and
+//! delivering its answer this thread never touches that entry's buffers,
+//! and the entry stays live (so its buffers stay allocated) until the
+//! answer is committed; after a panic they leak, so a late writer still
+//! writes into memory nobody else owns.
+//!
 //! Calls the dispatcher (`dispatch.rs`).
 
 use super::abi::{self, InHeader, HEADER_LEN};
-use super::dispatch::{Job, Outcome};
+use super::dispatch::{Job, Outcome, Reply};
 use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -130,8 +137,10 @@ impl Drop for Buffers {
     }
 }
 
-/// A deferred reply: slot index, outcome (0 or a negative errno), reply.
-type Done = (usize, i32, Vec<u8>);
+/// A deferred reply: slot index, outcome (0 or a negative errno), and the
+/// reply's bytes, or `None` with its length when it is already in the
+/// slot's payload buffer.
+type Done = (usize, i32, Result<Vec<u8>, usize>);
 
 /// The state of one queue thread.
 pub struct Queue {
@@ -314,8 +323,12 @@ impl Queue {
         let efd = self.wake.clone();
         let me = std::thread::current().id();
         let defer = move || -> super::dispatch::Deferred {
-            Box::new(move |error, reply: &[u8]| {
-                let _ = tx.send((i, error, reply.to_vec()));
+            Box::new(move |error, reply: Reply<'_>| {
+                let reply = match reply {
+                    Reply::Bytes(b) => Ok(b.to_vec()),
+                    Reply::InPayload(len) => Err(len),
+                };
+                let _ = tx.send((i, error, reply));
                 // Answered on this thread (a lone fsync commits inline):
                 // `serve` delivers it on return, no wake-up needed.
                 if std::thread::current().id() != me {
@@ -350,8 +363,14 @@ impl Queue {
                 continue;
             };
             let payload = slot.payload();
-            let len = reply.len().min(payload.len());
-            payload[..len].copy_from_slice(&reply[..len]);
+            let len = match reply {
+                Ok(bytes) => {
+                    let len = bytes.len().min(payload.len());
+                    payload[..len].copy_from_slice(&bytes[..len]);
+                    len
+                }
+                Err(len) => len.min(payload.len()),
+            };
             self.commit(i, error, len)?;
         }
         Ok(())
