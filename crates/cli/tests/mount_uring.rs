@@ -265,7 +265,7 @@ fn large_reads_leave_the_ring_threads_and_read_back() {
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) },
         0
     );
-    let before = cpu_ns(m.pid, "tux3-blocking");
+    let before = cpu_ns(m.pid, "tux3-read");
     std::thread::scope(|s| {
         for r in 0..3usize {
             let (path, expect) = (fx.path("big"), &expect);
@@ -279,11 +279,12 @@ fn large_reads_leave_the_ring_threads_and_read_back() {
             });
         }
     });
-    let handed_off = cpu_ns(m.pid, "tux3-blocking") - before;
+    let handed_off = cpu_ns(m.pid, "tux3-read") - before;
     assert!(
         handed_off > 0,
         "the read-ahead's 1 MiB reads ran off the ring threads"
     );
+
     drop(f);
     m.unmount();
     fx.fsck();

@@ -7,7 +7,7 @@
 
 use super::abi::{self, op, read, InHeader, Short, HEADER_LEN};
 use super::args::*;
-use super::dispatch::{Deferred, Job, Outcome};
+use super::dispatch::{Deferred, Job, Offload, Outcome};
 use crate::{FuseOptions, Tux3Fuse};
 use std::sync::Arc;
 use tux3::device::MemDevice;
@@ -48,8 +48,12 @@ fn serve(f: &Tux3Fuse, h: &[u8; HEADER_LEN], payload: &[u8]) -> Option<(i32, Vec
     let mut buf = vec![0u8; 1 << 16];
     buf[..payload.len()].copy_from_slice(payload);
     let (tx, _rx) = crossbeam_channel::unbounded::<Job>();
+    let offload = Offload {
+        blocking: tx.clone(),
+        reads: tx,
+    };
     let defer = || -> Deferred { Box::new(|_, _| {}) };
-    match f.serve_ring(&hdr, abi::op_in(h), &mut buf, defer, &tx) {
+    match f.serve_ring(&hdr, abi::op_in(h), &mut buf, defer, &offload) {
         Outcome::Reply { error, len } => Some((error, buf[..len].to_vec())),
         Outcome::Later => None,
     }

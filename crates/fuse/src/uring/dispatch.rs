@@ -78,10 +78,19 @@ impl Lent {
     }
 }
 
-/// Run `job` on a thread that may block; without one to take it (they are
-/// gone only if one panicked), here.
-fn hand_off(blocking: &Sender<Job>, job: Job) {
-    if let Err(SendError(job)) = blocking.send(job) {
+/// The threads a ring thread hands requests that may block to: writes
+/// held for a commit, syncs and snapshot ioctls to `blocking`; large reads
+/// to `reads`, so that a read never waits behind writes held for a commit.
+#[derive(Clone)]
+pub struct Offload {
+    pub blocking: Sender<Job>,
+    pub reads: Sender<Job>,
+}
+
+/// Run `job` on one of `threads`; without one to take it (they are gone
+/// only if one panicked), here.
+fn hand_off(threads: &Sender<Job>, job: Job) {
+    if let Err(SendError(job)) = threads.send(job) {
         job();
     }
 }
@@ -153,16 +162,17 @@ impl Tux3Fuse {
     /// entry of the caller's CPU queue, so requests behind a blocked one in
     /// its thread's ring would wait too — a small write and fsync behind a
     /// stream's write held for a commit. A write that would wait for dirty
-    /// data to drain goes to `blocking` instead, with a copy of its data,
-    /// and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl. A large READ
-    /// goes there too ([`READ_HANDOFF`]), reading straight into `payload`.
+    /// data to drain goes to `offload.blocking` instead, with a copy of its
+    /// data, and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl. A large
+    /// READ ([`READ_HANDOFF`]) goes to `offload.reads`, and reads straight
+    /// into `payload`.
     pub(super) fn serve_ring(
         &self,
         h: &InHeader,
         op_in: &[u8],
         payload: &mut [u8],
         defer: impl FnOnce() -> Deferred,
-        blocking: &Sender<Job>,
+        offload: &Offload,
     ) -> Outcome {
         let op_in = match h.op_in_len(payload.len()) {
             Ok(n) => op_in.get(..n).unwrap_or(op_in),
@@ -185,7 +195,7 @@ impl Tux3Fuse {
                 let (fuse, ino, offset, out, done) =
                     (self.clone(), h.nodeid, a.offset, Lent::new(out), defer());
                 hand_off(
-                    blocking,
+                    &offload.reads,
                     Box::new(move || {
                         // SAFETY: this job answers the request, once.
                         let out = unsafe { out.take() };
@@ -225,7 +235,7 @@ impl Tux3Fuse {
                 } else {
                     let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
                     hand_off(
-                        blocking,
+                        &offload.blocking,
                         Box::new(move || match fuse.write(ino, offset, &data, kill) {
                             Ok(n) => done(0, Reply::Bytes(&written(n as u32))),
                             Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
@@ -244,7 +254,7 @@ impl Tux3Fuse {
                     Some(job) => {
                         let done = defer();
                         hand_off(
-                            blocking,
+                            &offload.blocking,
                             Box::new(move || match job() {
                                 Ok(data) => done(0, Reply::Bytes(&[&ioctl_out()[..], &data].concat())),
                                 Err(e) => done(errno_of(&e), Reply::Bytes(&[])),

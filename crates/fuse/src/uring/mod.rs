@@ -18,8 +18,9 @@
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
 //! - this file: starting the queue threads, and the threads that take
-//!   requests which may block (a write waiting for a commit, a sync) off
-//!   them.
+//!   requests which may block off them: one set for writes waiting for a
+//!   commit, syncs and snapshot ioctls, another for large reads (so a read
+//!   never waits behind a write held for a commit).
 //!
 //! A queue thread that panics leaks its buffers (`ring.rs` argues why);
 //! its ring closes as it unwinds, so the kernel cancels its idle entries,
@@ -43,7 +44,7 @@ mod ring;
 
 use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};
 use crossbeam_channel::{unbounded, Sender};
-use dispatch::Job;
+use dispatch::{Job, Offload};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
@@ -86,6 +87,11 @@ pub type Stop = Arc<dyn Fn() + Send + Sync>;
 /// Threads taking requests that may block off the queue threads.
 const BLOCKING_THREADS: usize = 4;
 
+/// Threads taking large reads off the queue threads (see
+/// `dispatch::READ_HANDOFF`): the mount's read-ahead keeps up to four
+/// 1 MiB reads of one reader in flight.
+const READ_THREADS: usize = 4;
+
 /// The queue threads of a mount, and the threads they hand requests that
 /// may block to.
 pub struct Rings {
@@ -102,34 +108,25 @@ impl Rings {
     pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize, stop: Stop) -> io::Result<Rings> {
         let dev = Arc::new(dev.try_clone_to_owned()?);
         let payload = MAX_WRITE.max(MAX_READAHEAD) as usize;
-        let (jobs, job_rx) = unbounded::<Job>();
         let mut rings = Rings {
             threads: Vec::new(),
             blocking: Vec::new(),
             panicked: Arc::new(AtomicBool::new(false)),
         };
-        for t in 0..BLOCKING_THREADS {
-            let job_rx = job_rx.clone();
-            let name = format!("tux3-blocking{t}");
-            rings
-                .blocking
-                .push(thread::Builder::new().name(name).spawn(move || {
-                    // Ends once every queue thread (each holds a sender) is gone.
-                    for job in job_rx {
-                        job();
-                    }
-                })?);
-        }
+        let offload = Offload {
+            blocking: rings.pool("tux3-blocking", BLOCKING_THREADS)?,
+            reads: rings.pool("tux3-read", READ_THREADS)?,
+        };
         for qid in 0..queue_count() {
             for t in 0..per_queue.max(1) {
-                let (fuse, dev, jobs) = (fuse.clone(), dev.clone(), jobs.clone());
+                let (fuse, dev, offload) = (fuse.clone(), dev.clone(), offload.clone());
                 let (stop, panicked) = (stop.clone(), rings.panicked.clone());
                 let name = format!("tux3-ring{qid}.{t}");
                 rings
                     .threads
                     .push(thread::Builder::new().name(name).spawn(move || {
                         let served = panic::catch_unwind(AssertUnwindSafe(|| {
-                            serve_queue(fuse, dev, qid, payload, jobs)
+                            serve_queue(fuse, dev, qid, payload, offload)
                         }));
                         if served.is_err() {
                             log(&format!(
@@ -146,6 +143,23 @@ impl Rings {
         Ok(rings)
     }
 
+    /// Start `n` threads named `name`N that run the jobs sent on the
+    /// returned channel, until every sender is gone.
+    fn pool(&mut self, name: &str, n: usize) -> io::Result<Sender<Job>> {
+        let (jobs, job_rx) = unbounded::<Job>();
+        for t in 0..n {
+            let job_rx = job_rx.clone();
+            self.blocking
+                .push(thread::Builder::new().name(format!("{name}{t}")).spawn(move || {
+                    // Ends once every queue thread (each holds a sender) is gone.
+                    for job in job_rx {
+                        job();
+                    }
+                })?);
+        }
+        Ok(jobs)
+    }
+
     /// Wait for every queue thread (they end when the kernel ends the
     /// connection), then for the requests they handed off. True if a queue
     /// thread panicked.
@@ -157,11 +171,11 @@ impl Rings {
     }
 }
 
-fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize, jobs: Sender<Job>) {
+fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize, offload: Offload) {
     pin_to_cpu(qid);
     let r = u16::try_from(qid)
         .map_err(|_| io::Error::other("too many CPUs"))
-        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, jobs))
+        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, offload))
         .and_then(ring::Queue::run);
     if let Err(e) = r {
         log(&format!(

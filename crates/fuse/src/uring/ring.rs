@@ -35,7 +35,7 @@
 //! Calls the dispatcher (`dispatch.rs`).
 
 use super::abi::{self, InHeader, HEADER_LEN};
-use super::dispatch::{Job, Outcome, Reply};
+use super::dispatch::{Offload, Outcome, Reply};
 use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -157,7 +157,7 @@ pub struct Queue {
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
     /// Threads for requests that may block (see `serve_ring`).
-    blocking: Sender<Job>,
+    offload: Offload,
     /// Entries the kernel still holds (registered or committed).
     live: usize,
 }
@@ -169,7 +169,7 @@ impl Queue {
         qid: u16,
         entries: usize,
         payload_len: usize,
-        blocking: Sender<Job>,
+        offload: Offload,
     ) -> io::Result<Queue> {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_single_issuer()
@@ -197,7 +197,7 @@ impl Queue {
             wake,
             done_tx,
             done_rx,
-            blocking,
+            offload,
             live: 0,
         })
     }
@@ -340,7 +340,7 @@ impl Queue {
         op_in.copy_from_slice(abi::op_in(&slot.header[..]));
         match self
             .fuse
-            .serve_ring(&h, &op_in, slot.payload(), defer, &self.blocking)
+            .serve_ring(&h, &op_in, slot.payload(), defer, &self.offload)
         {
             Outcome::Reply { error, len } => self.commit(i, error, len),
             Outcome::Later => self.deliver(),
