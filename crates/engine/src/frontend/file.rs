@@ -45,9 +45,7 @@ pub(super) fn read_from(
 }
 
 /// Read `out.len()` bytes at `offset` of `i` into `out` (clamped to the
-/// file size); returns how many. Dirty pages come from memory, extents
-/// straight from the device into `out` where whole blocks fit, holes are
-/// zeroes. The device reads happen under the file's own lock only.
+/// file size); returns how many. [`plan_read`] then [`read_blocks`].
 pub(super) fn read_into(
     i: &mut Inode,
     dev: &dyn Device,
@@ -55,9 +53,37 @@ pub(super) fn read_into(
     offset: u64,
     out: &mut [u8],
 ) -> Result<usize> {
+    let (n, reads) = plan_read(i, dev, bs, offset, out)?;
+    read_blocks(dev, bs, out, &reads)?;
+    Ok(n)
+}
+
+/// A device read that a file read makes once it has let go of the file:
+/// `len` bytes from byte `skip` of block `pblock` on, into `out[pos..]`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DeviceRead {
+    pos: usize,
+    pblock: u64,
+    skip: usize,
+    len: usize,
+}
+
+/// The part of a read of `out.len()` bytes at `offset` of `i` (clamped to
+/// the file size) that needs the file: dirty pages are copied into `out`
+/// and holes zeroed now, extents mapped (loading extent nodes as needed);
+/// the device reads are returned for [`read_blocks`], which needs only the
+/// device. Also returns how many bytes the read gives.
+pub(super) fn plan_read(
+    i: &mut Inode,
+    dev: &dyn Device,
+    bs: u64,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(usize, Vec<DeviceRead>)> {
+    let mut reads = Vec::new();
     let file_size = i.attrs.size;
     if offset >= file_size || out.is_empty() {
-        return Ok(0);
+        return Ok((0, reads));
     }
     let end = file_size.min(offset.saturating_add(out.len() as u64));
     let mut pos = 0usize;
@@ -87,29 +113,45 @@ pub(super) fn read_into(
                 break;
             }
         }
-        let pblock = e.pblock + (lblock - e.lblock);
-        // Whole blocks that fit go straight into `out`; a partial first or
-        // last block goes through a buffer.
-        let direct = if from == 0 {
-            n.min(((out.len() - pos) as u64) / bs)
-        } else {
-            0
-        };
-        if direct > 0 {
-            let bytes = (direct * bs) as usize;
-            dev.read(pblock, &mut out[pos..pos + bytes])?;
-            pos += bytes;
-            lblock += direct;
-            continue;
-        }
-        let stop = ((end - lblock * bs).min(bs)) as usize;
-        let mut buf = vec![0u8; bs as usize];
-        dev.read(pblock, &mut buf)?;
-        out[pos..pos + stop - from].copy_from_slice(&buf[from..stop]);
-        pos += stop - from;
-        lblock += 1;
+        let len = (((lblock + n) * bs).min(end) - (lblock * bs + from as u64)) as usize;
+        reads.push(DeviceRead {
+            pos,
+            pblock: e.pblock + (lblock - e.lblock),
+            skip: from,
+            len,
+        });
+        pos += len;
+        lblock += n;
     }
-    Ok(pos)
+    Ok((pos, reads))
+}
+
+/// Make the device reads of a planned read ([`plan_read`]): whole blocks
+/// straight into `out`, a partial first or last block through a buffer.
+pub(super) fn read_blocks(dev: &dyn Device, bs: u64, out: &mut [u8], reads: &[DeviceRead]) -> Result<()> {
+    let bsz = bs as usize;
+    let partial = |pblock: u64, skip: usize, into: &mut [u8]| -> Result<()> {
+        let mut buf = vec![0u8; bsz];
+        dev.read(pblock, &mut buf)?;
+        into.copy_from_slice(&buf[skip..skip + into.len()]);
+        Ok(())
+    };
+    for &r in reads {
+        let (mut pos, mut pblock, mut len) = (r.pos, r.pblock, r.len);
+        if r.skip > 0 || len < bsz {
+            let take = (bsz - r.skip).min(len);
+            partial(pblock, r.skip, &mut out[pos..pos + take])?;
+            (pos, pblock, len) = (pos + take, pblock + 1, len - take);
+        }
+        let whole = len / bsz * bsz;
+        if whole > 0 {
+            dev.read(pblock, &mut out[pos..pos + whole])?;
+        }
+        if len > whole {
+            partial(pblock + (whole / bsz) as u64, 0, &mut out[pos + whole..pos + len])?;
+        }
+    }
+    Ok(())
 }
 
 /// Apply `set`'s mode, owner and times to `i` (not its size), with ctime

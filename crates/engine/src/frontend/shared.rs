@@ -23,16 +23,17 @@
 //! removed — returns `None` having changed nothing, and the API runs it
 //! again exclusively.
 //!
-//! Device reads (tree nodes not loaded yet, file data not in cache) happen
-//! under the inode's own lock only (and, for a namespace change, its
-//! directory's), never under a lock other files share.
+//! Device reads of tree nodes not loaded yet happen under the inode's own
+//! lock only (and, for a namespace change, its directory's), never under a
+//! lock other files share; a file's data is read after its lock is let go
+//! (`read_into_shared`), so reads of one file run in parallel too.
 //! A block such a read maps cannot be reused meanwhile: blocks are freed
 //! only by exclusive operations and by commits, which wait for the guard.
 //!
 //! Calls the rest of the frontend (`Volume`'s read-only state, the file and
 //! namespace helpers) and the cache.
 
-use super::file::{check_file, new_pages, read_from, read_into, set_attrs, write_end};
+use super::file::{check_file, new_pages, plan_read, read_blocks, read_from, set_attrs, write_end};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
 use crate::cache::Inode;
@@ -169,15 +170,33 @@ impl Volume {
     }
 
     pub fn read_shared(&self, ino: Ino, offset: u64, size: usize) -> Option<Result<Vec<u8>>> {
-        let mut i = self.cache.lock(ino)?;
-        or_fail!(check_file(&i));
-        Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), offset, size))
+        let len = {
+            let i = self.cache.lock(ino)?;
+            or_fail!(check_file(&i));
+            i.attrs.size.saturating_sub(offset).min(size as u64) as usize
+        };
+        let mut out = vec![0u8; len];
+        Some(self.read_into_shared(ino, offset, &mut out)?.map(|n| {
+            out.truncate(n);
+            out
+        }))
     }
 
+    /// Read into `out` at `offset` of `ino`. The file is locked only while
+    /// the read is planned (dirty pages copied, extents mapped); its device
+    /// reads run after, beside other reads of the same file (a reader's
+    /// read-ahead asks for several 1 MiB pieces at once). The blocks it
+    /// mapped cannot be reused meanwhile: a block freed by a change of the
+    /// file stays pinned until the commit that freed it is finished, which
+    /// takes the volume exclusively, and a read holds it shared (A2).
     pub fn read_into_shared(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Option<Result<usize>> {
-        let mut i = self.cache.lock(ino)?;
-        or_fail!(check_file(&i));
-        Some(read_into(&mut i, self.be.dev.as_ref(), self.bs(), offset, out))
+        let (dev, bs) = (self.be.dev.as_ref(), self.bs());
+        let planned = {
+            let mut i = self.cache.lock(ino)?;
+            or_fail!(check_file(&i));
+            plan_read(&mut i, dev, bs, offset, out)
+        };
+        Some(planned.and_then(|(n, reads)| read_blocks(dev, bs, out, &reads).map(|()| n)))
     }
 
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
