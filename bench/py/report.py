@@ -698,6 +698,9 @@ def write(res, path, plotdir, plots):
         wake = hand_measured("wakeups.md")
         if wake:
             L += ["### Where a request's time goes on this machine", "", wake.strip(), ""]
+        copy = hand_measured("read-copy.md")
+        if copy:
+            L += ["### What a cold read costs the daemon", "", copy.strip(), ""]
     rq = requests_table(rows)
     if rq:
         L += ["## FUSE requests per operation", "",
