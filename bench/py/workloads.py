@@ -312,6 +312,11 @@ def _fio(ctx, m, name, extra, timeout):
         job = j["jobs"][0]
     except (ValueError, KeyError, IndexError):
         raise CmdError("fio %s: exit %d: %s" % (name, rc, (err or out)[-300:]))
+    # An I/O error ends fio's job early, with figures for what it did: the
+    # row says so instead of showing them as a speed.
+    if job.get("error"):
+        raise CmdError("fio %s: error %d (%s): %s" % (name, job["error"], os.strerror(job["error"]),
+                                                     (err or "").strip()[-300:]))
     return job
 
 
