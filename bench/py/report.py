@@ -34,8 +34,8 @@ WORKLOAD_TEXT = {
              "delete. Caches are dropped before stat, find and read. Operations per "
              "second, higher is better."),
     "stream": ("Streaming and random I/O (fio)",
-               "Sequential 1 MiB writes (with a final fsync) and reads (cold cache) of one "
-               "file, MB/s; then 4 KiB random reads and writes (50/50, buffered) over part "
+               "Sequential 1 MiB writes (with a final fsync) and reads (cold cache; the "
+               "median of three reads, each after dropping the caches) of one file, MB/s; then 4 KiB random reads and writes (50/50, buffered) over part "
                "of it for a fixed time, total IOPS. Higher is better."),
 }
 
