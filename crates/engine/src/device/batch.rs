@@ -1,10 +1,11 @@
 //! Device layer: writes in flight together — a commit's block images go to
 //! the device as one batch through an io_uring, up to [`DEPTH`] pieces (and
 //! [`BYTES_IN_FLIGHT`]) at once, so its scattered blocks cost about one
-//! device round trip instead of one each. Each piece is copied into its own
-//! aligned bounce buffer (kept for reuse), which `O_DIRECT` needs and which
-//! outlives the kernel's use of it: every submitted piece is waited for
-//! before [`Batch::write`] returns, error or not.
+//! device round trip instead of one each. A piece whose parts are aligned
+//! for `O_DIRECT` (cache pages are) is written straight from them; any
+//! other is copied into its own aligned bounce buffer (kept for reuse).
+//! Both outlive the kernel's use of them: every submitted piece is waited
+//! for before [`Batch::write`] returns, error or not (`batch/ring.rs`).
 //!
 //! Urgent I/O (an fsync commit's write and flush, which an application
 //! waits for) goes first: while it is under way a background batch sends no
