@@ -170,33 +170,42 @@ impl Volume {
     }
 
     pub fn read_shared(&self, ino: Ino, offset: u64, size: usize) -> Option<Result<Vec<u8>>> {
-        let len = {
-            let i = self.cache.lock(ino)?;
-            or_fail!(check_file(&i));
-            i.attrs.size.saturating_sub(offset).min(size as u64) as usize
-        };
-        let mut out = vec![0u8; len];
-        Some(self.read_into_shared(ino, offset, &mut out)?.map(|n| {
+        let read = self.read_unlocked(ino, offset, |i| {
+            vec![0u8; i.attrs.size.saturating_sub(offset).min(size as u64) as usize]
+        })?;
+        Some(read.map(|(n, mut out)| {
             out.truncate(n);
             out
         }))
     }
 
-    /// Read into `out` at `offset` of `ino`. The file is locked only while
-    /// the read is planned (dirty pages copied, extents mapped); its device
+    pub fn read_into_shared(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Option<Result<usize>> {
+        Some(self.read_unlocked(ino, offset, |_| out)?.map(|(n, _)| n))
+    }
+
+    /// Read at `offset` of `ino` into the buffer `buf` makes, and return
+    /// both with the number of bytes read. The file is locked only while the
+    /// read is planned (dirty pages copied, extents mapped); its device
     /// reads run after, beside other reads of the same file (a reader's
     /// read-ahead asks for several 1 MiB pieces at once). The blocks it
     /// mapped cannot be reused meanwhile: a block freed by a change of the
     /// file stays pinned until the commit that freed it is finished, which
     /// takes the volume exclusively, and a read holds it shared (A2).
-    pub fn read_into_shared(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Option<Result<usize>> {
+    fn read_unlocked<B: AsMut<[u8]>>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: impl FnOnce(&Inode) -> B,
+    ) -> Option<Result<(usize, B)>> {
         let (dev, bs) = (self.be.dev.as_ref(), self.bs());
-        let planned = {
+        let (mut out, planned) = {
             let mut i = self.cache.lock(ino)?;
             or_fail!(check_file(&i));
-            plan_read(&mut i, dev, bs, offset, out)
+            let mut out = buf(&i);
+            let planned = plan_read(&mut i, dev, bs, offset, out.as_mut());
+            (out, planned)
         };
-        Some(planned.and_then(|(n, reads)| read_blocks(dev, bs, out, &reads).map(|()| n)))
+        Some(planned.and_then(|(n, reads)| read_blocks(dev, bs, out.as_mut(), &reads).map(|()| (n, out))))
     }
 
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {

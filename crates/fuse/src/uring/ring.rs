@@ -137,10 +137,14 @@ impl Drop for Buffers {
     }
 }
 
-/// A deferred reply: slot index, outcome (0 or a negative errno), and the
-/// reply's bytes, or `None` with its length when it is already in the
-/// slot's payload buffer.
-type Done = (usize, i32, Result<Vec<u8>, usize>);
+/// A deferred reply as it crosses to the queue thread: [`Reply`], owned.
+enum Answered {
+    Bytes(Vec<u8>),
+    InPayload(usize),
+}
+
+/// A deferred reply: slot index, outcome (0 or a negative errno), reply.
+type Done = (usize, i32, Answered);
 
 /// The state of one queue thread.
 pub struct Queue {
@@ -325,8 +329,8 @@ impl Queue {
         let defer = move || -> super::dispatch::Deferred {
             Box::new(move |error, reply: Reply<'_>| {
                 let reply = match reply {
-                    Reply::Bytes(b) => Ok(b.to_vec()),
-                    Reply::InPayload(len) => Err(len),
+                    Reply::Bytes(b) => Answered::Bytes(b.to_vec()),
+                    Reply::InPayload(len) => Answered::InPayload(len),
                 };
                 let _ = tx.send((i, error, reply));
                 // Answered on this thread (a lone fsync commits inline):
@@ -364,12 +368,12 @@ impl Queue {
             };
             let payload = slot.payload();
             let len = match reply {
-                Ok(bytes) => {
+                Answered::Bytes(bytes) => {
                     let len = bytes.len().min(payload.len());
                     payload[..len].copy_from_slice(&bytes[..len]);
                     len
                 }
-                Err(len) => len.min(payload.len()),
+                Answered::InPayload(len) => len.min(payload.len()),
             };
             self.commit(i, error, len)?;
         }
