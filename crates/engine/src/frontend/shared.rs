@@ -26,7 +26,7 @@
 //! Device reads of tree nodes not loaded yet happen under the inode's own
 //! lock only (and, for a namespace change, its directory's), never under a
 //! lock other files share; a file's data is read after its lock is let go
-//! (`read_into_shared`), so reads of one file run in parallel too.
+//! (`read_unlocked`), so reads of one file run in parallel too.
 //! A block such a read maps cannot be reused meanwhile: blocks are freed
 //! only by exclusive operations and by commits, which wait for the guard.
 //!
