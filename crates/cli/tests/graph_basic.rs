@@ -120,7 +120,7 @@ fn small_volume_names_its_structures() {
     // The replayed inode table's root, as a mount sees it.
     let (mut be, _) = Backend::open(dev.clone(), true).unwrap();
     let mut root = None;
-    let _ = be.itable.visit(dev.as_ref(), &mut |addr, _, _, _| {
+    let _ = be.itable.get_mut().visit(dev.as_ref(), &mut |addr, _, _, _| {
         root = Some(addr);
         Err(Error::Posix(Errno::EBUSY))
     });

@@ -6,7 +6,8 @@
 //!   while another thread commits, unifies and a small dirty limit forces
 //!   commits under pressure. After the threads end, the volume is closed,
 //!   checked by fsck and reopened (replay), and every model is compared
-//!   with the volume again.
+//!   with the volume again, by all threads at once on the cold cache while
+//!   another works beside them.
 //! - Shared directories: threads create, write and unlink entries of the
 //!   same directories at once, while others list and look them up; every
 //!   entry recorded as created and not removed must be there, once, with
@@ -331,11 +332,27 @@ fn threads_in_disjoint_subtrees_each_see_their_model() {
         }
         fs.close().unwrap();
         assert_clean(&mem);
+        // Reopened, nothing is cached: the threads compare at once, so
+        // their inodes and tree nodes load in parallel (under the shared
+        // guard), while a fifth thread keeps working in a new directory
+        // of its own and commits run.
         let fs = Fs::open(mem.clone(), opts(dirty_limit)).unwrap();
-        for (d, m) in dirs.iter().zip(&models) {
-            compare(&fs, *d, m, "after reopening");
-        }
+        let extra = fs.mkdir(ROOT_INO, b"late", 0o755, 0, 0).unwrap().ino;
+        let late = with_committer(&fs, || {
+            std::thread::scope(|s| {
+                for (d, m) in dirs.iter().zip(&models) {
+                    let fs = &fs;
+                    s.spawn(move || compare(fs, *d, m, "after reopening, in parallel"));
+                }
+                let fs = &fs;
+                s.spawn(move || work(fs, extra, 77 + dirty_limit.min(7), n / 4))
+                    .join()
+                    .unwrap()
+            })
+        });
+        compare(&fs, extra, &late, "the late directory");
         fs.close().unwrap();
+        assert_clean(&mem);
     }
 }
 

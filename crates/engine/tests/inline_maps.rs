@@ -29,7 +29,7 @@ fn open(mem: &Arc<MemDevice>) -> Fs {
 fn record(mem: &Arc<MemDevice>, ino: u64) -> InodeAttrs {
     let dev: Arc<dyn Device> = mem.clone();
     let (mut be, _) = tux3::backend::Backend::open(dev.clone(), true).unwrap();
-    let raw = be.itable.get(dev.as_ref(), ino).unwrap().unwrap();
+    let raw = be.itable.get_mut().get(dev.as_ref(), ino).unwrap().unwrap();
     InodeAttrs::decode(&raw, ino, 0, &tux3::structures::bounds(dev.as_ref())).unwrap()
 }
 

@@ -239,7 +239,7 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
     let mut maps = Maps::default();
     let w = walk(
         dev.as_ref(),
-        &mut be.itable,
+        be.itable.get_mut(),
         "inode table",
         &mut |leaf, entries| {
             for (ino, v) in entries {
@@ -266,7 +266,7 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
     let _ = writeln!(
         out,
         "  depth {}, {} leaves, {} branches, {inodes} inodes",
-        be.itable.depth(),
+        be.itable.get_mut().depth(),
         w.leaves,
         w.branches
     );

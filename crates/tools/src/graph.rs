@@ -218,7 +218,7 @@ fn snapshots(d: &mut Dot, be: &Backend, live_root: Option<&str>) {
     }
     d.open("snapshots", "snapshots (after replay)", "#674ea7");
     let bs = be.bs as u64;
-    let live = be.itable.unified.addr;
+    let live = be.itable.lock().unified.addr;
     for r in snaps.records.values() {
         let state = if r.deleting {
             "deleted, space coming back"

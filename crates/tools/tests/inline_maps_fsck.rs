@@ -74,7 +74,7 @@ fn has(r: &FsckReport, parts: &[&str]) -> bool {
 /// Inode `ino`'s record as the replayed inode table has it.
 fn record(dev: &Arc<dyn Device>, ino: u64) -> InodeAttrs {
     let (mut be, _) = Backend::open(dev.clone(), true).unwrap();
-    let (raw, leaf) = be.itable.get_at(dev.as_ref(), ino).unwrap().unwrap();
+    let (raw, leaf) = be.itable.get_mut().get_at(dev.as_ref(), ino).unwrap().unwrap();
     InodeAttrs::decode(&raw, ino, leaf, &tux3::structures::bounds(dev.as_ref())).unwrap()
 }
 

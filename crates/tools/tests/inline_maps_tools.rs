@@ -50,7 +50,7 @@ fn record(dev: &Arc<dyn Device>, snap: Option<&[u8]>, ino: u64) -> InodeAttrs {
             let root = be.snaps.find(name).unwrap().itable;
             Tree::open(0, TreeKind::Itable, root).get_at(dev.as_ref(), ino)
         }
-        None => be.itable.get_at(dev.as_ref(), ino),
+        None => be.itable.get_mut().get_at(dev.as_ref(), ino),
     }
     .unwrap()
     .unwrap();

@@ -482,7 +482,9 @@ impl Backend {
         let dirty: Vec<crate::types::Ino> = cache.dirty.get_mut().iter().copied().collect();
         for ino in &dirty {
             if let Some(inode) = cache.get_mut(*ino) {
-                self.itable.insert(dev.as_ref(), *ino, inode.attrs.encode())?;
+                self.itable
+                    .get_mut()
+                    .insert(dev.as_ref(), *ino, inode.attrs.encode())?;
             }
         }
         Ok(())
@@ -491,14 +493,14 @@ impl Backend {
     /// Step 4: give dirty inode-table leaves new addresses and encode them,
     /// with their `LeafMap` records.
     fn redirect_itable(&mut self, writes: &mut Writes, records: &mut Vec<Record>) -> Result<()> {
-        for sep in self.itable.unmaps.drain(..) {
+        for sep in self.itable.get_mut().unmaps.drain(..) {
             records.push(Record::LeafUnmap { tree: 0, sep });
         }
         let mut maps = Vec::new();
         let birth = self.alloc.generation;
         let alloc = &mut self.alloc;
         let mut goal = 2;
-        self.itable.redirect_leaves(
+        self.itable.get_mut().redirect_leaves(
             self.bs,
             birth,
             &mut || {
@@ -512,7 +514,7 @@ impl Backend {
         for (sep, addr) in maps {
             records.push(Record::LeafMap { tree: 0, sep, addr });
         }
-        for (b, born) in self.itable.freed.drain(..) {
+        for (b, born) in self.itable.get_mut().freed.drain(..) {
             self.alloc.free_born(b, 1, born);
         }
         Ok(())
@@ -542,9 +544,13 @@ impl Backend {
         let mut freed = Vec::new();
         let birth = self.alloc.generation;
         let alloc = &mut self.alloc;
-        self.sb.itable =
-            self.itable
-                .redirect_branches(bs, birth, &mut || alloc.alloc_one(2), writes, &mut freed)?;
+        self.sb.itable = self.itable.get_mut().redirect_branches(
+            bs,
+            birth,
+            &mut || alloc.alloc_one(2),
+            writes,
+            &mut freed,
+        )?;
         for (b, born) in freed {
             self.alloc.free_born(b, 1, born);
         }

@@ -25,6 +25,7 @@ use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use alloc::Allocator;
 use logwriter::LogWriter;
+use parking_lot::Mutex;
 use snapshot::Snapshots;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -118,7 +119,11 @@ pub struct Backend {
     pub sb: Superblock,
     pub bs: usize,
     pub alloc: Allocator,
-    pub itable: Tree,
+    /// The inode table. Only exclusive access changes it (through
+    /// `get_mut`, which takes no lock); under the shared delta guard its
+    /// lock is held only to descend in memory and to put a node read from
+    /// the device in place (`frontend/load.rs`).
+    pub itable: Mutex<Tree>,
     /// Extent tree of the bitmap file.
     pub bitmap: Tree,
     pub log: LogWriter,
@@ -392,7 +397,7 @@ impl Backend {
             sb,
             bs,
             alloc,
-            itable,
+            itable: Mutex::new(itable),
             bitmap: bitmap_tree,
             log,
             delta,
@@ -416,7 +421,7 @@ impl Backend {
     fn recount_replayed(&mut self, inos: &[u64], trees: &HashMap<u64, TreeReplay>) {
         let dev = self.dev.clone();
         for &ino in inos {
-            let Ok(Some(raw)) = self.itable.get(dev.as_ref(), ino) else {
+            let Ok(Some(raw)) = self.itable.get_mut().get(dev.as_ref(), ino) else {
                 continue;
             };
             let bounds = crate::structures::bounds(dev.as_ref());
@@ -441,7 +446,7 @@ impl Backend {
             let mapped: u64 = extents.iter().map(|e| e.count).sum();
             if mapped != attrs.blocks {
                 attrs.blocks = mapped;
-                let _ = self.itable.insert(dev.as_ref(), ino, attrs.encode());
+                let _ = self.itable.get_mut().insert(dev.as_ref(), ino, attrs.encode());
             }
         }
     }

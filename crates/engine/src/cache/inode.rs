@@ -18,7 +18,7 @@ use crate::structures::extent;
 use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex, RwLock};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// One inode in cache.
@@ -124,7 +124,17 @@ pub type InodeGuard = ArcMutexGuard<RawMutex, Inode>;
 /// inodes (creates, unlinks) while others look them up.
 const SHARDS: usize = 64;
 
-type Shard = RwLock<HashMap<Ino, InodeCell, foldhash::fast::RandomState>>;
+type Shard = RwLock<ShardMap>;
+
+/// One shard: the cached inodes whose numbers fall in it, and those of
+/// them freed under the shared guard whose records the inode table still
+/// holds (until the next exclusive holder settles the free): a load from
+/// the table must not bring such an inode back.
+#[derive(Default)]
+struct ShardMap {
+    inodes: HashMap<Ino, InodeCell, foldhash::fast::RandomState>,
+    freed: HashSet<Ino, foldhash::fast::RandomState>,
+}
 
 /// All cached inodes and which of them are dirty in the current delta.
 pub struct InodeCache {
@@ -183,21 +193,25 @@ fn cell_mut(cell: &mut InodeCell) -> &mut Inode {
 impl InodeCache {
     /// Inode `ino`, through exclusive access (no lock taken).
     pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
-        self.shards[shard_of(ino)].get_mut().get_mut(&ino).map(cell_mut)
+        self.shards[shard_of(ino)]
+            .get_mut()
+            .inodes
+            .get_mut(&ino)
+            .map(cell_mut)
     }
 
     /// Every cached inode, through exclusive access.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Inode> {
         self.shards
             .iter_mut()
-            .flat_map(|s| s.get_mut().values_mut().map(cell_mut))
+            .flat_map(|s| s.get_mut().inodes.values_mut().map(cell_mut))
     }
 
     /// Inode `ino`, locked (shared access; uncontended under exclusive).
     /// `None` when it is not cached, or was freed by an operation that
     /// held it before this one.
     pub fn lock(&self, ino: Ino) -> Option<InodeGuard> {
-        let cell = self.shards[shard_of(ino)].read().get(&ino)?.clone();
+        let cell = self.shards[shard_of(ino)].read().inodes.get(&ino)?.clone();
         let i = cell.lock_arc();
         (!i.gone).then_some(i)
     }
@@ -205,20 +219,50 @@ impl InodeCache {
     /// Inode `ino` locked if that is possible without waiting; `None`
     /// as for [`InodeCache::lock`], or when someone holds it.
     pub fn try_lock(&self, ino: Ino) -> Option<InodeGuard> {
-        let cell = self.shards[shard_of(ino)].read().get(&ino)?.clone();
+        let cell = self.shards[shard_of(ino)].read().inodes.get(&ino)?.clone();
         let i = cell.try_lock_arc()?;
         (!i.gone).then_some(i)
     }
 
     pub fn contains(&self, ino: Ino) -> bool {
-        self.shards[shard_of(ino)].read().contains_key(&ino)
+        self.shards[shard_of(ino)].read().inodes.contains_key(&ino)
     }
 
     pub fn insert(&mut self, inode: Inode) {
         let ino = inode.ino;
         self.shards[shard_of(ino)]
             .get_mut()
+            .inodes
             .insert(ino, Arc::new(Mutex::new(inode)));
+    }
+
+    /// `inode`, just loaded from the inode table under the shared guard,
+    /// joins the cache and is returned locked — unless another operation
+    /// loaded it first (that copy is returned, and may have changed since)
+    /// or freed it since (`None`: the table's record is stale).
+    pub fn insert_loaded(&self, inode: Inode) -> Option<InodeGuard> {
+        let ino = inode.ino;
+        let cell = {
+            let mut shard = self.shards[shard_of(ino)].write();
+            if shard.freed.contains(&ino) {
+                return None;
+            }
+            shard
+                .inodes
+                .entry(ino)
+                .or_insert_with(|| Arc::new(Mutex::new(inode)))
+                .clone()
+        };
+        let i = cell.lock_arc();
+        (!i.gone).then_some(i)
+    }
+
+    /// The frees of [`InodeCache::remove_shared`] are settled: the inode
+    /// table no longer holds their records.
+    pub fn forget_freed(&mut self) {
+        for s in self.shards.iter_mut() {
+            s.get_mut().freed.clear();
+        }
     }
 
     /// [`InodeCache::insert`] under the shared guard: a new inode nobody
@@ -227,6 +271,7 @@ impl InodeCache {
         let ino = inode.ino;
         self.shards[shard_of(ino)]
             .write()
+            .inodes
             .insert(ino, Arc::new(Mutex::new(inode)));
     }
 
@@ -234,7 +279,7 @@ impl InodeCache {
     pub fn remove(&mut self, ino: Ino) -> Option<Inode> {
         self.dirty.get_mut().remove(&ino);
         self.unify_pending.remove(&ino);
-        let cell = self.shards[shard_of(ino)].get_mut().remove(&ino)?;
+        let cell = self.shards[shard_of(ino)].get_mut().inodes.remove(&ino)?;
         Some(Arc::try_unwrap(cell).ok()?.into_inner())
     }
 
@@ -245,7 +290,9 @@ impl InodeCache {
     pub fn remove_shared(&self, i: &mut Inode) {
         i.gone = true;
         self.dirty.lock().remove(&i.ino);
-        self.shards[shard_of(i.ino)].write().remove(&i.ino);
+        let mut shard = self.shards[shard_of(i.ino)].write();
+        shard.inodes.remove(&i.ino);
+        shard.freed.insert(i.ino);
     }
 
     /// Mark `ino` dirty in the current delta (shared access).

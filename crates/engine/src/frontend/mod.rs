@@ -14,6 +14,7 @@
 mod file;
 pub mod fsync;
 mod handles;
+mod load;
 mod names;
 mod namespace;
 pub mod pipeline;
@@ -175,7 +176,7 @@ impl Volume {
         ids.sort_unstable();
         for id in ids {
             let dev = v.be.dev.clone();
-            let Some((raw, leaf)) = v.be.itable.get_at(dev.as_ref(), id)? else {
+            let Some((raw, leaf)) = v.be.itable.get_mut().get_at(dev.as_ref(), id)? else {
                 continue;
             };
             let attrs = InodeAttrs::decode(&raw, id, leaf, &crate::structures::bounds(dev.as_ref()))?;
@@ -290,6 +291,7 @@ impl Volume {
             let (raw, leaf) = self
                 .be
                 .itable
+                .get_mut()
                 .get_at(dev.as_ref(), ino)?
                 .ok_or(Error::Posix(Errno::ENOENT))?;
             let attrs = InodeAttrs::decode(&raw, ino, leaf, &crate::structures::bounds(dev.as_ref()))?;
@@ -377,7 +379,7 @@ impl Volume {
     fn delta_dirty(&self) -> bool {
         !self.cache.dirty.lock().is_empty()
             || !self.be.records.is_empty()
-            || self.be.itable.has_dirty_leaves()
+            || self.be.itable.lock().has_dirty_leaves()
             || !self.be.alloc.delta_frees.is_empty()
             || !self.be.alloc.dying.is_empty()
             || self.be.snaps.reclaiming()
@@ -705,7 +707,12 @@ impl Volume {
     /// the table is replaced).
     fn note_itable_end(&mut self) -> Result<()> {
         let dev = self.be.dev.clone();
-        let last = self.be.itable.prev(dev.as_ref(), u64::MAX)?.map_or(0, |(k, _)| k);
+        let last = self
+            .be
+            .itable
+            .get_mut()
+            .prev(dev.as_ref(), u64::MAX)?
+            .map_or(0, |(k, _)| k);
         let max = self.max_ino.get_mut();
         *max = (*max).max(last).max(FIRST_INO - 1);
         Ok(())
@@ -727,7 +734,7 @@ impl Volume {
         for c in start..start + 8 {
             if !self.cache.contains(c)
                 && !self.books.get_mut().freed_inos.contains(&c)
-                && self.be.itable.get(dev.as_ref(), c)?.is_none()
+                && self.be.itable.get_mut().get(dev.as_ref(), c)?.is_none()
             {
                 found = Some(c);
                 break;

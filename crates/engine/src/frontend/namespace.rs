@@ -305,7 +305,7 @@ impl Volume {
         books.freed_inos.insert(ino);
         self.be.records.push(Record::Drop { tree: ino });
         self.be.orphans.remove(&ino);
-        self.be.itable.remove(dev.as_ref(), ino)?;
+        self.be.itable.get_mut().remove(dev.as_ref(), ino)?;
         Ok(())
     }
 

@@ -18,14 +18,15 @@
 //! Everything else in the volume (the allocator, the inode table, the log,
 //! the orphan list) is read-only here; only exclusive access changes it
 //! (what a shared unlink owes them waits in the books, `Volume::settle`).
-//! So an operation that needs more — an inode not in cache, a commit to
-//! make room, an orphan to free, a size change, a directory moved or
-//! removed — returns `None` having changed nothing, and the API runs it
-//! again exclusively.
+//! An inode not in cache is loaded here too (`load.rs`). An operation that
+//! needs more — a commit to make room, an orphan to free, a size change, a
+//! directory moved or removed — returns `None` having changed nothing, and
+//! the API runs it again exclusively.
 //!
 //! Device reads of tree nodes not loaded yet happen under the inode's own
 //! lock only (and, for a namespace change, its directory's), never under a
-//! lock other files share; a file's data is read after its lock is let go
+//! lock other files share; inode-table nodes are read with no lock held
+//! (`load.rs`); a file's data is read after its lock is let go
 //! (`read_unlocked`), so reads of one file run in parallel too.
 //! A block such a read maps cannot be reused meanwhile: blocks are freed
 //! only by exclusive operations and by commits, which wait for the guard.
@@ -135,13 +136,13 @@ impl Volume {
     }
 
     pub fn getattr_shared(&self, ino: Ino) -> Option<Result<Attr>> {
-        let i = self.cache.lock(ino)?;
+        let i = or_fail!(self.inode_shared(ino));
         Some(Ok(i.attr(self.be.bs as u32)))
     }
 
     pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Attr>> {
         let found = {
-            let mut d = self.cache.lock(parent)?;
+            let mut d = or_fail!(self.inode_shared(parent));
             or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name))
         };
         match found {
@@ -153,7 +154,7 @@ impl Volume {
     /// [`Volume::readlink`] under the shared guard; a target length out of
     /// bounds (damage) is reported by the exclusive path.
     pub fn readlink_shared(&self, ino: Ino) -> Option<Result<Vec<u8>>> {
-        let mut i = self.cache.lock(ino)?;
+        let mut i = or_fail!(self.inode_shared(ino));
         if i.kind() != FileType::Symlink {
             return Some(err(Errno::EINVAL));
         }
@@ -165,7 +166,7 @@ impl Volume {
     }
 
     pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize) -> Option<Result<Vec<DirEntry>>> {
-        let mut d = self.cache.lock(ino)?;
+        let mut d = or_fail!(self.inode_shared(ino));
         Some(readdir_of(&mut d, self.be.dev.as_ref(), pos, max))
     }
 
@@ -199,7 +200,7 @@ impl Volume {
     ) -> Option<Result<(usize, B)>> {
         let (dev, bs) = (self.be.dev.as_ref(), self.bs());
         let (mut out, planned) = {
-            let mut i = self.cache.lock(ino)?;
+            let mut i = or_fail!(self.inode_shared(ino));
             or_fail!(check_file(&i));
             let mut out = buf(&i);
             let planned = plan_read(&mut i, dev, bs, offset, out.as_mut());
@@ -210,7 +211,7 @@ impl Volume {
 
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
         or_fail!(super::xattr::check_xattr_name(name));
-        let i = self.cache.lock(ino)?;
+        let i = or_fail!(self.inode_shared(ino));
         Some(match i.attrs.xattrs.get(name) {
             Some(v) => Ok(v.clone()),
             None => err(Errno::ENODATA),
@@ -218,14 +219,14 @@ impl Volume {
     }
 
     pub fn listxattr_shared(&self, ino: Ino) -> Option<Result<Vec<Vec<u8>>>> {
-        let i = self.cache.lock(ino)?;
+        let i = or_fail!(self.inode_shared(ino));
         Some(Ok(i.attrs.xattrs.keys().cloned().collect()))
     }
 
     /// Take a handle. Handles are taken and released under the inode's
     /// lock, so a shared unlink holding it sees them settled.
     pub fn open_handle_shared(&self, ino: Ino) -> Option<Result<()>> {
-        let _i = self.cache.lock(ino)?;
+        let _i = or_fail!(self.inode_shared(ino));
         *self.handles.of(ino).entry(ino).or_insert(0) += 1;
         Some(Ok(()))
     }
@@ -233,8 +234,8 @@ impl Volume {
     /// Release `count` handles; `None` when they are the last ones of an
     /// orphan, which must then be freed.
     pub fn release_handles_shared(&self, ino: Ino, count: u64) -> Option<Result<()>> {
-        let _i = self.cache.lock(ino)?;
-        // (Only an operation holding the inode makes it an orphan.)
+        let _i = self.cache.lock(ino)?; // (a handle keeps it cached)
+                                        // (Only an operation holding the inode makes it an orphan.)
         let orphan = self.be.orphans.contains(&ino) || self.orphan_unsettled(ino);
         let mut handles = self.handles.of(ino);
         match handles.get_mut(&ino) {
@@ -271,7 +272,7 @@ impl Volume {
         strip: StripPrivs,
     ) -> Option<Result<Written>> {
         let bs = self.bs();
-        let mut i = self.cache.lock(ino)?;
+        let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
         if data.is_empty() {
             return Some(Ok(Written {
@@ -303,7 +304,7 @@ impl Volume {
         if set.size.is_some() {
             return None;
         }
-        let mut i = self.cache.lock(ino)?;
+        let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(self.reserve_shared(3)?);
         set_attrs(&mut i, set, Timespec::now());
         if strip_locked(&mut i, strip) {

@@ -122,7 +122,7 @@ impl Volume {
         for (s, c, _) in revived {
             self.be.snaps.revive(dev.as_ref(), s, c)?;
         }
-        self.be.itable =
+        *self.be.itable.get_mut() =
             crate::structures::btree::Tree::open(0, crate::structures::btree::TreeKind::Itable, target);
         self.be.sb.itable = target;
         // Nothing cached of the old image stays: inodes, clean pages, the

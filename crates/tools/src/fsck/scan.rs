@@ -79,7 +79,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
     // The inode table.
     let mut inodes: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
     let walked = {
-        let (itable, fr) = (&mut be.itable, &mut f);
+        let (itable, fr) = (be.itable.get_mut(), &mut f);
         let (mut bad, mut shape) = (Vec::new(), Vec::new());
         let w = walk(
             dev,

@@ -200,7 +200,7 @@ pub(super) fn itable(d: &mut Dot, be: &mut Backend) -> (Vec<Inode>, Option<Strin
     let (root, cut) = draw_tree(
         d,
         dev.as_ref(),
-        &mut be.itable,
+        be.itable.get_mut(),
         "itable",
         ITABLE,
         &mut |id, leaf, entries| {

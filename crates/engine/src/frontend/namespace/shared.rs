@@ -16,8 +16,10 @@
 //! unlink leaves in `Books::unsettled` for the next exclusive holder
 //! (`Volume::settle`, run before any exclusive operation and every freeze),
 //! so it lands in the same delta as the unlink. Until then the freed number
-//! is in no cache (an operation on it runs exclusively and finds it gone),
-//! its blocks stay in use, and a new orphan is listed in `unsettled`.
+//! is in no cache (an operation still holding its cell finds it gone; a
+//! load from the inode table, which still has its record, finds it in its
+//! shard's freed set: ENOENT either way), its blocks stay in use, and a new
+//! orphan is listed in `unsettled`.
 //!
 //! Directories are made and removed here too, and hard links added.
 //! Renaming a directory, exchanges and symlinks stay exclusive.
@@ -94,10 +96,10 @@ impl Volume {
 
     /// Directory `dir` locked, where `name` (checked) is not: with the
     /// free position a new entry of that name takes (`None`: every one of
-    /// its hash is taken). ENOTDIR, a bad name or EEXIST otherwise; `None`
-    /// when `dir` is not cached.
+    /// its hash is taken). ENOTDIR, a bad name or EEXIST otherwise (ENOENT
+    /// for no such directory).
     fn absent_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Option<Spot>)>> {
-        let mut d = self.cache.lock(dir)?;
+        let mut d = or_fail!(self.inode_shared(dir));
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
@@ -109,10 +111,9 @@ impl Volume {
     }
 
     /// Directory `dir` locked, with the entry `name` names there: its
-    /// inode, type and place. ENOTDIR or ENOENT otherwise; `None` when
-    /// `dir` is not cached.
+    /// inode, type and place. ENOTDIR or ENOENT otherwise.
     fn found_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Ino, FileType, Spot)>> {
-        let mut d = self.cache.lock(dir)?;
+        let mut d = or_fail!(self.inode_shared(dir));
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
@@ -414,7 +415,7 @@ impl Volume {
                 Record::Drop { tree } => {
                     self.be.orphans.remove(&tree);
                     self.cache.unify_pending.remove(&tree);
-                    if let Err(e) = self.be.itable.remove(dev.as_ref(), tree) {
+                    if let Err(e) = self.be.itable.get_mut().remove(dev.as_ref(), tree) {
                         tracing::error!("inode {tree} freed, but not removed from the inode table: {e}");
                         self.failed = true;
                     }
@@ -423,5 +424,7 @@ impl Volume {
             }
             self.be.records.push(r);
         }
+        // The freed inodes' records are out of the table: loads may look.
+        self.cache.forget_freed();
     }
 }

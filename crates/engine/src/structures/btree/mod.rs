@@ -7,12 +7,14 @@
 //! evenly spread keys (`node.rs`).
 //!
 //! Calls the device (to load nodes) and the base modules.
+mod cached;
 pub mod node;
 mod redirect;
 mod replay;
 mod search;
 pub mod tree;
 
+pub use cached::{Cached, Loaded, Missing};
 pub use node::{Node, TreeKind};
 pub use search::{Probe, Spot};
 pub use tree::Tree;

@@ -200,6 +200,15 @@ impl Tree {
         }
     }
 
+    /// The root's slot (`None`: an empty tree).
+    pub(super) fn root_slot(&self) -> Option<&Slot> {
+        self.root.as_ref()
+    }
+
+    pub(super) fn root_slot_mut(&mut self) -> Option<&mut Slot> {
+        self.root.as_mut()
+    }
+
     /// Value stored under `key`.
     pub fn get(&mut self, dev: &dyn Device, key: u64) -> Result<Option<Vec<u8>>> {
         Ok(self.get_at(dev, key)?.map(|(v, _)| v))
@@ -589,19 +598,24 @@ fn disk_leaf_placeholder() -> Leaf {
     }
 }
 
+/// Read and decode the node at `addr` (level `level`) of `owner`'s tree.
+pub(super) fn read_node(dev: &dyn Device, addr: u64, owner: u64, kind: TreeKind, level: u8) -> Result<Node> {
+    let count = dev.block_count();
+    if addr < 2 || addr >= count {
+        return Err(Error::corrupt(
+            addr,
+            format!("{} node address outside the volume", kind.name()),
+        ));
+    }
+    let mut b = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut b)?;
+    decode(&b, addr, owner, kind, level, count)
+}
+
 /// Turn a `Disk` slot into a loaded node and return it.
 pub(super) fn load<'s>(slot: &'s mut Slot, cx: &Ctx, level: u8) -> Result<&'s mut Node> {
     if let Slot::Disk(addr) = *slot {
-        let count = cx.dev.block_count();
-        if addr < 2 || addr >= count {
-            return Err(Error::corrupt(
-                addr,
-                format!("{} node address outside the volume", cx.kind.name()),
-            ));
-        }
-        let mut b = vec![0u8; cx.dev.block_size() as usize];
-        cx.dev.read(addr, &mut b)?;
-        *slot = Slot::Mem(Box::new(decode(&b, addr, cx.owner, cx.kind, level, count)?));
+        *slot = Slot::Mem(Box::new(read_node(cx.dev, addr, cx.owner, cx.kind, level)?));
     }
     match slot {
         Slot::Mem(n) => Ok(n),
