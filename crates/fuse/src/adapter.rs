@@ -7,6 +7,7 @@
 //!
 //! Calls only [`tux3::Fs`].
 
+use super::listing::ListingAdvice;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
 use super::{
     errno, file_attr, from_system_time, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
@@ -45,6 +46,8 @@ pub struct Tux3Fuse {
     uring: Arc<AtomicBool>,
     /// Sends invalidations to the kernel; set once the session exists.
     notifier: Arc<OnceLock<Notifier>>,
+    /// Whether listings carry attributes (io_uring only).
+    pub(super) listings: Arc<ListingAdvice>,
 }
 
 impl Tux3Fuse {
@@ -57,6 +60,7 @@ impl Tux3Fuse {
             strips_privs: Arc::new(AtomicBool::new(false)),
             uring: Arc::new(AtomicBool::new(false)),
             notifier: Arc::new(OnceLock::new()),
+            listings: Arc::default(),
         }
     }
 

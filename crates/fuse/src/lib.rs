@@ -8,6 +8,7 @@
 //!
 //! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
 //! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
+//! - `listing.rs`: whether a listing carries each entry's attributes;
 //! - `uring/`: the io_uring transport (per-CPU queues, its own request
 //!   decoding and reply encoding over the same adapter);
 //! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
@@ -23,6 +24,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod listing;
 mod ops;
 mod serve;
 mod snapshot;

@@ -324,6 +324,17 @@ impl<'a> Out<'a> {
         true
     }
 
+    /// One `struct fuse_direntplus` without attributes: its
+    /// `fuse_entry_out` all zero (node 0, which the kernel skips), then the
+    /// padded `fuse_dirent`; false (and nothing written) if it does not fit.
+    pub fn direntplus_name(&mut self, ino: u64, next: u64, kind: FileType, name: &[u8]) -> bool {
+        if 128 + (24 + name.len()).next_multiple_of(8) > self.room() {
+            return false;
+        }
+        self.bytes(&[0; 128]);
+        self.dirent(ino, next, kind, name)
+    }
+
     /// One `struct fuse_direntplus` (a `fuse_entry_out`, then the padded
     /// `fuse_dirent`); false (and nothing written) if it does not fit.
     pub fn direntplus(&mut self, a: &Attr, next: u64, name: &[u8], ttl: Duration) -> bool {

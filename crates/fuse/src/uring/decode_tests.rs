@@ -261,8 +261,30 @@ fn short_requests_get_einval() {
     assert!(InHeader::parse(&[0u8; HEADER_LEN]).is_ok());
 }
 
+/// The entries of a READDIRPLUS reply: each `fuse_direntplus` is a
+/// `fuse_entry_out` (128 bytes, nodeid first, the attributes' mode at
+/// 40 + 60), then a `fuse_dirent` (ino, off, namelen, type, name padded to
+/// 8). Gives (name, nodeid, d_ino, mode).
+fn direntplus(reply: &[u8]) -> Vec<(Vec<u8>, u64, u64, u32)> {
+    let mut at = 0;
+    let mut seen = Vec::new();
+    while at < reply.len() {
+        let namelen = u32_at(reply, at + 128 + 16) as usize;
+        let name = reply[at + 128 + 24..at + 128 + 24 + namelen].to_vec();
+        seen.push((
+            name,
+            u64_at(reply, at),
+            u64_at(reply, at + 128),
+            u32_at(reply, at + 40 + 60),
+        ));
+        at += 128 + (24 + namelen).next_multiple_of(8);
+    }
+    assert_eq!(at, reply.len());
+    seen
+}
+
 #[test]
-fn readdirplus_gives_attributes_and_counts_each_entry_as_a_lookup() {
+fn readdirplus_gives_names_first_then_attributes_counting_each_entry_as_a_lookup() {
     let f = fuse();
     let mknod = [ne32(libc::S_IFREG | 0o600), ne32(0), ne32(0), ne32(0)].concat();
     let (e, reply) = call(&f, op::MKNOD, ROOT_INO, &mknod, b"file\0").unwrap();
@@ -271,34 +293,38 @@ fn readdirplus_gives_attributes_and_counts_each_entry_as_a_lookup() {
 
     // fuse_read_in: fh, offset 0, size 4096, flags, lock_owner, padding.
     let read_in = [ne64(0), ne64(0), ne32(4096), ne32(0), ne64(0), ne32(0), ne32(0)].concat();
+    // A first listing: names (and inode numbers) only, node 0 everywhere.
     let (e, reply) = call(&f, op::READDIRPLUS, ROOT_INO, &read_in, b"").unwrap();
     assert_eq!(e, 0);
-    // Each fuse_direntplus: fuse_entry_out (128 bytes, nodeid first, the
-    // attributes' mode at 40 + 60), then fuse_dirent (ino, off, namelen,
-    // type, name padded to 8).
-    let mut at = 0;
-    let mut seen = Vec::new();
-    while at < reply.len() {
-        let namelen = u32_at(&reply, at + 128 + 16) as usize;
-        let name = reply[at + 128 + 24..at + 128 + 24 + namelen].to_vec();
-        assert_eq!(u64_at(&reply, at), u64_at(&reply, at + 128), "nodeid and d_ino");
-        seen.push((name, u64_at(&reply, at), u32_at(&reply, at + 40 + 60)));
-        at += 128 + (24 + namelen).next_multiple_of(8);
-    }
-    assert_eq!(at, reply.len());
     assert_eq!(
-        seen,
+        direntplus(&reply),
         vec![
-            (b".".to_vec(), ROOT_INO, libc::S_IFDIR | 0o755),
-            (b"..".to_vec(), ROOT_INO, libc::S_IFDIR | 0o755),
-            (b"file".to_vec(), file, libc::S_IFREG | 0o600),
+            (b".".to_vec(), 0, ROOT_INO, 0),
+            (b"..".to_vec(), 0, ROOT_INO, 0),
+            (b"file".to_vec(), 0, file, 0),
+        ]
+    );
+    // Its entries looked up (a stat-each walker): listings carry attributes.
+    for _ in 0..2 {
+        let (e, reply) = call(&f, op::LOOKUP, ROOT_INO, b"", b"file\0").unwrap();
+        assert_eq!((e, ino_of(&reply)), (0, file));
+    }
+    let (e, reply) = call(&f, op::READDIRPLUS, ROOT_INO, &read_in, b"").unwrap();
+    assert_eq!(e, 0);
+    assert_eq!(
+        direntplus(&reply),
+        vec![
+            (b".".to_vec(), ROOT_INO, ROOT_INO, libc::S_IFDIR | 0o755),
+            (b"..".to_vec(), ROOT_INO, ROOT_INO, libc::S_IFDIR | 0o755),
+            (b"file".to_vec(), file, file, libc::S_IFREG | 0o600),
         ]
     );
 
-    // MKNOD and the listing: two lookups hold the unlinked file.
+    // MKNOD, two LOOKUPs and the second listing hold the unlinked file;
+    // the first listing did not.
     let (e, _) = call(&f, op::UNLINK, ROOT_INO, b"", b"file\0").unwrap();
     assert_eq!(e, 0);
-    f.forget(file, 1);
+    f.forget(file, 3);
     let (e, _) = call(&f, op::GETATTR, file, &[0u8; 16], b"").unwrap();
     assert_eq!(e, 0, "still held by the listing's lookup");
     f.forget(file, 1);

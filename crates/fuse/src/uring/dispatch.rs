@@ -14,7 +14,7 @@ use crate::adapter::{einval, is_snapshot_ioctl, negative_attr, xattr_answer, Xat
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 use tux3::error::{Errno, Error, Result};
-use tux3::types::{Attr, Ino, RenameFlags, SetAttr, StatFs, Timespec};
+use tux3::types::{Attr, FileType, Ino, RenameFlags, SetAttr, StatFs, Timespec};
 
 /// How a request ends.
 pub enum Outcome {
@@ -284,7 +284,12 @@ impl Tux3Fuse {
         let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
         Ok(match h.opcode {
             op::LOOKUP => match self.fs.lookup(ino, name()?) {
-                Ok(attr) => Answer::Entry(self.hold(ino, attr)?),
+                Ok(attr) => {
+                    if attr.kind != FileType::Directory {
+                        self.listings.looked_up(ino);
+                    }
+                    Answer::Entry(self.hold(ino, attr)?)
+                }
                 // A negative entry: the kernel caches the absence for TTL.
                 Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
                 Err(e) => return Err(e),
@@ -404,9 +409,13 @@ impl Tux3Fuse {
         };
         let size = (a.size as usize).min(payload.len());
         let mut out = Out::new(&mut payload[..size]);
-        let r = if plus {
+        let r = if plus && self.listings.with_attrs(h.nodeid, a.offset) {
             self.fill_dir_plus(h.nodeid, a.offset, |attr, next, name| {
                 !out.direntplus(attr, next, name, TTL)
+            })
+        } else if plus {
+            self.fill_dir(h.nodeid, a.offset, |ino, next, kind, name| {
+                !out.direntplus_name(ino, next, kind, name)
             })
         } else {
             self.fill_dir(h.nodeid, a.offset, |ino, next, kind, name| {
