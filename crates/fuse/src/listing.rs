@@ -17,8 +17,12 @@
 //! listed so are then looked up (`MISSES` of them; not subdirectories,
 //! which any walker looks up to go down into them), the caller is a
 //! stat-each walker, and the next `WINDOW` listings, of any directory,
-//! carry attributes. A directory whose entries were looked up since its
-//! last listing gets them too. Then listings go back to names only, and
+//! carry attributes. Asking for the attributes of files (GETATTR, which
+//! names no directory) after a listing without them counts the same way:
+//! a listing with attributes refreshes those the kernel holds of the
+//! entries, which dbench's mix asks for again. A directory whose entries
+//! were looked up since its last listing gets them too. Then listings go
+//! back to names only, and
 //! the first miss of a walker that is still going turns attributes on
 //! again: such a walker pays a LOOKUP per entry of one directory in
 //! `WINDOW` + 1.
@@ -29,7 +33,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use tux3::types::Ino;
 
 /// Lookups of entries of a directory listed without attributes that turn
@@ -53,6 +57,10 @@ pub struct ListingAdvice {
     started: AtomicU64,
     /// Listings started before this count carry attributes.
     plus_until: AtomicU64,
+    /// The last listing started went without attributes.
+    last_light: AtomicBool,
+    /// Attributes of files asked for since then.
+    asked: AtomicU32,
 }
 
 impl ListingAdvice {
@@ -68,13 +76,30 @@ impl ListingAdvice {
         let n = self.started.fetch_add(1, Relaxed);
         if n < self.plus_until.load(Relaxed) || light.get(&dir).is_some_and(|&n| n > 0) {
             light.remove(&dir);
+            self.last_light.store(false, Relaxed);
             return true;
         }
         if light.len() >= REMEMBERED {
             light.clear();
         }
         light.insert(dir, 0);
+        self.asked.store(0, Relaxed);
+        self.last_light.store(true, Relaxed);
         false
+    }
+
+    /// The kernel asked for the attributes of a file (not a directory).
+    pub fn attrs_asked(&self) {
+        if self.last_light.load(Relaxed) && self.asked.fetch_add(1, Relaxed) + 1 == MISSES {
+            self.turn_on();
+        }
+    }
+
+    /// The next `WINDOW` listings carry attributes.
+    fn turn_on(&self) {
+        self.last_light.store(false, Relaxed);
+        self.plus_until
+            .store(self.started.load(Relaxed).saturating_add(WINDOW), Relaxed);
     }
 
     /// A lookup in `dir` found an entry that is not a directory.
@@ -85,8 +110,7 @@ impl ListingAdvice {
         };
         *n = n.saturating_add(1);
         if *n == MISSES {
-            self.plus_until
-                .store(self.started.load(Relaxed).saturating_add(WINDOW), Relaxed);
+            self.turn_on();
         }
     }
 
@@ -126,5 +150,17 @@ mod tests {
         a.looked_up(999);
         a.looked_up(999);
         assert!(!a.with_attrs(500, 0));
+        // Attributes of files asked for after a listing without them turn
+        // them on as well; asked for after one with them, they do not.
+        a.attrs_asked();
+        assert!(!a.with_attrs(501, 0), "one is not a pattern");
+        a.attrs_asked();
+        a.attrs_asked();
+        for d in 0..WINDOW {
+            assert!(a.with_attrs(600 + d, 0), "listing {d} of the window");
+        }
+        a.attrs_asked();
+        a.attrs_asked();
+        assert!(!a.with_attrs(700, 0), "asked for after listings with attributes");
     }
 }

@@ -294,7 +294,13 @@ impl Tux3Fuse {
                 Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
                 Err(e) => return Err(e),
             },
-            op::GETATTR => Answer::Attr(self.fs.getattr(ino)?),
+            op::GETATTR => {
+                let attr = self.fs.getattr(ino)?;
+                if attr.kind != FileType::Directory {
+                    self.listings.attrs_asked();
+                }
+                Answer::Attr(attr)
+            }
             op::SETATTR => Answer::Attr(self.ring_setattr(ino, &read(op_in)?)?),
             op::READLINK => Answer::Data(self.fs.readlink(ino)?),
             op::SYMLINK => {
