@@ -86,6 +86,7 @@ fn every_option_is_documented() {
         "uring",
         "nouring",
         "writeback_cache",
+        "idle_poll",
         "defaults",
     ] {
         assert!(documented.contains(&name), "{name} is not in OPTION_DOCS");
@@ -99,6 +100,7 @@ fn every_option_is_documented() {
                 Some((n, "SECONDS")) => format!("{n}=3"),
                 Some((n, "SIZE")) => format!("{n}=8M"),
                 Some((n, "N")) => format!("{n}=2"),
+                Some((n, "US")) => format!("{n}=200"),
                 _ => name.to_string(),
             };
             parse_options_over(FuseOptions::for_mounter(true), &[example.as_str()], false)
@@ -122,6 +124,13 @@ fn tux3_options() {
     assert_eq!(o.dirty_limit, Some(16 << 20));
     assert_eq!(o.commit_interval, Some(Duration::from_secs(30)));
     assert_eq!(o.fuse.threads, 2);
+    assert_eq!(o.fuse.idle_poll, None, "no polling unless asked");
+    let o = parse_options(&["idle_poll=200"], false).expect("valid");
+    assert_eq!(o.fuse.idle_poll, Some(Duration::from_micros(200)));
+    for bad in ["idle_poll=0", "idle_poll=10001", "idle_poll=fast", "idle_poll"] {
+        let e = parse_options(&[bad], false).expect_err(bad);
+        assert!(e.contains("idle_poll"), "{bad}: {e}");
+    }
     let o = parse_options(&["commit=0,ro,rw"], false).expect("valid");
     assert_eq!(o.commit_interval, None);
     assert!(!o.fuse.read_only, "later options win");

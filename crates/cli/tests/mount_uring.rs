@@ -5,7 +5,9 @@
 //! does not allow it fails with a message saying how to allow it; a mount
 //! without the option says so once, and nothing where the kernel allows it.
 //! A write that must wait for a commit leaves the ring threads, and so does
-//! a large read.
+//! a large read. With `-o idle_poll` the answers are the same, the pollers
+//! (one per CPU, at idle priority) spin while requests come and end with
+//! the mount.
 //!
 //! Needs root, /dev/fuse and a kernel with FUSE over io_uring (the `fuse`
 //! module's `enable_uring` parameter); without them the tests print a note
@@ -183,6 +185,60 @@ fn uring_answers_as_dev_fuse_does() {
     assert_eq!(ring_ns, 0, "no ring threads with nouring");
     assert!(fuser_ns > 0);
     assert_eq!(by_ring, by_dev, "the same observations through both transports");
+}
+
+/// The server's threads named `prefix`: (thread id, scheduling policy).
+fn threads(pid: i32, prefix: &str) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            // Field 41 of stat, counted after the command's closing paren.
+            let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let policy = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(38))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u32::MAX);
+            out.push((t.file_name().to_string_lossy().into_owned(), policy));
+        }
+    }
+    out
+}
+
+#[test]
+fn idle_pollers_answer_the_same_spin_while_requests_come_and_end_with_the_mount() {
+    let Some(_switch) = uring_switch(true) else {
+        return;
+    };
+    let (plain, _, _) = through("uring");
+    let (polled, _, _) = through("uring,idle_poll=200");
+    assert_eq!(polled, plain, "the same observations with and without polling");
+
+    let fx = Fixture::new("256M");
+    let m = fx.mount(&["-o", "uring,idle_poll=200"]);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pollers = threads(m.pid, "tux3-poll");
+    assert_eq!(pollers.len(), cpus, "a poller per CPU: {pollers:?}");
+    assert!(
+        pollers
+            .iter()
+            .all(|&(_, policy)| policy == libc::SCHED_IDLE as u32),
+        "pollers run at idle priority: {pollers:?}"
+    );
+    let before = cpu_ns(m.pid, "tux3-poll");
+    for i in 0..2000 {
+        fs::write(fx.path(&format!("f{i}")), b"x").unwrap();
+    }
+    let spun = cpu_ns(m.pid, "tux3-poll") - before;
+    assert!(spun > 0, "the pollers ran while requests came");
+    m.unmount();
+    fx.fsck();
+    let fx = Fixture::new("256M");
+    let m = fx.mount(&["-o", "uring"]);
+    assert!(threads(m.pid, "tux3-poll").is_empty(), "no pollers unless asked");
+    m.unmount();
 }
 
 /// A write that must wait for a commit (dirty data at the `cache=` limit)

@@ -7,6 +7,7 @@
 //!
 //! Calls only [`tux3::Fs`].
 
+use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
 use super::{
@@ -48,6 +49,8 @@ pub struct Tux3Fuse {
     notifier: Arc<OnceLock<Notifier>>,
     /// Whether listings carry attributes (io_uring only).
     pub(super) listings: Arc<ListingAdvice>,
+    /// Wakes the idle pollers (`-o idle_poll`); set before the queues start.
+    idle: Arc<OnceLock<Waker>>,
 }
 
 impl Tux3Fuse {
@@ -61,6 +64,7 @@ impl Tux3Fuse {
             uring: Arc::new(AtomicBool::new(false)),
             notifier: Arc::new(OnceLock::new()),
             listings: Arc::default(),
+            idle: Arc::new(OnceLock::new()),
         }
     }
 
@@ -251,6 +255,18 @@ impl Tux3Fuse {
         match r.and_then(|attr| self.hold(parent, attr)) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Let the idle pollers know of each request the queues take.
+    pub(super) fn set_idle_poll(&self, w: Waker) {
+        let _ = self.idle.set(w);
+    }
+
+    /// A queue took requests: keep the idle CPUs awake (`-o idle_poll`).
+    pub(super) fn note_request(&self) {
+        if let Some(w) = self.idle.get() {
+            w.note();
         }
     }
 

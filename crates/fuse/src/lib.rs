@@ -9,6 +9,8 @@
 //! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
 //! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
 //! - `listing.rs`: whether a listing carries each entry's attributes;
+//! - `idle_poll.rs`: threads that keep idle CPUs awake while requests flow
+//!   (`-o idle_poll`);
 //! - `uring/`: the io_uring transport (per-CPU queues, its own request
 //!   decoding and reply encoding over the same adapter);
 //! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
@@ -24,6 +26,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod idle_poll;
 mod listing;
 mod ops;
 mod serve;
@@ -133,6 +136,9 @@ pub struct FuseOptions {
     /// ordering promise (DESIGN.md 3.4) no longer holds between data and
     /// renames, unlinks or other files' writes. Off by default.
     pub writeback_cache: bool,
+    /// Keep idle CPUs awake this long after each request (`idle_poll.rs`);
+    /// `None` (the default): no polling.
+    pub idle_poll: Option<std::time::Duration>,
     /// Threads serving requests (each with its own cloned `/dev/fuse` fd;
     /// with io_uring, spread over the per-CPU queues).
     pub threads: usize,
@@ -169,6 +175,7 @@ impl FuseOptions {
             allow_other: root,
             default_permissions: true,
             writeback_cache: false,
+            idle_poll: None,
             threads: DEFAULT_THREADS,
             uring: None,
             fsname: "tux3".to_string(),

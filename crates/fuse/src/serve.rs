@@ -9,6 +9,7 @@
 //!
 //! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
 
+use super::idle_poll::IdlePoll;
 use super::uring::{self, Rings};
 use super::{FuseOptions, Tux3Fuse};
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
@@ -67,6 +68,8 @@ pub struct Mounted {
     mountpoint: PathBuf,
     /// The io_uring queue threads, if the kernel agreed to them.
     rings: Option<Rings>,
+    /// The idle pollers (`-o idle_poll`).
+    idle: Option<IdlePoll>,
 }
 
 /// Mount `fs` at `mountpoint`. Returns once the mount is live; the requests
@@ -88,6 +91,15 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
     let fs = Arc::new(fs);
     let config = session_config(opts);
     let fuse = Tux3Fuse::new(fs.clone(), opts.clone());
+    let idle = match opts.idle_poll {
+        Some(window) => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let p = IdlePoll::start(cpus, window)?;
+            fuse.set_idle_poll(p.waker());
+            Some(p)
+        }
+        None => None,
+    };
     let mut session = Session::new(fuse.clone(), &mountpoint, &config)?;
     fuse.set_notifier(session.notifier());
     set_read_ahead(&mountpoint);
@@ -113,6 +125,7 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
         fs,
         mountpoint,
         rings,
+        idle,
     })
 }
 
@@ -224,6 +237,9 @@ impl Mounted {
         let served = self.session.run();
         // The kernel ended the queues with the connection.
         let ring_panicked = self.rings.take().is_some_and(Rings::join);
+        if let Some(p) = self.idle.take() {
+            p.stop();
+        }
 
         done.store(true, Ordering::SeqCst);
         // SAFETY: the thread is alive until it sees `done`; waking it with a

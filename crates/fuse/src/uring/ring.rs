@@ -270,6 +270,9 @@ impl Queue {
             }
             done.clear();
             done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            if done.iter().any(|&(data, res)| data != WAKE && res >= 0) {
+                self.fuse.note_request();
+            }
             for &(data, res) in &done {
                 if data == WAKE {
                     self.deliver()?;
