@@ -13,6 +13,8 @@
 //! - Inodes not in cache load under the shared guard too: two stats of
 //!   cold inodes in different inode-table leaves meet in the device (were
 //!   a load exclusive, the second would wait for the first to finish).
+//! - So do the inodes an unlink names: two unlinks of cold files meet in
+//!   the device too.
 //! - An inode freed by an unlink under the shared guard is not loaded back
 //!   from the inode table, whose record of it stays until the next
 //!   exclusive operation settles the free.
@@ -262,6 +264,57 @@ fn two_cold_inode_loads_are_in_the_device_at_once() {
     for (k, ino) in inos.iter().enumerate() {
         assert_eq!(fs.getattr(*ino).unwrap().mode & 0o7777, 0o600 | k as u32 & 0o77);
     }
+    fs.close().unwrap();
+}
+
+#[test]
+fn two_unlinks_of_cold_files_load_them_in_the_device_at_once() {
+    const FILES: usize = 3000;
+    let dev = Arc::new(MeetingDevice::new(8192));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    {
+        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+        for k in 0..FILES {
+            fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+        }
+        fs.close().unwrap();
+    }
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    // The directory's entries in cache (a full listing loads its tree);
+    // the files' inodes are not.
+    let mut listed = 0;
+    let mut pos = 0;
+    loop {
+        let batch = fs.readdir(ROOT_INO, pos, 512).unwrap();
+        listed += batch.len();
+        match batch.last() {
+            Some(e) => pos = e.next,
+            None => break,
+        }
+    }
+    assert_eq!(listed, FILES);
+    let names = [format!("f{}", FILES / 3), format!("f{}", 2 * FILES / 3)];
+    dev.armed.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        for name in &names {
+            let fs = &fs;
+            s.spawn(move || fs.unlink(ROOT_INO, name.as_bytes()).unwrap());
+        }
+    });
+    dev.armed.store(false, Ordering::SeqCst);
+    assert!(
+        dev.met.load(Ordering::SeqCst) && !dev.alone.load(Ordering::SeqCst),
+        "an unlink loading a cold inode waited in the device alone"
+    );
+    fs.sync().unwrap();
+    for name in &names {
+        assert_eq!(
+            fs.lookup(ROOT_INO, name.as_bytes()).unwrap_err().errno(),
+            tux3::Errno::ENOENT
+        );
+    }
+    assert!(fs.lookup(ROOT_INO, b"f0").is_ok());
     fs.close().unwrap();
 }
 

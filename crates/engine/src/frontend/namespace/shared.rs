@@ -7,7 +7,8 @@
 //!   where a new entry goes, the change goes there);
 //! - for an unlink, the named inode, tried without waiting (a holder makes
 //!   the unlink run exclusively instead, so no two operations can wait for
-//!   each other's inodes);
+//!   each other's inodes; one not in cache is loaded with the directory let
+//!   go, `Named::Load`, and the unlink starts again);
 //! - the namespace books (`Books`), a short leaf lock.
 //!
 //! Inode numbers come from an atomic counter above every number in use
@@ -45,6 +46,24 @@ macro_rules! or_fail {
             Err(e) => return Some(Err(e)),
         }
     };
+}
+
+/// `Some(Named::Done(Err))` out of a shared operation on a named inode.
+macro_rules! or_done {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Named::Done(Err(e))),
+        }
+    };
+}
+
+/// How far a shared operation on a named inode got: done (its outcome),
+/// or stopped, having changed nothing, at a named inode not in cache,
+/// which the caller loads before it starts again.
+enum Named<T> {
+    Done(Result<T>),
+    Load(Ino),
 }
 
 impl Volume {
@@ -123,20 +142,36 @@ impl Volume {
         }
     }
 
-    /// [`Volume::unlink`] under the shared guard, when the named inode is
-    /// cached and nobody holds it.
+    /// [`Volume::unlink`] under the shared guard, when nobody holds the
+    /// named inode. One not in cache is loaded (with the directory let go)
+    /// and the unlink starts again.
     pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+        match self.unlink_shared_once(parent, name)? {
+            Named::Done(r) => Some(r),
+            Named::Load(ino) => {
+                drop(or_fail!(self.inode_shared(ino)));
+                match self.unlink_shared_once(parent, name)? {
+                    Named::Done(r) => Some(r),
+                    Named::Load(_) => None,
+                }
+            }
+        }
+    }
+
+    fn unlink_shared_once(&self, parent: Ino, name: &[u8]) -> Option<Named<()>> {
         let dev = self.be.dev.as_ref();
-        let (mut d, ino, kind, spot) = or_fail!(self.found_in(parent, name)?);
+        let (mut d, ino, kind, spot) = or_done!(self.found_in(parent, name)?);
         if kind == FileType::Directory {
-            return Some(err(Errno::EISDIR));
+            return Some(Named::Done(err(Errno::EISDIR)));
         }
         if ino == parent {
             return None; // damage: the exclusive path reports it
         }
-        let i = self.cache.try_lock(ino)?;
-        or_fail!(self.reserve_release_shared(2)?);
-        or_fail!(d.tree.remove_at(dev, &spot));
+        let Some(i) = self.cache.try_lock(ino) else {
+            return (!self.cache.contains(ino)).then_some(Named::Load(ino));
+        };
+        or_done!(self.reserve_release_shared(2)?);
+        or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
@@ -147,17 +182,19 @@ impl Volume {
             books.names.remove((parent, spot.key), ino);
         }
         drop(d);
-        Some(self.drop_link_shared(i, now))
+        Some(Named::Done(self.drop_link_shared(i, now)))
     }
 
     /// [`Volume::link`] under the shared guard, when the inode is cached
     /// and nobody holds it: the directory is locked first, then the inode
     /// is tried (as an unlink does).
     pub fn link_shared(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Option<Result<Attr>> {
-        // Absent from the cache, the exclusive path says why (ENOENT).
-        if ino == newparent || !self.cache.contains(ino) {
+        if ino == newparent {
             return None;
         }
+        // Loaded first if need be (ENOENT for no such inode), with no
+        // other lock held.
+        drop(or_fail!(self.inode_shared(ino)));
         let dev = self.be.dev.as_ref();
         let (mut d, free) = or_fail!(self.absent_in(newparent, newname)?);
         let mut i = self.cache.try_lock(ino)?;
@@ -192,26 +229,42 @@ impl Volume {
         Some(Ok(i.attr(self.be.bs as u32)))
     }
 
-    /// [`Volume::rmdir`] under the shared guard, when the directory named
-    /// is cached and nobody holds it (so nothing is being made in it).
+    /// [`Volume::rmdir`] under the shared guard, when nobody holds the
+    /// directory named (so nothing is being made in it). One not in cache
+    /// is loaded, as by an unlink.
     pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+        match self.rmdir_shared_once(parent, name)? {
+            Named::Done(r) => Some(r),
+            Named::Load(ino) => {
+                drop(or_fail!(self.inode_shared(ino)));
+                match self.rmdir_shared_once(parent, name)? {
+                    Named::Done(r) => Some(r),
+                    Named::Load(_) => None,
+                }
+            }
+        }
+    }
+
+    fn rmdir_shared_once(&self, parent: Ino, name: &[u8]) -> Option<Named<()>> {
         let dev = self.be.dev.as_ref();
-        let (mut d, ino, kind, spot) = or_fail!(self.found_in(parent, name)?);
+        let (mut d, ino, kind, spot) = or_done!(self.found_in(parent, name)?);
         if kind != FileType::Directory {
-            return Some(err(Errno::ENOTDIR));
+            return Some(Named::Done(err(Errno::ENOTDIR)));
         }
         if ino == parent {
             return None; // damage: the exclusive path reports it
         }
-        let mut c = self.cache.try_lock(ino)?;
+        let Some(mut c) = self.cache.try_lock(ino) else {
+            return (!self.cache.contains(ino)).then_some(Named::Load(ino));
+        };
         if !c.is_dir() {
             return None; // damage: the exclusive path reports it
         }
-        if !or_fail!(has_no_entries(&mut c, dev)) {
-            return Some(err(Errno::ENOTEMPTY));
+        if !or_done!(has_no_entries(&mut c, dev)) {
+            return Some(Named::Done(err(Errno::ENOTEMPTY)));
         }
-        or_fail!(self.reserve_release_shared(2)?);
-        or_fail!(d.tree.remove_at(dev, &spot));
+        or_done!(self.reserve_release_shared(2)?);
+        or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
@@ -224,7 +277,7 @@ impl Volume {
         }
         drop(d);
         c.attrs.ctime = now;
-        Some(self.free_shared(c))
+        Some(Named::Done(self.free_shared(c)))
     }
 
     /// [`Volume::rename`] under the shared guard, for a source that is
