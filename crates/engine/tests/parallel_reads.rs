@@ -213,33 +213,40 @@ fn readers_see_whole_blocks_of_their_file_while_it_is_rewritten_and_committed() 
     fs.close().unwrap();
 }
 
-#[test]
-fn two_cold_inode_loads_are_in_the_device_at_once() {
-    const FILES: usize = 3000;
+/// Files in the root of a fresh volume on a meeting device.
+const COLD_FILES: usize = 3000;
+
+/// The mode file `k` of [`cold_files`] gets.
+fn cold_mode(k: usize) -> u32 {
+    0o600 | k as u32 & 0o77
+}
+
+/// A volume on a meeting device with [`COLD_FILES`] files `fK` in its
+/// root, closed (so nothing of them is cached at the next open): the
+/// device and the files' inode numbers.
+fn cold_files() -> (Arc<MeetingDevice>, Vec<Ino>) {
     let dev = Arc::new(MeetingDevice::new(8192));
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let inos: Vec<Ino> = {
-        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
-        let inos = (0..FILES)
-            .map(|k| {
-                fs.create(
-                    ROOT_INO,
-                    format!("f{k}").as_bytes(),
-                    0o600 | k as u32 & 0o77,
-                    0,
-                    0,
-                )
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    let inos = (0..COLD_FILES)
+        .map(|k| {
+            let name = format!("f{k}");
+            fs.create(ROOT_INO, name.as_bytes(), cold_mode(k), 0, 0)
                 .unwrap()
                 .ino
-            })
-            .collect();
-        fs.close().unwrap();
-        inos
-    };
+        })
+        .collect();
+    fs.close().unwrap();
+    (dev, inos)
+}
+
+#[test]
+fn two_cold_inode_loads_are_in_the_device_at_once() {
+    let (dev, inos) = cold_files();
     // Reopened, the inode table's root is loaded (open reads its last
     // entry and the root directory's), its middle leaves are not.
     let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
-    let picks = [FILES / 3, 2 * FILES / 3];
+    let picks = [COLD_FILES / 3, 2 * COLD_FILES / 3];
     dev.armed.store(true, Ordering::SeqCst);
     let modes: Vec<u32> = std::thread::scope(|s| {
         let stats: Vec<_> = picks
@@ -258,28 +265,18 @@ fn two_cold_inode_loads_are_in_the_device_at_once() {
         "a cold inode load waited in the device alone: the other could not get there"
     );
     for (k, mode) in picks.iter().zip(modes) {
-        assert_eq!(mode & 0o7777, 0o600 | *k as u32 & 0o77, "file {k}'s mode");
+        assert_eq!(mode & 0o7777, cold_mode(*k), "file {k}'s mode");
     }
     // Every inode still reads back as created, cold or not.
     for (k, ino) in inos.iter().enumerate() {
-        assert_eq!(fs.getattr(*ino).unwrap().mode & 0o7777, 0o600 | k as u32 & 0o77);
+        assert_eq!(fs.getattr(*ino).unwrap().mode & 0o7777, cold_mode(k));
     }
     fs.close().unwrap();
 }
 
 #[test]
 fn two_unlinks_of_cold_files_load_them_in_the_device_at_once() {
-    const FILES: usize = 3000;
-    let dev = Arc::new(MeetingDevice::new(8192));
-    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    {
-        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
-        for k in 0..FILES {
-            fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0)
-                .unwrap();
-        }
-        fs.close().unwrap();
-    }
+    let (dev, _) = cold_files();
     let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
     // The directory's entries in cache (a full listing loads its tree);
     // the files' inodes are not.
@@ -293,8 +290,8 @@ fn two_unlinks_of_cold_files_load_them_in_the_device_at_once() {
             None => break,
         }
     }
-    assert_eq!(listed, FILES);
-    let names = [format!("f{}", FILES / 3), format!("f{}", 2 * FILES / 3)];
+    assert_eq!(listed, COLD_FILES);
+    let names = [format!("f{}", COLD_FILES / 3), format!("f{}", 2 * COLD_FILES / 3)];
     dev.armed.store(true, Ordering::SeqCst);
     std::thread::scope(|s| {
         for name in &names {

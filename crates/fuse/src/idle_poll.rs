@@ -91,11 +91,10 @@ impl IdlePoll {
     pub fn waker(&self) -> Waker {
         Waker(self.shared.clone())
     }
-
-    /// Stop the pollers and wait for them (as dropping does).
-    pub fn stop(self) {}
 }
 
+/// Dropped (at unmount, or when a mount fails), the pollers stop and are
+/// waited for.
 impl Drop for IdlePoll {
     fn drop(&mut self) {
         self.shared.stop.store(true, Relaxed);
@@ -171,8 +170,8 @@ mod tests {
                 thread::yield_now();
             }
         }
-        // Stopping ends parked and spinning pollers alike.
+        // Dropping ends parked and spinning pollers alike.
         w.note();
-        p.stop();
+        drop(p);
     }
 }

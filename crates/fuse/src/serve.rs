@@ -237,9 +237,7 @@ impl Mounted {
         let served = self.session.run();
         // The kernel ended the queues with the connection.
         let ring_panicked = self.rings.take().is_some_and(Rings::join);
-        if let Some(p) = self.idle.take() {
-            p.stop();
-        }
+        drop(self.idle.take()); // the pollers stop
 
         done.store(true, Ordering::SeqCst);
         // SAFETY: the thread is alive until it sees `done`; waking it with a

@@ -17,14 +17,13 @@
 //!
 //! Calls the cache and structures (the inode table, the inode record).
 
-use super::Volume;
-use crate::backend::FIRST_INO;
+use super::{reserved_ino, Volume};
 use crate::cache::{Inode, InodeGuard};
 use crate::codec::MAX_DEPTH;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::Cached;
 use crate::structures::inode::InodeAttrs;
-use crate::types::{Ino, ROOT_INO};
+use crate::types::Ino;
 
 impl Volume {
     /// Inode `ino` locked, loaded from the inode table if it is not in
@@ -34,7 +33,7 @@ impl Volume {
         if let Some(i) = self.cache.lock(ino) {
             return Ok(i);
         }
-        if ino < ROOT_INO || (ino > ROOT_INO && ino < FIRST_INO) {
+        if reserved_ino(ino) {
             return err(Errno::ENOENT);
         }
         let dev = self.be.dev.as_ref();

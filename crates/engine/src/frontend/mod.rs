@@ -146,6 +146,12 @@ pub struct Retired {
     _pages: Vec<Arc<Vec<u8>>>,
 }
 
+/// A number no inode can have: below the root, or between the root and
+/// the first ordinary inode.
+fn reserved_ino(ino: Ino) -> bool {
+    ino < ROOT_INO || (ino > ROOT_INO && ino < FIRST_INO)
+}
+
 impl Volume {
     /// Open the volume on `dev` and replay its log into cache.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> {
@@ -284,7 +290,7 @@ impl Volume {
     /// The cached inode `ino`, loading it from the inode table.
     fn inode(&mut self, ino: Ino) -> Result<&mut Inode> {
         if !self.cache.contains(ino) {
-            if ino < ROOT_INO || (ino > ROOT_INO && ino < FIRST_INO) {
+            if reserved_ino(ino) {
                 return err(Errno::ENOENT);
             }
             let dev = self.be.dev.clone();

@@ -40,8 +40,9 @@
 //!    clean-page books, the open handles, the namespace books, a shard of
 //!    the inode map, the inode table (`frontend/load.rs`: held to descend
 //!    in memory or to put in place a node read without it); or the
-//!    durability counter's state (never held across anything). Under the exclusive guard nobody else holds any of 4 and
-//!    5, so the order there is free.
+//!    durability counter's state (never held across anything). Under the
+//!    exclusive guard nobody else holds any of 4 and 5, so the order there
+//!    is free.
 //!
 //! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
 

@@ -146,11 +146,18 @@ impl Volume {
     /// named inode. One not in cache is loaded (with the directory let go)
     /// and the unlink starts again.
     pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
-        match self.unlink_shared_once(parent, name)? {
+        self.loading_named(|| self.unlink_shared_once(parent, name))
+    }
+
+    /// Run `once`; if it stopped at a named inode not in cache, load that
+    /// inode (no lock held) and run it again. A second stop sends the
+    /// operation to the exclusive path.
+    fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> Option<Result<T>> {
+        match once()? {
             Named::Done(r) => Some(r),
             Named::Load(ino) => {
                 drop(or_fail!(self.inode_shared(ino)));
-                match self.unlink_shared_once(parent, name)? {
+                match once()? {
                     Named::Done(r) => Some(r),
                     Named::Load(_) => None,
                 }
@@ -233,16 +240,7 @@ impl Volume {
     /// directory named (so nothing is being made in it). One not in cache
     /// is loaded, as by an unlink.
     pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
-        match self.rmdir_shared_once(parent, name)? {
-            Named::Done(r) => Some(r),
-            Named::Load(ino) => {
-                drop(or_fail!(self.inode_shared(ino)));
-                match self.rmdir_shared_once(parent, name)? {
-                    Named::Done(r) => Some(r),
-                    Named::Load(_) => None,
-                }
-            }
-        }
+        self.loading_named(|| self.rmdir_shared_once(parent, name))
     }
 
     fn rmdir_shared_once(&self, parent: Ino, name: &[u8]) -> Option<Named<()>> {
