@@ -18,13 +18,21 @@
 //! commit may take the tail ahead of it; while it flushes its log, one may
 //! follow it (its flush makes both durable). When both are held, the turn
 //! is taken first.
+//!
+//! Fsync commits pipeline: the fsync committer plans a group and writes its
+//! log blocks, then hands the job to the flusher thread and passes the
+//! log's tail on, so the next group is planned and written while this one
+//! waits for its flush. The flusher serves every job written by the time
+//! it issues a flush with that one flush, and finishes them in order. A
+//! delta commit freezes only once no fsync commit is in flight.
 
 use super::Ino;
+use crate::backend::commit::CommitJob;
 use crate::error::{Error, Result};
 use crate::frontend::fsync::FsyncPlan;
-use crate::frontend::pipeline::{Durability, Turn};
+use crate::frontend::pipeline::{Durability, FsyncFlushes, Turn};
 use crate::frontend::Volume;
-use crossbeam_channel::{bounded, select, Sender};
+use crossbeam_channel::{bounded, select, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,6 +54,8 @@ pub(super) struct Shared {
     durability: Durability,
     /// Serializes use of the log's tail (see the module comment).
     log: Mutex<()>,
+    /// Fsync commits written and waiting for their flush.
+    flushes: FsyncFlushes,
     /// Fsyncs waiting for the next group commit.
     fsyncs: Mutex<FsyncQueue>,
     /// Signalled when an fsync is queued or the committer must stop.
@@ -102,6 +112,7 @@ impl Shared {
             volume: RwLock::new(volume),
             durability: Durability::default(),
             log: Mutex::new(()),
+            flushes: FsyncFlushes::default(),
             fsyncs: Mutex::new(FsyncQueue::default()),
             fsync_wake: Condvar::new(),
             fsync_strict,
@@ -150,13 +161,21 @@ impl Shared {
     /// start until `f` returns).
     pub(super) fn with_commit_lock<T>(&self, f: impl FnOnce() -> T) -> T {
         let _turn = self.durability.turn();
-        let _log = self.log.lock();
+        let _log = self.quiet_log();
         f()
+    }
+
+    /// The log's tail, once no fsync commit is in flight: none can start
+    /// while it is held, and those waiting for their flush end without it.
+    fn quiet_log(&self) -> parking_lot::MutexGuard<'_, ()> {
+        let log = self.log.lock();
+        self.flushes.wait_none();
+        log
     }
 
     /// A full commit; the caller holds the commit turn.
     fn commit_locked<F: FnOnce()>(&self, turn: &Turn, unify: bool, mut during: During<F>) -> Result<()> {
-        let log = self.log.lock();
+        let log = self.quiet_log();
         let number = turn.number();
         let Some(mut job) = self.vol().freeze(unify)? else {
             // Nothing in it: it is as durable as every delta before it.
@@ -208,7 +227,7 @@ impl Shared {
     pub(super) fn fsync(&self, ino: Ino, done: FsyncDone) {
         {
             let mut q = self.fsyncs.lock();
-            if q.committing || !q.waiting.is_empty() || q.stop {
+            if q.committing || !q.waiting.is_empty() || q.stop || self.flushes.count() > 0 {
                 q.waiting.push((ino, done));
                 drop(q);
                 self.fsync_wake.notify_one();
@@ -251,11 +270,29 @@ impl Shared {
     }
 
     /// The fsync committer: waits for queued fsyncs, then commits every
-    /// queued inode at once — one log write and one flush for the whole
-    /// group — and answers them all. Fsyncs that arrive meanwhile form the
-    /// next group; batching comes only from commits being busy, there is
-    /// no timed wait.
+    /// queued inode at once — one log write for the whole group — and hands
+    /// the job to the flusher (`run_flusher`), which answers them once its
+    /// flush returns. Fsyncs that arrive meanwhile form the next group,
+    /// written while the flusher waits; batching comes only from commits
+    /// being busy, there is no timed wait.
     fn run_fsync_committer(&self) {
+        std::thread::scope(|s| {
+            let (to_flusher, flusher) = bounded::<Written>(FLUSH_QUEUE);
+            let flusher_thread = std::thread::Builder::new()
+                .name("tux3-flush".into())
+                .spawn_scoped(s, move || self.run_flusher(flusher));
+            if let Err(e) = flusher_thread {
+                tracing::error!("no flusher thread ({e}): fsync commits flush one at a time");
+                self.commit_fsyncs(None);
+                return;
+            }
+            self.commit_fsyncs(Some(&to_flusher));
+        });
+    }
+
+    /// The committer's loop: each group is committed whole here, or written
+    /// here and flushed by the flusher behind `to_flusher`.
+    fn commit_fsyncs(&self, to_flusher: Option<&Sender<Written>>) {
         loop {
             {
                 let mut q = self.fsyncs.lock();
@@ -275,14 +312,118 @@ impl Shared {
             let mut inos: Vec<Ino> = group.iter().map(|(ino, _)| *ino).collect();
             inos.sort_unstable();
             inos.dedup();
-            let r = self
-                .fsync_group(&inos, true)
-                .unwrap_or(Err(Error::Posix(crate::error::Errno::EIO)));
+            let written = to_flusher.and_then(|_| self.try_fsync_write(&inos));
+            let r = match written {
+                Some(r) => r,
+                None => {
+                    // Committed whole here: only after the groups before it
+                    // have finished, so that groups finish in chain order.
+                    self.flushes.wait_none();
+                    self.fsync_group(&inos, true)
+                        .unwrap_or(Err(Error::Posix(crate::error::Errno::EIO)))
+                        .map(|()| None)
+                }
+            };
+            // Counted in `flushes` already: an fsync that comes now queues
+            // for the next group instead of committing inline.
             self.fsyncs.lock().committing = false;
+            match (r, to_flusher) {
+                (Ok(Some(job)), Some(tx)) => {
+                    if let Err(back) = tx.send(Written { job, group }) {
+                        // The flusher is gone (it never is while we run).
+                        self.flush_and_finish(vec![back.into_inner()]);
+                    }
+                }
+                (r, _) => {
+                    let r = r.map(drop);
+                    for (_, done) in group {
+                        done(shared_outcome(&r));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The flusher: takes the jobs the committer wrote, all that are
+    /// waiting at once, and makes them durable with one flush.
+    fn run_flusher(&self, jobs: Receiver<Written>) {
+        while let Ok(first) = jobs.recv() {
+            let mut batch = vec![first];
+            batch.extend(jobs.try_iter());
+            self.flush_and_finish(batch);
+        }
+    }
+
+    /// One flush for `batch` (each written before it was issued), then
+    /// each job finished in the order they were written, and their fsyncs
+    /// answered.
+    fn flush_and_finish(&self, mut batch: Vec<Written>) {
+        let mut r = Ok(());
+        if let Some((last, rest)) = batch.split_last_mut() {
+            r = last.job.flush_urgent();
+            if r.is_ok() {
+                for w in rest {
+                    w.job.flushed_by_another();
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut retired = Vec::with_capacity(batch.len());
+        {
+            let mut vol = self.vol();
+            for w in batch {
+                let mine = match &r {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(Error::Posix(e.errno())),
+                };
+                match vol.finish(w.job, mine) {
+                    Ok(gone) => {
+                        retired.push(gone);
+                        outcomes.push((Ok(()), w.group));
+                    }
+                    Err(e) => outcomes.push((Err(e), w.group)),
+                }
+                self.flushes.end();
+            }
+        }
+        drop(retired);
+        for (r, group) in outcomes {
             for (_, done) in group {
                 done(shared_outcome(&r));
             }
         }
+    }
+
+    /// Plan an fsync commit of `inos` and write its log blocks, counted in
+    /// `flushes`, the log's tail passed on: the caller has it flushed.
+    /// `Ok(None)` when nothing of theirs is pending; `None` when they need
+    /// a full commit or the delta commit in flight (as
+    /// [`Shared::try_fsync_commit`]).
+    fn try_fsync_write(&self, inos: &[Ino]) -> Option<Result<Option<CommitJob>>> {
+        if self.fsync_strict {
+            return None;
+        }
+        let log = self.log.lock();
+        let plan = match self.vol().fsync_plan(inos) {
+            Ok(plan) => plan,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut job = match plan {
+            FsyncPlan::Nothing => return Some(Ok(None)),
+            FsyncPlan::Full | FsyncPlan::Wait => return None,
+            FsyncPlan::Job(job) => *job,
+        };
+        if let Err(e) = job.write_log_blocks_urgent() {
+            // Finishing a failed job only hands its error back.
+            return Some(match self.vol().finish(job, Err(e)) {
+                Err(e) => Err(e),
+                Ok(_) => Err(Error::Posix(crate::error::Errno::EIO)),
+            });
+        }
+        self.vol().fsync_written(&mut job);
+        self.flushes.begin();
+        drop(log);
+        Some(Ok(Some(job)))
     }
 
     /// Make `inos` durable: by an fsync commit if they qualify — ahead of
@@ -327,6 +468,15 @@ impl Shared {
             }
         }
     }
+}
+
+/// Fsync jobs the flusher holds at most before the committer waits.
+const FLUSH_QUEUE: usize = 8;
+
+/// An fsync commit whose log blocks are written, and the fsyncs it serves.
+struct Written {
+    job: CommitJob,
+    group: Vec<(Ino, FsyncDone)>,
 }
 
 /// Where in a delta commit a test's callback runs ([`Shared::commit_with`]).

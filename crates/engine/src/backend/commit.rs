@@ -97,6 +97,9 @@ pub struct CommitJob {
     data_bytes: u64,
     /// Its final flush returned: the job is durable (P4).
     flushed: bool,
+    /// An fsync commit whose log blocks are written and which passed the
+    /// log's tail on before its flush (`Volume::fsync_written`).
+    handed_on: bool,
 }
 
 impl CommitJob {
@@ -111,12 +114,27 @@ impl CommitJob {
     /// between them: [`CommitJob::write_log_blocks`], then
     /// [`CommitJob::flush_log`].
     pub fn write_log(&mut self) -> Result<()> {
-        // An fsync commit (which only ever goes through here) is waited
-        // for: other batches make way for it from its first write to its
-        // flush.
+        // An fsync commit is waited for: other batches make way for it
+        // from its first write to its flush.
         let dev = self.dev.clone();
         let _urgent = self.fsync.then(|| Urgent::new(dev.as_ref()));
         self.write_log_blocks()?;
+        self.flush_log()
+    }
+
+    /// An fsync commit's log blocks, as urgent I/O: the first half of
+    /// [`CommitJob::write_log`] for a commit that passes the log's tail on
+    /// before its flush ([`CommitJob::flush_urgent`]).
+    pub fn write_log_blocks_urgent(&mut self) -> Result<()> {
+        let dev = self.dev.clone();
+        let _urgent = Urgent::new(dev.as_ref());
+        self.write_log_blocks()
+    }
+
+    /// The flush that makes an fsync commit durable, as urgent I/O.
+    pub fn flush_urgent(&mut self) -> Result<()> {
+        let dev = self.dev.clone();
+        let _urgent = Urgent::new(dev.as_ref());
         self.flush_log()
     }
 
@@ -173,6 +191,22 @@ impl CommitJob {
         self.dev.flush()?;
         self.flushed = true;
         Ok(())
+    }
+
+    /// A flush issued after this job's writes completed returned (one
+    /// flush serving several fsync commits written before it).
+    pub fn flushed_by_another(&mut self) {
+        self.flushed = true;
+    }
+
+    /// Its log blocks are written and the log's tail passed on; its flush
+    /// is still to come.
+    pub fn hand_on(&mut self) {
+        self.handed_on = true;
+    }
+
+    pub fn is_handed_on(&self) -> bool {
+        self.handed_on
     }
 
     /// Its final flush returned: what it references is durable.
@@ -266,6 +300,7 @@ impl Backend {
             fresh_log,
             inodes,
             flushed: false,
+            handed_on: false,
         };
         cache.dirty.get_mut().clear();
         self.delta += 1;
@@ -302,6 +337,7 @@ impl Backend {
             fresh_log: false,
             inodes: Vec::new(),
             flushed: false,
+            handed_on: false,
         })
     }
 

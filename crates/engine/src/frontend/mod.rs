@@ -500,6 +500,15 @@ impl Volume {
         self.pipeline.log_written();
     }
 
+    /// An fsync commit's log blocks are written: the log's tail passes on
+    /// (the next fsync commit may be planned and written after it in the
+    /// chain) while it waits for its flush.
+    pub fn fsync_written(&mut self, job: &mut CommitJob) {
+        debug_assert!(job.is_fsync());
+        self.pipeline.fsync_written();
+        job.hand_on();
+    }
+
     /// The I/O of `job` ended with `result`: on success the delta (or fsync
     /// commit) is durable; on failure the volume refuses further changes.
     /// Returns what the commit leaves to free — the job, with the pages it
@@ -508,7 +517,7 @@ impl Volume {
     /// milliseconds, which writers should not wait for).
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<Retired> {
         if job.is_fsync() {
-            self.pipeline.finish_fsync();
+            self.pipeline.finish_fsync(job.is_handed_on());
         } else {
             self.pipeline.finish_delta();
         }
@@ -516,6 +525,12 @@ impl Volume {
         if let Err(e) = result {
             self.failed = true;
             return Err(e);
+        }
+        // A commit that failed before this one ended (its log written
+        // after the failed one's) may be unreachable in the chain: it is
+        // not durable either.
+        if self.failed {
+            return err(Errno::EIO);
         }
         debug_assert!(
             job.is_flushed(),

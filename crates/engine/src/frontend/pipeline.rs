@@ -12,11 +12,22 @@
 //!             └────────── delta N+1 is open from the freeze on ◀── finish ── durable (≤ N)
 //!                                                                   (P4)     └─ unified, when
 //!                                                                               it was a unify
-//!  fsync:    idle ──fsync_plan──▶ writing (log blocks + flush) ──finish──▶ idle
-//!                 (P1: one at a time; during a delta commit only while it
-//!                  writes its data, for inodes it allows, or once its log
-//!                  is written)
+//!  fsync:    idle ──fsync_plan──▶ writing log ──fsync_written──▶ flushing ──finish──▶ durable
+//!                 (P1: one writes at    blocks       (the log's tail   (one flush may
+//!                  a time; during a                   passes on: the    serve several;
+//!                  delta commit only                  next fsync commit they finish in
+//!                  while it writes its                may write while   order)
+//!                  data, for inodes it                this one flushes)
+//!                  allows, or once its
+//!                  log is written)
 //! ```
+//!
+//! Fsync commits form a pipeline of their own: while one waits for its
+//! flush, the next is planned and writes its log blocks after it in the
+//! chain, and that one's flush makes both durable. A delta freezes only
+//! when no fsync commit is in flight at all ([`FsyncFlushes::wait_none`]).
+//! A commit that finishes after an earlier one failed fails too: the chain
+//! passes through the failed one's blocks.
 //!
 //! A unify is a delta commit that may hold the log to itself (a fresh log):
 //! then no fsync commit goes ahead of it (`frozen` is `None`) and it never
@@ -25,9 +36,9 @@
 //! Lock order, outermost first (nobody takes an earlier lock while holding
 //! a later one):
 //! 1. the commit turn ([`Durability::turn`]: one delta commit at a time);
-//! 2. the log tail (`api/commit.rs`: an fsync commit from plan to finish, a
-//!    delta commit while it freezes and from its log's encoding to its log
-//!    written);
+//! 2. the log tail (`api/commit.rs`: an fsync commit from plan to its log
+//!    written, a delta commit while it freezes — once no fsync commit is in
+//!    flight — and from its log's encoding to its log written);
 //! 3. the volume — the delta guard: shared by the operations of
 //!    `frontend/shared.rs`, exclusive for every other operation and for each
 //!    step of a commit that touches the volume (never across device I/O);
@@ -42,7 +53,8 @@
 //!    in memory or to put in place a node read without it); or the
 //!    durability counter's state (never held across anything). Under the
 //!    exclusive guard nobody else holds any of 4 and 5, so the order there
-//!    is free.
+//!    is free; or the count of fsync commits waiting for their flush
+//!    ([`FsyncFlushes`], never held across anything).
 //!
 //! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
 
@@ -68,26 +80,31 @@ pub(super) enum DeltaCommit {
     LogWritten,
 }
 
-/// The volume's side of the pipeline: the delta commit in flight and
-/// whether an fsync commit is. Changed only through the transitions below
+/// The volume's side of the pipeline: the delta commit in flight and the
+/// fsync commits that are. Changed only through the transitions below
 /// (under exclusive access to the volume).
 pub(super) struct Pipeline {
     delta: DeltaCommit,
-    fsync: bool,
+    /// An fsync commit is planned and writing its log blocks (it holds the
+    /// log's tail).
+    fsync_writing: bool,
+    /// Fsync commits whose log blocks are written, waiting for their flush.
+    fsync_flushing: usize,
 }
 
 impl Pipeline {
     pub(super) fn new() -> Pipeline {
         Pipeline {
             delta: DeltaCommit::Idle,
-            fsync: false,
+            fsync_writing: false,
+            fsync_flushing: 0,
         }
     }
 
     /// open → frozen.
     pub(super) fn freeze(&mut self, frozen: Option<Frozen>) {
         debug_assert!(
-            matches!(self.delta, DeltaCommit::Idle) && !self.fsync,
+            matches!(self.delta, DeltaCommit::Idle) && !self.fsync_in_flight(),
             "P1: a delta frozen while a commit is in flight"
         );
         self.delta = DeltaCommit::Data(frozen);
@@ -124,20 +141,43 @@ impl Pipeline {
     /// in flight allows it ([`Pipeline::ahead_of`]).
     pub(super) fn plan_fsync(&mut self) {
         debug_assert!(
-            !self.fsync,
-            "P1: a second fsync commit planned while one is in flight"
+            !self.fsync_writing,
+            "P1: a second fsync commit planned while one writes its log"
         );
         debug_assert!(
             !matches!(self.delta, DeltaCommit::Log | DeltaCommit::Data(None)),
             "P1: an fsync commit planned while a delta commit's log is being written"
         );
-        self.fsync = true;
+        self.fsync_writing = true;
     }
 
-    /// fsync writing → idle.
-    pub(super) fn finish_fsync(&mut self) {
-        debug_assert!(self.fsync, "P1: an fsync commit finished that was never planned");
-        self.fsync = false;
+    /// fsync writing → flushing: its log blocks are written, the tail
+    /// passes on.
+    pub(super) fn fsync_written(&mut self) {
+        debug_assert!(
+            self.fsync_writing,
+            "P1: an fsync commit's log written that was not being written"
+        );
+        self.fsync_writing = false;
+        self.fsync_flushing += 1;
+    }
+
+    /// fsync writing or flushing → idle (`written`: it had passed the
+    /// tail on).
+    pub(super) fn finish_fsync(&mut self, written: bool) {
+        if written {
+            debug_assert!(
+                self.fsync_flushing > 0,
+                "P1: an fsync commit finished that was never written"
+            );
+            self.fsync_flushing -= 1;
+        } else {
+            debug_assert!(
+                self.fsync_writing,
+                "P1: an fsync commit finished that was never planned"
+            );
+            self.fsync_writing = false;
+        }
     }
 
     /// A delta commit is in flight (frozen to finished).
@@ -146,7 +186,7 @@ impl Pipeline {
     }
 
     pub(super) fn fsync_in_flight(&self) -> bool {
-        self.fsync
+        self.fsync_writing || self.fsync_flushing > 0
     }
 
     /// What an fsync commit planned now must respect: `None` when it is
@@ -211,6 +251,57 @@ impl Turns {
         self.serving += 1;
         while self.abandoned.remove(&self.serving) {
             self.serving += 1;
+        }
+    }
+}
+
+/// Fsync commits whose log blocks are written and whose flush has not
+/// ended yet: a delta commit freezes only when there are none (it waits,
+/// holding the log's tail so that no new one starts).
+pub struct FsyncFlushes {
+    count: Mutex<usize>,
+    none: Condvar,
+}
+
+impl Default for FsyncFlushes {
+    fn default() -> Self {
+        FsyncFlushes {
+            count: Mutex::new(0),
+            none: Condvar::new(),
+        }
+    }
+}
+
+impl FsyncFlushes {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One more waits for its flush (counted before the log's tail passes on).
+    pub fn begin(&self) {
+        *self.lock() += 1;
+    }
+
+    /// One finished (durable or failed).
+    pub fn end(&self) {
+        let mut g = self.lock();
+        *g -= 1;
+        if *g == 0 {
+            drop(g);
+            self.none.notify_all();
+        }
+    }
+
+    /// How many wait for their flush now.
+    pub fn count(&self) -> usize {
+        *self.lock()
+    }
+
+    /// Wait until none does.
+    pub fn wait_none(&self) {
+        let mut g = self.lock();
+        while *g > 0 {
+            g = self.none.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -399,6 +490,31 @@ mod loom_tests {
             sync.join().unwrap();
             // Whatever the sync did with its ticket, the turn is free.
             drop(d.turn());
+        });
+    }
+
+    /// A delta commit that waits for the fsync commits flushing returns
+    /// only once every one has ended, and is never left waiting.
+    #[test]
+    fn a_freeze_waits_for_every_fsync_flush() {
+        model(|| {
+            let f = Arc::new(FsyncFlushes::default());
+            let ended = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+            f.begin();
+            f.begin();
+            let flusher = {
+                let (f, ended) = (f.clone(), ended.clone());
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        ended.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
+                        f.end();
+                    }
+                })
+            };
+            f.wait_none();
+            assert_eq!(ended.load(loom::sync::atomic::Ordering::SeqCst), 2);
+            assert_eq!(f.count(), 0);
+            flusher.join().unwrap();
         });
     }
 

@@ -8,6 +8,8 @@ use tux3::device::{CounterSnapshot, Device, MemDevice};
 pub struct GatedDevice {
     pub inner: MemDevice,
     armed: AtomicBool,
+    /// The gated flush, once let go, fails (the device lost the writes).
+    fails: AtomicBool,
     entered: Sender<()>,
     release: Receiver<()>,
 }
@@ -20,6 +22,7 @@ pub fn gated(blocks: u64) -> (GatedDevice, Receiver<()>, Sender<()>) {
     let dev = GatedDevice {
         inner: MemDevice::new(4096, blocks),
         armed: AtomicBool::new(false),
+        fails: AtomicBool::new(false),
         entered,
         release,
     };
@@ -30,6 +33,13 @@ impl GatedDevice {
     /// Make the next flush wait.
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Make the flush waiting at the gate (or the next gated one) fail
+    /// when it is let go. (Not every test that shares this module uses it.)
+    #[allow(dead_code)]
+    pub fn fail_gated(&self) {
+        self.fails.store(true, Ordering::SeqCst);
     }
 }
 
@@ -50,6 +60,9 @@ impl Device for GatedDevice {
         if self.armed.swap(false, Ordering::SeqCst) {
             let _ = self.entered.send(());
             let _ = self.release.recv();
+            if self.fails.swap(false, Ordering::SeqCst) {
+                return Err(std::io::Error::other("gated flush failed"));
+            }
         }
         self.inner.flush()
     }
