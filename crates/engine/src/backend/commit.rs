@@ -42,6 +42,7 @@
 //! next delta with one `Orphan` record per orphan, written before the
 //! superblock (`restart_log`), so the list survives the unify.
 
+use super::logwriter::LogLayout;
 use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
@@ -100,6 +101,12 @@ pub struct CommitJob {
     /// An fsync commit whose log blocks are written and which passed the
     /// log's tail on before its flush (`Volume::fsync_written`).
     handed_on: bool,
+    /// An fsync commit's log blocks, placed on the chain and encoded by
+    /// [`CommitJob::write_log_blocks`] without the volume.
+    layout: Option<LogLayout>,
+    /// Once they are encoded: the checksum the next block names, for the
+    /// log's tail (`Backend::chain_encoded`).
+    chain_crc: Option<u32>,
 }
 
 impl CommitJob {
@@ -168,6 +175,14 @@ impl CommitJob {
             self.unencoded.is_none(),
             "a commit's log written before it was encoded"
         );
+        // An fsync commit's blocks, placed on the chain at its plan, are
+        // encoded here, without the volume.
+        if let Some(layout) = self.layout.take() {
+            let images = layout.encode();
+            self.writes = images.body;
+            self.last = images.commit;
+            self.chain_crc = Some(images.crc);
+        }
         // Phase 1's writes, if they waited for this batch, then the log.
         let mut writes = std::mem::take(&mut self.writes);
         writes.append(&mut self.log_body);
@@ -207,6 +222,12 @@ impl CommitJob {
 
     pub fn is_handed_on(&self) -> bool {
         self.handed_on
+    }
+
+    /// An fsync commit whose log blocks were placed on the chain but not
+    /// encoded (nothing was written): the log's tail is unusable after it.
+    pub fn log_unwritten(&self) -> bool {
+        self.layout.is_some()
     }
 
     /// Its final flush returned: what it references is durable.
@@ -301,6 +322,8 @@ impl Backend {
             inodes,
             flushed: false,
             handed_on: false,
+            layout: None,
+            chain_crc: None,
         };
         cache.dirty.get_mut().clear();
         self.delta += 1;
@@ -318,19 +341,19 @@ impl Backend {
                 _ => 0,
             })
             .sum();
-        let images = self
+        let layout = self
             .log
-            .write_delta(&mut self.alloc, records, self.delta, true, self.bs)?;
+            .lay_out(&mut self.alloc, records, self.delta, true, self.bs)?;
         Ok(CommitJob {
             dev: self.dev.clone(),
             bs: self.bs,
             delta: self.delta,
             data_bytes,
             data: Vec::new(),
-            writes: images.body,
+            writes: Vec::new(),
             unencoded: None,
             log_body: Vec::new(),
-            last: images.commit,
+            last: (0, Vec::new()),
             unified: None,
             fsync: true,
             single_flush: false,
@@ -338,7 +361,18 @@ impl Backend {
             inodes: Vec::new(),
             flushed: false,
             handed_on: false,
+            layout: Some(layout),
+            chain_crc: None,
         })
+    }
+
+    /// An fsync commit's log blocks are encoded (`job.chain_crc`): the log's
+    /// tail names its last block's checksum again.
+    pub fn chain_encoded(&mut self, job: &CommitJob) {
+        debug_assert!(job.fsync, "only fsync commits encode their log on their own");
+        if let Some(crc) = job.chain_crc {
+            self.log.chain_encoded(crc);
+        }
     }
 
     /// Encode a delta commit's log blocks at the log's tail (after any

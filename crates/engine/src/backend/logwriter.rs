@@ -23,6 +23,39 @@ pub struct LogWriter {
 pub struct LogImages {
     pub body: Vec<(u64, Vec<u8>)>,
     pub commit: (u64, Vec<u8>),
+    /// The commit block's checksum: the next block's `prev_crc`.
+    pub crc: u32,
+}
+
+/// Blocks of one delta placed on the chain (addresses, sequence numbers,
+/// the next block reserved) but not yet encoded: encoding, which copies
+/// and checksums every record, can then run without the volume.
+pub struct LogLayout {
+    blocks: Vec<LogBlock>,
+    /// The `prev_crc` of its first block.
+    prev_crc: u32,
+    bs: usize,
+}
+
+impl LogLayout {
+    /// Encode the blocks in chain order, each naming the checksum of the
+    /// one before it.
+    pub fn encode(self) -> LogImages {
+        let mut prev_crc = self.prev_crc;
+        let mut images = Vec::with_capacity(self.blocks.len());
+        for mut lb in self.blocks {
+            lb.prev_crc = prev_crc;
+            let image = lb.encode(self.bs);
+            prev_crc = u32::from_le_bytes([image[4], image[5], image[6], image[7]]);
+            images.push((lb.addr, image));
+        }
+        let commit = images.pop().unwrap_or_default();
+        LogImages {
+            body: images,
+            commit,
+            crc: prev_crc,
+        }
+    }
 }
 
 impl LogWriter {
@@ -36,6 +69,23 @@ impl LogWriter {
         fsync: bool,
         bs: usize,
     ) -> Result<LogImages> {
+        let images = self.lay_out(alloc, records, delta, fsync, bs)?.encode();
+        self.chain_encoded(images.crc);
+        Ok(images)
+    }
+
+    /// Place `records` of `delta` on the chain without encoding them. The
+    /// tail moves past them, but its `prev_crc` is stale until
+    /// [`LogWriter::chain_encoded`] gives it the layout's last checksum:
+    /// nothing may be placed after them before that.
+    pub fn lay_out(
+        &mut self,
+        alloc: &mut Allocator,
+        records: Vec<Record>,
+        delta: u64,
+        fsync: bool,
+        bs: usize,
+    ) -> Result<LogLayout> {
         const RESERVE: usize = 13; // the Balloc of the next block
         let cap = capacity(bs) - RESERVE;
         let mut groups: Vec<Vec<Record>> = vec![Vec::new()];
@@ -51,7 +101,8 @@ impl LogWriter {
             }
         }
         let n = groups.len();
-        let mut images = Vec::with_capacity(n);
+        let prev_crc = self.tail.prev_crc;
+        let mut blocks = Vec::with_capacity(n);
         for (i, mut group) in groups.into_iter().enumerate() {
             let addr = self.tail.next;
             let next = alloc.alloc(addr + 1, 1, false)?.0;
@@ -59,29 +110,28 @@ impl LogWriter {
                 start: next,
                 count: 1,
             });
-            let lb = LogBlock {
+            blocks.push(LogBlock {
                 addr,
                 seq: self.tail.seq,
                 next,
                 delta,
-                prev_crc: self.tail.prev_crc,
+                prev_crc: 0,
                 commit: i + 1 == n,
                 fsync,
                 nonce: self.nonce,
                 records: group,
                 crc: 0,
-            };
-            let image = lb.encode(bs);
-            let crc = u32::from_le_bytes([image[4], image[5], image[6], image[7]]);
-            self.tail = Tail {
-                next,
-                seq: self.tail.seq + 1,
-                prev_crc: crc,
-            };
+            });
+            self.tail.next = next;
+            self.tail.seq += 1;
             self.since_unify.push(addr);
-            images.push((addr, image));
         }
-        let commit = images.pop().unwrap_or_default();
-        Ok(LogImages { body: images, commit })
+        Ok(LogLayout { blocks, prev_crc, bs })
+    }
+
+    /// The blocks placed last are encoded: `crc` is their commit block's
+    /// checksum, which the next block names.
+    pub fn chain_encoded(&mut self, crc: u32) {
+        self.tail.prev_crc = crc;
     }
 }

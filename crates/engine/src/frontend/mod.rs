@@ -505,6 +505,7 @@ impl Volume {
     /// chain) while it waits for its flush.
     pub fn fsync_written(&mut self, job: &mut CommitJob) {
         debug_assert!(job.is_fsync());
+        self.be.chain_encoded(job);
         self.pipeline.fsync_written();
         job.hand_on();
     }
@@ -518,6 +519,14 @@ impl Volume {
     pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<Retired> {
         if job.is_fsync() {
             self.pipeline.finish_fsync(job.is_handed_on());
+            if !job.is_handed_on() {
+                self.be.chain_encoded(&job);
+            }
+            // Its blocks were placed on the chain and never encoded: no
+            // block may follow them.
+            if job.log_unwritten() {
+                self.failed = true;
+            }
         } else {
             self.pipeline.finish_delta();
         }
