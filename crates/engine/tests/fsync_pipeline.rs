@@ -133,3 +133,49 @@ fn a_commit_written_after_a_failed_flush_fails_too() {
     // The volume refuses changes from here on.
     assert!(s.fs.write(s.a, 0, b"more").is_err());
 }
+
+/// A group of many fsyncs batches well already: the next group waits for
+/// its flush (and grows meanwhile) instead of writing ahead of it.
+#[test]
+fn the_next_group_waits_for_the_flush_of_a_large_one() {
+    let s = first_commit_held_at_its_flush();
+    let many: Vec<u64> = (0..8)
+        .map(|i| {
+            let ino =
+                s.fs.create(ROOT_INO, format!("m{i}").as_bytes(), 0o644, 0, 0)
+                    .unwrap()
+                    .ino;
+            s.fs.write(ino, 0, b"many").unwrap();
+            ino
+        })
+        .collect();
+    let large = {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let fs = s.fs.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(fs.fsync_group(&many));
+        });
+        rx
+    };
+    s.entered
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the large group never flushed");
+    // The committer holds back until the large group's flush ends (without
+    // the rule it would go on to the next group at once, and never does).
+    until("the committer did not wait for a large group's flush", || {
+        s.fs.fsync_committer_holds_back()
+    });
+    let before = s.gate.inner.counters().writes;
+    let second = queue_fsync(&s.fs, s.b);
+    until("the fsync of b was never queued", || s.fs.pending_fsyncs() == 1);
+    assert!(s.fs.fsync_committer_holds_back());
+    assert_eq!(
+        s.gate.inner.counters().writes,
+        before,
+        "a group was written during a large group's flush"
+    );
+    s.release.send(()).unwrap();
+    answer(&large).unwrap();
+    answer(&second).unwrap();
+    assert_eq!(s.fs.read(s.b, 0, 16).unwrap(), b"second");
+}

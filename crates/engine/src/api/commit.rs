@@ -34,7 +34,7 @@ use crate::frontend::pipeline::{Durability, FsyncFlushes, Turn};
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Pause between reclaim batches (see [`Worker::delta_committer`]).
@@ -64,6 +64,8 @@ pub(super) struct Shared {
     fsync_strict: bool,
     /// Syncs waiting for a commit to serve them (for tests).
     syncs_waiting: AtomicUsize,
+    /// The fsync committer waits for a large group's flush (for tests).
+    holding_back: AtomicBool,
     /// Writes waiting for the commit in flight under dirty pressure (for
     /// tests).
     pub(super) writes_waiting: AtomicUsize,
@@ -117,6 +119,7 @@ impl Shared {
             fsync_wake: Condvar::new(),
             fsync_strict,
             syncs_waiting: AtomicUsize::new(0),
+            holding_back: AtomicBool::new(false),
             writes_waiting: AtomicUsize::new(0),
         }
     }
@@ -257,6 +260,11 @@ impl Shared {
         done(r);
     }
 
+    /// The committer waits for a large group's flush (for tests).
+    pub(super) fn committer_holds_back(&self) -> bool {
+        self.holding_back.load(Ordering::SeqCst)
+    }
+
     /// Queue fsyncs of several inodes at once: the committer takes them as
     /// one group.
     pub(super) fn queue_fsyncs(&self, fsyncs: Vec<(Ino, FsyncDone)>) {
@@ -329,9 +337,18 @@ impl Shared {
             self.fsyncs.lock().committing = false;
             match (r, to_flusher) {
                 (Ok(Some(job)), Some(tx)) => {
+                    let large = group.len() >= PIPELINE_BELOW;
                     if let Err(back) = tx.send(Written { job, group }) {
                         // The flusher is gone (it never is while we run).
                         self.flush_and_finish(vec![back.into_inner()]);
+                    }
+                    // A large group is batching well already: the next one
+                    // waits for its flush and grows meanwhile, rather than
+                    // start early and cost a commit per fewer fsyncs.
+                    if large {
+                        self.holding_back.store(true, Ordering::SeqCst);
+                        self.flushes.wait_none();
+                        self.holding_back.store(false, Ordering::SeqCst);
                     }
                 }
                 (r, _) => {
@@ -469,6 +486,13 @@ impl Shared {
         }
     }
 }
+
+/// Groups of fewer fsyncs than this are followed at once by the next
+/// group's log write, while they wait for their flush: they wait less, and
+/// their callers come back sooner. A larger group is flushed before the
+/// next starts, which then serves more fsyncs per commit (what counts when
+/// thousands of callers keep the CPUs busy).
+const PIPELINE_BELOW: usize = 8;
 
 /// Fsync jobs the flusher holds at most before the committer waits.
 const FLUSH_QUEUE: usize = 8;

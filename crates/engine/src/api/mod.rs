@@ -527,6 +527,13 @@ impl Fs {
         self.shared.queued_fsyncs()
     }
 
+    /// The fsync committer waits for a large group's flush before it takes
+    /// the next group (for tests).
+    #[doc(hidden)]
+    pub fn fsync_committer_holds_back(&self) -> bool {
+        self.shared.committer_holds_back()
+    }
+
     /// The device's I/O counters.
     pub fn counters(&self) -> CounterSnapshot {
         self.shared_vol().device().counters()
