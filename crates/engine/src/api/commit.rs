@@ -421,14 +421,9 @@ impl Shared {
             return None;
         }
         let log = self.log.lock();
-        let plan = match self.vol().fsync_plan(inos) {
-            Ok(plan) => plan,
-            Err(e) => return Some(Err(e)),
-        };
-        let mut job = match plan {
-            FsyncPlan::Nothing => return Some(Ok(None)),
-            FsyncPlan::Full | FsyncPlan::Wait => return None,
-            FsyncPlan::Job(job) => *job,
+        let mut job = match self.plan_fsync(inos)? {
+            Ok(Some(job)) => job,
+            other => return Some(other),
         };
         if let Err(e) = job.write_log_blocks_urgent() {
             // Finishing a failed job only hands its error back.
@@ -471,18 +466,23 @@ impl Shared {
     /// they need a full commit or the delta commit in flight.
     fn try_fsync_commit(&self, inos: &[Ino]) -> Option<Result<()>> {
         let _log = self.log.lock();
-        let plan = match self.vol().fsync_plan(inos) {
-            Ok(plan) => plan,
-            Err(e) => return Some(Err(e)),
+        let mut job = match self.plan_fsync(inos)? {
+            Ok(Some(job)) => job,
+            other => return Some(other.map(drop)),
         };
-        match plan {
-            FsyncPlan::Nothing => Some(Ok(())),
-            FsyncPlan::Full | FsyncPlan::Wait => None,
-            FsyncPlan::Job(mut job) => {
-                let r = job.write();
-                let r = self.vol().finish(*job, r);
-                Some(r.map(drop))
-            }
+        let r = job.write();
+        Some(self.vol().finish(job, r).map(drop))
+    }
+
+    /// Plan an fsync commit of `inos`; the caller holds the log's tail.
+    /// `Ok(None)`: nothing of theirs is pending; `None`: they need a full
+    /// commit or the delta commit in flight.
+    fn plan_fsync(&self, inos: &[Ino]) -> Option<Result<Option<CommitJob>>> {
+        match self.vol().fsync_plan(inos) {
+            Err(e) => Some(Err(e)),
+            Ok(FsyncPlan::Nothing) => Some(Ok(None)),
+            Ok(FsyncPlan::Full | FsyncPlan::Wait) => None,
+            Ok(FsyncPlan::Job(job)) => Some(Ok(Some(*job))),
         }
     }
 }
