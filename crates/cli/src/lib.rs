@@ -30,6 +30,7 @@ pub mod mount;
 mod mount_opts;
 mod snapshot;
 mod sync;
+pub mod umount;
 
 pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use format::{civil_date, format_time, mode_string};
@@ -74,6 +75,9 @@ pub enum Command {
     Mount(mount::MountArgs),
     /// Make everything written through tux3 mounts durable now
     Sync(sync::SyncArgs),
+    /// Unmount a tux3 mount once its server has committed everything
+    #[command(long_about = umount::LONG_ABOUT)]
+    Umount(umount::UmountArgs),
     /// Create, list and delete snapshots of a volume (mounted or not)
     #[command(long_about = snapshot::LONG_ABOUT)]
     Snapshot(snapshot::SnapshotArgs),
@@ -95,6 +99,7 @@ impl Command {
             Command::Readlink(_) => "readlink",
             Command::Mount(_) => "mount",
             Command::Sync(_) => "sync",
+            Command::Umount(_) => "umount",
             Command::Snapshot(a) => a.action.command_name(),
             Command::Man(_) => "man",
         }
@@ -175,6 +180,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Readlink(a) => cat::run_readlink(&a),
         Command::Mount(a) => mount::run(&a),
         Command::Sync(a) => sync::run(&a),
+        Command::Umount(a) => umount::run(&a),
         Command::Snapshot(a) => snapshot::run(&a),
         Command::Man(a) => man::run(&a),
     }

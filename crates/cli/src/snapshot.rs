@@ -292,24 +292,15 @@ fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError>
         .map(|(_, m)| m)
         .ok_or_else(|| CliError::new(format!("{t}: its mount point is not in /proc/self/mounts")))?;
     drop(f);
-    let mp = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| CliError::new(format!("{}: bad mount point", mountpoint.display())))?;
-    // SAFETY: a NUL-terminated path.
-    if unsafe { libc::umount2(mp.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EBUSY) => CliError::new(format!(
-                "{}: busy: files are open on it, which would point into the other image; close them and roll back again",
-                mountpoint.display()
-            )),
-            _ => CliError::at(format!("{}: unmount", mountpoint.display()), e),
-        });
-    }
+    super::umount::umount_now(
+        &mountpoint,
+        0,
+        "files are open on it, which would point into the other image; close them and roll back again",
+    )?;
     // The server closes the volume once it is unmounted; wait for it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while lock_volume(&source, false).is_err() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    super::umount::wait_released(&source, std::time::Duration::from_secs(1), &|m: &str| {
+        eprintln!("tux3 snapshot rollback: {m}")
+    });
     let rolled = rollback_image(target, &source, name);
     let mut mount = std::process::Command::new(std::env::current_exe().map_err(|e| CliError::at("tux3", e))?);
     mount.arg("mount");

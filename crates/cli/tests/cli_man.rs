@@ -26,7 +26,7 @@ fn pages_for_every_command() {
         .map(|n| format!("{n}.8"))
         .collect();
     for sub in [
-        "mkfs", "fsck", "dump", "graph", "ls", "cat", "readlink", "mount", "sync", "snapshot",
+        "mkfs", "fsck", "dump", "graph", "ls", "cat", "readlink", "mount", "umount", "sync", "snapshot",
     ] {
         want.insert(format!("tux3-{sub}.8"));
     }
