@@ -710,6 +710,9 @@ def write(res, path, plotdir, plots):
               "with the writer's requests and CPU counted too, a file of meta, an I/O of fio), with the daemon's CPU time beside them. Opcodes "
               "most frequent first; `other` is the rest. How they are counted: see How it was "
               "run.", ""] + rq + [""]
+        origins = hand_measured("requests.md")
+        if origins:
+            L += [origins.strip(), ""]
     elif rt and c:
         L += ["## FUSE requests per operation", "", rt, ""]
     L += ["## Engine without FUSE vs tmpfs", "",
