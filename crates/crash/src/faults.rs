@@ -1,9 +1,12 @@
 //! Faults the harness can put between a volume and its recording device,
-//! so a test can show the harness catches a broken engine. They live here,
-//! in the harness, and never in the engine's own write path.
+//! so a test can show the harness catches a broken engine, and the gate
+//! that holds a flush while a workload puts a second fsync commit in
+//! flight (`hold.rs`). They live here, in the harness, and never in the
+//! engine's own write path.
 //!
 //! Calls the engine's device layer only.
 
+use crate::hold::HoldFlush;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tux3::device::{CounterSnapshot, Device, Gather};
@@ -22,25 +25,26 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// `dev` with this fault in front of it.
-    pub fn wrap(self, dev: Arc<dyn Device>) -> Arc<dyn Device> {
-        match self {
-            Fault::None => dev,
-            _ => Arc::new(FaultyDevice {
-                inner: dev,
-                fault: self,
-                flushes: AtomicU64::new(0),
-            }),
-        }
+    /// `dev` with this fault (and a flush gate) in front of it.
+    pub fn wrap(self, dev: Arc<dyn Device>) -> Arc<FaultyDevice> {
+        Arc::new(FaultyDevice {
+            inner: dev,
+            fault: self,
+            flushes: AtomicU64::new(0),
+            hold: HoldFlush::new(),
+        })
     }
 }
 
-/// A device that passes everything to `inner` except what its fault drops.
+/// A device that passes everything to `inner` except what its fault drops,
+/// each flush through its gate.
 pub struct FaultyDevice {
     inner: Arc<dyn Device>,
     fault: Fault,
     /// Flushes asked for so far.
     flushes: AtomicU64,
+    /// Holds a flush when a workload asks (`Recorder::fsyncs_in_flight`).
+    pub hold: HoldFlush,
 }
 
 impl Device for FaultyDevice {
@@ -60,6 +64,7 @@ impl Device for FaultyDevice {
         self.inner.write_gather(reqs)
     }
     fn flush(&self) -> std::io::Result<()> {
+        self.hold.pass();
         let n = self.flushes.fetch_add(1, Ordering::Relaxed);
         match self.fault {
             Fault::DropEveryOtherFlush if n.is_multiple_of(2) => Ok(()),

@@ -24,6 +24,7 @@
 
 mod check;
 mod faults;
+mod hold;
 mod record;
 mod snapshot;
 mod states;

@@ -9,8 +9,10 @@
 //! one block, each flush one entry), so no copy of the log is needed per call.
 
 use super::snapshot::Snapshot;
-use crate::faults::Fault;
+use crate::faults::{Fault, FaultyDevice};
+use crate::hold::HoldFlush;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tux3::api::Fs;
 use tux3::device::{Device, MemDevice, RecordedOp, RecordingDevice};
 use tux3::error::{Error, Result};
@@ -62,8 +64,12 @@ pub struct Recording {
 pub struct Recorder {
     mem: Arc<MemDevice>,
     dev: Arc<RecordingDevice>,
-    /// What the volume is opened on: `dev`, or `dev` behind a fault.
+    /// What the volume is opened on: `dev` behind the harness's device
+    /// (a fault, if any, and the flush gate).
     fs_dev: Arc<dyn Device>,
+    /// That device: it holds a flush while a workload puts a second fsync
+    /// commit in flight.
+    hold: Arc<FaultyDevice>,
     fs: Option<Fs>,
     base: Vec<u8>,
     open: OpenOptions,
@@ -80,13 +86,15 @@ impl Recorder {
         Fs::format(mem.clone(), &FormatOptions::default())?;
         let base = mem.image();
         let dev = Arc::new(RecordingDevice::new(mem.clone()));
-        let fs_dev = fault.wrap(dev.clone());
+        let hold = fault.wrap(dev.clone());
+        let fs_dev: Arc<dyn Device> = hold.clone();
         let fs = Fs::open(fs_dev.clone(), open.clone())?;
         let snap = Snapshot::take(&fs)?;
         Ok(Recorder {
             mem,
             dev,
             fs_dev,
+            hold,
             fs: Some(fs),
             base,
             open,
@@ -178,6 +186,67 @@ impl Recorder {
             (flushes, full),
         )?;
         r
+    }
+
+    /// Fsyncs of `first` and then `second` (each a group of one), both
+    /// in flight at once: the first one's flush is held until the second
+    /// commit is planned and written after it in the log, then let go.
+    /// Each is recorded as a durability point for its file, in the order
+    /// they returned (the order of their commits in the log).
+    pub fn fsyncs_in_flight(&mut self, first: Ino, second: Ino) -> Result<()> {
+        let (start, d0) = (self.pos(), self.deltas());
+        let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
+        let (dev, hold) = (&self.dev, &self.hold.hold);
+        hold.arm();
+        let outcome = std::thread::scope(|s| {
+            // Whatever happens below, the held flush goes through in the end.
+            let _release = ReleaseOnDrop(hold);
+            let a = s.spawn(|| (fs.fsync_group(&[first]), log_pos(dev)));
+            if !hold.wait_held(Duration::from_secs(30)) {
+                return Err(Error::BadImage(format!("the fsync of ino {first} never flushed")));
+            }
+            let start_b = log_pos(dev);
+            let b = s.spawn(|| (fs.fsync_group(&[second]), log_pos(dev)));
+            // The second commit is taken and has written its first block
+            // (the committer writes a group's blocks at once).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while fs.pending_fsyncs() > 0 || log_pos(dev) == start_b {
+                if Instant::now() > deadline {
+                    return Err(Error::BadImage(format!(
+                        "the fsync of ino {second} was not written while the one before flushed"
+                    )));
+                }
+                std::thread::yield_now();
+            }
+            hold.release();
+            let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, usize)>| {
+                h.join()
+                    .map_err(|_| Error::BadImage("an fsync thread panicked".into()))
+            };
+            Ok((start_b, join(a)?, join(b)?))
+        });
+        let (start_b, (ra, end_a), (rb, end_b)) = outcome?;
+        let full = self.deltas() != d0;
+        let snap = snapshot_after(self.fs()?, &self.dev, self.pos(), "two fsyncs in flight")?;
+        let mut calls = [
+            (first, start, end_a, ra, "first"),
+            (second, start_b, end_b, rb, "second"),
+        ];
+        calls.sort_by_key(|c| c.2);
+        for (ino, start, end, r, which) in calls {
+            let ok = r.is_ok();
+            self.ops.push(OpRecord {
+                desc: format!("fsync(ino {ino}), the {which} of two in flight -> {r:?}"),
+                start,
+                end,
+                durable: ok,
+                fsynced: if ok { vec![ino] } else { Vec::new() },
+                flushes: 1,
+                full,
+            });
+            self.snaps.push(snap.clone());
+        }
+        Ok(())
     }
 
     fn push(
@@ -468,6 +537,15 @@ fn snapshot_after(fs: &Fs, dev: &RecordingDevice, end: usize, desc: &str) -> Res
         )));
     }
     Ok(snap)
+}
+
+/// Lets a held flush go when dropped.
+struct ReleaseOnDrop<'a>(&'a HoldFlush);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 /// A result shown in at most 60 characters.

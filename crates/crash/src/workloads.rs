@@ -10,6 +10,7 @@ use tux3::error::{Error, Result};
 use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
 mod names;
+mod pipeline;
 
 /// Names accepted by [`record`].
 pub const NAMES: &[&str] = &[
@@ -24,6 +25,7 @@ pub const NAMES: &[&str] = &[
     "fsync_ahead",
     "names_fsync",
     "snapshots",
+    "fsync_pipeline",
 ];
 
 const BS: u32 = 4096;
@@ -57,6 +59,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "fsync_ahead" => fsync_ahead(&mut rec, &mut rng)?,
         "names_fsync" => names::names_fsync(&mut rec, &mut rng)?,
         "snapshots" => snapshots(&mut rec, &mut rng)?,
+        "fsync_pipeline" => pipeline::fsync_pipeline(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()

@@ -191,6 +191,14 @@ fn snapshots() {
 }
 
 #[test]
+fn fsync_pipeline() {
+    // Two fsync commits in flight each round: the second written while the
+    // first one's flush is held.
+    check("fsync_pipeline", 1, 1500, &opts());
+    check("fsync_pipeline", 2, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {

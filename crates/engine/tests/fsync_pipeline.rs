@@ -3,7 +3,8 @@
 //! in the chain; its own flush then makes it durable. Both are durable after
 //! a reopen; and when the earlier flush fails, the later commit (whose chain
 //! passes through the failed one's blocks) fails too, even though its own
-//! flush returned.
+//! flush returned. A delta commit that fsync commits went ahead of writes
+//! its log only once they are durable.
 
 mod gate;
 
@@ -178,4 +179,59 @@ fn the_next_group_waits_for_the_flush_of_a_large_one() {
     answer(&large).unwrap();
     answer(&second).unwrap();
     assert_eq!(s.fs.read(s.b, 0, 16).unwrap(), b"second");
+}
+
+/// An fsync commit goes ahead of the delta commit writing its data, and its
+/// flush is held: the delta commit waits for it before it encodes and
+/// writes its log, so that what of the log is not durable yet is never an
+/// fsync commit followed by a delta commit (fsck could not tell a crash
+/// then from damage).
+#[test]
+fn a_delta_commit_writes_its_log_after_the_fsync_commits_ahead_of_it() {
+    let s = first_commit_held_at_its_flush();
+    s.gate.disarm();
+    let (held_tx, held_rx) = crossbeam_channel::bounded(1);
+    let sync = {
+        let (fs, gate, entered, a) = (s.fs.clone(), s.gate.clone(), s.entered.clone(), s.a);
+        std::thread::spawn(move || {
+            let fs2 = fs.clone();
+            fs.sync_with(move || {
+                // The delta is frozen, its data written: an fsync of `a`
+                // goes ahead of it, and its flush is held.
+                gate.arm();
+                let fsync = queue_fsync(&fs2, a);
+                entered
+                    .recv_timeout(Duration::from_secs(30))
+                    .expect("the fsync commit never flushed");
+                let _ = held_tx.send((fsync, gate.inner.counters()));
+            })
+        })
+    };
+    let (fsync, held) = held_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the fsync never went ahead of the delta commit");
+    // Without the wait, the delta commit writes its log now and this never
+    // holds.
+    until(
+        "the delta commit did not wait for the fsync commit ahead of it",
+        || s.fs.delta_waits_for_fsyncs(),
+    );
+    let now = s.gate.inner.counters();
+    assert_eq!(
+        (now.writes, now.flushes),
+        (held.writes, held.flushes),
+        "the delta commit wrote or flushed while the fsync commit's flush was held"
+    );
+    s.release.send(()).unwrap();
+    answer(&fsync).unwrap();
+    sync.join().unwrap().unwrap();
+    let image = MemDevice::from_image(4096, s.gate.inner.image());
+    let dev: Arc<dyn Device> = Arc::new(image);
+    let fs = Fs::open(dev, OpenOptions::default()).unwrap();
+    assert_eq!(fs.read(s.a, 0, 16).unwrap(), b"first");
+    assert_eq!(
+        fs.read(s.b, 0, 16).unwrap(),
+        b"second",
+        "the delta commit's write"
+    );
 }

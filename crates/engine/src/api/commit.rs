@@ -66,6 +66,9 @@ pub(super) struct Shared {
     syncs_waiting: AtomicUsize,
     /// The fsync committer waits for a large group's flush (for tests).
     holding_back: AtomicBool,
+    /// A delta commit waits for the fsync commits that went ahead of it
+    /// before it encodes its log (for tests).
+    delta_waits_for_fsyncs: AtomicBool,
     /// Writes waiting for the commit in flight under dirty pressure (for
     /// tests).
     pub(super) writes_waiting: AtomicUsize,
@@ -120,6 +123,7 @@ impl Shared {
             fsync_strict,
             syncs_waiting: AtomicUsize::new(0),
             holding_back: AtomicBool::new(false),
+            delta_waits_for_fsyncs: AtomicBool::new(false),
             writes_waiting: AtomicUsize::new(0),
         }
     }
@@ -195,7 +199,20 @@ impl Shared {
         };
         let mut r = job.write_data();
         during.at(Phase::Data, job.holds_log());
-        let mut log = Some(log.unwrap_or_else(|| self.log.lock()));
+        // Fsync commits that went ahead of it may still wait for their
+        // flush: its log blocks go after theirs only once they are durable,
+        // so that whatever of the log is not yet durable is at most one
+        // delta commit and the fsync commits that follow it (what fsck
+        // accepts at the end of the log after a crash).
+        let mut log = Some(log.unwrap_or_else(|| {
+            let log = self.log.lock();
+            if self.flushes.count() > 0 {
+                self.delta_waits_for_fsyncs.store(true, Ordering::SeqCst);
+                self.flushes.wait_none();
+                self.delta_waits_for_fsyncs.store(false, Ordering::SeqCst);
+            }
+            log
+        }));
         if r.is_ok() {
             r = self.vol().encode_log(&mut job);
         }
@@ -263,6 +280,11 @@ impl Shared {
     /// The committer waits for a large group's flush (for tests).
     pub(super) fn committer_holds_back(&self) -> bool {
         self.holding_back.load(Ordering::SeqCst)
+    }
+
+    /// A delta commit waits for fsync commits ahead of it (for tests).
+    pub(super) fn delta_waits_for_fsyncs(&self) -> bool {
+        self.delta_waits_for_fsyncs.load(Ordering::SeqCst)
     }
 
     /// Queue fsyncs of several inodes at once: the committer takes them as

@@ -534,6 +534,13 @@ impl Fs {
         self.shared.committer_holds_back()
     }
 
+    /// A delta commit that let fsync commits go ahead of it waits for them
+    /// to be durable before it encodes its log (for tests).
+    #[doc(hidden)]
+    pub fn delta_waits_for_fsyncs(&self) -> bool {
+        self.shared.delta_waits_for_fsyncs()
+    }
+
     /// The device's I/O counters.
     pub fn counters(&self) -> CounterSnapshot {
         self.shared_vol().device().counters()

@@ -25,7 +25,11 @@
 //! Fsync commits form a pipeline of their own: while one waits for its
 //! flush, the next is planned and writes its log blocks after it in the
 //! chain, and that one's flush makes both durable. A delta freezes only
-//! when no fsync commit is in flight at all ([`FsyncFlushes::wait_none`]).
+//! when no fsync commit is in flight at all ([`FsyncFlushes::wait_none`]),
+//! and encodes its log only once the fsync commits that went ahead of it
+//! are durable: what of the log is not durable yet is then at most one
+//! delta commit and the fsync commits after it (what fsck accepts at the
+//! end of the log after a crash).
 //! A commit that finishes after an earlier one failed fails too: the chain
 //! passes through the failed one's blocks.
 //!
@@ -37,8 +41,8 @@
 //! a later one):
 //! 1. the commit turn ([`Durability::turn`]: one delta commit at a time);
 //! 2. the log tail (`api/commit.rs`: an fsync commit from plan to its log
-//!    written, a delta commit while it freezes — once no fsync commit is in
-//!    flight — and from its log's encoding to its log written);
+//!    written, a delta commit while it freezes and from its log's encoding
+//!    to its log written — each time once no fsync commit is in flight);
 //! 3. the volume — the delta guard: shared by the operations of
 //!    `frontend/shared.rs`, exclusive for every other operation and for each
 //!    step of a commit that touches the volume (never across device I/O);

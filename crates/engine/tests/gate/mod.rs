@@ -35,6 +35,13 @@ impl GatedDevice {
         self.armed.store(true, Ordering::SeqCst);
     }
 
+    /// Let the next flush through after all. (Not every test that shares
+    /// this module uses it.)
+    #[allow(dead_code)]
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+    }
+
     /// Make the flush waiting at the gate (or the next gated one) fail
     /// when it is let go. (Not every test that shares this module uses it.)
     #[allow(dead_code)]

@@ -10,8 +10,13 @@
 //!    (a damaged or torn log block), or
 //!  * a valid block with the next sequence number — found through the
 //!    stopped block's raw `next` field or among the free blocks after it —
-//!    continues the chain up to a commit block. Commits are written only
-//!    after everything before them is flushed, so a crash cannot leave that.
+//!    continues the chain up to a commit block that a crash cannot explain.
+//!    What of the log is not yet durable is at most one delta commit (its
+//!    log goes out only once everything before it is flushed) and the fsync
+//!    commits after it, each written while those before it wait for their
+//!    flush; so a crash can leave a gap followed by fsync commits, and one
+//!    followed by the rest of a delta commit's log and fsync commits, but
+//!    not one followed by a delta commit and then another commit.
 //!
 //! A damaged *last* commit block that has lost its magic or address cannot
 //! be told from a crash before that commit landed; nothing can find it.
@@ -173,15 +178,33 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
             return;
         }
     }
-    if let Some((c, deltas, last)) = continuation(dev, x, seq, &raw, is_free) {
+    if let Some(Continuation {
+        first: c,
+        commits: deltas,
+        last,
+        full_after_first,
+    }) = continuation(dev, x, seq, &raw, is_free)
+    {
         if deltas == 1 {
             // A commit's log blocks go out together before one flush, so a
             // crash can land its later blocks but not an earlier one: replay
-            // stops at the gap, and that commit had not completed. Any
-            // commit after it would have been written after its flush.
+            // stops at the gap, and that commit had not completed.
             f.notes.push(format!(
                 "block {x}: the log ends at a gap inside the log of delta {last}, which goes \
                  on at block {c}; a crash during that commit leaves this"
+            ));
+            return;
+        }
+        if !full_after_first {
+            // Fsync commits are written while the ones before them (or the
+            // delta commit before them) wait for their flush: a crash can
+            // land some of them and not a block before them. None of them
+            // had completed.
+            f.notes.push(format!(
+                "block {x}: the log ends at a gap, and goes on at block {c} through {deltas} \
+                 commits that may have been waiting for their flush (up to delta {last}); a \
+                 crash during them leaves this (had they completed, the missing block was \
+                 damaged since and they are lost)"
             ));
             return;
         }
@@ -197,25 +220,40 @@ fn check_stop(dev: &dyn Device, s: &LogScan, is_free: &dyn Fn(u64) -> bool, f: &
     }
 }
 
-/// A committed continuation of the chain after the stopped block `x`:
-/// (its first block, number of commits, last delta).
+/// A committed continuation of the chain after a stopped block.
+struct Continuation {
+    /// Its first block.
+    first: u64,
+    /// Commit blocks in it, and the delta of the last one.
+    commits: usize,
+    last: u64,
+    /// A delta (full) commit comes after its first commit.
+    full_after_first: bool,
+}
+
+/// A committed continuation of the chain after the stopped block `x`.
 fn continuation(
     dev: &dyn Device,
     x: u64,
     seq: u64,
     raw: &[u8],
     is_free: &dyn Fn(u64) -> bool,
-) -> Option<(u64, usize, u64)> {
+) -> Option<Continuation> {
     let n = dev.block_count();
     let bs = dev.block_size() as usize;
-    let try_at = |c: u64, image: &[u8]| -> Option<(u64, usize, u64)> {
+    let try_at = |c: u64, image: &[u8]| -> Option<Continuation> {
         let lb = LogBlock::decode(image, c, n).ok()?;
         if lb.seq != seq.checked_add(1)? {
             return None;
         }
         let (blocks, _, _) = follow(dev, c, lb.seq, None);
         let commits: Vec<&LogBlock> = blocks.iter().filter(|b| b.commit).collect();
-        commits.last().map(|last| (c, commits.len(), last.delta))
+        commits.last().map(|last| Continuation {
+            first: c,
+            commits: commits.len(),
+            last: last.delta,
+            full_after_first: commits[1..].iter().any(|b| !b.fsync),
+        })
     };
     // The stopped block's own pointer, if that field survived.
     let mut next = [0u8; 8];
