@@ -88,18 +88,30 @@ impl LogWriter {
     ) -> Result<LogLayout> {
         const RESERVE: usize = 13; // the Balloc of the next block
         let cap = capacity(bs) - RESERVE;
-        let mut groups: Vec<Vec<Record>> = vec![Vec::new()];
+        // How many records go in each block, then the blocks' record lists
+        // at their size (an fsync commit's are hundreds of records, laid
+        // out under the delta guard).
+        let mut lens = vec![0usize];
         let mut used = 0;
-        for r in records {
+        for r in &records {
             if used + r.size() > cap {
-                groups.push(Vec::new());
+                lens.push(0);
                 used = 0;
             }
             used += r.size();
-            if let Some(g) = groups.last_mut() {
-                g.push(r);
+            if let Some(len) = lens.last_mut() {
+                *len += 1;
             }
         }
+        let mut records = records.into_iter();
+        let groups: Vec<Vec<Record>> = lens
+            .iter()
+            .map(|&len| {
+                let mut g = Vec::with_capacity(len + 1);
+                g.extend(records.by_ref().take(len));
+                g
+            })
+            .collect();
         let n = groups.len();
         let prev_crc = self.tail.prev_crc;
         let mut blocks = Vec::with_capacity(n);

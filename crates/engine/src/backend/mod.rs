@@ -273,7 +273,7 @@ impl Backend {
                             if offset as usize + data.len() > bs {
                                 return Err(bad(format!("inline data of {} bytes at {offset}", data.len())));
                             }
-                            pages.push((ino, lblock, offset as usize, data.clone()));
+                            pages.push((ino, lblock, offset as usize, data.to_vec()));
                         }
                     }
                     Record::Balloc { start, count } => {

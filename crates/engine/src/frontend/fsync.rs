@@ -47,6 +47,7 @@ use super::names::{PendingNames, Pos};
 use super::Volume;
 use crate::backend::commit::CommitJob;
 use crate::error::Result;
+use crate::log::record::InlineBytes;
 use crate::log::Record;
 use crate::types::*;
 use std::collections::{BTreeSet, HashSet};
@@ -394,28 +395,28 @@ impl Volume {
         // fsync commit has logged (only while that commit writes its data).
         let pending = i.pages.not_logged();
         let size = i.attrs.size;
-        let mut data = Vec::new();
-        for &lblock in &pending {
-            let Some(page) = i.pages.get(lblock) else { continue };
-            let len = size.saturating_sub(lblock * bs).min(bs) as usize;
-            for offset in (0..len).step_by(INLINE_CHUNK) {
-                let end = (offset + INLINE_CHUNK).min(len);
-                data.push(Record::DataInline {
-                    ino,
-                    lblock,
-                    offset: offset as u16,
-                    data: page.data[offset..end].to_vec(),
-                });
-            }
-        }
-        out.pages.extend(pending.iter().map(|&b| (ino, b)));
         let attrs = i.attrs.encode();
         out.images.push((ino, attrs.clone()));
         out.records.push(Record::InodeImage { ino, attrs });
         if orphan {
             out.records.push(Record::Orphan { ino });
         }
-        out.records.extend(data);
+        out.records
+            .reserve(pending.len() * (bs as usize).div_ceil(INLINE_CHUNK));
+        for &lblock in &pending {
+            let Some(page) = i.pages.get(lblock) else { continue };
+            let len = size.saturating_sub(lblock * bs).min(bs) as usize;
+            for offset in (0..len).step_by(INLINE_CHUNK) {
+                let end = (offset + INLINE_CHUNK).min(len);
+                out.records.push(Record::DataInline {
+                    ino,
+                    lblock,
+                    offset: offset as u16,
+                    data: InlineBytes::share(&page.data, offset, end - offset),
+                });
+            }
+        }
+        out.pages.extend(pending.iter().map(|&b| (ino, b)));
         Ok(())
     }
 }

@@ -180,7 +180,7 @@ mod tests {
                 ino: 16,
                 lblock: 0,
                 offset: 1000,
-                data: vec![0; 100],
+                data: vec![0; 100].into(),
             },
             Record::DirentRemove { dir: 0, key: 5 },
         ];

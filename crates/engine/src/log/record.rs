@@ -30,11 +30,71 @@
 
 use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_FILE_BLOCKS};
 use crate::error::Result;
+use std::sync::Arc;
 
 /// Bitmap file's inode number: its tree is never logged.
 const BITMAP_INO: u64 = 2;
 /// Lowest inode number of an ordinary file (docs/FORMAT.md section 5).
 const FIRST_INO: u64 = 16;
+
+/// The bytes of a [`Record::DataInline`]: a range of a cached page, shared
+/// (an fsync commit's plan copies no data under the delta guard: the
+/// encoder copies it into the log block later, and a write to the page
+/// meanwhile copies the page first, `Arc::make_mut`), or bytes of their
+/// own (a decoded record).
+#[derive(Clone)]
+pub struct InlineBytes {
+    buf: Arc<Vec<u8>>,
+    start: usize,
+    len: usize,
+}
+
+impl InlineBytes {
+    /// `len` bytes of `page` from `start` (clamped to the page).
+    pub fn share(page: &Arc<Vec<u8>>, start: usize, len: usize) -> InlineBytes {
+        let start = start.min(page.len());
+        InlineBytes {
+            buf: page.clone(),
+            start,
+            len: len.min(page.len().saturating_sub(start)),
+        }
+    }
+}
+
+impl From<Vec<u8>> for InlineBytes {
+    fn from(v: Vec<u8>) -> InlineBytes {
+        let len = v.len();
+        InlineBytes {
+            buf: Arc::new(v),
+            start: 0,
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for InlineBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // `share` and `from` keep the range inside the buffer.
+        self.buf
+            .get(self.start..self.start.saturating_add(self.len))
+            .unwrap_or_default()
+    }
+}
+
+impl PartialEq for InlineBytes {
+    fn eq(&self, other: &InlineBytes) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for InlineBytes {}
+
+impl std::fmt::Debug for InlineBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -66,7 +126,7 @@ pub enum Record {
         ino: u64,
         lblock: u64,
         offset: u16,
-        data: Vec<u8>,
+        data: InlineBytes,
     },
     DirentSet {
         dir: u64,
@@ -293,7 +353,7 @@ impl Record {
                     ino,
                     lblock,
                     offset,
-                    data: r.bytes(n, "inline data")?.to_vec(),
+                    data: r.bytes(n, "inline data")?.to_vec().into(),
                 }
             }
             8 => {
@@ -396,5 +456,42 @@ impl Record {
             Record::SnapDelete { .. } | Record::SnapGone { .. } => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record that shares a page keeps the bytes of the plan: a write to
+    /// the page afterwards (through `Arc::make_mut`, as the page cache
+    /// writes) copies the page, and the encoded record is unchanged.
+    #[test]
+    fn shared_inline_bytes_keep_the_page_as_it_was() {
+        let mut page = Arc::new(vec![7u8; 4096]);
+        let rec = Record::DataInline {
+            ino: 16,
+            lblock: 3,
+            offset: 896,
+            data: InlineBytes::share(&page, 896, 896),
+        };
+        if let Some(b) = Arc::make_mut(&mut page).get_mut(1000) {
+            *b = 9;
+        }
+        let mut w = Writer::default();
+        rec.encode(&mut w);
+        let own = Record::DataInline {
+            ino: 16,
+            lblock: 3,
+            offset: 896,
+            data: vec![7u8; 896].into(),
+        };
+        let mut w2 = Writer::default();
+        own.encode(&mut w2);
+        assert_eq!(w.buf, w2.buf);
+        assert_eq!(rec, own);
+        // Ranges past the page are clamped, never a panic.
+        assert_eq!(InlineBytes::share(&page, 4000, 896).len(), 96);
+        assert!(InlineBytes::share(&page, 5000, 10).is_empty());
     }
 }

@@ -86,7 +86,8 @@ impl InodeAttrs {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::default();
+        // The usual record (mode, size, times, parent) in one allocation.
+        let mut w = Writer::with_capacity(96);
         w.u8(TAG_MODE);
         w.u16(16);
         w.u32(self.mode);
