@@ -194,19 +194,22 @@ impl Recorder {
     /// Each is recorded as a durability point for its file, in the order
     /// they returned (the order of their commits in the log).
     pub fn fsyncs_in_flight(&mut self, first: Ino, second: Ino) -> Result<()> {
-        let (start, d0) = (self.pos(), self.deltas());
+        let (start, f0, d0) = (self.pos(), self.flushes(), self.deltas());
         let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
         let (dev, hold) = (&self.dev, &self.hold.hold);
+        // An fsync, and where the log and the flush count were when it
+        // returned.
+        let fsync = |ino: Ino| (fs.fsync_group(&[ino]), log_pos(dev), dev.counters().flushes);
         hold.arm();
         let outcome = std::thread::scope(|s| {
             // Whatever happens below, the held flush goes through in the end.
             let _release = ReleaseOnDrop(hold);
-            let a = s.spawn(|| (fs.fsync_group(&[first]), log_pos(dev)));
+            let a = s.spawn(|| fsync(first));
             if !hold.wait_held(Duration::from_secs(30)) {
                 return Err(Error::BadImage(format!("the fsync of ino {first} never flushed")));
             }
-            let start_b = log_pos(dev);
-            let b = s.spawn(|| (fs.fsync_group(&[second]), log_pos(dev)));
+            let (start_b, f0_b) = (log_pos(dev), dev.counters().flushes);
+            let b = s.spawn(|| fsync(second));
             // The second commit is taken and has written its first block
             // (the committer writes a group's blocks at once).
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -219,21 +222,23 @@ impl Recorder {
                 std::thread::yield_now();
             }
             hold.release();
-            let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, usize)>| {
+            let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, usize, u64)>| {
                 h.join()
                     .map_err(|_| Error::BadImage("an fsync thread panicked".into()))
             };
-            Ok((start_b, join(a)?, join(b)?))
+            Ok(((start_b, f0_b), join(a)?, join(b)?))
         });
-        let (start_b, (ra, end_a), (rb, end_b)) = outcome?;
+        let ((start_b, f0_b), (ra, end_a, f_a), (rb, end_b, f_b)) = outcome?;
         let full = self.deltas() != d0;
         let snap = snapshot_after(self.fs()?, &self.dev, self.pos(), "two fsyncs in flight")?;
+        // Each call's flushes are those the device saw while it ran (the
+        // second one's window holds the first one's held flush too).
         let mut calls = [
-            (first, start, end_a, ra, "first"),
-            (second, start_b, end_b, rb, "second"),
+            (first, start, end_a, f_a - f0, ra, "first"),
+            (second, start_b, end_b, f_b - f0_b, rb, "second"),
         ];
         calls.sort_by_key(|c| c.2);
-        for (ino, start, end, r, which) in calls {
+        for (ino, start, end, flushes, r, which) in calls {
             let ok = r.is_ok();
             self.ops.push(OpRecord {
                 desc: format!("fsync(ino {ino}), the {which} of two in flight -> {r:?}"),
@@ -241,7 +246,7 @@ impl Recorder {
                 end,
                 durable: ok,
                 fsynced: if ok { vec![ino] } else { Vec::new() },
-                flushes: 1,
+                flushes,
                 full,
             });
             self.snaps.push(snap.clone());
