@@ -140,6 +140,8 @@ const FLAGS: &[&str] = &[
     "writeback_cache",
     "uring",
     "nouring",
+    "idle_queues",
+    "noidle_queues",
     "exec",
     "noexec",
     "suid",
@@ -174,6 +176,7 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
         "default_permissions" => f.default_permissions = true,
         "writeback_cache" => f.writeback_cache = true,
         "uring" | "nouring" => f.uring = Some(name == "uring"),
+        "idle_queues" | "noidle_queues" => f.idle_queues = name == "idle_queues",
         "exec" | "noexec" => f.exec = Some(name == "exec"),
         "suid" | "nosuid" => f.suid = Some(name == "suid"),
         "dev" | "nodev" => f.dev = Some(name == "dev"),
@@ -301,7 +304,15 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
          per CPU at idle priority spins instead of letting the CPU halt, so waking a caller \
          or the server there is cheap. Helps latency-bound work (creates, stats) on virtual \
          machines whose idle vCPUs halt at once, at the cost of that CPU time. Off by \
-         default; io_uring transport only.",
+         default; io_uring transport only. Turns idle_queues off.",
+    ),
+    (
+        "idle_queues, noidle_queues",
+        "The io_uring queue threads wait at idle CPU priority, so that a reply wakes its \
+         caller on the same CPU instead of an idle one: on virtual machines whose idle vCPUs \
+         halt, creates and stats through the mount run about three times as fast. A queue \
+         thread kept from its CPU for 2 ms or more goes back to normal priority for a \
+         while (1 to 64 s). Default: idle_queues; io_uring transport only.",
     ),
     (
         "snapshot=NAME",

@@ -13,91 +13,19 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::{Duration, Instant};
 use tux3::device::MemDevice;
 use tux3::types::{FormatOptions, OpenOptions, ROOT_INO};
 use tux3::Fs;
 use tux3_fuse::test_hooks;
 use tux3_fuse::FuseOptions;
 
-const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
 
-/// A note saying why the test does nothing, or a failure when
-/// TUX3_REQUIRE_MOUNT=1 says the machine must run it.
-fn skip(why: &str) {
-    assert!(
-        std::env::var("TUX3_REQUIRE_MOUNT").as_deref() != Ok("1"),
-        "TUX3_REQUIRE_MOUNT=1 but the mount test cannot run: {why}"
-    );
-    eprintln!("note: skipping the ring panic test: {why}");
-}
-
-/// Whether this machine can run the test.
-fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let why = if !root || !Path::new("/dev/fuse").exists() {
-        "it needs root and /dev/fuse"
-    } else if !Path::new(ENABLE).exists() {
-        "the kernel has no FUSE over io_uring"
-    } else {
-        return true;
-    };
-    skip(why);
-    false
-}
-
-/// `enable_uring` on for the test, the old value back when dropped.
-struct Param(String);
-
-impl Param {
-    /// `None` (after [`skip`]) if the parameter cannot be set.
-    fn on() -> Option<Param> {
-        let old = fs::read_to_string(ENABLE).expect("read enable_uring");
-        if let Err(e) = fs::write(ENABLE, "Y") {
-            skip(&format!("FUSE over io_uring cannot be enabled: {e}"));
-            return None;
-        }
-        Some(Param(old.trim().to_string()))
-    }
-}
-
-impl Drop for Param {
-    fn drop(&mut self) {
-        let _ = fs::write(ENABLE, &self.0);
-    }
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let want = mnt.to_string_lossy();
-    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_ref()))
-}
-
-/// Detaches the mount if the test fails with it still there.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::{can_run, is_mounted, wait_until, Param, Unmount, DEADLINE};
 
 #[test]
 fn a_panicking_ring_thread_leaks_its_buffers_and_the_mount_ends() {

@@ -17,6 +17,8 @@
 //! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
+//! - `priority.rs`: queue threads at idle CPU priority while they wait, so
+//!   that a reply wakes its caller on the same CPU (`-o idle_queues`);
 //! - this file: starting the queue threads, and the threads that take
 //!   requests which may block off them: one set for writes waiting for a
 //!   commit, syncs and snapshot ioctls, another for large reads (so a read
@@ -40,6 +42,7 @@ mod args;
 #[cfg(test)]
 mod decode_tests;
 mod dispatch;
+mod priority;
 mod ring;
 
 use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};

@@ -32,10 +32,11 @@
 //! answer is committed; after a panic they leak, so a late writer still
 //! writes into memory nobody else owns.
 //!
-//! Calls the dispatcher (`dispatch.rs`).
+//! Calls the dispatcher (`dispatch.rs`) and `priority.rs`.
 
 use super::abi::{self, InHeader, HEADER_LEN};
 use super::dispatch::{Offload, Outcome, Reply};
+use super::priority::IdlePriority;
 use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -164,6 +165,8 @@ pub struct Queue {
     offload: Offload,
     /// Entries the kernel still holds (registered or committed).
     live: usize,
+    /// Idle priority while waiting (`priority.rs`), if taken.
+    priority: Option<IdlePriority>,
 }
 
 impl Queue {
@@ -203,6 +206,7 @@ impl Queue {
             done_rx,
             offload,
             live: 0,
+            priority: None,
         })
     }
 
@@ -246,6 +250,11 @@ impl Queue {
     /// Register every slot, then serve until the kernel ends the queue
     /// (unmount): it completes each entry with an error then.
     pub fn run(mut self) -> io::Result<()> {
+        let opts = &self.fuse.opts;
+        // The idle pollers would share the CPU with an idle-priority thread.
+        if opts.idle_queues && opts.idle_poll.is_none() {
+            self.priority = IdlePriority::start();
+        }
         let r = self.serve_all();
         // With entries left, the kernel may still copy into their buffers
         // (until the ring closes and cancels them): `bufs` leaks them.
@@ -267,6 +276,9 @@ impl Queue {
                 // Interrupted, or completions to reap first: go round.
                 Err(e) if [Some(libc::EINTR), Some(libc::EBUSY)].contains(&e.raw_os_error()) => {}
                 Err(e) => return Err(e),
+            }
+            if let Some(p) = &mut self.priority {
+                p.after_wait();
             }
             done.clear();
             done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));

@@ -1,0 +1,192 @@
+//! The io_uring queue threads wait at idle CPU priority (`SCHED_IDLE`, so
+//! that a reply wakes its caller on the queue's own CPU), and a queue
+//! thread kept from its CPU by a busy normal-priority task goes back to
+//! normal priority instead of starving the requests of that CPU;
+//! `idle_queues: false` leaves them at normal priority.
+//!
+//! Mounts in this process (an in-memory volume), so it needs root,
+//! /dev/fuse and a kernel with FUSE over io_uring; without them it prints a
+//! note and passes, unless TUX3_REQUIRE_MOUNT=1, where it fails. The
+//! busy task is a thread of this process, so it shares the server's
+//! scheduling group whatever the kernel's autogroup setting.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Instant;
+use tux3::device::MemDevice;
+use tux3::types::{FormatOptions, OpenOptions};
+use tux3::Fs;
+use tux3_fuse::test_hooks;
+use tux3_fuse::FuseOptions;
+
+mod common;
+
+use common::{can_run, is_mounted, wait_until, Param, Unmount, DEADLINE};
+
+/// The scheduling policy of each of this process's queue threads
+/// (`tux3-ring<queue>.<n>`), by name: field 41 of its stat.
+fn ring_policies() -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for task in fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if !comm.starts_with("tux3-ring") {
+            continue;
+        }
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name, which ends at the last ')'.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = rest.split(' ').nth(38).unwrap().parse().unwrap();
+        out.push((comm.to_string(), policy));
+    }
+    out.sort();
+    out
+}
+
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data, set through the libc macros.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+}
+
+/// Mount a fresh in-memory volume at `mnt` with `opts`, run `body`, unmount.
+fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
+    let dev = Arc::new(MemDevice::new(4096, 16384));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let open = OpenOptions {
+        commit_interval: None,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev, open).unwrap();
+    let _unmount = Unmount(mnt.to_path_buf());
+    let mounted = tux3_fuse::mount(fs, mnt, opts).expect("mount -o uring");
+    let (done_tx, done_rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let _ = done_tx.send(mounted.serve());
+    });
+    // Until the kernel has every queue's entries it sends through /dev/fuse:
+    // look up fresh names until one comes through a ring.
+    let before = test_hooks::ring_requests();
+    let mut probe = 0;
+    wait_until("a request through the rings", || {
+        probe += 1;
+        let _ = fs::metadata(mnt.join(format!("probe{probe}")));
+        test_hooks::ring_requests() > before
+    });
+    body();
+    assert!(std::process::Command::new("umount")
+        .arg(mnt)
+        .status()
+        .unwrap()
+        .success());
+    let served = done_rx
+        .recv_timeout(DEADLINE)
+        .expect("the session ends at unmount");
+    assert_eq!(served, Ok(()));
+    server.join().unwrap();
+    assert!(!is_mounted(mnt));
+}
+
+#[test]
+fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
+    if !can_run() {
+        return;
+    }
+    let Some(_param) = Param::on() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().canonicalize().unwrap().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+
+    // Off: every queue thread at normal priority.
+    let opts = FuseOptions {
+        uring: Some(true),
+        threads: 2,
+        idle_queues: false,
+        ..FuseOptions::default()
+    };
+    with_mount(&mnt, &opts, || {
+        let policies = ring_policies();
+        assert!(!policies.is_empty(), "no queue threads");
+        assert!(
+            policies.iter().all(|&(_, p)| p == libc::SCHED_OTHER),
+            "idle_queues off: {policies:?}"
+        );
+    });
+
+    // The default: at idle priority, until starved.
+    let opts = FuseOptions {
+        uring: Some(true),
+        threads: 2,
+        ..FuseOptions::default()
+    };
+    assert!(opts.idle_queues, "on by default");
+    with_mount(&mnt, &opts, || {
+        // A queue thread may have starved already while the mount started
+        // (the requests before the rings took over keep the other threads
+        // busy); it is back at idle priority after its back-off.
+        wait_until("every queue thread at idle priority", || {
+            ring_policies().iter().all(|&(_, p)| p == libc::SCHED_IDLE)
+        });
+
+        // A busy thread on CPU 0, and creates from CPU 0 (whose queue
+        // takes them) until CPU 0's queue thread is back at normal
+        // priority.
+        let stop = Arc::new(AtomicBool::new(false));
+        let hog = {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                pin_to_cpu(0);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let caller = {
+            let (mnt, stop) = (mnt.clone(), stop.clone());
+            thread::spawn(move || {
+                pin_to_cpu(0);
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    fs::write(mnt.join(format!("f{n}")), b"x").unwrap();
+                    n += 1;
+                }
+                n
+            })
+        };
+        let start = Instant::now();
+        let queue0 = |p: &[(String, i32)]| -> Vec<i32> {
+            p.iter()
+                .filter(|(n, _)| n.starts_with("tux3-ring0."))
+                .map(|&(_, p)| p)
+                .collect()
+        };
+        let mut seen = Vec::new();
+        while start.elapsed() < DEADLINE {
+            seen = queue0(&ring_policies());
+            if seen.contains(&libc::SCHED_OTHER) {
+                break;
+            }
+            thread::yield_now();
+        }
+        stop.store(true, Ordering::Relaxed);
+        hog.join().unwrap();
+        let created = caller.join().unwrap();
+        assert!(
+            seen.contains(&libc::SCHED_OTHER),
+            "CPU 0's queue thread stayed at idle priority beside a busy task \
+             ({created} files created in {:?}): {seen:?}",
+            start.elapsed()
+        );
+        assert!(created > 0);
+    });
+}
