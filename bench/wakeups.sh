@@ -5,8 +5,10 @@
 # tux3 (through the mount) and ext4, on a loop device over an image in
 # SCRATCH, once with the guest's idle halt polling off (the cpuidle haltpoll
 # driver's guest_halt_poll_ns = 0: an idle vCPU halts at once, so waking a
-# task there costs an exit to the host) and once with 200 us of polling.
-# Then, with the machine's setting (restored), tux3 mounted with
+# task there costs an exit to the host) and once with 200 us of polling;
+# tux3 both with its queue threads at normal priority (`-o noidle_queues`)
+# and as mounted by default (idle priority: a reply wakes its caller on the
+# same CPU). Then, with the machine's setting (restored), tux3 mounted with
 # `-o idle_poll=200`: the server's own pollers keep the idle CPUs awake.
 # Restores the setting, unmounts and detaches on every path. Root only.
 #
@@ -40,7 +42,8 @@ truncate -s 4G "$DIR/img"
 LOOP=$(losetup --direct-io=on -f --show "$DIR/img") || exit 1
 mkdir "$DIR/mnt"
 
-# run FS: format, mount, the three steps, unmount.
+# run FS: format, mount, the three steps (with the server's CPU time per
+# operation for tux3), unmount.
 run() {
     local fs=$1 step
     if [ "${fs%% *}" = tux3 ]; then
@@ -55,20 +58,33 @@ run() {
         mount "$LOOP" "$DIR/mnt" || return 1
     fi
     mkdir "$DIR/mnt/f" "$DIR/mnt/t"
+    local pid
+    pid=$(pgrep -n -f "tux3 mount.* $LOOP $DIR/mnt")
     for step in "flat $N create" "flat $N stat" "tree $((N / 2)) create"; do
         set -- $step
-        local out
+        local out before after
+        before=$(cpu_ticks "$pid")
         out=$(timeout 600 "$DIR/meta" "$1" "$DIR/mnt/${1:0:1}" "$2" "$3")
-        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%-5s %-18s %-10s %9.0f ops/s" % (sys.argv[2], sys.argv[3], sys.argv[4], d["ops"] / d["seconds"]))' \
-            "$out" "$fs" "halt_poll=$(cat "$POLL")" "$1 $3"
+        after=$(cpu_ticks "$pid")
+        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); a=sys.argv[5:]; cpu="  server %5.1f us/op" % ((int(a[1]) - int(a[0])) * 1e6 / int(a[2]) / d["ops"]) if a[0] else ""; print("%-24s %-18s %-12s %9.0f ops/s%s" % (sys.argv[2], sys.argv[3], sys.argv[4], d["ops"] / d["seconds"], cpu))' \
+            "$out" "$fs" "halt_poll=$(cat "$POLL")" "$1 $3" "$before" "$after" "$(getconf CLK_TCK)"
     done
-    timeout 60 umount "$DIR/mnt"
+    if [ -n "$pid" ]; then
+        timeout 60 "$TUX3" umount "$DIR/mnt"
+    else
+        timeout 60 umount "$DIR/mnt"
+    fi
     wait
+}
+
+# cpu_ticks PID: user + system clock ticks of the process (empty if none).
+cpu_ticks() {
+    [ -n "$1" ] && awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 
 for poll in 0 200000; do
     echo "$poll" > "$POLL"
-    for fs in tux3 ext4; do
+    for fs in "tux3 -o noidle_queues" tux3 ext4; do
         run "$fs" || exit 1
     done
 done
