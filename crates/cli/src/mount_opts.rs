@@ -304,15 +304,16 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
          per CPU at idle priority spins instead of letting the CPU halt, so waking a caller \
          or the server there is cheap. Helps latency-bound work (creates, stats) on virtual \
          machines whose idle vCPUs halt at once, at the cost of that CPU time. Off by \
-         default; io_uring transport only. Turns idle_queues off.",
+         default; io_uring transport only; idle_queues has no effect with it.",
     ),
     (
         "idle_queues, noidle_queues",
         "The io_uring queue threads wait at idle CPU priority, so that a reply wakes its \
          caller on the same CPU instead of an idle one: on virtual machines whose idle vCPUs \
-         halt, creates and stats through the mount run about three times as fast. A queue \
-         thread kept from its CPU for 2 ms or more goes back to normal priority for a \
-         while (1 to 64 s). Default: idle_queues; io_uring transport only.",
+         halt, creates and stats through the mount run about 2.5 times as fast. A queue \
+         thread kept from its CPU for 2 ms or more goes back to normal priority for a while \
+         (1 to 64 s). Off by default: beside a busy writer it delays small fsyncs. io_uring \
+         transport only.",
     ),
     (
         "snapshot=NAME",

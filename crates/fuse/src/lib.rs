@@ -141,7 +141,8 @@ pub struct FuseOptions {
     pub idle_poll: Option<std::time::Duration>,
     /// The io_uring queue threads wait at idle CPU priority, watched for
     /// starvation (`uring/priority.rs`), so that a reply wakes its caller
-    /// on the queue's own CPU. On by default; off with `idle_poll`.
+    /// on the queue's own CPU. Off by default (it delays fsyncs behind a
+    /// busy writer); no effect with `idle_poll`.
     pub idle_queues: bool,
     /// Threads serving requests (each with its own cloned `/dev/fuse` fd;
     /// with io_uring, spread over the per-CPU queues).
@@ -180,7 +181,7 @@ impl FuseOptions {
             default_permissions: true,
             writeback_cache: false,
             idle_poll: None,
-            idle_queues: true,
+            idle_queues: false,
             threads: DEFAULT_THREADS,
             uring: None,
             fsname: "tux3".to_string(),

@@ -1,8 +1,8 @@
 //! The io_uring queue threads wait at idle CPU priority (`SCHED_IDLE`, so
 //! that a reply wakes its caller on the queue's own CPU), and a queue
 //! thread kept from its CPU by a busy normal-priority task goes back to
-//! normal priority instead of starving the requests of that CPU;
-//! `idle_queues: false` leaves them at normal priority.
+//! normal priority instead of starving the requests of that CPU; without
+//! the option (the default) they stay at normal priority.
 //!
 //! Mounts in this process (an in-memory volume), so it needs root,
 //! /dev/fuse and a kernel with FUSE over io_uring; without them it prints a
@@ -107,29 +107,29 @@ fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
     let mnt = dir.path().canonicalize().unwrap().join("mnt");
     fs::create_dir(&mnt).unwrap();
 
-    // Off: every queue thread at normal priority.
+    // The default: every queue thread at normal priority.
     let opts = FuseOptions {
         uring: Some(true),
         threads: 2,
-        idle_queues: false,
         ..FuseOptions::default()
     };
+    assert!(!opts.idle_queues, "off by default");
     with_mount(&mnt, &opts, || {
         let policies = ring_policies();
         assert!(!policies.is_empty(), "no queue threads");
         assert!(
             policies.iter().all(|&(_, p)| p == libc::SCHED_OTHER),
-            "idle_queues off: {policies:?}"
+            "by default: {policies:?}"
         );
     });
 
-    // The default: at idle priority, until starved.
+    // Asked for: at idle priority, until starved.
     let opts = FuseOptions {
         uring: Some(true),
         threads: 2,
+        idle_queues: true,
         ..FuseOptions::default()
     };
-    assert!(opts.idle_queues, "on by default");
     with_mount(&mnt, &opts, || {
         // A queue thread may have starved already while the mount started
         // (the requests before the rings took over keep the other threads

@@ -1,5 +1,5 @@
-//! Queue threads at idle CPU priority (`-o idle_queues`, the default): so
-//! that the caller a reply wakes runs on the queue thread's own CPU.
+//! Queue threads at idle CPU priority (`-o idle_queues`, off by default):
+//! so that the caller a reply wakes runs on the queue thread's own CPU.
 //!
 //! A request is two wake-ups: the caller's request wakes the queue thread
 //! of its CPU (same CPU: cheap), and the reply wakes the caller. When the
@@ -26,6 +26,14 @@
 //! try. Being preempted by the caller it woke counts as run delay too, but
 //! only for the caller's own time between two requests, which is far below
 //! [`STARVED`] in the workloads this is for.
+//!
+//! Why it is not the default: a CPU running an idle-priority queue thread
+//! also draws every other task woken near it (the commit and flush
+//! threads, a writer), and each preempts the queue thread in the middle of
+//! a request, in waits too short for the watch. With a stream of buffered
+//! writes beside a small fsync every 50 ms, the fsync's 90th percentile
+//! went from 2.4 ms to 7.5 ms (bench/wakeups.md): against DESIGN.md's
+//! target that a background stream must not inflate an fsync's latency.
 //!
 //! Called by `ring.rs` only; calls the kernel (`sched_setscheduler`).
 
