@@ -7,7 +7,8 @@
 # driver's guest_halt_poll_ns = 0: an idle vCPU halts at once, so waking a
 # task there costs an exit to the host) and once with 200 us of polling;
 # tux3 both as mounted by default and with its queue threads at idle
-# priority (`-o idle_queues`: a reply wakes its caller on the same CPU). Then, with the machine's setting (restored), tux3 mounted with
+# priority (`-o idle_queues`: a reply wakes its caller on the same CPU).
+# Then, with the machine's setting (restored), tux3 mounted with
 # `-o idle_poll=200`: the server's own pollers keep the idle CPUs awake.
 # Restores the setting, unmounts and detaches on every path. Root only.
 #
