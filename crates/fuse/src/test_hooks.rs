@@ -1,7 +1,8 @@
 //! Faults injected on purpose by tests, compiled only with the `test-hooks`
 //! feature (the crate's own tests turn it on; nothing else should): a
 //! counter of the requests the io_uring queue threads served, and the
-//! request at which one of them panics, as a bug would.
+//! request at which one of them panics, as a bug would; counters of the
+//! commits made at idle priority.
 //!
 //! Calls nothing; read by `uring/ring.rs`.
 
@@ -22,6 +23,27 @@ pub fn ring_requests() -> u64 {
 /// while the kernel might still write into them.
 pub fn leaked_ring_slots() -> usize {
     crate::uring::leaked_slots()
+}
+
+static IDLE_COMMITS: AtomicU64 = AtomicU64::new(0);
+static STARVED_COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// Commits the queue threads made at idle priority (`-o idle_queues`), and
+/// how many of them starved (sending their thread back to normal priority
+/// for a while).
+pub fn idle_commits() -> (u64, u64) {
+    (
+        IDLE_COMMITS.load(Ordering::SeqCst),
+        STARVED_COMMITS.load(Ordering::SeqCst),
+    )
+}
+
+/// Called by a queue thread after a commit at idle priority.
+pub(crate) fn idle_commit(starved: bool) {
+    IDLE_COMMITS.fetch_add(1, Ordering::SeqCst);
+    if starved {
+        STARVED_COMMITS.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Called by a queue thread holding a request, before serving it.

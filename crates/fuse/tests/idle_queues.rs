@@ -1,8 +1,9 @@
-//! The io_uring queue threads wait at idle CPU priority (`SCHED_IDLE`, so
-//! that a reply wakes its caller on the queue's own CPU), and a queue
-//! thread kept from its CPU by a busy normal-priority task goes back to
-//! normal priority instead of starving the requests of that CPU; without
-//! the option (the default) they stay at normal priority.
+//! With `-o idle_queues` the io_uring queue threads commit their replies
+//! at idle CPU priority (`SCHED_IDLE`, so that a reply wakes its caller on
+//! the queue's own CPU) and otherwise run and sleep at normal priority; a
+//! commit kept from its CPU by a busy normal-priority task sends its thread
+//! back to normal priority instead of starving the requests of that CPU.
+//! Without the option (the default) nothing runs at idle priority.
 //!
 //! Mounts in this process (an in-memory volume), so it needs root,
 //! /dev/fuse and a kernel with FUSE over io_uring; without them it prints a
@@ -96,7 +97,7 @@ fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
 }
 
 #[test]
-fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
+fn replies_are_committed_at_idle_priority_and_a_starved_queue_backs_off() {
     if !can_run() {
         return;
     }
@@ -106,8 +107,9 @@ fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().canonicalize().unwrap().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    let all_normal = || ring_policies().iter().all(|&(_, p)| p == libc::SCHED_OTHER);
 
-    // The default: every queue thread at normal priority.
+    // The default: nothing at idle priority.
     let opts = FuseOptions {
         uring: Some(true),
         threads: 2,
@@ -115,15 +117,19 @@ fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
     };
     assert!(!opts.idle_queues, "off by default");
     with_mount(&mnt, &opts, || {
-        let policies = ring_policies();
-        assert!(!policies.is_empty(), "no queue threads");
-        assert!(
-            policies.iter().all(|&(_, p)| p == libc::SCHED_OTHER),
-            "by default: {policies:?}"
+        let before = test_hooks::idle_commits();
+        for n in 0..100 {
+            fs::write(mnt.join(format!("d{n}")), b"x").unwrap();
+        }
+        assert_eq!(
+            test_hooks::idle_commits(),
+            before,
+            "no idle-priority commits by default"
         );
+        assert!(all_normal(), "{:?}", ring_policies());
     });
 
-    // Asked for: at idle priority, until starved.
+    // Asked for: commits at idle priority, the rest at normal priority.
     let opts = FuseOptions {
         uring: Some(true),
         threads: 2,
@@ -131,16 +137,18 @@ fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
         ..FuseOptions::default()
     };
     with_mount(&mnt, &opts, || {
-        // A queue thread may have starved already while the mount started
-        // (the requests before the rings took over keep the other threads
-        // busy); it is back at idle priority after its back-off.
-        wait_until("every queue thread at idle priority", || {
-            ring_policies().iter().all(|&(_, p)| p == libc::SCHED_IDLE)
-        });
+        let (idle, _) = test_hooks::idle_commits();
+        for n in 0..100 {
+            fs::write(mnt.join(format!("i{n}")), b"x").unwrap();
+        }
+        let (idle_after, _) = test_hooks::idle_commits();
+        assert!(idle_after > idle, "no reply committed at idle priority");
+        // Between requests the queue threads sleep at normal priority.
+        wait_until("every queue thread at normal priority", all_normal);
 
         // A busy thread on CPU 0, and creates from CPU 0 (whose queue
-        // takes them) until CPU 0's queue thread is back at normal
-        // priority.
+        // takes them) until a commit of CPU 0's queue thread starves.
+        let (_, starved) = test_hooks::idle_commits();
         let stop = Arc::new(AtomicBool::new(false));
         let hog = {
             let stop = stop.clone();
@@ -164,29 +172,19 @@ fn queue_threads_wait_at_idle_priority_and_leave_it_when_starved() {
             })
         };
         let start = Instant::now();
-        let queue0 = |p: &[(String, i32)]| -> Vec<i32> {
-            p.iter()
-                .filter(|(n, _)| n.starts_with("tux3-ring0."))
-                .map(|&(_, p)| p)
-                .collect()
-        };
-        let mut seen = Vec::new();
-        while start.elapsed() < DEADLINE {
-            seen = queue0(&ring_policies());
-            if seen.contains(&libc::SCHED_OTHER) {
-                break;
-            }
+        while start.elapsed() < DEADLINE && test_hooks::idle_commits().1 == starved {
             thread::yield_now();
         }
         stop.store(true, Ordering::Relaxed);
         hog.join().unwrap();
         let created = caller.join().unwrap();
+        let (commits, starved_after) = test_hooks::idle_commits();
         assert!(
-            seen.contains(&libc::SCHED_OTHER),
-            "CPU 0's queue thread stayed at idle priority beside a busy task \
-             ({created} files created in {:?}): {seen:?}",
+            starved_after > starved,
+            "no commit at idle priority starved beside a busy task on its CPU \
+             ({created} files created in {:?}, {commits} idle commits)",
             start.elapsed()
         );
-        assert!(created > 0);
+        wait_until("every queue thread back at normal priority", all_normal);
     });
 }

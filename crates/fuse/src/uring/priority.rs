@@ -1,5 +1,6 @@
-//! Queue threads at idle CPU priority (`-o idle_queues`, off by default):
-//! so that the caller a reply wakes runs on the queue thread's own CPU.
+//! Replies committed at idle CPU priority (`-o idle_queues`, off by
+//! default): so that the caller a reply wakes runs on the queue thread's
+//! own CPU.
 //!
 //! A request is two wake-ups: the caller's request wakes the queue thread
 //! of its CPU (same CPU: cheap), and the reply wakes the caller. When the
@@ -8,178 +9,126 @@
 //! whose idle vCPUs halt, waking a task there costs an exit to the host:
 //! tens of microseconds, more than the request itself (BENCHMARKS.md,
 //! "Where a request's time goes"). A CPU that runs only `SCHED_IDLE` tasks
-//! counts as idle when the scheduler places a woken task, so with the queue
-//! thread at `SCHED_IDLE` the caller is woken on the same CPU, preempts the
-//! queue thread at once, and sends its next request there: no CPU is woken
-//! from halt, and both tasks stay where their caches are.
+//! counts as idle when the scheduler places a woken task, so a queue thread
+//! that commits its replies at `SCHED_IDLE` gets the caller woken on its
+//! own CPU; the caller preempts it at once and sends its next request
+//! there, and the queue thread goes on when the caller waits. No CPU is
+//! woken from halt.
+//!
+//! Only the commit runs at idle priority: the thread serves requests and
+//! sleeps at normal priority. At idle priority all the time, every task
+//! woken near the thread's CPU (the commit and flush threads, a writer)
+//! landed there and preempted it in the middle of requests: beside a
+//! stream of buffered writes a small fsync's 90th percentile went from
+//! 2.4 to 7.5 ms. Two `sched_setscheduler` calls per commit cost about
+//! 3.6 µs here; `ring.rs` spends them only on a lone reply to a lone
+//! request. Still, with 8 to 32 dbench clients keeping both CPUs busy the
+//! server took more CPU and dbench ran 5–10% slower, so the option is off
+//! by default (bench/wakeups.md).
 //!
 //! The danger of idle priority is starvation: a `SCHED_IDLE` thread gets
 //! almost no CPU while a normal task of its scheduling group is runnable on
-//! its CPU. Where the kernel's autogroup is on, a mount daemon (a session of
-//! its own) is a group of its own and competes as a whole, but not every
-//! setup gives it that. So each queue thread watches, between two returns
-//! from its ring, how long it waited runnable for its CPU (the kernel's
-//! `run_delay`, /proc/thread-self/schedstat). [`STARVED`] or more at once
-//! sends it back to normal priority; it tries idle priority again after a
-//! back-off that doubles (1 s up to 64 s) while starvation recurs soon after
-//! each try. A waiting request is so held up at most one such wait per
-//! try. Being preempted by the caller it woke counts as run delay too, but
-//! only for the caller's own time between two requests, which is far below
-//! [`STARVED`] in the workloads this is for.
-//!
-//! Why it is not the default: a CPU running an idle-priority queue thread
-//! also draws every other task woken near it (the commit and flush
-//! threads, a writer), and each preempts the queue thread in the middle of
-//! a request, in waits too short for the watch. With a stream of buffered
-//! writes beside a small fsync every 50 ms, the fsync's 90th percentile
-//! went from 2.4 ms to 7.5 ms (bench/wakeups.md): against DESIGN.md's
-//! target that a background stream must not inflate an fsync's latency.
+//! its CPU. So the thread times each commit at idle priority: one that
+//! took [`STARVED`] or more (it was kept off its CPU) sends it back to
+//! committing at normal priority, for a back-off that doubles (1 s up to
+//! 64 s) while starvation recurs soon after each try. Being preempted by
+//! the caller it woke counts too, but only for the caller's own time until
+//! its next request, far below [`STARVED`] in the workloads this is for.
 //!
 //! Called by `ring.rs` only; calls the kernel (`sched_setscheduler`).
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-/// A wait this long runnable between two returns from the ring: starved.
+/// A commit at idle priority this long: the thread was kept off its CPU.
 pub const STARVED: Duration = Duration::from_millis(2);
 
 /// The first back-off at normal priority after starving, and the longest.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(64);
 
-/// What the watch asks of the thread after a return from the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Stay,
-    /// Starved: back to normal priority.
-    ToNormal,
-    /// The back-off is over: idle priority again.
-    ToIdle,
-}
-
-/// The decision, apart from the system calls (unit-tested below).
+/// When to commit at idle priority (unit-tested below, apart from the
+/// system calls).
 #[derive(Debug)]
 pub struct Watch {
-    idle: bool,
-    /// Total run delay (ns) at the last look, while idle.
-    last: u64,
-    /// When idle priority was last taken, and (at normal) until when the
-    /// back-off lasts.
+    /// When commits last went back to idle priority.
     idle_since: Instant,
+    /// Commits stay at normal priority until then.
     until: Instant,
     backoff: Duration,
 }
 
 impl Watch {
-    /// A thread that just took idle priority with `delay` ns of run delay.
-    pub fn new(now: Instant, delay: u64) -> Watch {
+    pub fn new(now: Instant) -> Watch {
         Watch {
-            idle: true,
-            last: delay,
             idle_since: now,
             until: now,
             backoff: BACKOFF_MIN,
         }
     }
 
-    /// After a return from the ring at `now`; `delay` reads the thread's
-    /// total run delay (asked for only when needed: at idle priority, and
-    /// when going back to it). `None` from it: stay at normal priority.
-    pub fn after_wait(&mut self, now: Instant, delay: impl FnOnce() -> Option<u64>) -> Change {
-        if self.idle {
-            let Some(d) = delay() else {
-                self.idle = false;
-                self.until = now + BACKOFF_MAX;
-                return Change::ToNormal;
-            };
-            let waited = d.saturating_sub(self.last);
-            self.last = d;
-            if waited < STARVED.as_nanos() as u64 {
-                return Change::Stay;
-            }
-            // Starved again soon after the last try: wait longer this time.
-            self.backoff = if now.duration_since(self.idle_since) < 2 * self.backoff {
-                (self.backoff * 2).min(BACKOFF_MAX)
-            } else {
-                BACKOFF_MIN
-            };
-            self.idle = false;
-            self.until = now + self.backoff;
-            return Change::ToNormal;
-        }
+    /// Whether the commit at `now` goes at idle priority.
+    pub fn idle_at(&mut self, now: Instant) -> bool {
         if now < self.until {
-            return Change::Stay;
+            return false;
         }
-        match delay() {
-            Some(d) => {
-                self.idle = true;
-                self.last = d;
-                self.idle_since = now;
-                Change::ToIdle
-            }
-            None => {
-                self.until = now + BACKOFF_MAX;
-                Change::Stay
-            }
+        if self.until > self.idle_since {
+            // The back-off is over.
+            self.idle_since = now;
         }
+        true
     }
 
-    /// Whether the thread is at idle priority.
-    #[cfg(test)]
-    pub fn idle(&self) -> bool {
-        self.idle
+    /// A commit at idle priority ended at `now` after `took`; true if it
+    /// starved (commits go at normal priority for a while).
+    pub fn committed(&mut self, now: Instant, took: Duration) -> bool {
+        if took < STARVED {
+            return false;
+        }
+        // Starved again soon after the last try: wait longer this time.
+        self.backoff = if now.duration_since(self.idle_since) < 2 * self.backoff {
+            (self.backoff * 2).min(BACKOFF_MAX)
+        } else {
+            BACKOFF_MIN
+        };
+        self.until = now + self.backoff;
+        true
     }
 }
 
-/// A queue thread's idle priority and the watch over it.
+/// A queue thread's idle-priority commits and the watch over them.
 pub struct IdlePriority {
-    schedstat: File,
     watch: Watch,
 }
 
 impl IdlePriority {
-    /// Put the calling thread at idle priority, watched. `None` (and the
-    /// thread left as it was) if the kernel reports no run delay or refuses
-    /// the policy.
+    /// `None` if the kernel refuses the calling thread idle priority (or
+    /// normal priority back).
     pub fn start() -> Option<IdlePriority> {
-        let schedstat = File::open("/proc/thread-self/schedstat").ok()?;
-        let delay = run_delay(&schedstat)?;
         set_policy(libc::SCHED_IDLE).ok()?;
+        set_policy(libc::SCHED_OTHER).ok()?;
         Some(IdlePriority {
-            schedstat,
-            watch: Watch::new(Instant::now(), delay),
+            watch: Watch::new(Instant::now()),
         })
     }
 
-    /// After each return from the ring.
-    pub fn after_wait(&mut self) {
-        let stat = &self.schedstat;
-        let change = self.watch.after_wait(Instant::now(), || run_delay(stat));
-        let policy = match change {
-            Change::Stay => return,
-            Change::ToNormal => libc::SCHED_OTHER,
-            Change::ToIdle => libc::SCHED_IDLE,
-        };
-        if set_policy(policy).is_err() && change == Change::ToIdle {
-            // Refused now though allowed at start: stay normal.
-            self.watch.idle = false;
-            self.watch.until = Instant::now() + BACKOFF_MAX;
+    /// Run `commit` (the system call that commits the replies queued) at
+    /// idle priority, unless backed off.
+    pub fn commit<R>(&mut self, commit: impl FnOnce() -> R) -> R {
+        let start = Instant::now();
+        if !self.watch.idle_at(start) || set_policy(libc::SCHED_IDLE).is_err() {
+            return commit();
         }
+        let r = commit();
+        // Not checked: it succeeded at start, and nothing takes the right away.
+        let _ = set_policy(libc::SCHED_OTHER);
+        let end = Instant::now();
+        let starved = self.watch.committed(end, end - start);
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::idle_commit(starved);
+        let _ = starved;
+        r
     }
-}
-
-/// The thread's total run delay in ns: the second field of its schedstat.
-fn run_delay(schedstat: &File) -> Option<u64> {
-    let mut buf = [0u8; 96];
-    let n = schedstat.read_at(&mut buf, 0).ok()?;
-    parse_run_delay(&buf[..n])
-}
-
-fn parse_run_delay(text: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(text).ok()?;
-    text.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// Set the calling thread's scheduling policy (priority 0, as both take).
@@ -197,81 +146,66 @@ fn set_policy(policy: libc::c_int) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn short_waits_keep_idle_priority() {
+    fn short_commits_stay_at_idle_priority() {
         let t0 = Instant::now();
-        let mut w = Watch::new(t0, 5 * MS);
-        for i in 1..1000u64 {
-            // 1.9 ms between looks, every look: never starved.
-            let c = w.after_wait(t0 + Duration::from_millis(i), || Some(5 * MS + i * 1_900_000));
-            assert_eq!(c, Change::Stay, "look {i}");
+        let mut w = Watch::new(t0);
+        for i in 1..1000u32 {
+            let now = t0 + i * MS;
+            assert!(w.idle_at(now));
+            assert!(!w.committed(now, STARVED - Duration::from_nanos(1)), "commit {i}");
         }
-        assert!(w.idle());
     }
 
     #[test]
-    fn a_long_wait_goes_normal_then_idle_after_the_backoff() {
+    fn a_starved_commit_backs_off_then_idle_priority_again() {
         let t0 = Instant::now();
-        let mut w = Watch::new(t0, 0);
+        let mut w = Watch::new(t0);
         let t1 = t0 + Duration::from_secs(10);
-        assert_eq!(w.after_wait(t1, || Some(2 * MS)), Change::ToNormal);
-        assert!(!w.idle());
-        // At normal priority nothing is read until the back-off is over.
-        let c = w.after_wait(t1 + BACKOFF_MIN / 2, || panic!("read while normal"));
-        assert_eq!(c, Change::Stay);
-        assert_eq!(w.after_wait(t1 + BACKOFF_MIN, || Some(50 * MS)), Change::ToIdle);
-        assert!(w.idle());
-        // The delay while normal is not counted against the new try.
-        let c = w.after_wait(t1 + BACKOFF_MIN + Duration::from_millis(1), || Some(51 * MS));
-        assert_eq!(c, Change::Stay);
+        assert!(w.idle_at(t1));
+        assert!(w.committed(t1, STARVED));
+        assert!(!w.idle_at(t1 + BACKOFF_MIN / 2));
+        assert!(w.idle_at(t1 + BACKOFF_MIN));
+        assert!(!w.committed(t1 + BACKOFF_MIN, MS));
     }
 
     #[test]
     fn starving_again_soon_doubles_the_backoff_up_to_the_most() {
         let mut now = Instant::now();
-        let mut w = Watch::new(now, 0);
-        let mut delay = 0;
+        let mut w = Watch::new(now);
         let mut backoffs = Vec::new();
         for _ in 0..10 {
-            // Starved right after each try.
-            now += Duration::from_millis(1);
-            delay += 3 * MS;
-            assert_eq!(w.after_wait(now, || Some(delay)), Change::ToNormal);
+            // Starved at the first commit of each try.
+            now += MS;
+            assert!(w.idle_at(now));
+            assert!(w.committed(now, 3 * MS));
             backoffs.push(w.until - now);
             now = w.until;
-            assert_eq!(w.after_wait(now, || Some(delay)), Change::ToIdle);
         }
         let secs: Vec<u64> = backoffs.iter().map(Duration::as_secs).collect();
         assert_eq!(secs, [2, 4, 8, 16, 32, 64, 64, 64, 64, 64]);
         // A long good stretch at idle priority: the next starvation starts over.
+        assert!(w.idle_at(now));
         now += Duration::from_secs(1000);
-        delay += 3 * MS;
-        assert_eq!(w.after_wait(now, || Some(delay)), Change::ToNormal);
+        assert!(w.idle_at(now));
+        assert!(w.committed(now, 3 * MS));
         assert_eq!(w.until - now, BACKOFF_MIN);
     }
 
     #[test]
-    fn no_run_delay_to_read_means_normal_priority() {
-        let t0 = Instant::now();
-        let mut w = Watch::new(t0, 0);
-        assert_eq!(w.after_wait(t0, || None), Change::ToNormal);
-        let later = t0 + BACKOFF_MAX;
-        assert_eq!(w.after_wait(later, || None), Change::Stay);
-        assert!(!w.idle());
-    }
-
-    #[test]
-    fn run_delay_is_the_second_field() {
-        assert_eq!(parse_run_delay(b"155646504 61381 1\n"), Some(61381));
-        assert_eq!(parse_run_delay(b"155646504\n"), None);
-        assert_eq!(parse_run_delay(b""), None);
-    }
-
-    #[test]
-    fn this_thread_reports_its_run_delay() {
-        let f = File::open("/proc/thread-self/schedstat").expect("schedstat");
-        assert!(run_delay(&f).is_some());
+    fn commits_run_at_idle_priority_and_the_thread_returns_to_normal() {
+        std::thread::spawn(|| {
+            // SAFETY: plain query of the calling thread's policy.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            let mut p = IdlePriority::start().expect("idle priority allowed");
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            let during = p.commit(policy);
+            assert_eq!(during, libc::SCHED_IDLE);
+            assert_eq!(policy(), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -165,7 +165,7 @@ pub struct Queue {
     offload: Offload,
     /// Entries the kernel still holds (registered or committed).
     live: usize,
-    /// Idle priority while waiting (`priority.rs`), if taken.
+    /// Replies committed at idle priority (`priority.rs`), if so mounted.
     priority: Option<IdlePriority>,
 }
 
@@ -271,14 +271,22 @@ impl Queue {
         self.arm_wake()?;
         let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.bufs.slots.len() + 1);
         while self.live > 0 {
+            // The replies queued go first, at idle priority if so mounted
+            // (`priority.rs`); then the wait, at normal priority.
+            // Only a lone reply after a lone request: with more at once
+            // the CPUs are busy, no halted one is woken, and the two
+            // priority changes would be spent for nothing.
+            let ring = &mut self.ring;
+            if let Some(p) = &mut self.priority {
+                if ring.submission().len() == 1 && done.len() <= 1 {
+                    p.commit(|| ring.submit())?;
+                }
+            }
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 // Interrupted, or completions to reap first: go round.
                 Err(e) if [Some(libc::EINTR), Some(libc::EBUSY)].contains(&e.raw_os_error()) => {}
                 Err(e) => return Err(e),
-            }
-            if let Some(p) = &mut self.priority {
-                p.after_wait();
             }
             done.clear();
             done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
