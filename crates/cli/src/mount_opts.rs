@@ -308,12 +308,12 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
     ),
     (
         "idle_queues, noidle_queues",
-        "The io_uring queue threads commit a lone reply at idle CPU priority, so that it \
-         wakes its caller on the same CPU instead of an idle one: on virtual machines whose \
-         idle vCPUs halt, single-threaded creates through the mount run about 2.5 times as \
-         fast. A commit kept from its CPU for 2 ms or more sends the thread back to normal \
-         priority for a while (1 to 64 s). Off by default: with many clients keeping every \
-         CPU busy it costs CPU. io_uring transport only.",
+        "The io_uring queue threads commit a lone reply at idle CPU priority while some CPU \
+         is idle, so that it wakes its caller on the same CPU instead of the idle one: on \
+         virtual machines whose idle vCPUs halt, single-threaded creates through the mount \
+         run about 2.5 times as fast. A commit kept from its CPU for 2 ms or more sends the \
+         thread back to normal priority for a while (1 to 64 s). Default: idle_queues; \
+         io_uring transport only.",
     ),
     (
         "snapshot=NAME",

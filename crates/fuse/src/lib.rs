@@ -139,10 +139,10 @@ pub struct FuseOptions {
     /// Keep idle CPUs awake this long after each request (`idle_poll.rs`);
     /// `None` (the default): no polling.
     pub idle_poll: Option<std::time::Duration>,
-    /// The io_uring queue threads wait at idle CPU priority, watched for
-    /// starvation (`uring/priority.rs`), so that a reply wakes its caller
-    /// on the queue's own CPU. Off by default (it delays fsyncs behind a
-    /// busy writer); no effect with `idle_poll`.
+    /// The io_uring queue threads commit a lone reply at idle CPU
+    /// priority while some CPU is idle, watched for starvation
+    /// (`uring/priority.rs`), so that it wakes its caller on the queue's
+    /// own CPU. On by default; no effect with `idle_poll`.
     pub idle_queues: bool,
     /// Threads serving requests (each with its own cloned `/dev/fuse` fd;
     /// with io_uring, spread over the per-CPU queues).
@@ -181,7 +181,7 @@ impl FuseOptions {
             default_permissions: true,
             writeback_cache: false,
             idle_poll: None,
-            idle_queues: false,
+            idle_queues: true,
             threads: DEFAULT_THREADS,
             uring: None,
             fsname: "tux3".to_string(),

@@ -6,7 +6,7 @@
 //!
 //! Calls nothing; read by `uring/ring.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The ring request (counted from 1, over every queue thread) whose queue
 /// thread panics just before serving it; 0: none.
@@ -24,6 +24,10 @@ pub fn ring_requests() -> u64 {
 pub fn leaked_ring_slots() -> usize {
     crate::uring::leaked_slots()
 }
+
+/// Commit at idle priority whatever the CPUs' idle sampler says (so a
+/// test need not depend on how busy the machine is).
+pub static IDLE_COMMITS_ALWAYS: AtomicBool = AtomicBool::new(false);
 
 static IDLE_COMMITS: AtomicU64 = AtomicU64::new(0);
 static STARVED_COMMITS: AtomicU64 = AtomicU64::new(0);

@@ -17,8 +17,9 @@
 //! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
-//! - `priority.rs`: queue threads at idle CPU priority while they wait, so
-//!   that a reply wakes its caller on the same CPU (`-o idle_queues`);
+//! - `priority.rs`: a lone reply committed at idle CPU priority, so that
+//!   it wakes its caller on the same CPU (`-o idle_queues`), and the
+//!   sampler of the CPUs' idle time that says when that pays;
 //! - this file: starting the queue threads, and the threads that take
 //!   requests which may block off them: one set for writes waiting for a
 //!   commit, syncs and snapshot ioctls, another for large reads (so a read
@@ -48,6 +49,7 @@ mod ring;
 use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};
 use crossbeam_channel::{unbounded, Sender};
 use dispatch::{Job, Offload};
+use priority::{CpuState, IdleCpus};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
@@ -102,6 +104,8 @@ pub struct Rings {
     blocking: Vec<JoinHandle<()>>,
     /// A queue thread panicked.
     panicked: Arc<AtomicBool>,
+    /// The CPUs' idle sampler (`-o idle_queues`); ends at `join`.
+    idle_cpus: Option<IdleCpus>,
 }
 
 impl Rings {
@@ -111,10 +115,18 @@ impl Rings {
     pub fn start(fuse: &Tux3Fuse, dev: BorrowedFd, per_queue: usize, stop: Stop) -> io::Result<Rings> {
         let dev = Arc::new(dev.try_clone_to_owned()?);
         let payload = MAX_WRITE.max(MAX_READAHEAD) as usize;
+        // The idle pollers would share the CPU with an idle-priority commit.
+        let opts = &fuse.opts;
+        let idle_cpus = if opts.idle_queues && opts.idle_poll.is_none() {
+            Some(IdleCpus::start()?)
+        } else {
+            None
+        };
         let mut rings = Rings {
             threads: Vec::new(),
             blocking: Vec::new(),
             panicked: Arc::new(AtomicBool::new(false)),
+            idle_cpus,
         };
         let offload = Offload {
             blocking: rings.pool("tux3-blocking", BLOCKING_THREADS)?,
@@ -123,13 +135,14 @@ impl Rings {
         for qid in 0..queue_count() {
             for t in 0..per_queue.max(1) {
                 let (fuse, dev, offload) = (fuse.clone(), dev.clone(), offload.clone());
+                let cpus = rings.idle_cpus.as_ref().map(IdleCpus::state);
                 let (stop, panicked) = (stop.clone(), rings.panicked.clone());
                 let name = format!("tux3-ring{qid}.{t}");
                 rings
                     .threads
                     .push(thread::Builder::new().name(name).spawn(move || {
                         let served = panic::catch_unwind(AssertUnwindSafe(|| {
-                            serve_queue(fuse, dev, qid, payload, offload)
+                            serve_queue(fuse, dev, qid, payload, offload, cpus)
                         }));
                         if served.is_err() {
                             log(&format!(
@@ -170,15 +183,23 @@ impl Rings {
         for t in self.threads.into_iter().chain(self.blocking) {
             let _ = t.join();
         }
+        drop(self.idle_cpus);
         self.panicked.load(Ordering::SeqCst)
     }
 }
 
-fn serve_queue(fuse: Tux3Fuse, dev: Arc<OwnedFd>, qid: usize, payload: usize, offload: Offload) {
+fn serve_queue(
+    fuse: Tux3Fuse,
+    dev: Arc<OwnedFd>,
+    qid: usize,
+    payload: usize,
+    offload: Offload,
+    cpus: Option<CpuState>,
+) {
     pin_to_cpu(qid);
     let r = u16::try_from(qid)
         .map_err(|_| io::Error::other("too many CPUs"))
-        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, offload))
+        .and_then(|q| ring::Queue::new(fuse, dev, q, ENTRIES, payload, offload, cpus))
         .and_then(ring::Queue::run);
     if let Err(e) = r {
         log(&format!(

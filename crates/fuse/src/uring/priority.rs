@@ -1,4 +1,4 @@
-//! Replies committed at idle CPU priority (`-o idle_queues`, off by
+//! Replies committed at idle CPU priority (`-o idle_queues`, the
 //! default): so that the caller a reply wakes runs on the queue thread's
 //! own CPU.
 //!
@@ -22,9 +22,9 @@
 //! stream of buffered writes a small fsync's 90th percentile went from
 //! 2.4 to 7.5 ms. Two `sched_setscheduler` calls per commit cost about
 //! 3.6 µs here; `ring.rs` spends them only on a lone reply to a lone
-//! request. Still, with 8 to 32 dbench clients keeping both CPUs busy the
-//! server took more CPU and dbench ran 5–10% slower, so the option is off
-//! by default (bench/wakeups.md).
+//! request, and only while some CPU is idle (below): with 8 to 32 dbench
+//! clients keeping both CPUs busy they bought nothing and cost 5–10% of
+//! dbench's speed (bench/wakeups.md).
 //!
 //! The danger of idle priority is starvation: a `SCHED_IDLE` thread gets
 //! almost no CPU while a normal task of its scheduling group is runnable on
@@ -35,10 +35,29 @@
 //! the caller it woke counts too, but only for the caller's own time until
 //! its next request, far below [`STARVED`] in the workloads this is for.
 //!
-//! Called by `ring.rs` only; calls the kernel (`sched_setscheduler`).
+//! The trick pays only when a CPU would otherwise be woken from halt, that
+//! is when some CPU sits idle. [`IdleCpus`] samples the CPUs' idle time
+//! (/proc/stat) every 100 ms while requests flow; with no CPU idle for at
+//! least [`IDLE_SHARE`] of the last sample, replies are committed at normal
+//! priority and the two priority changes are saved.
+//!
+//! Called by `ring.rs` and `mod.rs`; calls the kernel
+//! (`sched_setscheduler`, /proc/stat).
 
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+/// The share of a sample some CPU must have been idle for idle-priority
+/// commits to be worth their cost.
+pub const IDLE_SHARE: f64 = 0.25;
+
+/// How often [`IdleCpus`] samples while requests flow, and while none do.
+const SAMPLE: Duration = Duration::from_millis(100);
+const SAMPLE_QUIET: Duration = Duration::from_secs(1);
 
 /// A commit at idle priority this long: the thread was kept off its CPU.
 pub const STARVED: Duration = Duration::from_millis(2);
@@ -99,22 +118,32 @@ impl Watch {
 /// A queue thread's idle-priority commits and the watch over them.
 pub struct IdlePriority {
     watch: Watch,
+    cpus: Arc<Shared>,
 }
 
 impl IdlePriority {
     /// `None` if the kernel refuses the calling thread idle priority (or
     /// normal priority back).
-    pub fn start() -> Option<IdlePriority> {
+    pub fn start(cpus: CpuState) -> Option<IdlePriority> {
         set_policy(libc::SCHED_IDLE).ok()?;
         set_policy(libc::SCHED_OTHER).ok()?;
         Some(IdlePriority {
             watch: Watch::new(Instant::now()),
+            cpus: cpus.0,
         })
     }
 
     /// Run `commit` (the system call that commits the replies queued) at
-    /// idle priority, unless backed off.
+    /// idle priority, unless no CPU is idle or the thread is backed off.
     pub fn commit<R>(&mut self, commit: impl FnOnce() -> R) -> R {
+        self.cpus.requests.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "test-hooks")]
+        let always = crate::test_hooks::IDLE_COMMITS_ALWAYS.load(Ordering::Relaxed);
+        #[cfg(not(feature = "test-hooks"))]
+        let always = false;
+        if !always && !self.cpus.some_idle.load(Ordering::Relaxed) {
+            return commit();
+        }
         let start = Instant::now();
         if !self.watch.idle_at(start) || set_policy(libc::SCHED_IDLE).is_err() {
             return commit();
@@ -129,6 +158,115 @@ impl IdlePriority {
         let _ = starved;
         r
     }
+}
+
+/// What [`IdleCpus`] shares with the queue threads.
+#[derive(Default)]
+struct Shared {
+    /// Some CPU was idle for [`IDLE_SHARE`] of the last sample.
+    some_idle: AtomicBool,
+    /// Commits asked for (whether requests flow).
+    requests: AtomicU64,
+}
+
+/// The queue threads' view of [`IdleCpus`].
+#[derive(Clone)]
+pub struct CpuState(Arc<Shared>);
+
+/// Samples the CPUs' idle time for the queue threads; the thread ends when
+/// this is dropped.
+pub struct IdleCpus {
+    shared: Arc<Shared>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl IdleCpus {
+    pub fn start() -> io::Result<IdleCpus> {
+        let shared = Arc::new(Shared::default());
+        // Until the first sample: as an idle machine would be.
+        shared.some_idle.store(true, Ordering::Relaxed);
+        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let s = shared.clone();
+        let thread = thread::Builder::new()
+            .name("tux3-idlecpus".into())
+            .spawn(move || sample(&s, &stopped))?;
+        Ok(IdleCpus {
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn state(&self) -> CpuState {
+        CpuState(self.shared.clone())
+    }
+}
+
+impl Drop for IdleCpus {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The sampler's life: every [`SAMPLE`] while commits are asked for, every
+/// [`SAMPLE_QUIET`] otherwise, until `stopped` closes.
+fn sample(shared: &Shared, stopped: &Receiver<()>) {
+    let mut last = read_idle().unwrap_or_default();
+    let mut requests = shared.requests.load(Ordering::Relaxed);
+    loop {
+        let busy = shared.requests.load(Ordering::Relaxed) != requests;
+        let wait = if busy { SAMPLE } else { SAMPLE_QUIET };
+        match stopped.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        requests = shared.requests.load(Ordering::Relaxed);
+        let Some(now) = read_idle() else {
+            // No /proc/stat: assume the trick pays, as it does on an idle
+            // machine; the starvation watch still guards it.
+            shared.some_idle.store(true, Ordering::Relaxed);
+            continue;
+        };
+        shared
+            .some_idle
+            .store(some_cpu_idle(&last, &now, IDLE_SHARE), Ordering::Relaxed);
+        last = now;
+    }
+}
+
+/// Per CPU: (idle ticks, all ticks) from /proc/stat.
+fn read_idle() -> Option<Vec<(u64, u64)>> {
+    parse_idle(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn parse_idle(stat: &str) -> Option<Vec<(u64, u64)>> {
+    let cpus: Vec<(u64, u64)> = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .filter_map(|l| {
+            let ticks: Vec<u64> = l
+                .split_ascii_whitespace()
+                .skip(1)
+                .filter_map(|t| t.parse().ok())
+                .collect();
+            // user nice system idle iowait irq softirq steal ...
+            let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+            Some((idle, ticks.iter().sum()))
+        })
+        .collect();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Whether some CPU was idle for `share` of the time between two samples.
+fn some_cpu_idle(before: &[(u64, u64)], after: &[(u64, u64)], share: f64) -> bool {
+    before.iter().zip(after).any(|(&(i0, t0), &(i1, t1))| {
+        let total = t1.saturating_sub(t0);
+        total > 0 && i1.saturating_sub(i0) as f64 >= share * total as f64
+    })
 }
 
 /// Set the calling thread's scheduling policy (priority 0, as both take).
@@ -195,17 +333,47 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_cpu_is_one_idle_for_the_share_of_the_sample() {
+        let stat = "cpu  10 0 10 100 0 0 0 0 0 0\n\
+                    cpu0 5 0 5 50 0 0 0 0 0 0\n\
+                    cpu1 5 0 5 50 0 0 0 0 0 0\n\
+                    intr 1 2 3\n";
+        let before = parse_idle(stat).unwrap();
+        assert_eq!(before, [(50, 60), (50, 60)]);
+        // 100 ticks on: cpu0 busy throughout; cpu1 idle for 15, or 25.
+        assert!(!some_cpu_idle(&before, &[(50, 160), (65, 160)], IDLE_SHARE));
+        assert!(some_cpu_idle(&before, &[(50, 160), (75, 160)], IDLE_SHARE));
+        assert_eq!(parse_idle("intr 1\n"), None);
+    }
+
+    #[test]
     fn commits_run_at_idle_priority_and_the_thread_returns_to_normal() {
-        std::thread::spawn(|| {
+        let shared = Arc::new(Shared::default());
+        shared.some_idle.store(true, Ordering::Relaxed);
+        std::thread::spawn(move || {
             // SAFETY: plain query of the calling thread's policy.
             let policy = || unsafe { libc::sched_getscheduler(0) };
-            let mut p = IdlePriority::start().expect("idle priority allowed");
+            let mut p = IdlePriority {
+                watch: Watch::new(Instant::now()),
+                cpus: shared.clone(),
+            };
             assert_eq!(policy(), libc::SCHED_OTHER);
             let during = p.commit(policy);
             assert_eq!(during, libc::SCHED_IDLE);
             assert_eq!(policy(), libc::SCHED_OTHER);
+            // No CPU idle: the commit stays at normal priority.
+            shared.some_idle.store(false, Ordering::Relaxed);
+            assert_eq!(p.commit(policy), libc::SCHED_OTHER);
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn the_sampler_ends_when_dropped() {
+        let cpus = IdleCpus::start().unwrap();
+        let state = cpus.state();
+        drop(cpus);
+        assert_eq!(Arc::strong_count(&state.0), 1, "the sampler thread let go");
     }
 }

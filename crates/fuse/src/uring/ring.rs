@@ -36,7 +36,7 @@
 
 use super::abi::{self, InHeader, HEADER_LEN};
 use super::dispatch::{Offload, Outcome, Reply};
-use super::priority::IdlePriority;
+use super::priority::{CpuState, IdlePriority};
 use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -167,6 +167,8 @@ pub struct Queue {
     live: usize,
     /// Replies committed at idle priority (`priority.rs`), if so mounted.
     priority: Option<IdlePriority>,
+    /// What the CPUs' idle sampler says, if so mounted (taken at `run`).
+    idle_cpus: Option<CpuState>,
 }
 
 impl Queue {
@@ -177,6 +179,7 @@ impl Queue {
         entries: usize,
         payload_len: usize,
         offload: Offload,
+        idle_cpus: Option<CpuState>,
     ) -> io::Result<Queue> {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_single_issuer()
@@ -207,6 +210,7 @@ impl Queue {
             offload,
             live: 0,
             priority: None,
+            idle_cpus,
         })
     }
 
@@ -250,10 +254,8 @@ impl Queue {
     /// Register every slot, then serve until the kernel ends the queue
     /// (unmount): it completes each entry with an error then.
     pub fn run(mut self) -> io::Result<()> {
-        let opts = &self.fuse.opts;
-        // The idle pollers would share the CPU with an idle-priority thread.
-        if opts.idle_queues && opts.idle_poll.is_none() {
-            self.priority = IdlePriority::start();
+        if let Some(cpus) = self.idle_cpus.take() {
+            self.priority = IdlePriority::start(cpus);
         }
         let r = self.serve_all();
         // With entries left, the kernel may still copy into their buffers
