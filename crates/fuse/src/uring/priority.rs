@@ -37,7 +37,8 @@
 //!
 //! The trick pays only when a CPU would otherwise be woken from halt, that
 //! is when some CPU sits idle. [`IdleCpus`] samples the CPUs' idle time
-//! (/proc/stat) every 100 ms while requests flow; with no CPU idle for at
+//! (/proc/stat) every 100 ms while requests flow, and sleeps without a
+//! timer while none do; with no CPU idle for at
 //! least [`IDLE_SHARE`] of the last sample, replies are committed at normal
 //! priority and the two priority changes are saved.
 //!
@@ -55,9 +56,9 @@ use std::time::{Duration, Instant};
 /// commits to be worth their cost.
 pub const IDLE_SHARE: f64 = 0.25;
 
-/// How often [`IdleCpus`] samples while requests flow, and while none do.
+/// How often [`IdleCpus`] samples while requests flow (it sleeps until the
+/// next one when a sample saw none).
 const SAMPLE: Duration = Duration::from_millis(100);
-const SAMPLE_QUIET: Duration = Duration::from_secs(1);
 
 /// A commit at idle priority this long: the thread was kept off its CPU.
 pub const STARVED: Duration = Duration::from_millis(2);
@@ -136,7 +137,7 @@ impl IdlePriority {
     /// Run `commit` (the system call that commits the replies queued) at
     /// idle priority, unless no CPU is idle or the thread is backed off.
     pub fn commit<R>(&mut self, commit: impl FnOnce() -> R) -> R {
-        self.cpus.requests.fetch_add(1, Ordering::Relaxed);
+        self.cpus.request();
         #[cfg(feature = "test-hooks")]
         let always = crate::test_hooks::IDLE_COMMITS_ALWAYS.load(Ordering::Relaxed);
         #[cfg(not(feature = "test-hooks"))]
@@ -161,12 +162,37 @@ impl IdlePriority {
 }
 
 /// What [`IdleCpus`] shares with the queue threads.
-#[derive(Default)]
 struct Shared {
     /// Some CPU was idle for [`IDLE_SHARE`] of the last sample.
     some_idle: AtomicBool,
     /// Commits asked for (whether requests flow).
     requests: AtomicU64,
+    /// The sampler sleeps until the next commit, which sends on `wake`.
+    parked: AtomicBool,
+    wake: Sender<()>,
+}
+
+impl Shared {
+    /// Shared state (optimistic: some CPU idle, as on an idle machine) and
+    /// the receiving end of its wake-ups.
+    fn new() -> (Shared, Receiver<()>) {
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        let shared = Shared {
+            some_idle: AtomicBool::new(true),
+            requests: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+            wake,
+        };
+        (shared, woken)
+    }
+
+    /// A commit is asked for: counted, and the sampler woken if it sleeps.
+    fn request(&self) {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
+            let _ = self.wake.try_send(());
+        }
+    }
 }
 
 /// The queue threads' view of [`IdleCpus`].
@@ -183,14 +209,13 @@ pub struct IdleCpus {
 
 impl IdleCpus {
     pub fn start() -> io::Result<IdleCpus> {
-        let shared = Arc::new(Shared::default());
-        // Until the first sample: as an idle machine would be.
-        shared.some_idle.store(true, Ordering::Relaxed);
+        let (shared, woken) = Shared::new();
+        let shared = Arc::new(shared);
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let s = shared.clone();
         let thread = thread::Builder::new()
             .name("tux3-idlecpus".into())
-            .spawn(move || sample(&s, &stopped))?;
+            .spawn(move || sample(&s, &stopped, &woken))?;
         Ok(IdleCpus {
             shared,
             stop: Some(stop),
@@ -212,19 +237,32 @@ impl Drop for IdleCpus {
     }
 }
 
-/// The sampler's life: every [`SAMPLE`] while commits are asked for, every
-/// [`SAMPLE_QUIET`] otherwise, until `stopped` closes.
-fn sample(shared: &Shared, stopped: &Receiver<()>) {
+/// The sampler's life: every [`SAMPLE`] while commits are asked for;
+/// asleep, without a timer, from a sample that saw none until the next
+/// one; until `stopped` closes.
+fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
     let mut last = read_idle().unwrap_or_default();
-    let mut requests = shared.requests.load(Ordering::Relaxed);
+    let mut requests = shared.requests.load(Ordering::SeqCst);
     loop {
-        let busy = shared.requests.load(Ordering::Relaxed) != requests;
-        let wait = if busy { SAMPLE } else { SAMPLE_QUIET };
-        match stopped.recv_timeout(wait) {
+        if shared.requests.load(Ordering::SeqCst) == requests {
+            // Quiet. Parked first, then checked again: a commit after the
+            // check sees `parked` and wakes this thread.
+            shared.parked.store(true, Ordering::SeqCst);
+            if shared.requests.load(Ordering::SeqCst) == requests {
+                crossbeam_channel::select! {
+                    recv(stopped) -> _ => return,
+                    recv(woken) -> _ => {}
+                }
+            }
+            shared.parked.store(false, Ordering::SeqCst);
+            // A fresh start: the time asleep says nothing about now.
+            last = read_idle().unwrap_or_default();
+        }
+        match stopped.recv_timeout(SAMPLE) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
-        requests = shared.requests.load(Ordering::Relaxed);
+        requests = shared.requests.load(Ordering::SeqCst);
         let Some(now) = read_idle() else {
             // No /proc/stat: assume the trick pays, as it does on an idle
             // machine; the starvation watch still guards it.
@@ -348,8 +386,7 @@ mod tests {
 
     #[test]
     fn commits_run_at_idle_priority_and_the_thread_returns_to_normal() {
-        let shared = Arc::new(Shared::default());
-        shared.some_idle.store(true, Ordering::Relaxed);
+        let shared = Arc::new(Shared::new().0);
         std::thread::spawn(move || {
             // SAFETY: plain query of the calling thread's policy.
             let policy = || unsafe { libc::sched_getscheduler(0) };
@@ -367,6 +404,28 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_quiet_sampler_sleeps_until_the_next_commit() {
+        let cpus = IdleCpus::start().unwrap();
+        let shared = cpus.state().0;
+        let parks = |what: &str| {
+            let start = Instant::now();
+            while !shared.parked.load(Ordering::SeqCst) {
+                assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+                std::thread::yield_now();
+            }
+        };
+        // No commits: the sampler parks at once.
+        parks("the sampler never parked");
+        // A commit takes the flag and wakes it: it samples once, sees no
+        // more commits, and parks again. Had it not woken, the flag would
+        // stay down.
+        shared.request();
+        assert!(!shared.parked.load(Ordering::SeqCst));
+        parks("the sampler did not wake, sample and park again");
+        drop(cpus);
     }
 
     #[test]
