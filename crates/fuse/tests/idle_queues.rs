@@ -25,7 +25,7 @@ use tux3_fuse::FuseOptions;
 
 mod common;
 
-use common::{can_run, is_mounted, wait_until, Param, Unmount, DEADLINE};
+use common::{is_mounted, prepare, wait_for_rings, wait_until, Unmount, DEADLINE};
 
 /// The scheduling policy of each of this process's queue threads
 /// (`tux3-ring<queue>.<n>`), by name: field 41 of its stat.
@@ -73,15 +73,7 @@ fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
     let server = thread::spawn(move || {
         let _ = done_tx.send(mounted.serve());
     });
-    // Until the kernel has every queue's entries it sends through /dev/fuse:
-    // look up fresh names until one comes through a ring.
-    let before = test_hooks::ring_requests();
-    let mut probe = 0;
-    wait_until("a request through the rings", || {
-        probe += 1;
-        let _ = fs::metadata(mnt.join(format!("probe{probe}")));
-        test_hooks::ring_requests() > before
-    });
+    wait_for_rings(mnt);
     body();
     assert!(std::process::Command::new("umount")
         .arg(mnt)
@@ -98,26 +90,20 @@ fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
 
 #[test]
 fn replies_are_committed_at_idle_priority_and_a_starved_queue_backs_off() {
-    if !can_run() {
-        return;
-    }
-    let Some(_param) = Param::on() else {
+    let Some((_param, _dir, mnt)) = prepare() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().canonicalize().unwrap().join("mnt");
-    fs::create_dir(&mnt).unwrap();
     let all_normal = || ring_policies().iter().all(|&(_, p)| p == libc::SCHED_OTHER);
 
     // Off: nothing at idle priority.
     assert!(FuseOptions::default().idle_queues, "on by default");
-    let opts = FuseOptions {
+    let opts = |idle_queues| FuseOptions {
         uring: Some(true),
         threads: 2,
-        idle_queues: false,
+        idle_queues,
         ..FuseOptions::default()
     };
-    with_mount(&mnt, &opts, || {
+    with_mount(&mnt, &opts(false), || {
         let before = test_hooks::idle_commits();
         for n in 0..100 {
             fs::write(mnt.join(format!("d{n}")), b"x").unwrap();
@@ -131,13 +117,7 @@ fn replies_are_committed_at_idle_priority_and_a_starved_queue_backs_off() {
     });
 
     // On: commits at idle priority, the rest at normal priority.
-    let opts = FuseOptions {
-        uring: Some(true),
-        threads: 2,
-        idle_queues: true,
-        ..FuseOptions::default()
-    };
-    with_mount(&mnt, &opts, || {
+    with_mount(&mnt, &opts(true), || {
         // (Only while some CPU is idle enough for it to pay: creates until
         // one is committed so.)
         let (idle, _) = test_hooks::idle_commits();

@@ -25,19 +25,13 @@ use tux3_fuse::FuseOptions;
 
 mod common;
 
-use common::{can_run, is_mounted, wait_until, Param, Unmount, DEADLINE};
+use common::{is_mounted, prepare, wait_for_rings, wait_until, Unmount, DEADLINE};
 
 #[test]
 fn a_panicking_ring_thread_leaks_its_buffers_and_the_mount_ends() {
-    if !can_run() {
-        return;
-    }
-    let Some(_param) = Param::on() else {
+    let Some((_param, _dir, mnt)) = prepare() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().canonicalize().unwrap().join("mnt");
-    fs::create_dir(&mnt).unwrap();
     let dev = Arc::new(MemDevice::new(4096, 16384));
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
     let open = || {
@@ -66,14 +60,7 @@ fn a_panicking_ring_thread_leaks_its_buffers_and_the_mount_ends() {
     let (done_rx, server) = serve(open());
     fs::write(mnt.join("before"), b"written before the panic").unwrap();
     fs::File::open(mnt.join("before")).unwrap().sync_all().unwrap();
-    // Until the kernel has every queue's entries it sends through /dev/fuse:
-    // look up fresh names until one comes through a ring.
-    let mut probe = 0;
-    wait_until("a request through the rings", || {
-        probe += 1;
-        let _ = fs::metadata(mnt.join(format!("probe{probe}")));
-        test_hooks::ring_requests() > 0
-    });
+    wait_for_rings(&mnt);
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
     let served = done_rx
         .recv_timeout(DEADLINE)

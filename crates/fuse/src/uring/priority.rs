@@ -47,7 +47,7 @@
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -165,8 +165,9 @@ impl IdlePriority {
 struct Shared {
     /// Some CPU was idle for [`IDLE_SHARE`] of the last sample.
     some_idle: AtomicBool,
-    /// Commits asked for (whether requests flow).
-    requests: AtomicU64,
+    /// A commit was asked for since the sampler last looked. Written only
+    /// when it changes, so the queue threads' commits only read it.
+    flowing: AtomicBool,
     /// The sampler sleeps until the next commit, which sends on `wake`.
     parked: AtomicBool,
     wake: Sender<()>,
@@ -179,18 +180,22 @@ impl Shared {
         let (wake, woken) = crossbeam_channel::bounded(1);
         let shared = Shared {
             some_idle: AtomicBool::new(true),
-            requests: AtomicU64::new(0),
+            flowing: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             wake,
         };
         (shared, woken)
     }
 
-    /// A commit is asked for: counted, and the sampler woken if it sleeps.
+    /// A commit is asked for: noted, and the sampler woken if it sleeps.
+    /// (A commit that still sees the flag of before the sampler's last
+    /// look leaves it asleep; the next one wakes it.)
     fn request(&self) {
-        self.requests.fetch_add(1, Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
-            let _ = self.wake.try_send(());
+        if !self.flowing.load(Ordering::Relaxed) {
+            self.flowing.store(true, Ordering::SeqCst);
+            if self.parked.swap(false, Ordering::SeqCst) {
+                let _ = self.wake.try_send(());
+            }
         }
     }
 }
@@ -242,13 +247,12 @@ impl Drop for IdleCpus {
 /// one; until `stopped` closes.
 fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
     let mut last = read_idle().unwrap_or_default();
-    let mut requests = shared.requests.load(Ordering::SeqCst);
     loop {
-        if shared.requests.load(Ordering::SeqCst) == requests {
+        if !shared.flowing.swap(false, Ordering::SeqCst) {
             // Quiet. Parked first, then checked again: a commit after the
             // check sees `parked` and wakes this thread.
             shared.parked.store(true, Ordering::SeqCst);
-            if shared.requests.load(Ordering::SeqCst) == requests {
+            if !shared.flowing.load(Ordering::SeqCst) {
                 crossbeam_channel::select! {
                     recv(stopped) -> _ => return,
                     recv(woken) -> _ => {}
@@ -262,7 +266,6 @@ fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
-        requests = shared.requests.load(Ordering::SeqCst);
         let Some(now) = read_idle() else {
             // No /proc/stat: assume the trick pays, as it does on an idle
             // machine; the starvation watch still guards it.

@@ -1,7 +1,8 @@
 //! What the in-process mount tests share: whether this machine can run
 //! them (root, /dev/fuse, FUSE over io_uring), the kernel's `enable_uring`
-//! parameter on for a test and restored after it, and a guard that detaches
-//! a mount a failing test left behind.
+//! parameter on for a test and restored after it, a mount point, the wait
+//! for the rings to take requests, and a guard that detaches a mount a
+//! failing test left behind.
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -75,6 +76,33 @@ impl Drop for Unmount {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
     }
+}
+
+/// What a mount test starts from: `enable_uring` on (restored when the
+/// first part drops) and an empty mount point in a fresh directory (gone
+/// when the second drops). `None` (after a note) if the machine cannot run
+/// it.
+pub fn prepare() -> Option<(Param, tempfile::TempDir, PathBuf)> {
+    if !can_run() {
+        return None;
+    }
+    let param = Param::on()?;
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().canonicalize().unwrap().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    Some((param, dir, mnt))
+}
+
+/// Until the kernel has every queue's entries it sends through /dev/fuse:
+/// look up fresh names at `mnt` until one comes through a ring.
+pub fn wait_for_rings(mnt: &Path) {
+    let before = tux3_fuse::test_hooks::ring_requests();
+    let mut probe = 0;
+    wait_until("a request through the rings", || {
+        probe += 1;
+        let _ = fs::metadata(mnt.join(format!("probe{probe}")));
+        tux3_fuse::test_hooks::ring_requests() > before
+    });
 }
 
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
