@@ -167,11 +167,12 @@ pub struct Queue {
     live: usize,
     /// Replies committed at idle priority (`priority.rs`), if so mounted.
     priority: Option<IdlePriority>,
-    /// What the CPUs' idle sampler says, if so mounted (taken at `run`).
-    idle_cpus: Option<CpuState>,
 }
 
 impl Queue {
+    /// Called on the queue thread itself (its ring is single-issuer, and
+    /// idle-priority commits set the calling thread's policy);
+    /// `idle_cpus`: commit lone replies at idle priority (`priority.rs`).
     pub fn new(
         fuse: Tux3Fuse,
         dev: Arc<OwnedFd>,
@@ -209,8 +210,8 @@ impl Queue {
             done_rx,
             offload,
             live: 0,
-            priority: None,
-            idle_cpus,
+            // On the queue thread: the policy is the calling thread's.
+            priority: idle_cpus.and_then(IdlePriority::start),
         })
     }
 
@@ -254,9 +255,6 @@ impl Queue {
     /// Register every slot, then serve until the kernel ends the queue
     /// (unmount): it completes each entry with an error then.
     pub fn run(mut self) -> io::Result<()> {
-        if let Some(cpus) = self.idle_cpus.take() {
-            self.priority = IdlePriority::start(cpus);
-        }
         let r = self.serve_all();
         // With entries left, the kernel may still copy into their buffers
         // (until the ring closes and cancels them): `bufs` leaks them.
