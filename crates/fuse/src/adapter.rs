@@ -7,6 +7,7 @@
 //!
 //! Calls only [`tux3::Fs`].
 
+use super::forgets::ForgetBatcher;
 use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
@@ -51,6 +52,8 @@ pub struct Tux3Fuse {
     pub(super) listings: Arc<ListingAdvice>,
     /// Wakes the idle pollers (`-o idle_poll`); set before the queues start.
     idle: Arc<OnceLock<Waker>>,
+    /// Gathers FORGETs into batches while the io_uring queues are up.
+    pub(super) forgets: Arc<ForgetBatcher>,
 }
 
 impl Tux3Fuse {
@@ -65,6 +68,7 @@ impl Tux3Fuse {
             notifier: Arc::new(OnceLock::new()),
             listings: Arc::default(),
             idle: Arc::new(OnceLock::new()),
+            forgets: Arc::default(),
         }
     }
 

@@ -9,6 +9,8 @@
 //! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
 //! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
 //! - `listing.rs`: whether a listing carries each entry's attributes;
+//! - `forgets.rs`: FORGETs gathered into batches while the io_uring queues
+//!   carry the other requests;
 //! - `idle_poll.rs`: threads that keep idle CPUs awake while requests flow
 //!   (`-o idle_poll`);
 //! - `uring/`: the io_uring transport (per-CPU queues, its own request
@@ -26,6 +28,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod forgets;
 mod idle_poll;
 mod listing;
 mod ops;

@@ -74,7 +74,11 @@ impl Filesystem for Tux3Fuse {
         }
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        // Let more FORGETs gather in the kernel first (forgets.rs).
+        self.forgets.linger(req.unique().0);
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::forget(req.unique().0);
         Tux3Fuse::forget(self, ino.0, nlookup);
     }
 

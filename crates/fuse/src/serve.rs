@@ -109,7 +109,10 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
         let per_queue = opts.threads.div_ceil(queues);
         let stop = stopper(session.unmount_callable(), &mountpoint)?;
         match Rings::start(&fuse, session.as_fd(), per_queue, stop) {
-            Ok(r) => Some(r),
+            Ok(r) => {
+                fuse.forgets.set_queues_up(true);
+                Some(r)
+            }
             Err(e) if opts.uring == Some(true) => return Err(e),
             Err(e) => {
                 log(&format!("io_uring queues: {e}; requests go through /dev/fuse"));

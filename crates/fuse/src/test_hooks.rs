@@ -2,10 +2,13 @@
 //! feature (the crate's own tests turn it on; nothing else should): a
 //! counter of the requests the io_uring queue threads served, and the
 //! request at which one of them panics, as a bug would; counters of the
-//! commits made at idle priority.
+//! commits made at idle priority; the FORGETs taken through `/dev/fuse`,
+//! and a longer wait for them to gather.
 //!
-//! Calls nothing; read by `uring/ring.rs`.
+//! Calls nothing; read by `uring/ring.rs`, `ops.rs` and `forgets.rs`.
 
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The ring request (counted from 1, over every queue thread) whose queue
@@ -56,4 +59,26 @@ pub(crate) fn ring_request() {
     if n == RING_PANIC_AT.load(Ordering::SeqCst) {
         panic!("test hook: the queue thread panics at ring request {n}");
     }
+}
+
+/// How long a `/dev/fuse` thread lingers after FORGETs, in microseconds,
+/// instead of `forgets::LINGER`; 0: that.
+pub static FORGET_LINGER_US: AtomicU64 = AtomicU64::new(0);
+
+/// The inodes forgotten and the ids of the requests that carried them.
+static FORGETS: Mutex<(u64, Option<HashSet<u64>>)> = Mutex::new((0, None));
+
+/// Inodes the kernel forgot through `/dev/fuse` so far, and in how many
+/// requests (FORGET or BATCH_FORGET).
+pub fn forgets() -> (u64, usize) {
+    let f = FORGETS.lock();
+    (f.0, f.1.as_ref().map_or(0, HashSet::len))
+}
+
+/// Called for each inode a FORGET or BATCH_FORGET of request `unique` gives
+/// back.
+pub(crate) fn forget(unique: u64) {
+    let mut f = FORGETS.lock();
+    f.0 += 1;
+    f.1.get_or_insert_with(HashSet::new).insert(unique);
 }

@@ -12,20 +12,16 @@
 //! scheduling group whatever the kernel's autogroup setting.
 
 use std::fs;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
-use tux3::device::MemDevice;
-use tux3::types::{FormatOptions, OpenOptions};
-use tux3::Fs;
 use tux3_fuse::test_hooks;
 use tux3_fuse::FuseOptions;
 
 mod common;
 
-use common::{is_mounted, prepare, wait_for_rings, wait_until, Unmount, DEADLINE};
+use common::{prepare, wait_until, with_mount, DEADLINE};
 
 /// The scheduling policy of each of this process's queue threads
 /// (`tux3-ring<queue>.<n>`), by name: field 41 of its stat.
@@ -56,36 +52,6 @@ fn pin_to_cpu(cpu: usize) {
         libc::CPU_SET(cpu, &mut set);
         assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
     }
-}
-
-/// Mount a fresh in-memory volume at `mnt` with `opts`, run `body`, unmount.
-fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
-    let dev = Arc::new(MemDevice::new(4096, 16384));
-    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let open = OpenOptions {
-        commit_interval: None,
-        ..OpenOptions::default()
-    };
-    let fs = Fs::open(dev, open).unwrap();
-    let _unmount = Unmount(mnt.to_path_buf());
-    let mounted = tux3_fuse::mount(fs, mnt, opts).expect("mount -o uring");
-    let (done_tx, done_rx) = mpsc::channel();
-    let server = thread::spawn(move || {
-        let _ = done_tx.send(mounted.serve());
-    });
-    wait_for_rings(mnt);
-    body();
-    assert!(std::process::Command::new("umount")
-        .arg(mnt)
-        .status()
-        .unwrap()
-        .success());
-    let served = done_rx
-        .recv_timeout(DEADLINE)
-        .expect("the session ends at unmount");
-    assert_eq!(served, Ok(()));
-    server.join().unwrap();
-    assert!(!is_mounted(mnt));
 }
 
 #[test]

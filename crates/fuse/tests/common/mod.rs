@@ -1,16 +1,22 @@
 //! What the in-process mount tests share: whether this machine can run
 //! them (root, /dev/fuse, FUSE over io_uring), the kernel's `enable_uring`
 //! parameter on for a test and restored after it, a mount point, the wait
-//! for the rings to take requests, and a guard that detaches a mount a
-//! failing test left behind.
+//! for the rings to take requests, a guard that detaches a mount a
+//! failing test left behind, and a mount of a fresh in-memory volume for
+//! the length of a closure.
 
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
+use tux3::device::MemDevice;
+use tux3::types::{FormatOptions, OpenOptions};
+use tux3::Fs;
+use tux3_fuse::FuseOptions;
 
 const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -111,4 +117,34 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Mount a fresh in-memory volume at `mnt` with `opts`, run `body`, unmount.
+pub fn with_mount(mnt: &Path, opts: &FuseOptions, body: impl FnOnce()) {
+    let dev = Arc::new(MemDevice::new(4096, 16384));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let open = OpenOptions {
+        commit_interval: None,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev, open).unwrap();
+    let _unmount = Unmount(mnt.to_path_buf());
+    let mounted = tux3_fuse::mount(fs, mnt, opts).expect("mount -o uring");
+    let (done_tx, done_rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let _ = done_tx.send(mounted.serve());
+    });
+    wait_for_rings(mnt);
+    body();
+    assert!(std::process::Command::new("umount")
+        .arg(mnt)
+        .status()
+        .unwrap()
+        .success());
+    let served = done_rx
+        .recv_timeout(DEADLINE)
+        .expect("the session ends at unmount");
+    assert_eq!(served, Ok(()));
+    server.join().unwrap();
+    assert!(!is_mounted(mnt));
 }
