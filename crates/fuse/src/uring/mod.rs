@@ -18,8 +18,10 @@
 //!   with the fuser path;
 //! - `ring.rs`: one queue thread and its ring entries;
 //! - `priority.rs`: a lone reply committed at idle CPU priority, so that
-//!   it wakes its caller on the same CPU (`-o idle_queues`), and the
-//!   sampler of the CPUs' idle time that says when that pays;
+//!   it wakes its caller on the same CPU (`-o idle_queues`), and a run of
+//!   short requests served so;
+//! - `idle_cpus.rs`: the sampler of the CPUs' idle time that says when
+//!   that pays, and puts a starved queue thread back at normal priority;
 //! - this file: starting the queue threads, and the threads that take
 //!   requests which may block off them: one set for writes waiting for a
 //!   commit, syncs and snapshot ioctls, another for large reads (so a read
@@ -43,13 +45,14 @@ mod args;
 #[cfg(test)]
 mod decode_tests;
 mod dispatch;
+mod idle_cpus;
 mod priority;
 mod ring;
 
 use super::{log, Tux3Fuse, MAX_READAHEAD, MAX_WRITE};
 use crossbeam_channel::{unbounded, Sender};
 use dispatch::{Job, Offload};
-use priority::{CpuState, IdleCpus};
+use idle_cpus::{CpuState, IdleCpus};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};

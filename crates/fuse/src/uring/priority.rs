@@ -15,16 +15,24 @@
 //! there, and the queue thread goes on when the caller waits. No CPU is
 //! woken from halt.
 //!
-//! Only the commit runs at idle priority: the thread serves requests and
-//! sleeps at normal priority. At idle priority all the time, every task
-//! woken near the thread's CPU (the commit and flush threads, a writer)
-//! landed there and preempted it in the middle of requests: beside a
-//! stream of buffered writes a small fsync's 90th percentile went from
-//! 2.4 to 7.5 ms. Two `sched_setscheduler` calls per commit cost about
-//! 3.6 µs here; `ring.rs` spends them only on a lone reply to a lone
-//! request, and only while some CPU is idle (below): with 8 to 32 dbench
-//! clients keeping both CPUs busy they bought nothing and cost 5–10% of
-//! dbench's speed (bench/wakeups.md).
+//! `ring.rs` commits only a lone reply to a lone request so, and only
+//! while some CPU is idle (`idle_cpus.rs`): with 8 to 32 dbench clients
+//! keeping both CPUs busy the priority changes bought nothing and cost
+//! 5–10% of dbench's speed (bench/wakeups.md). After such a commit the
+//! thread stays at idle priority while the caller runs. If the caller's
+//! next request is there when the thread runs again (the ring's
+//! `IORING_SQ_TASKRUN` flag, no system call), the thread serves it at idle
+//! priority too, if it is a short one ([`short_request`]): a name or
+//! attribute operation. So a run of metadata calls costs no priority
+//! change at all, where two `sched_setscheduler` calls per request (about
+//! 3.6 µs here) and a second `io_uring_enter` took a third of the daemon's
+//! CPU. The thread goes back to normal priority before it sleeps, and
+//! before it serves anything else: at idle priority all the time, every
+//! task woken near its CPU (the commit and flush threads, a writer) landed
+//! there and preempted it in the middle of requests, and beside a stream
+//! of buffered writes a small fsync's 90th percentile went from 2.4 to 7.5
+//! ms (1.5 to 8.5 ms when writes and fsyncs were served at idle priority
+//! in a run of requests).
 //!
 //! The danger of idle priority is starvation: a `SCHED_IDLE` thread gets
 //! almost no CPU while a normal task of its scheduling group is runnable on
@@ -34,31 +42,18 @@
 //! 64 s) while starvation recurs soon after each try. Being preempted by
 //! the caller it woke counts too, but only for the caller's own time until
 //! its next request, far below [`STARVED`] in the workloads this is for.
-//!
-//! The trick pays only when a CPU would otherwise be woken from halt, that
-//! is when some CPU sits idle. [`IdleCpus`] samples the CPUs' idle time
-//! (/proc/stat) every 100 ms while requests flow, and sleeps without a
-//! timer while none do; with no CPU idle for at
-//! least [`IDLE_SHARE`] of the last sample, replies are committed at normal
-//! priority and the two priority changes are saved.
+//! A thread kept off its CPU between commits cannot time itself: the
+//! sampler of `idle_cpus.rs` puts it back at normal priority when it has
+//! made no progress for [`STARVED`], which backs it off the same way.
 //!
 //! Called by `ring.rs` and `mod.rs`; calls the kernel
-//! (`sched_setscheduler`, /proc/stat).
+//! (`sched_setscheduler`) and `idle_cpus.rs`.
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use super::idle_cpus::{CpuState, QueueIdle};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-
-/// The share of a sample some CPU must have been idle for idle-priority
-/// commits to be worth their cost.
-pub const IDLE_SHARE: f64 = 0.25;
-
-/// How often [`IdleCpus`] samples while requests flow (it sleeps until the
-/// next one when a sample saw none).
-const SAMPLE: Duration = Duration::from_millis(100);
 
 /// A commit at idle priority this long: the thread was kept off its CPU.
 pub const STARVED: Duration = Duration::from_millis(2);
@@ -119,7 +114,11 @@ impl Watch {
 /// A queue thread's idle-priority commits and the watch over them.
 pub struct IdlePriority {
     watch: Watch,
-    cpus: Arc<Shared>,
+    cpus: CpuState,
+    /// This thread, as the sampler watches it.
+    me: Arc<QueueIdle>,
+    /// The thread runs at idle priority now.
+    idle_now: bool,
 }
 
 impl IdlePriority {
@@ -130,184 +129,121 @@ impl IdlePriority {
         set_policy(libc::SCHED_OTHER).ok()?;
         Some(IdlePriority {
             watch: Watch::new(Instant::now()),
-            cpus: cpus.0,
+            me: cpus.register(),
+            cpus,
+            idle_now: false,
         })
     }
 
     /// Run `commit` (the system call that commits the replies queued) at
     /// idle priority, unless no CPU is idle or the thread is backed off.
+    /// The thread stays at idle priority after it: [`Self::before_wait`]
+    /// and [`Self::normal`] end that.
     pub fn commit<R>(&mut self, commit: impl FnOnce() -> R) -> R {
         self.cpus.request();
         #[cfg(feature = "test-hooks")]
         let always = crate::test_hooks::IDLE_COMMITS_ALWAYS.load(Ordering::Relaxed);
         #[cfg(not(feature = "test-hooks"))]
         let always = false;
-        if !always && !self.cpus.some_idle.load(Ordering::Relaxed) {
+        let start = Instant::now();
+        self.take_rescue(start);
+        if (!always && !self.cpus.some_idle()) || !self.watch.idle_at(start) {
+            self.normal();
             return commit();
         }
-        let start = Instant::now();
-        if !self.watch.idle_at(start) || set_policy(libc::SCHED_IDLE).is_err() {
-            return commit();
+        self.me.progress(self.cpus.ns(start));
+        if !self.idle_now {
+            if set_policy(libc::SCHED_IDLE).is_err() {
+                self.me.normal();
+                return commit();
+            }
+            self.idle_now = true;
+            self.cpus.going_idle();
         }
         let r = commit();
-        // Not checked: it succeeded at start, and nothing takes the right away.
-        let _ = set_policy(libc::SCHED_OTHER);
         let end = Instant::now();
         let starved = self.watch.committed(end, end - start);
+        if starved {
+            self.normal();
+        }
         #[cfg(feature = "test-hooks")]
         crate::test_hooks::idle_commit(starved);
-        let _ = starved;
         r
     }
-}
 
-/// What [`IdleCpus`] shares with the queue threads.
-struct Shared {
-    /// Some CPU was idle for [`IDLE_SHARE`] of the last sample.
-    some_idle: AtomicBool,
-    /// A commit was asked for since the sampler last looked. Written only
-    /// when it changes, so the queue threads' commits only read it.
-    flowing: AtomicBool,
-    /// The sampler sleeps until the next commit, which sends on `wake`.
-    parked: AtomicBool,
-    wake: Sender<()>,
-}
-
-impl Shared {
-    /// Shared state (optimistic: some CPU idle, as on an idle machine) and
-    /// the receiving end of its wake-ups.
-    fn new() -> (Shared, Receiver<()>) {
-        let (wake, woken) = crossbeam_channel::bounded(1);
-        let shared = Shared {
-            some_idle: AtomicBool::new(true),
-            flowing: AtomicBool::new(false),
-            parked: AtomicBool::new(false),
-            wake,
-        };
-        (shared, woken)
+    /// The thread is about to wait for requests: it sleeps at normal
+    /// priority, unless the next request is already `pending` (its caller
+    /// ran while this thread was preempted after the commit); `serve` then
+    /// keeps idle priority for a short request.
+    pub fn before_wait(&mut self, pending: bool) {
+        if !pending {
+            self.normal();
+        }
     }
 
-    /// A commit is asked for: noted, and the sampler woken if it sleeps.
-    /// (A commit that still sees the flag of before the sampler's last
-    /// look leaves it asleep; the next one wakes it.)
-    fn request(&self) {
-        if !self.flowing.load(Ordering::Relaxed) {
-            self.flowing.store(true, Ordering::SeqCst);
-            if self.parked.swap(false, Ordering::SeqCst) {
-                let _ = self.wake.try_send(());
+    /// Back to normal priority (a no-op if there already).
+    pub fn normal(&mut self) {
+        if self.idle_now {
+            self.me.normal();
+            self.idle_now = false;
+            if !self.take_rescue(Instant::now()) {
+                // Not checked: nothing takes the right away.
+                let _ = set_policy(libc::SCHED_OTHER);
             }
         }
     }
-}
 
-/// The queue threads' view of [`IdleCpus`].
-#[derive(Clone)]
-pub struct CpuState(Arc<Shared>);
-
-/// Samples the CPUs' idle time for the queue threads; the thread ends when
-/// this is dropped.
-pub struct IdleCpus {
-    shared: Arc<Shared>,
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl IdleCpus {
-    pub fn start() -> io::Result<IdleCpus> {
-        let (shared, woken) = Shared::new();
-        let shared = Arc::new(shared);
-        let (stop, stopped) = crossbeam_channel::bounded(0);
-        let s = shared.clone();
-        let thread = thread::Builder::new()
-            .name("tux3-idlecpus".into())
-            .spawn(move || sample(&s, &stopped, &woken))?;
-        Ok(IdleCpus {
-            shared,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    pub fn state(&self) -> CpuState {
-        CpuState(self.shared.clone())
-    }
-}
-
-impl Drop for IdleCpus {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// If the sampler put this thread back at normal priority, note it
+    /// and back off as from a starved commit; whether it had.
+    fn take_rescue(&mut self, now: Instant) -> bool {
+        if !self.me.rescued.swap(false, Ordering::AcqRel) {
+            return false;
         }
+        self.idle_now = false;
+        self.watch.committed(now, STARVED);
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::idle_commit(true);
+        true
     }
 }
 
-/// The sampler's life: every [`SAMPLE`] while commits are asked for;
-/// asleep, without a timer, from a sample that saw none until the next
-/// one; until `stopped` closes.
-fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
-    let mut last = read_idle().unwrap_or_default();
-    loop {
-        if !shared.flowing.swap(false, Ordering::SeqCst) {
-            // Quiet. Parked first, then checked again: a commit after the
-            // check sees `parked` and wakes this thread.
-            shared.parked.store(true, Ordering::SeqCst);
-            if !shared.flowing.load(Ordering::SeqCst) {
-                crossbeam_channel::select! {
-                    recv(stopped) -> _ => return,
-                    recv(woken) -> _ => {}
-                }
-            }
-            shared.parked.store(false, Ordering::SeqCst);
-            // A fresh start: the time asleep says nothing about now.
-            last = read_idle().unwrap_or_default();
-        }
-        match stopped.recv_timeout(SAMPLE) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-        let Some(now) = read_idle() else {
-            // No /proc/stat: assume the trick pays, as it does on an idle
-            // machine; the starvation watch still guards it.
-            shared.some_idle.store(true, Ordering::Relaxed);
-            continue;
-        };
-        shared
-            .some_idle
-            .store(some_cpu_idle(&last, &now, IDLE_SHARE), Ordering::Relaxed);
-        last = now;
-    }
-}
-
-/// Per CPU: (idle ticks, all ticks) from /proc/stat.
-fn read_idle() -> Option<Vec<(u64, u64)>> {
-    parse_idle(&std::fs::read_to_string("/proc/stat").ok()?)
-}
-
-fn parse_idle(stat: &str) -> Option<Vec<(u64, u64)>> {
-    let cpus: Vec<(u64, u64)> = stat
-        .lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .filter_map(|l| {
-            let ticks: Vec<u64> = l
-                .split_ascii_whitespace()
-                .skip(1)
-                .filter_map(|t| t.parse().ok())
-                .collect();
-            // user nice system idle iowait irq softirq steal ...
-            let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
-            Some((idle, ticks.iter().sum()))
-        })
-        .collect();
-    (!cpus.is_empty()).then_some(cpus)
-}
-
-/// Whether some CPU was idle for `share` of the time between two samples.
-fn some_cpu_idle(before: &[(u64, u64)], after: &[(u64, u64)], share: f64) -> bool {
-    before.iter().zip(after).any(|(&(i0, t0), &(i1, t1))| {
-        let total = t1.saturating_sub(t0);
-        total > 0 && i1.saturating_sub(i0) as f64 >= share * total as f64
-    })
+/// Whether a request of `opcode` is short enough to be served at idle
+/// priority when it follows a reply committed so: a name or attribute
+/// operation. Reads, writes, fsyncs, truncations and ioctls are served at
+/// normal priority, so that a task woken on the thread's CPU cannot hold
+/// them up (beside a stream of writes, a small fsync's 90th percentile
+/// went from 1.5 to 8.5 ms when they were not).
+pub fn short_request(opcode: u32) -> bool {
+    use super::abi::op;
+    matches!(
+        opcode,
+        op::LOOKUP
+            | op::GETATTR
+            | op::READLINK
+            | op::SYMLINK
+            | op::MKNOD
+            | op::MKDIR
+            | op::UNLINK
+            | op::RMDIR
+            | op::RENAME
+            | op::RENAME2
+            | op::LINK
+            | op::CREATE
+            | op::OPEN
+            | op::RELEASE
+            | op::OPENDIR
+            | op::RELEASEDIR
+            | op::READDIR
+            | op::READDIRPLUS
+            | op::STATFS
+            | op::ACCESS
+            | op::GETXATTR
+            | op::LISTXATTR
+            | op::SETXATTR
+            | op::REMOVEXATTR
+            | op::FLUSH
+            | op::LSEEK
+    )
 }
 
 /// Set the calling thread's scheduling policy (priority 0, as both take).
@@ -374,35 +310,23 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_cpu_is_one_idle_for_the_share_of_the_sample() {
-        let stat = "cpu  10 0 10 100 0 0 0 0 0 0\n\
-                    cpu0 5 0 5 50 0 0 0 0 0 0\n\
-                    cpu1 5 0 5 50 0 0 0 0 0 0\n\
-                    intr 1 2 3\n";
-        let before = parse_idle(stat).unwrap();
-        assert_eq!(before, [(50, 60), (50, 60)]);
-        // 100 ticks on: cpu0 busy throughout; cpu1 idle for 15, or 25.
-        assert!(!some_cpu_idle(&before, &[(50, 160), (65, 160)], IDLE_SHARE));
-        assert!(some_cpu_idle(&before, &[(50, 160), (75, 160)], IDLE_SHARE));
-        assert_eq!(parse_idle("intr 1\n"), None);
-    }
-
-    #[test]
     fn commits_run_at_idle_priority_and_the_thread_returns_to_normal() {
-        let shared = Arc::new(Shared::new().0);
+        let cpus = CpuState::for_tests();
         std::thread::spawn(move || {
             // SAFETY: plain query of the calling thread's policy.
             let policy = || unsafe { libc::sched_getscheduler(0) };
-            let mut p = IdlePriority {
-                watch: Watch::new(Instant::now()),
-                cpus: shared.clone(),
-            };
+            let mut p = IdlePriority::start(cpus.clone()).unwrap();
             assert_eq!(policy(), libc::SCHED_OTHER);
-            let during = p.commit(policy);
-            assert_eq!(during, libc::SCHED_IDLE);
+            assert_eq!(p.commit(policy), libc::SCHED_IDLE);
+            // The next request already there: still at idle priority.
+            p.before_wait(true);
+            assert_eq!(policy(), libc::SCHED_IDLE);
+            assert_eq!(p.commit(policy), libc::SCHED_IDLE);
+            // None: the thread sleeps at normal priority.
+            p.before_wait(false);
             assert_eq!(policy(), libc::SCHED_OTHER);
             // No CPU idle: the commit stays at normal priority.
-            shared.some_idle.store(false, Ordering::Relaxed);
+            cpus.set_some_idle(false);
             assert_eq!(p.commit(policy), libc::SCHED_OTHER);
         })
         .join()
@@ -410,32 +334,34 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_sampler_sleeps_until_the_next_commit() {
-        let cpus = IdleCpus::start().unwrap();
-        let shared = cpus.state().0;
-        let parks = |what: &str| {
-            let start = Instant::now();
-            while !shared.parked.load(Ordering::SeqCst) {
-                assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-                std::thread::yield_now();
-            }
-        };
-        // No commits: the sampler parks at once.
-        parks("the sampler never parked");
-        // A commit takes the flag and wakes it: it samples once, sees no
-        // more commits, and parks again. Had it not woken, the flag would
-        // stay down.
-        shared.request();
-        assert!(!shared.parked.load(Ordering::SeqCst));
-        parks("the sampler did not wake, sample and park again");
-        drop(cpus);
-    }
-
-    #[test]
-    fn the_sampler_ends_when_dropped() {
-        let cpus = IdleCpus::start().unwrap();
-        let state = cpus.state();
-        drop(cpus);
-        assert_eq!(Arc::strong_count(&state.0), 1, "the sampler thread let go");
+    fn a_thread_without_progress_is_rescued_and_backs_off() {
+        let cpus = CpuState::for_tests();
+        let thread_cpus = cpus.clone();
+        let before = Instant::now();
+        let (at_idle, rescued) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let t = std::thread::spawn(move || {
+            // SAFETY: plain query of the calling thread's policy.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            let mut p = IdlePriority::start(thread_cpus).unwrap();
+            assert_eq!(p.commit(policy), libc::SCHED_IDLE);
+            at_idle.0.send(()).unwrap();
+            // Kept from progress (here: waiting) while the sampler looks.
+            rescued.1.recv().unwrap();
+            assert_eq!(policy(), libc::SCHED_OTHER, "the sampler put it back");
+            // The thread learns of it at its next commit: backed off, that
+            // commit and the ones after it go at normal priority.
+            assert_eq!(p.commit(policy), libc::SCHED_OTHER);
+            assert_eq!(p.commit(policy), libc::SCHED_OTHER);
+            assert!(!p.idle_now);
+        });
+        at_idle.1.recv().unwrap();
+        // Seen no later than its last progress: not rescued.
+        assert!(cpus.rescue_at(before), "a thread at idle priority");
+        // STARVED after it: put back at normal priority.
+        let later = Instant::now() + STARVED;
+        assert!(cpus.rescue_at(later));
+        assert!(!cpus.rescue_at(later), "at normal priority now");
+        rescued.0.send(()).unwrap();
+        t.join().unwrap();
     }
 }

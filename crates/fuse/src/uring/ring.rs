@@ -36,7 +36,8 @@
 
 use super::abi::{self, InHeader, HEADER_LEN};
 use super::dispatch::{Offload, Outcome, Reply};
-use super::priority::{CpuState, IdlePriority};
+use super::idle_cpus::CpuState;
+use super::priority::IdlePriority;
 use crate::{log, Tux3Fuse};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -185,6 +186,7 @@ impl Queue {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
+            .setup_taskrun_flag()
             .setup_defer_taskrun()
             .build((entries as u32 + 1).next_power_of_two())?;
         // SAFETY: plain syscall; the descriptor is owned below.
@@ -280,6 +282,9 @@ impl Queue {
             if let Some(p) = &mut self.priority {
                 if ring.submission().len() == 1 && done.len() <= 1 {
                     p.commit(|| ring.submit())?;
+                    p.before_wait(ring.submission().taskrun());
+                } else {
+                    p.normal();
                 }
             }
             match self.ring.submit_and_wait(1) {
@@ -346,6 +351,12 @@ impl Queue {
         slot.commit_id = h.commit_id;
         #[cfg(feature = "test-hooks")]
         crate::test_hooks::ring_request();
+        // Only a short request is served at idle priority (`priority.rs`).
+        if let Some(p) = &mut self.priority {
+            if !super::priority::short_request(h.opcode) {
+                p.normal();
+            }
+        }
         let tx = self.done_tx.clone();
         let efd = self.wake.clone();
         let me = std::thread::current().id();
