@@ -13,8 +13,11 @@
 //! so no idle CPU takes it over. It cannot notice that itself while it is
 //! kept off its CPU. So while some queue thread is at idle priority the
 //! same thread looks every [`RESCUE_EVERY`]: one that has made no progress
-//! (committed nothing) for [`STARVED`] is put back at normal priority from
-//! here, and told so ([`QueueIdle::rescued`]), which backs it off.
+//! (committed nothing) for [`STARVED`] and spent a quarter of the time
+//! since the last look waiting on its CPU's run queue (its schedstat) is
+//! put back at normal priority from here, and told so
+//! ([`QueueIdle::rescued`]). A thread busy with a long request is left
+//! alone: it makes no progress either, but does not wait.
 //!
 //! Called by `priority.rs` and `mod.rs`; calls the kernel
 //! (`sched_setscheduler` on a queue thread, /proc/stat).
@@ -38,7 +41,7 @@ const SAMPLE: Duration = Duration::from_millis(100);
 
 /// How often the queue threads at idle priority are checked for progress
 /// while one is.
-const RESCUE_EVERY: Duration = Duration::from_millis(4);
+pub const RESCUE_EVERY: Duration = Duration::from_millis(4);
 
 /// One queue thread's standing, shared with the sampler.
 pub struct QueueIdle {
@@ -63,6 +66,10 @@ impl QueueIdle {
     }
 }
 
+/// A queue thread seen without progress: its last progress
+/// ([`QueueIdle::since`]) and its run queue wait then, in nanoseconds.
+type Seen = (u64, u64);
+
 /// What [`IdleCpus`] shares with the queue threads.
 struct Shared {
     /// Some CPU was idle for [`IDLE_SHARE`] of the last sample.
@@ -78,8 +85,10 @@ struct Shared {
     wake: Sender<()>,
     /// Where [`QueueIdle::since`] counts from.
     epoch: Instant,
-    /// The queue threads that may go to idle priority.
-    queues: Mutex<Vec<Arc<QueueIdle>>>,
+    /// The queue threads that may go to idle priority, each with the
+    /// sampler's note of its last progress and run queue wait when it was
+    /// last seen without progress.
+    queues: Mutex<Vec<(Arc<QueueIdle>, Option<Seen>)>>,
 }
 
 impl Shared {
@@ -111,32 +120,55 @@ impl Shared {
         }
     }
 
-    /// Put every queue thread that made no progress at idle priority for
-    /// [`STARVED`] back at normal priority; whether some queue thread is
-    /// at idle priority.
+    /// Put every queue thread at idle priority that made no progress for
+    /// [`STARVED`] and waited on its CPU's run queue since the last round
+    /// for a quarter of [`RESCUE_EVERY`] back at normal priority; whether
+    /// some queue thread is at idle priority.
     fn rescue(&self) -> bool {
-        self.rescue_at(self.epoch.elapsed().as_nanos() as u64)
+        self.rescue_at(self.epoch.elapsed().as_nanos() as u64, &run_delay)
     }
 
-    /// [`Self::rescue`] at `now` nanoseconds since the epoch.
-    fn rescue_at(&self, now: u64) -> bool {
+    /// [`Self::rescue`] at `now` nanoseconds since the epoch, with the run
+    /// queue waits `delay_of` gives (`None`: unknown, time alone decides).
+    fn rescue_at(&self, now: u64, delay_of: &dyn Fn(libc::pid_t) -> Option<u64>) -> bool {
         let mut any = false;
-        for q in self.queues.lock().iter() {
+        for (q, seen) in self.queues.lock().iter_mut() {
             let since = q.since.load(Ordering::Acquire);
-            if since == 0 {
+            if since == 0 || now.saturating_sub(since) < STARVED.as_nanos() as u64 {
+                any |= since != 0;
+                *seen = None;
                 continue;
             }
             any = true;
-            if now.saturating_sub(since) >= STARVED.as_nanos() as u64 {
+            // A thread busy with a long request makes no progress either,
+            // but does not wait: only waiting counts.
+            let delay = delay_of(q.tid);
+            let waited = match (delay, *seen) {
+                (Some(d), Some((s, before))) if s == since => {
+                    d.saturating_sub(before) >= RESCUE_EVERY.as_nanos() as u64 / 4
+                }
+                (Some(_), _) => false,
+                (None, _) => true,
+            };
+            *seen = delay.map(|d| (since, d));
+            if waited {
                 let param = libc::sched_param { sched_priority: 0 };
                 // SAFETY: a thread of this process; `param` outlives the call.
                 unsafe { libc::sched_setscheduler(q.tid, libc::SCHED_OTHER, &param) };
                 q.rescued.store(true, Ordering::Release);
                 q.normal();
+                *seen = None;
             }
         }
         any
     }
+}
+
+/// Nanoseconds thread `tid` of this process has waited on a run queue
+/// (the second field of its schedstat).
+fn run_delay(tid: libc::pid_t) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    s.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// The queue threads' view of [`IdleCpus`].
@@ -175,7 +207,7 @@ impl CpuState {
             since: AtomicU64::new(0),
             rescued: AtomicBool::new(false),
         });
-        self.0.queues.lock().push(q.clone());
+        self.0.queues.lock().push((q.clone(), None));
         q
     }
 
@@ -189,10 +221,10 @@ impl CpuState {
         self.0.some_idle.store(idle, Ordering::Relaxed);
     }
 
-    /// A rescue round at `t`.
+    /// A rescue round at `t`, with the run queue waits `delay_of` gives.
     #[cfg(test)]
-    pub fn rescue_at(&self, t: Instant) -> bool {
-        self.0.rescue_at(self.ns(t))
+    pub fn rescue_at(&self, t: Instant, delay_of: &dyn Fn(libc::pid_t) -> Option<u64>) -> bool {
+        self.0.rescue_at(self.ns(t), delay_of)
     }
 }
 

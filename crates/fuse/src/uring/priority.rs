@@ -49,6 +49,8 @@
 //! Called by `ring.rs` and `mod.rs`; calls the kernel
 //! (`sched_setscheduler`) and `idle_cpus.rs`.
 
+#[cfg(test)]
+use super::idle_cpus::RESCUE_EVERY;
 use super::idle_cpus::{CpuState, QueueIdle};
 use std::io;
 use std::sync::atomic::Ordering;
@@ -58,6 +60,9 @@ use std::time::{Duration, Instant};
 /// A commit at idle priority this long: the thread was kept off its CPU.
 pub const STARVED: Duration = Duration::from_millis(2);
 
+/// A rescue this soon after the last one backs the thread off.
+const RESCUE_RECUR: Duration = Duration::from_secs(1);
+
 /// The first back-off at normal priority after starving, and the longest.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(64);
@@ -66,6 +71,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(64);
 /// system calls).
 #[derive(Debug)]
 pub struct Watch {
+    /// When the sampler last put the thread back at normal priority.
+    last_rescue: Option<Instant>,
     /// When commits last went back to idle priority.
     idle_since: Instant,
     /// Commits stay at normal priority until then.
@@ -76,6 +83,7 @@ pub struct Watch {
 impl Watch {
     pub fn new(now: Instant) -> Watch {
         Watch {
+            last_rescue: None,
             idle_since: now,
             until: now,
             backoff: BACKOFF_MIN,
@@ -92,6 +100,20 @@ impl Watch {
             self.idle_since = now;
         }
         true
+    }
+
+    /// The sampler put the thread back at normal priority at `now` (it made
+    /// no progress for [`STARVED`]); true if that backs it off. A lone
+    /// rescue does not: a burst of work of another thread on the CPU (a
+    /// delta commit) starves it once, and a back-off would cost every
+    /// request of the next second its idle-priority commit. A second one
+    /// within [`RESCUE_RECUR`] does, as from a starved commit.
+    pub fn rescued(&mut self, now: Instant) -> bool {
+        let recurs = self
+            .last_rescue
+            .is_some_and(|t| now.saturating_duration_since(t) < RESCUE_RECUR);
+        self.last_rescue = Some(now);
+        recurs && self.committed(now, STARVED)
     }
 
     /// A commit at idle priority ended at `now` after `took`; true if it
@@ -200,9 +222,10 @@ impl IdlePriority {
             return false;
         }
         self.idle_now = false;
-        self.watch.committed(now, STARVED);
+        let backed_off = self.watch.rescued(now);
         #[cfg(feature = "test-hooks")]
-        crate::test_hooks::idle_commit(true);
+        crate::test_hooks::idle_commit(backed_off);
+        let _ = backed_off;
         true
     }
 }
@@ -334,10 +357,10 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_without_progress_is_rescued_and_backs_off() {
+    fn a_thread_without_progress_is_rescued_and_backs_off_if_it_recurs() {
         let cpus = CpuState::for_tests();
         let thread_cpus = cpus.clone();
-        let before = Instant::now();
+        let mut before = Instant::now();
         let (at_idle, rescued) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let t = std::thread::spawn(move || {
             // SAFETY: plain query of the calling thread's policy.
@@ -348,20 +371,54 @@ mod tests {
             // Kept from progress (here: waiting) while the sampler looks.
             rescued.1.recv().unwrap();
             assert_eq!(policy(), libc::SCHED_OTHER, "the sampler put it back");
-            // The thread learns of it at its next commit: backed off, that
-            // commit and the ones after it go at normal priority.
+            // A first rescue: the next commit goes at idle priority again.
+            assert_eq!(p.commit(policy), libc::SCHED_IDLE);
+            at_idle.0.send(()).unwrap();
+            rescued.1.recv().unwrap();
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            // A second one soon after: backed off, the commits go at
+            // normal priority.
             assert_eq!(p.commit(policy), libc::SCHED_OTHER);
             assert_eq!(p.commit(policy), libc::SCHED_OTHER);
             assert!(!p.idle_now);
         });
-        at_idle.1.recv().unwrap();
-        // Seen no later than its last progress: not rescued.
-        assert!(cpus.rescue_at(before), "a thread at idle priority");
-        // STARVED after it: put back at normal priority.
-        let later = Instant::now() + STARVED;
-        assert!(cpus.rescue_at(later));
-        assert!(!cpus.rescue_at(later), "at normal priority now");
-        rescued.0.send(()).unwrap();
+        // The thread's run queue wait, as the sampler reads it.
+        let waited = std::sync::atomic::AtomicU64::new(0);
+        let delay = |_| Some(waited.load(Ordering::SeqCst));
+        for _ in 0..2 {
+            at_idle.1.recv().unwrap();
+            // Seen no later than its last progress: not rescued.
+            assert!(cpus.rescue_at(before, &delay), "a thread at idle priority");
+            // STARVED after it, but busy (not waiting): left alone.
+            let later = Instant::now() + STARVED;
+            assert!(cpus.rescue_at(later, &delay));
+            assert!(cpus.rescue_at(later + STARVED, &delay), "still at idle priority");
+            // Then waiting on the run queue: put back at normal priority.
+            waited.fetch_add(RESCUE_EVERY.as_nanos() as u64, Ordering::SeqCst);
+            assert!(cpus.rescue_at(later + 2 * STARVED, &delay));
+            assert!(
+                !cpus.rescue_at(later + 2 * STARVED, &delay),
+                "at normal priority now"
+            );
+            // The thread's next progress comes after this.
+            before = Instant::now();
+            rescued.0.send(()).unwrap();
+        }
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_lone_rescue_does_not_back_off_a_second_soon_after_does() {
+        let t0 = Instant::now();
+        let mut w = Watch::new(t0);
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(!w.rescued(t1));
+        assert!(w.idle_at(t1));
+        // Long after: still a lone one.
+        let t2 = t1 + 2 * RESCUE_RECUR;
+        assert!(!w.rescued(t2));
+        assert!(w.idle_at(t2));
+        assert!(w.rescued(t2 + RESCUE_RECUR / 2));
+        assert!(!w.idle_at(t2 + RESCUE_RECUR / 2 + MS));
     }
 }
