@@ -273,9 +273,13 @@ impl Drop for IdleCpus {
 fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
     let mut last = read_idle().unwrap_or_default();
     let mut sampled = Instant::now();
+    // Some queue thread was at idle priority at the last rescue round.
+    let mut any_idle = false;
     loop {
         if sampled.elapsed() >= SAMPLE {
-            if !shared.flowing.swap(false, Ordering::SeqCst) && !shared.rescue() {
+            // (A thread goes to idle priority only in a commit, which
+            // raises `flowing` first.)
+            if !shared.flowing.swap(false, Ordering::SeqCst) && !any_idle {
                 // Quiet. Parked first, then checked again: a commit after
                 // the check sees `parked` and wakes this thread.
                 shared.parked.store(true, Ordering::SeqCst);
@@ -307,7 +311,8 @@ fn sample(shared: &Shared, stopped: &Receiver<()>, woken: &Receiver<()>) {
         // `watching` down before looking: a thread going to idle priority
         // after the look sees it down and wakes this one.
         shared.watching.store(false, Ordering::SeqCst);
-        let wait = if shared.rescue() {
+        any_idle = shared.rescue();
+        let wait = if any_idle {
             shared.watching.store(true, Ordering::SeqCst);
             RESCUE_EVERY
         } else {

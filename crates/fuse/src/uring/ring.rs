@@ -274,10 +274,11 @@ impl Queue {
         let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.bufs.slots.len() + 1);
         while self.live > 0 {
             // The replies queued go first, at idle priority if so mounted
-            // (`priority.rs`); then the wait, at normal priority.
-            // Only a lone reply after a lone request: with more at once
-            // the CPUs are busy, no halted one is woken, and the two
-            // priority changes would be spent for nothing.
+            // (`priority.rs`); then the wait, at normal priority unless
+            // the caller's next request is already there. Only a lone
+            // reply after a lone request: with more at once the CPUs are
+            // busy, no halted one is woken, and the priority changes
+            // would be spent for nothing.
             let ring = &mut self.ring;
             if let Some(p) = &mut self.priority {
                 if ring.submission().len() == 1 && done.len() <= 1 {
