@@ -23,7 +23,10 @@
 //! next request is there when the thread runs again (the ring's
 //! `IORING_SQ_TASKRUN` flag, no system call), the thread serves it at idle
 //! priority too, if it is a short one ([`short_request`]): a name or
-//! attribute operation. So a run of metadata calls costs no priority
+//! attribute operation, or a write of at most [`SMALL_WRITE`] right after
+//! one ([`served_idle`]: a file made and written at once, as a tree of
+//! small files is; 13–15% more of those a second, bench/wakeups.md).
+//! So a run of metadata calls costs no priority
 //! change at all, where two `sched_setscheduler` calls per request (about
 //! 3.6 µs here) and a second `io_uring_enter` took a third of the daemon's
 //! CPU. The thread goes back to normal priority before it sleeps, and
@@ -141,6 +144,8 @@ pub struct IdlePriority {
     me: Arc<QueueIdle>,
     /// The thread runs at idle priority now.
     idle_now: bool,
+    /// The last request it served was a short one ([`short_request`]).
+    after_short: bool,
 }
 
 impl IdlePriority {
@@ -154,6 +159,7 @@ impl IdlePriority {
             me: cpus.register(),
             cpus,
             idle_now: false,
+            after_short: false,
         })
     }
 
@@ -203,6 +209,17 @@ impl IdlePriority {
         }
     }
 
+    /// The thread is about to serve a request of `opcode` with `payload`
+    /// bytes of arguments: it goes back to normal priority unless
+    /// [`served_idle`] allows the request idle priority.
+    pub fn serving(&mut self, opcode: u32, payload: usize) {
+        let idle = served_idle(opcode, payload, self.after_short);
+        self.after_short = short_request(opcode);
+        if !idle {
+            self.normal();
+        }
+    }
+
     /// Back to normal priority (a no-op if there already).
     pub fn normal(&mut self) {
         if self.idle_now {
@@ -235,7 +252,8 @@ impl IdlePriority {
 /// operation. Reads, writes, fsyncs, truncations and ioctls are served at
 /// normal priority, so that a task woken on the thread's CPU cannot hold
 /// them up (beside a stream of writes, a small fsync's 90th percentile
-/// went from 1.5 to 8.5 ms when they were not).
+/// went from 1.5 to 8.5 ms when they were not), but for a small write
+/// right after a short request ([`served_idle`]).
 pub fn short_request(opcode: u32) -> bool {
     use super::abi::op;
     matches!(
@@ -267,6 +285,21 @@ pub fn short_request(opcode: u32) -> bool {
             | op::FLUSH
             | op::LSEEK
     )
+}
+
+/// Most bytes a write may carry to be served at idle priority after a
+/// short request.
+pub const SMALL_WRITE: usize = 16 * 1024;
+
+/// Whether a request of `opcode` with `payload` bytes of arguments keeps
+/// idle priority, `after_short` if the request before it in the run was a
+/// short one: a short request, or a small write right after one (a file
+/// made or opened and written at once, the write's capability check
+/// (GETXATTR) just before it). A write after another write or an fsync (a
+/// stream of writes, an append and fsync beside one) goes at normal
+/// priority.
+pub fn served_idle(opcode: u32, payload: usize, after_short: bool) -> bool {
+    short_request(opcode) || (opcode == super::abi::op::WRITE && after_short && payload <= SMALL_WRITE)
 }
 
 /// Set the calling thread's scheduling policy (priority 0, as both take).
@@ -351,6 +384,42 @@ mod tests {
             // No CPU idle: the commit stays at normal priority.
             cpus.set_some_idle(false);
             assert_eq!(p.commit(policy), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_small_write_keeps_idle_priority_only_right_after_a_short_request() {
+        use super::super::abi::op;
+        assert!(served_idle(op::LOOKUP, 0, false));
+        assert!(served_idle(op::WRITE, 4096, true));
+        assert!(served_idle(op::WRITE, SMALL_WRITE, true));
+        assert!(!served_idle(op::WRITE, SMALL_WRITE + 1, true));
+        assert!(!served_idle(op::WRITE, 4096, false));
+        assert!(!served_idle(op::FSYNC, 0, true));
+        assert!(!served_idle(op::READ, 0, true));
+        let cpus = CpuState::for_tests();
+        std::thread::spawn(move || {
+            // SAFETY: plain query of the calling thread's policy.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            let mut p = IdlePriority::start(cpus).unwrap();
+            // A file made, its capability asked, then written: all three
+            // at idle priority once the first reply went so.
+            p.serving(op::MKNOD, 8);
+            assert_eq!(p.commit(policy), libc::SCHED_IDLE);
+            p.before_wait(true);
+            p.serving(op::GETXATTR, 21);
+            assert_eq!(policy(), libc::SCHED_IDLE);
+            p.commit(policy);
+            p.before_wait(true);
+            p.serving(op::WRITE, 4096);
+            assert_eq!(policy(), libc::SCHED_IDLE);
+            p.commit(policy);
+            p.before_wait(true);
+            // A second write follows a write: normal priority.
+            p.serving(op::WRITE, 4096);
+            assert_eq!(policy(), libc::SCHED_OTHER);
         })
         .join()
         .unwrap();

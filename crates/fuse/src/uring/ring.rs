@@ -352,11 +352,10 @@ impl Queue {
         slot.commit_id = h.commit_id;
         #[cfg(feature = "test-hooks")]
         crate::test_hooks::ring_request();
-        // Only a short request is served at idle priority (`priority.rs`).
+        // Only a short request, or a small write right after one, is
+        // served at idle priority (`priority.rs`).
         if let Some(p) = &mut self.priority {
-            if !super::priority::short_request(h.opcode) {
-                p.normal();
-            }
+            p.serving(h.opcode, h.payload_len);
         }
         let tx = self.done_tx.clone();
         let efd = self.wake.clone();
