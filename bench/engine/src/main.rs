@@ -32,12 +32,12 @@ mod target;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// As `tux3_cli::tune_allocator` does for the `tux3` command: freed memory
-/// goes back to the system after 1 s, not sooner (option 15 is mimalloc's
-/// `purge_delay`; 1 s is already mimalloc 3's default), so page buffers are
-/// not faulted in and zeroed again and again.
+/// goes back to the system after 60 s unused, not sooner (option 15 is
+/// mimalloc's `purge_delay`), so page buffers are not faulted in and zeroed
+/// again and again.
 fn tune_allocator() {
     // SAFETY: mimalloc's options may be set at any time, from any thread.
-    unsafe { libmimalloc_sys::mi_option_set(15, 1000) }
+    unsafe { libmimalloc_sys::mi_option_set(15, 60_000) }
 }
 
 use std::path::{Path, PathBuf};

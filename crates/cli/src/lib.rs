@@ -215,15 +215,20 @@ pub const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long memory freed stays with mimalloc before it goes back to the
 /// system, in ms ([`tune_allocator`]).
-pub const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
+pub const PURGE_DELAY_MS: std::os::raw::c_long = 60_000;
 
 /// Settings of the global allocator (mimalloc) for a server: memory freed
 /// goes back to the system after [`PURGE_DELAY_MS`] unused. A mount (or the
 /// engine under dbench) frees and allocates page buffers by the thousand a
-/// second; returned at once (mimalloc 2 waits only 10 ms), each comes back
-/// as fresh memory that the kernel faults in and zeroes, whole 2 MiB huge
-/// pages at a time. Mimalloc 3, which the binaries link, waits 1 s by
-/// default: the call keeps that whatever the version's default. Call it
+/// second; each range returned comes back as fresh memory that the kernel
+/// faults in and zeroes, whole 2 MiB huge pages at a time (mimalloc asks for
+/// them), and on a virtual machine whose host takes free memory back each
+/// first touch also exits to the host. With mimalloc 3's default of 1 s,
+/// dbench's files (written, kept a few seconds, deleted, written again)
+/// freed memory just long enough: 20 s of the engine's dbench at 8 clients
+/// made 4,030 `madvise(MADV_DONTNEED)` calls and 62,851 page faults, a
+/// delay of 10 s 6,910 faults, 60 s 413 (bench/fsync-floor.md, "Memory
+/// given back"). Memory a burst freed still goes back, a minute later. Call it
 /// first thing in `main` of a binary whose global allocator is mimalloc.
 pub fn tune_allocator() {
     // SAFETY: mimalloc's options are plain integers it reads atomically;

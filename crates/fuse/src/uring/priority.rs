@@ -25,7 +25,7 @@
 //! priority too, if it is a short one ([`short_request`]): a name or
 //! attribute operation, or a write of at most [`SMALL_WRITE`] right after
 //! one ([`served_idle`]: a file made and written at once, as a tree of
-//! small files is; 13–15% more of those a second, bench/wakeups.md).
+//! small files is: 12% more of those a second, bench/wakeups.md).
 //! So a run of metadata calls costs no priority
 //! change at all, where two `sched_setscheduler` calls per request (about
 //! 3.6 µs here) and a second `io_uring_enter` took a third of the daemon's
