@@ -201,8 +201,8 @@ impl IdlePriority {
 
     /// The thread is about to wait for requests: it sleeps at normal
     /// priority, unless the next request is already `pending` (its caller
-    /// ran while this thread was preempted after the commit); `serve` then
-    /// keeps idle priority for a short request.
+    /// ran while this thread was preempted after the commit); [`Self::serving`]
+    /// then keeps idle priority for a short request or a small write.
     pub fn before_wait(&mut self, pending: bool) {
         if !pending {
             self.normal();
@@ -254,7 +254,7 @@ impl IdlePriority {
 /// them up (beside a stream of writes, a small fsync's 90th percentile
 /// went from 1.5 to 8.5 ms when they were not), but for a small write
 /// right after a short request ([`served_idle`]).
-pub fn short_request(opcode: u32) -> bool {
+fn short_request(opcode: u32) -> bool {
     use super::abi::op;
     matches!(
         opcode,
@@ -289,7 +289,7 @@ pub fn short_request(opcode: u32) -> bool {
 
 /// Most bytes a write may carry to be served at idle priority after a
 /// short request.
-pub const SMALL_WRITE: usize = 16 * 1024;
+const SMALL_WRITE: usize = 16 * 1024;
 
 /// Whether a request of `opcode` with `payload` bytes of arguments keeps
 /// idle priority, `after_short` if the request before it in the run was a
@@ -298,7 +298,7 @@ pub const SMALL_WRITE: usize = 16 * 1024;
 /// (GETXATTR) just before it). A write after another write or an fsync (a
 /// stream of writes, an append and fsync beside one) goes at normal
 /// priority.
-pub fn served_idle(opcode: u32, payload: usize, after_short: bool) -> bool {
+fn served_idle(opcode: u32, payload: usize, after_short: bool) -> bool {
     short_request(opcode) || (opcode == super::abi::op::WRITE && after_short && payload <= SMALL_WRITE)
 }
 
