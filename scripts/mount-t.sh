@@ -3,8 +3,8 @@
 # by mount(8), mkfs(8), fsck(8) or man(1)): `mount -t tux3 IMG DIR`, which
 # runs /sbin/mount.tux3, lets another user in (and -o noallow_other keeps
 # them out); `mkfs -t tux3` and `fsck -t tux3` (/sbin/mkfs.tux3,
-# /sbin/fsck.tux3) on a loop device, with fsck(8)'s exit codes; and the man
-# pages. Installs into the system: run it only on a throwaway machine
+# /sbin/fsck.tux3) on a loop device, with fsck(8)'s exit codes, and fsck
+# as it runs at boot for an fstab line of type tux3; and the man pages. Installs into the system: run it only on a throwaway machine
 # (.ci/run does, after make test). Needs root.
 #
 # Everything lives under one mktemp directory; cleanup unmounts only its
@@ -103,6 +103,16 @@ done
 rc=0
 timeout 60 fsck -t tux3 -n -y "$loop" 2>/dev/null || rc=$?
 [[ $rc -eq 16 ]] || { echo "mount-t: fsck -t tux3 -n -y: exit $rc, not 16 (usage)" >&2; exit 1; }
+# At boot, systemd-fsck runs `fsck -a -T -l -M DEV` with no type: fsck(8)
+# takes it from the device's fstab line (blkid does not know tux3), here a
+# throwaway fstab (LIBMOUNT_FSTAB) instead of /etc/fstab.
+printf '%s %s tux3 defaults 0 2\n' "$loop" "$mnt" >"$work/fstab"
+ran=$(LIBMOUNT_FSTAB="$work/fstab" timeout 60 fsck -N -a -T -l -M "$loop")
+[[ $ran == *"fsck.tux3 -a $loop"* ]] ||
+    { echo "mount-t: fsck at boot would not run fsck.tux3: $ran" >&2; exit 1; }
+rc=0
+LIBMOUNT_FSTAB="$work/fstab" timeout 60 fsck -a -T -l -M "$loop" || rc=$?
+[[ $rc -eq 0 ]] || { echo "mount-t: fsck -a -T -l -M $loop (fstab): exit $rc on a clean volume" >&2; exit 1; }
 losetup -d "$loop"
 loop=
 rc=0

@@ -5,7 +5,8 @@
 //!
 //! Calls the frontend (`Volume::freeze`, `encode_log`, `fsync_plan`,
 //! `finish`) and the backend's commit jobs; holds the volume (the delta guard, exclusively) only to
-//! freeze, encode the log, plan and finish, never across device I/O.
+//! freeze, encode the log, plan and finish, never across device I/O
+//! (P3: each I/O step asserts it, `api/guard.rs`).
 //!
 //! Two locks order the commits. The commit turn (`Durability`, in
 //! `frontend/pipeline.rs` with the pipeline's states and the whole lock
@@ -26,6 +27,7 @@
 //! it issues a flush with that one flush, and finishes them in order. A
 //! delta commit freezes only once no fsync commit is in flight.
 
+use super::guard::{self, Exclusive};
 use super::Ino;
 use crate::backend::commit::CommitJob;
 use crate::error::{Error, Result};
@@ -33,7 +35,7 @@ use crate::frontend::fsync::FsyncPlan;
 use crate::frontend::pipeline::{Durability, FsyncFlushes, Turn};
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Receiver, Sender};
-use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -96,15 +98,15 @@ impl Shared {
     /// The volume, exclusively: what shared unlinks left for exclusive
     /// access is carried out first (`Volume::settle`), so every exclusive
     /// holder sees it done.
-    pub(super) fn vol(&self) -> RwLockWriteGuard<'_, Volume> {
-        let mut v = self.volume.write();
+    pub(super) fn vol(&self) -> Exclusive<'_, Volume> {
+        let mut v = Exclusive::new(self.volume.write());
         v.settle();
         v
     }
 
     /// The volume, shared with other operations of the delta.
-    pub(super) fn shared_vol(&self) -> RwLockReadGuard<'_, Volume> {
-        self.volume.read()
+    pub(super) fn shared_vol(&self) -> guard::Shared<'_, Volume> {
+        guard::Shared::new(self.volume.read())
     }
 
     /// Whether every fsync commits the whole delta (`-o fsync=strict`).
@@ -197,6 +199,7 @@ impl Shared {
             drop(log);
             None
         };
+        guard::assert_unguarded("a delta commit's data writes");
         let mut r = job.write_data();
         during.at(Phase::Data, job.holds_log());
         // Fsync commits that went ahead of it may still wait for their
@@ -217,6 +220,7 @@ impl Shared {
             r = self.vol().encode_log(&mut job);
         }
         if r.is_ok() {
+            guard::assert_unguarded("a delta commit's log writes");
             r = job.write_log_blocks();
         }
         // Its log written, the commit hands the tail on: an fsync commit
@@ -229,6 +233,7 @@ impl Shared {
         }
         during.at(Phase::LogWritten, true);
         if r.is_ok() {
+            guard::assert_unguarded("a delta commit's flush");
             r = job.flush_log();
         }
         let retired = self.vol().finish(job, r)?;
@@ -399,6 +404,7 @@ impl Shared {
     fn flush_and_finish(&self, mut batch: Vec<Written>) {
         let mut r = Ok(());
         if let Some((last, rest)) = batch.split_last_mut() {
+            guard::assert_unguarded("an fsync group's flush");
             r = last.job.flush_urgent();
             if r.is_ok() {
                 for w in rest {
@@ -447,6 +453,7 @@ impl Shared {
             Ok(Some(job)) => job,
             other => return Some(other),
         };
+        guard::assert_unguarded("an fsync commit's log writes");
         if let Err(e) = job.write_log_blocks_urgent() {
             // Finishing a failed job only hands its error back.
             return Some(match self.vol().finish(job, Err(e)) {
@@ -492,6 +499,7 @@ impl Shared {
             Ok(Some(job)) => job,
             other => return Some(other.map(drop)),
         };
+        guard::assert_unguarded("an fsync commit's writes and flush");
         let r = job.write();
         Some(self.vol().finish(job, r).map(drop))
     }

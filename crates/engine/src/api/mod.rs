@@ -15,6 +15,7 @@
 
 mod answer;
 mod commit;
+mod guard;
 mod image;
 mod snapshot;
 
@@ -26,7 +27,6 @@ pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
-use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 
 /// A mounted tux3 volume.
@@ -84,12 +84,12 @@ impl Fs {
     }
 
     /// The volume, exclusively.
-    fn vol(&self) -> RwLockWriteGuard<'_, Volume> {
+    fn vol(&self) -> guard::Exclusive<'_, Volume> {
         self.shared.vol()
     }
 
     /// The volume, shared with other operations of the delta.
-    fn shared_vol(&self) -> RwLockReadGuard<'_, Volume> {
+    fn shared_vol(&self) -> guard::Shared<'_, Volume> {
         self.shared.shared_vol()
     }
 

@@ -60,6 +60,17 @@
 //!    is free; or the count of fsync commits waiting for their flush
 //!    ([`FsyncFlushes`], never held across anything).
 //!
+//! Beside that order, the fsync queue (`api/commit.rs`: `Shared::fsyncs`,
+//! the fsyncs waiting for the next group commit) is taken with none of
+//! 1–5 held and takes none of them; the count of [`FsyncFlushes`] is the
+//! one lock looked at under it.
+//!
+//! Where the pipeline invariants are asserted (debug builds): P1 at each
+//! transition below; P2 where a write would change a page a commit holds
+//! (`cache/pages.rs`); P3 before each device I/O step of a commit
+//! (`api/guard.rs`, called from `api/commit.rs`); P4 in `Volume::finish`;
+//! P5 after an exclusive write (`api/mod.rs`); P6 in `Volume::freeze`.
+//!
 //! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
 
 use super::fsync::Frozen;

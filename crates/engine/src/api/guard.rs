@@ -1,0 +1,138 @@
+//! API layer: the delta guard as the API hands it out (the volume behind
+//! its `RwLock`, shared or exclusive) and, in debug builds, a count of the
+//! guards each thread holds, so that the commit steps that do device I/O
+//! can assert they run without one (invariant P3: the frontend waits for
+//! the media only by backpressure).
+//!
+//! The one exception P3 allows, a commit under the exclusive guard when
+//! free space runs short (`Volume::reserve`), commits from inside the
+//! frontend and never reaches these checks.
+//!
+//! Calls nothing else in the crate.
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+use std::ops::{Deref, DerefMut};
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// Delta guards this thread holds (P3).
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// One guard counted for its thread while it lives (nothing in release
+/// builds). Guards are not `Send`, so it is dropped where it was made.
+struct Held;
+
+impl Held {
+    fn new() -> Held {
+        #[cfg(debug_assertions)]
+        HELD.with(|h| h.set(h.get().saturating_add(1)));
+        Held
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        HELD.with(|h| h.set(h.get().saturating_sub(1)));
+    }
+}
+
+/// The delta guard held exclusively.
+pub(super) struct Exclusive<'a, V> {
+    guard: RwLockWriteGuard<'a, V>,
+    _held: Held,
+}
+
+impl<'a, V> Exclusive<'a, V> {
+    pub(super) fn new(guard: RwLockWriteGuard<'a, V>) -> Self {
+        Exclusive {
+            guard,
+            _held: Held::new(),
+        }
+    }
+}
+
+impl<V> Deref for Exclusive<'_, V> {
+    type Target = V;
+    fn deref(&self) -> &V {
+        &self.guard
+    }
+}
+
+impl<V> DerefMut for Exclusive<'_, V> {
+    fn deref_mut(&mut self) -> &mut V {
+        &mut self.guard
+    }
+}
+
+/// The delta guard held shared with other operations of the delta.
+pub(super) struct Shared<'a, V> {
+    guard: RwLockReadGuard<'a, V>,
+    _held: Held,
+}
+
+impl<'a, V> Shared<'a, V> {
+    pub(super) fn new(guard: RwLockReadGuard<'a, V>) -> Self {
+        Shared {
+            guard,
+            _held: Held::new(),
+        }
+    }
+}
+
+impl<V> Deref for Shared<'_, V> {
+    type Target = V;
+    fn deref(&self) -> &V {
+        &self.guard
+    }
+}
+
+/// P3, checked before a commit's device I/O (`io` names it): this thread
+/// holds no delta guard, shared or exclusive.
+pub(super) fn assert_unguarded(io: &str) {
+    #[cfg(debug_assertions)]
+    HELD.with(|h| {
+        assert!(h.get() == 0, "P3: {io} with the delta guard held");
+    });
+    #[cfg(not(debug_assertions))]
+    let _ = io;
+}
+
+#[cfg(all(test, debug_assertions))]
+mod tests {
+    use super::*;
+    use parking_lot::RwLock;
+
+    #[test]
+    fn io_without_a_guard_passes_and_guards_are_counted_until_dropped() {
+        let lock = RwLock::new(0u32);
+        assert_unguarded("nothing held");
+        {
+            let mut g = Exclusive::new(lock.write());
+            *g += 1;
+        }
+        {
+            let a = Shared::new(lock.read());
+            let b = Shared::new(lock.read());
+            assert_eq!(*a + *b, 2);
+        }
+        assert_unguarded("every guard dropped");
+    }
+
+    #[test]
+    #[should_panic(expected = "P3: a flush with the delta guard held")]
+    fn io_under_the_exclusive_guard_fails() {
+        let lock = RwLock::new(0u32);
+        let _g = Exclusive::new(lock.write());
+        assert_unguarded("a flush");
+    }
+
+    #[test]
+    #[should_panic(expected = "P3: a write with the delta guard held")]
+    fn io_under_a_shared_guard_fails() {
+        let lock = RwLock::new(0u32);
+        let _g = Shared::new(lock.read());
+        assert_unguarded("a write");
+    }
+}
