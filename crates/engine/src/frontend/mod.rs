@@ -620,10 +620,19 @@ impl Volume {
         if held == 0 || len == 0 {
             return false;
         }
+        !self.within_limit(held, pages, offset, len)
+    }
+
+    /// Whether `held` bytes and the cost of the write stay within the limit
+    /// (a stream's: seven eighths of the stream bound).
+    fn within_limit(&self, held: u64, pages: Option<&PageMap>, offset: u64, len: usize) -> bool {
         let bs = self.bs();
         let Some(end) = offset.checked_add(len as u64) else {
-            return false; // the write fails (EFBIG)
+            return true; // the write fails (EFBIG)
         };
+        if len == 0 {
+            return held <= self.opts.dirty_limit;
+        }
         // A stream stops an eighth short of its bound, so that light
         // writers (a log appended and fsynced next to it) keep going while
         // it waits for its commit. Their bound stays the limit.
@@ -638,14 +647,17 @@ impl Volume {
         } else {
             self.opts.dirty_limit
         };
-        held.saturating_add(cost) > limit
+        held.saturating_add(cost) <= limit
     }
 
     /// Whether a write of `len` bytes at `offset` of `ino` fits within the
-    /// dirty limit with what is held now (P5; for its assertion).
+    /// dirty limit with what is held now (P5; for its assertion). Unlike
+    /// [`Volume::write_pressure`], a write on a volume holding nothing that
+    /// is larger than the limit does not fit: it goes through alone.
     pub fn write_fits(&self, ino: Ino, offset: u64, len: usize) -> bool {
+        let held = self.held_bytes();
         let i = self.cache.lock(ino);
-        !self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
+        self.within_limit(held, i.as_deref().map(|i| &i.pages), offset, len)
     }
 
     /// The bound P5 keeps `held_bytes` within (`OpenOptions::dirty_limit`).
