@@ -5,9 +5,13 @@
 //!
 //! Invariant A1: a block is handed out only if its bit is clear and it is
 //! not pinned, so no allocation ever overwrites a block that the durable
-//! image (last unify + committed log) still references.
+//! image (last unify + committed log) still references (asserted in debug
+//! builds by `alloc`, the one path that hands blocks out; `apply_alloc`
+//! marks blocks the image already references: replay, mkfs, repair).
 //! Invariant A2: pins are released only after the commit that freed the
-//! block is durable (`unpin_committed`, called by `Backend::finish`).
+//! block is durable (`unpin_committed`, called by `Backend::finish`, which
+//! names the delta made durable: asserted in debug builds to be at least the
+//! delta whose frees are pinned).
 //!
 //! Snapshots: a block freed by the live volume whose birth (the
 //! generation it was written in) is at or below the newest snapshot is
@@ -39,6 +43,8 @@ pub struct Allocator {
     /// Frees still pinned after the current delta's records were taken
     /// (released once the commit is durable).
     committing_frees: Vec<(u64, u64)>,
+    /// The delta whose records took `committing_frees` last (A2).
+    committing_delta: Option<u64>,
     /// Generation of the blocks allocated now (the birth they get).
     pub generation: u32,
     /// The newest snapshot not being deleted: a block born at or below it
@@ -76,6 +82,7 @@ impl Allocator {
             delta_allocs: Vec::new(),
             delta_frees: Vec::new(),
             committing_frees: Vec::new(),
+            committing_delta: None,
             generation: 0,
             held_upto: None,
             dying: Vec::new(),
@@ -208,6 +215,7 @@ impl Allocator {
                 while len < want && b + len < n && !get(&self.used, b + len) && !get(&self.pinned, b + len) {
                     len += 1;
                 }
+                self.check_fresh(b, len);
                 self.mark(b, len, true);
                 self.free -= len;
                 self.available -= len;
@@ -217,6 +225,18 @@ impl Allocator {
                 return Ok((b, len));
             }
             b += 1;
+        }
+    }
+
+    /// A1, in debug builds: no block of `start..start+len`, about to be
+    /// handed out, is in use or pinned.
+    fn check_fresh(&self, start: u64, len: u64) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for b in start..start + len {
+            debug_assert!(!get(&self.used, b), "A1: block {b} handed out while in use");
+            debug_assert!(!get(&self.pinned, b), "A1: block {b} handed out while pinned");
         }
     }
 
@@ -260,17 +280,28 @@ impl Allocator {
         }
     }
 
-    /// Take this delta's changes as coalesced (allocs, frees) for the log;
-    /// the frees stay pinned until [`Allocator::unpin_committed`].
-    pub fn take_delta(&mut self) -> DeltaChanges {
+    /// Take this delta's changes as coalesced (allocs, frees) for the log
+    /// of delta `delta`; the frees stay pinned until
+    /// [`Allocator::unpin_committed`] names a durable delta at least as new.
+    pub fn take_delta(&mut self, delta: u64) -> DeltaChanges {
         let allocs = coalesce(std::mem::take(&mut self.delta_allocs));
         let frees = coalesce(std::mem::take(&mut self.delta_frees));
         self.committing_frees.extend_from_slice(&frees);
+        self.committing_delta = Some(delta);
         (allocs, frees)
     }
 
     /// The commit that took the last delta is durable: release its pins.
-    pub fn unpin_committed(&mut self) {
+    /// `durable`: the delta whose commit's final flush returned (None if
+    /// it did not), at least the delta that took the frees (A2, asserted
+    /// in debug builds).
+    pub fn unpin_committed(&mut self, durable: Option<u64>) {
+        if let Some(d) = self.committing_delta {
+            debug_assert!(
+                durable.is_some_and(|n| d <= n),
+                "A2: pins of delta {d}'s frees released when the durable delta is {durable:?}"
+            );
+        }
         for (s, c) in std::mem::take(&mut self.committing_frees) {
             for b in s..s + c {
                 if get(&self.pinned, b) {
@@ -318,11 +349,11 @@ mod tests {
         a.free_range(10, 5);
         // Pinned: the next allocation must not reuse them.
         assert_eq!(a.alloc(10, 1, true).unwrap().0, 15);
-        let (allocs, frees) = a.take_delta();
+        let (allocs, frees) = a.take_delta(1);
         assert_eq!(allocs, vec![(10, 6)]);
         assert_eq!(frees, vec![(10, 5)]);
         assert_eq!(a.alloc(10, 1, true).unwrap().0, 16);
-        a.unpin_committed();
+        a.unpin_committed(Some(1));
         assert_eq!(a.alloc(10, 1, true).unwrap().0, 10);
     }
 
@@ -335,5 +366,42 @@ mod tests {
         }
         assert_eq!(a.alloc_one(0).unwrap_err().errno(), Errno::ENOSPC);
         assert_eq!(a.available(), 0);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "A1: block 10 handed out while pinned")]
+    fn a_pinned_block_fails_a1() {
+        let mut a = Allocator::new(100, 1024);
+        a.apply_alloc(0, 2);
+        a.alloc(10, 1, true).unwrap();
+        a.free_range(10, 1);
+        // The search skips it; the check itself must catch it too.
+        a.check_fresh(10, 1);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "A2")]
+    fn unpinning_before_the_freeing_delta_is_durable_fails_a2() {
+        let mut a = Allocator::new(100, 1024);
+        a.apply_alloc(0, 2);
+        a.alloc(10, 1, true).unwrap();
+        a.free_range(10, 1);
+        a.take_delta(7);
+        // Only delta 6 is durable: delta 7's frees must stay pinned.
+        a.unpin_committed(Some(6));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "A2")]
+    fn unpinning_before_the_final_flush_fails_a2() {
+        let mut a = Allocator::new(100, 1024);
+        a.apply_alloc(0, 2);
+        a.alloc(10, 1, true).unwrap();
+        a.free_range(10, 1);
+        a.take_delta(7);
+        a.unpin_committed(None);
     }
 }

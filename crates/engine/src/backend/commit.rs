@@ -390,14 +390,16 @@ impl Backend {
     }
 
     /// The job's I/O completed: the delta is durable. Release the pins of
-    /// its frees (A2) and install its superblock.
+    /// its frees (A2: in debug builds the allocator checks that the job's
+    /// final flush returned and that the pinned frees were taken by its
+    /// delta or an earlier one) and install its superblock.
     pub fn finish(&mut self, job: &CommitJob) {
         if job.fsync {
             self.stats.fsyncs += 1;
             self.stats.log_blocks = self.log.since_unify.len() as u64;
             return;
         }
-        self.alloc.unpin_committed();
+        self.alloc.unpin_committed(job.flushed.then_some(job.delta));
         if let Some(sb) = &job.unified {
             self.sb = sb.clone();
             self.stats.unifies += 1;
@@ -594,7 +596,7 @@ impl Backend {
     /// delta's log ([`Backend::encode_log`] encodes them).
     fn log_records(&mut self, mut records: Vec<Record>) -> Result<Vec<Record>> {
         self.bury(&mut records)?;
-        let (allocs, frees) = self.alloc.take_delta();
+        let (allocs, frees) = self.alloc.take_delta(self.delta);
         records.extend(allocs.iter().map(|&(s, c)| Record::Balloc {
             start: s,
             count: c as u32,
@@ -647,7 +649,7 @@ impl Backend {
             ));
         }
         self.alloc.dirty.clear();
-        let _ = self.alloc.take_delta();
+        let _ = self.alloc.take_delta(self.delta);
         let mut sb = self.sb.clone();
         sb.seq += 1;
         (sb.log_head, sb.log_seq, sb.log_prev_crc) = (head.next, head.seq, head.prev_crc);

@@ -5,6 +5,8 @@
 //!
 //! Invariant F1: bytes beyond the file size within its last block are zero,
 //! in cache and on media, so extending a file never exposes old data.
+//! Debug builds assert it in cache (`check_tail`, the last block only, if
+//! cached) after a write reaching the last block and after a truncate.
 //!
 //! Calls the cache (through `Volume`) and structures (extent trees).
 
@@ -26,6 +28,23 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
         dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
     }
     Ok(buf)
+}
+
+/// F1, in debug builds: the cached bytes of `i`'s last block past its size
+/// are zero. Looks at that one block, and only if it is cached.
+pub(super) fn check_tail(i: &Inode, bs: u64) {
+    let (size, last) = (i.attrs.size, i.attrs.size / bs);
+    let tail = (size % bs) as usize;
+    if !cfg!(debug_assertions) || tail == 0 {
+        return;
+    }
+    if let Some(data) = i.pages.content(last) {
+        debug_assert!(
+            data.iter().skip(tail).all(|&b| b == 0),
+            "F1: inode {} holds data past its size {size} in its last block {last}",
+            i.ino
+        );
+    }
 }
 
 /// Read up to `size` bytes at `offset` of `i` into a new buffer; short
@@ -281,6 +300,9 @@ impl Volume {
         let now = Timespec::now();
         let clean_after = i.pages.clean_len();
         i.attrs.size = i.attrs.size.max(end);
+        if last == i.attrs.size.saturating_sub(1) / bs {
+            check_tail(i, bs);
+        }
         i.attrs.mtime = now;
         i.attrs.ctime = now;
         self.touch_locked(i);
@@ -294,8 +316,8 @@ impl Volume {
         Ok(())
     }
 
-    /// Set the size of a regular file: drop data beyond it (F1) or extend
-    /// with a hole.
+    /// Set the size of a regular file: drop data beyond it (F1, asserted
+    /// at the end) or extend with a hole.
     fn truncate(&mut self, ino: Ino, size: u64) -> Result<()> {
         let bs = self.bs();
         if size > max_file_size(bs) {
@@ -331,7 +353,9 @@ impl Volume {
             let clean_after = self.inode(ino)?.pages.clean_len();
             self.clean.get_mut().changed(ino, clean_before, clean_after, bs);
         }
-        self.inode(ino)?.attrs.size = size;
+        let i = self.inode(ino)?;
+        i.attrs.size = size;
+        check_tail(i, bs);
         self.data_changed.get_mut().insert(ino);
         Ok(())
     }
@@ -372,5 +396,51 @@ impl Volume {
         set_attrs(self.inode(ino)?, set, now);
         self.touch(ino);
         self.getattr(ino)
+    }
+}
+
+// Each test breaks F1 in cache and shows that the next size change
+// catches it.
+#[cfg(test)]
+#[cfg(debug_assertions)]
+mod tests {
+    use crate::backend::mkfs;
+    use crate::device::{Device, MemDevice};
+    use crate::frontend::Volume;
+    use crate::types::*;
+    use std::sync::Arc;
+
+    /// A volume holding a 100-byte file whose cached last block has a
+    /// byte set past the size (F1 broken in cache).
+    fn broken_tail() -> (Volume, Ino) {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1024, 1 << 12));
+        mkfs::format(dev.as_ref(), &FormatOptions::default()).unwrap();
+        let mut vol = Volume::open(dev, OpenOptions::default()).unwrap();
+        let ino = vol
+            .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, 0, 0)
+            .unwrap()
+            .ino;
+        vol.write(ino, 0, &[1; 100]).unwrap();
+        let delta = vol.be.delta;
+        vol.inode(ino).unwrap().pages.page_mut(0, delta, Vec::new)[500] = 7;
+        (vol, ino)
+    }
+
+    #[test]
+    #[should_panic(expected = "F1")]
+    fn an_extending_write_over_a_dirty_tail_fails_f1() {
+        let (mut vol, ino) = broken_tail();
+        vol.write(ino, 100, &[2]).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "F1")]
+    fn a_size_change_over_a_dirty_tail_fails_f1() {
+        let (mut vol, ino) = broken_tail();
+        let set = SetAttr {
+            size: Some(200),
+            ..SetAttr::default()
+        };
+        vol.setattr(ino, &set).unwrap();
     }
 }

@@ -219,7 +219,8 @@ impl Volume {
                 v.dirty_bytes.fetch_add(bs as u64, Relaxed);
             }
         }
-        // The inode images are final: no page may hold data past the size (F1).
+        // The inode images are final: no page may hold data past the size
+        // (F1, asserted after the fix).
         for (ino, _) in seen {
             let Ok(inode) = v.inode(ino) else { continue };
             let size = inode.attrs.size;
@@ -232,6 +233,7 @@ impl Volume {
                     v.inode(ino)?.pages.page_mut(last, delta, Vec::new)[tail..].fill(0);
                 }
             }
+            file::check_tail(v.inode(ino)?, bs as u64);
         }
         v.note_itable_end()?;
         // The root must be a directory, or nothing else can be trusted.

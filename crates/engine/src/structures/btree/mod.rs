@@ -8,6 +8,7 @@
 //!
 //! Calls the device (to load nodes) and the base modules.
 mod cached;
+mod check;
 pub mod node;
 mod redirect;
 mod replay;

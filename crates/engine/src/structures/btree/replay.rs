@@ -1,7 +1,9 @@
 //! Replay of the log's leaf-list changes on a tree's unified branches:
 //! `LeafMap` inserts or moves a leaf, `LeafUnmap` removes one, keeping
-//! invariant T1 (tree.rs). Loads nodes through `tree::load`.
+//! invariant T1 (tree.rs), asserted at each branch changed in debug builds
+//! (`check.rs`). Loads nodes through `tree::load`.
 
+use super::check;
 use super::node::{Child, FreedNode, Node, Slot};
 use super::tree::{child_level, child_mut, insert_after, load, split_branch, Ctx, Splits};
 use crate::error::{Error, Result};
@@ -36,7 +38,9 @@ pub(super) fn map_rec(
                 first = Some(sep);
             }
         }
-        return Ok((split_branch(b, bs), first));
+        let pieces = split_branch(b, bs);
+        check::split(b, &pieces);
+        return Ok((pieces, first));
     }
     let level = child_level(b);
     let c = child_mut(b, i)?;
@@ -49,7 +53,9 @@ pub(super) fn map_rec(
         }
     }
     insert_after(b, i, splits);
-    Ok((split_branch(b, bs), up))
+    let pieces = split_branch(b, bs);
+    check::split(b, &pieces);
+    Ok((pieces, up))
 }
 
 /// What replay removal did to a node.
@@ -105,6 +111,7 @@ pub(super) fn unmap_rec(
     if b.children.is_empty() {
         return Ok(Unmapped::Empty);
     }
+    check::branch(b);
     if let (0, Some(c)) = (i, b.children.first()) {
         return Ok(Unmapped::FirstSep(c.sep));
     }

@@ -369,3 +369,26 @@ fn an_emptied_first_leaf_keeps_the_left_edge() {
     let want: Vec<u64> = vec![5, 6, 7, 30, 31, 32, 40, 50, 60];
     assert_eq!(contents(&mut r, &h.dev).into_keys().collect::<Vec<_>>(), want);
 }
+
+/// T1 broken by hand (the root's second entry moved off the first
+/// separator of the branch below it): the next change of the root asserts.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "T1")]
+fn a_branch_entry_off_its_first_leaf_fails_t1() {
+    use super::node::{Node, Slot};
+    let dev = MemDevice::new(1024, 1 << 12);
+    let mut t = Tree::new_empty(7, TreeKind::Extents);
+    let mut k = 0;
+    while t.depth() < 2 {
+        t.insert(&dev, k, vec![1; 100]).unwrap();
+        k += 1;
+    }
+    if let Some(Slot::Mem(n)) = t.root_slot_mut() {
+        if let Node::Branch(b) = n.as_mut() {
+            b.children[1].sep += 1;
+        }
+    }
+    // Replay maps the first leaf anew: each branch on its path is checked.
+    t.map_leaf(&dev, 0, 100).unwrap();
+}

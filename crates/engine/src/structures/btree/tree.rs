@@ -16,8 +16,10 @@
 //!
 //! Invariant T1: every branch entry's sep equals the sep of the first leaf
 //! below it, so any branch shape over the same leaf list routes every key to
-//! the same leaf. Leaf splits, leaf removal and replay all preserve T1.
+//! the same leaf. Leaf splits, leaf removal and replay all preserve T1;
+//! debug builds assert it at every branch they change (`check.rs`).
 
+use super::check;
 use super::node::{
     branch_capacity, decode, Branch, Child, FreedNode, Leaf, Node, Slot, TreeKind, LEAF_ENTRY_OVERHEAD,
     NODE_HEADER,
@@ -413,6 +415,7 @@ impl Tree {
                 children,
             };
             splits = split_branch(&mut b, bs);
+            check::split(&b, &splits);
             self.root = Some(Slot::Mem(Box::new(Node::Branch(b))));
             self.depth = level;
         }
@@ -647,7 +650,9 @@ fn insert_rec(node: &mut Node, cx: &Ctx, bs: usize, route: Route, value: Vec<u8>
             }
             b.dirty = true;
             insert_after(b, i, splits);
-            Ok(split_branch(b, bs))
+            let pieces = split_branch(b, bs);
+            check::split(b, &pieces);
+            Ok(pieces)
         }
     }
 }
@@ -784,6 +789,13 @@ fn remove_rec(
             } else {
                 None
             };
+            if removed || first.is_some() {
+                check::branch(b);
+            }
+            debug_assert!(
+                !leftmost || first_changed.is_none(),
+                "T1: the first separator of the tree's left edge rose"
+            );
             Ok((v, first_changed))
         }
     }
