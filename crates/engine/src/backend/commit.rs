@@ -42,6 +42,7 @@
 //! next delta with one `Orphan` record per orphan, written before the
 //! superblock (`restart_log`), so the list survives the unify.
 
+use super::checks::{new_log_head, JobChecks, Last};
 use super::logwriter::LogLayout;
 use super::writeout::{images, write_all, Pages, Writes};
 use super::{Backend, BITMAP_INO};
@@ -107,6 +108,8 @@ pub struct CommitJob {
     /// Once they are encoded: the checksum the next block names, for the
     /// log's tail (`Backend::chain_encoded`).
     chain_crc: Option<u32>,
+    /// What L1, U1 and O1 need of the job (debug builds).
+    checks: JobChecks,
 }
 
 impl CommitJob {
@@ -147,7 +150,8 @@ impl CommitJob {
 
     /// Phase 1: data pages and leaves (a unify: everything but the
     /// superblock), then FLUSH, unless checksums prove them (single-flush
-    /// commit) or the job is an fsync commit (invariants L1 and U1).
+    /// commit) or the job is an fsync commit (invariants L1 and U1,
+    /// asserted where the last block goes out, in `write_log_blocks`).
     ///
     /// Those two kinds need no flush between their phases, so their data
     /// waits for phase 2 and goes out in the same batch as the log.
@@ -163,6 +167,7 @@ impl CommitJob {
             None,
         )?;
         self.dev.flush()?;
+        self.checks.data_flushed();
         Ok(())
     }
 
@@ -185,12 +190,16 @@ impl CommitJob {
         }
         // Phase 1's writes, if they waited for this batch, then the log.
         let mut writes = std::mem::take(&mut self.writes);
-        writes.append(&mut self.log_body);
         let data: &[(u64, Arc<Vec<u8>>)] = if self.data_goes_with_log() {
             &self.data
         } else {
             &[]
         };
+        // L1 and U1, asserted: flushed before, or proven by their sums.
+        let last = Last::of(self.is_unify(), self.fsync);
+        self.checks
+            .before_last(last, self.delta, self.bs, &writes, &self.data);
+        writes.append(&mut self.log_body);
         write_all(
             self.dev.as_ref(),
             self.bs,
@@ -293,6 +302,11 @@ impl Backend {
             "a unify left a file tree with unwritten branches"
         );
         self.store_inodes(cache)?;
+        // O1, asserted: an image with link count 0 has its `Orphan`.
+        let relogged = unify.then_some(&self.orphans);
+        let checks = self
+            .durable_orphans
+            .check_delta(self.delta, cache, &records, relogged);
         self.redirect_itable(&mut writes, &mut records)?;
         let single_flush = !unify && data.len() + writes.len() <= SINGLE_FLUSH_BLOCKS;
         if single_flush {
@@ -324,6 +338,7 @@ impl Backend {
             handed_on: false,
             layout: None,
             chain_crc: None,
+            checks,
         };
         cache.dirty.get_mut().clear();
         self.delta += 1;
@@ -341,6 +356,9 @@ impl Backend {
                 _ => 0,
             })
             .sum();
+        // O1, asserted: an image with link count 0 has its `Orphan`.
+        self.durable_orphans
+            .check_fsync(self.delta, &records, self.dev.as_ref());
         let layout = self
             .log
             .lay_out(&mut self.alloc, records, self.delta, true, self.bs)?;
@@ -363,6 +381,7 @@ impl Backend {
             handed_on: false,
             layout: Some(layout),
             chain_crc: None,
+            checks: JobChecks::default(),
         })
     }
 
@@ -381,6 +400,7 @@ impl Backend {
         let Some(records) = job.unencoded.take() else {
             return Ok(());
         };
+        job.checks.log_records(&records);
         let images = self
             .log
             .write_delta(&mut self.alloc, records, job.delta, false, self.bs)?;
@@ -400,6 +420,7 @@ impl Backend {
             return;
         }
         self.alloc.unpin_committed(job.flushed.then_some(job.delta));
+        self.durable_orphans.durable(&job.checks);
         if let Some(sb) = &job.unified {
             self.sb = sb.clone();
             self.stats.unifies += 1;
@@ -609,7 +630,8 @@ impl Backend {
     }
 
     /// Unify after steps 1-4: branches and bitmap blocks join the writes;
-    /// returns the superblock that names them and the new log head.
+    /// returns the superblock that names them and the new log head (U2,
+    /// asserted here; U1 where the superblock goes out).
     fn unify_images(&mut self, writes: &mut Writes) -> Result<Superblock> {
         let bs = self.bs;
         // The inode table's changed branches.
@@ -636,7 +658,10 @@ impl Backend {
         // full below: no records), then the snapshots asked for.
         self.bury(&mut Vec::new())?;
         self.take_snapshots()?;
+        let (old, known) = (self.log.tail, self.log.order.known());
         let head = self.restart_log(writes)?;
+        // U2, asserted: the old chain's next block, or a fresh one written here.
+        new_log_head(old, known, head, !self.orphans.is_empty(), writes);
         if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
             self.sb.snapshots = self.snaps.write(&mut self.alloc, bs, writes)?;
             self.sb.generation = u64::from(self.alloc.generation);

@@ -3,9 +3,11 @@
 //! Balloc record rides in the same block), so the commit block is the only
 //! thing that has to land last, and no superblock write is needed per delta.
 //!
-//! Calls the log layer (block and record encoding).
+//! Calls the log layer (block and record encoding) and `checks` (L2's
+//! debug-build check of the order blocks are placed and encoded in).
 
 use super::alloc::Allocator;
+use super::checks::ChainOrder;
 use crate::error::Result;
 use crate::log::block::{capacity, LogBlock};
 use crate::log::{Record, Tail};
@@ -17,6 +19,9 @@ pub struct LogWriter {
     pub nonce: u64,
     /// Log blocks written since the last unify (freed by the next unify).
     pub since_unify: Vec<u64>,
+    /// Whether the tail's `prev_crc` awaits blocks laid out but not yet
+    /// encoded (L2, debug builds).
+    pub(super) order: ChainOrder,
 }
 
 /// Blocks of one delta, ready to write: the commit block goes last.
@@ -39,11 +44,19 @@ pub struct LogLayout {
 
 impl LogLayout {
     /// Encode the blocks in chain order, each naming the checksum of the
-    /// one before it.
+    /// one before it (L2, asserted: each follows the one before it).
     pub fn encode(self) -> LogImages {
         let mut prev_crc = self.prev_crc;
         let mut images = Vec::with_capacity(self.blocks.len());
+        let mut before: Option<(u64, u64)> = None;
         for mut lb in self.blocks {
+            debug_assert!(
+                before.is_none_or(|(seq, next)| seq.checked_add(1) == Some(lb.seq) && next == lb.addr),
+                "L2: log block {} at {} does not follow {before:?} (seq, next)",
+                lb.seq,
+                lb.addr
+            );
+            before = Some((lb.seq, lb.next));
             lb.prev_crc = prev_crc;
             let image = lb.encode(self.bs);
             prev_crc = u32::from_le_bytes([image[4], image[5], image[6], image[7]]);
@@ -77,7 +90,7 @@ impl LogWriter {
     /// Place `records` of `delta` on the chain without encoding them. The
     /// tail moves past them, but its `prev_crc` is stale until
     /// [`LogWriter::chain_encoded`] gives it the layout's last checksum:
-    /// nothing may be placed after them before that.
+    /// nothing may be placed after them before that (L2, asserted here).
     pub fn lay_out(
         &mut self,
         alloc: &mut Allocator,
@@ -86,6 +99,7 @@ impl LogWriter {
         fsync: bool,
         bs: usize,
     ) -> Result<LogLayout> {
+        self.order.laying_out(&self.tail);
         const RESERVE: usize = 13; // the Balloc of the next block
         let cap = capacity(bs) - RESERVE;
         // How many records go in each block, then the blocks' record lists
@@ -136,6 +150,7 @@ impl LogWriter {
             });
             self.tail.next = next;
             self.tail.seq += 1;
+            self.order.placed(self.tail.seq);
             self.since_unify.push(addr);
         }
         Ok(LogLayout { blocks, prev_crc, bs })
@@ -144,6 +159,7 @@ impl LogWriter {
     /// The blocks placed last are encoded: `crc` is their commit block's
     /// checksum, which the next block names.
     pub fn chain_encoded(&mut self, crc: u32) {
+        self.order.encoded(self.tail.seq);
         self.tail.prev_crc = crc;
     }
 }

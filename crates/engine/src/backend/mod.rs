@@ -11,6 +11,7 @@
 //! (types, codec, error, memory_budget).
 
 pub mod alloc;
+pub(crate) mod checks;
 pub mod commit;
 pub mod logwriter;
 pub mod mkfs;
@@ -146,6 +147,8 @@ pub struct Backend {
     pub orphans: BTreeSet<u64>,
     /// The snapshot table and the dead list.
     pub snaps: Snapshots,
+    /// The orphan list as durable commits left it (O1, debug builds).
+    durable_orphans: checks::DurableOrphans,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -164,7 +167,8 @@ pub(crate) fn nonce() -> u64 {
 impl Backend {
     /// Read the superblock and bitmap, then replay the log: bitmap records
     /// and inode-table changes are applied at once; file-tree changes are
-    /// returned for the cache to apply. Writes nothing.
+    /// returned for the cache to apply. Writes nothing (R1, asserted in
+    /// debug builds: replay reads through `checks::reads_only`).
     pub fn open(dev: Arc<dyn Device>, read_only: bool) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
         Backend::open_as(dev, read_only, None)
     }
@@ -177,6 +181,10 @@ impl Backend {
         read_only: bool,
         snapshot: Option<&[u8]>,
     ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        // R1: a write or flush through this device panics; the caller's
+        // device goes back in at the end.
+        #[cfg(debug_assertions)]
+        let (callers, dev) = (dev.clone(), checks::reads_only(dev));
         let mut sb = Superblock::load(dev.as_ref())?;
         let bs = dev.block_size() as usize;
         if sb.block_size as usize != bs {
@@ -385,6 +393,7 @@ impl Backend {
             tail: chain.tail,
             nonce: nonce(),
             since_unify: chain.blocks().collect(),
+            order: checks::ChainOrder::default(),
         };
         let stats = Stats {
             log_blocks: log.since_unify.len() as u64,
@@ -406,10 +415,15 @@ impl Backend {
             read_only,
             replayed_pages: pages,
             data_cursor: 2,
+            durable_orphans: checks::DurableOrphans::replayed(&orphans),
             orphans,
             snaps,
         };
         be.recount_replayed(&replayed_images, &trees);
+        #[cfg(debug_assertions)]
+        {
+            be.dev = callers;
+        }
         Ok((be, trees))
     }
 

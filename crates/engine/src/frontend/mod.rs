@@ -158,6 +158,10 @@ impl Volume {
         let mut opts = opts;
         // A snapshot never changes.
         opts.read_only |= opts.snapshot.is_some();
+        // R1, asserted: until the volume is open, a write or flush through
+        // its device panics (debug builds).
+        #[cfg(debug_assertions)]
+        let (callers, dev) = (dev.clone(), crate::backend::checks::reads_only(dev));
         let (be, replays) = Backend::open_as(dev, opts.read_only, opts.snapshot.as_deref())?;
         let mut v = Volume {
             be,
@@ -252,6 +256,10 @@ impl Volume {
             if v.be.snaps.reclaiming() {
                 *v.changed.get_mut() = true;
             }
+        }
+        #[cfg(debug_assertions)]
+        {
+            v.be.dev = callers;
         }
         Ok(v)
     }
