@@ -1,7 +1,8 @@
 //! Reads of one file run in parallel: a read maps its extents under the
-//! file's lock and makes its device reads after letting go of it, still
-//! inside the delta's shared guard, so a block it mapped cannot be reused
-//! under it.
+//! file's lock and makes its device reads after letting go of it (and of
+//! the delta's shared guard); a block it mapped is not reused under it
+//! (its read epoch holds the frees back, `backend/readers.rs`; see also
+//! `reads_beside_commits.rs`).
 //!
 //! - Two readers of the same file meet inside the device: a device whose
 //!   armed reads wait for a second read to arrive shows it. Were reads

@@ -242,8 +242,14 @@ impl Fs {
 
     /// Read up to `size` bytes at `offset`; short only at end of file.
     pub fn read(&self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
-        if let Some(r) = self.shared_vol().read_shared(ino, offset, size) {
-            return r;
+        // The shared guard is let go at the end of the statement: the
+        // device reads run without it.
+        let planned = self.shared_vol().plan_read_shared(ino, offset, size);
+        if let Some(r) = planned {
+            return r?.read().map(|(n, mut out)| {
+                out.truncate(n);
+                out
+            });
         }
         self.vol().read(ino, offset, size)
     }
@@ -252,10 +258,11 @@ impl Fs {
     /// end of file. Saves [`Fs::read`]'s buffer: file data goes straight
     /// from the device (or the dirty pages) into `out`.
     pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
-        if let Some(r) = self.shared_vol().read_into_shared(ino, offset, out) {
-            return r;
+        let planned = self.shared_vol().plan_read_into_shared(ino, offset, out);
+        match planned {
+            Some(r) => r?.read().map(|(n, _)| n),
+            None => self.vol().read_into(ino, offset, out),
         }
-        self.vol().read_into(ino, offset, out)
     }
 
     /// Write `data` at `offset`, extending the file as needed. Returns the

@@ -22,7 +22,7 @@
 
 use crate::error::{err, Errno, Result};
 use crate::structures::bitmap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 pub struct Allocator {
     /// 1 bit per block: in use.
@@ -45,6 +45,10 @@ pub struct Allocator {
     committing_frees: Vec<(u64, u64)>,
     /// The delta whose records took `committing_frees` last (A2).
     committing_delta: Option<u64>,
+    /// Frees durable already, still pinned for the reads in the device
+    /// that may have mapped them: (read epoch, ranges), oldest first
+    /// (`backend/readers.rs`).
+    held_for_reads: VecDeque<(u64, Vec<(u64, u64)>)>,
     /// Generation of the blocks allocated now (the birth they get).
     pub generation: u32,
     /// The newest snapshot not being deleted: a block born at or below it
@@ -83,6 +87,7 @@ impl Allocator {
             delta_frees: Vec::new(),
             committing_frees: Vec::new(),
             committing_delta: None,
+            held_for_reads: VecDeque::new(),
             generation: 0,
             held_upto: None,
             dying: Vec::new(),
@@ -291,18 +296,34 @@ impl Allocator {
         (allocs, frees)
     }
 
-    /// The commit that took the last delta is durable: release its pins.
+    /// The commit that took the last delta is durable: release its pins
+    /// once the reads of `epoch` and before are done (`drained`), since
+    /// they may have mapped the blocks before they were freed
+    /// (`backend/readers.rs`); and release those held back before whose
+    /// reads are done now.
     /// `durable`: the delta whose commit's final flush returned (None if
     /// it did not), at least the delta that took the frees (A2, asserted
     /// in debug builds).
-    pub fn unpin_committed(&mut self, durable: Option<u64>) {
+    pub fn unpin_committed(&mut self, durable: Option<u64>, epoch: u64, drained: impl Fn(u64) -> bool) {
         if let Some(d) = self.committing_delta {
             debug_assert!(
                 durable.is_some_and(|n| d <= n),
                 "A2: pins of delta {d}'s frees released when the durable delta is {durable:?}"
             );
         }
-        for (s, c) in std::mem::take(&mut self.committing_frees) {
+        let frees = std::mem::take(&mut self.committing_frees);
+        if !frees.is_empty() {
+            self.held_for_reads.push_back((epoch, frees));
+        }
+        while self.held_for_reads.front().is_some_and(|(e, _)| drained(*e)) {
+            if let Some((_, frees)) = self.held_for_reads.pop_front() {
+                self.unpin(frees);
+            }
+        }
+    }
+
+    fn unpin(&mut self, frees: Vec<(u64, u64)>) {
+        for (s, c) in frees {
             for b in s..s + c {
                 if get(&self.pinned, b) {
                     set(&mut self.pinned, b, false);
@@ -353,8 +374,36 @@ mod tests {
         assert_eq!(allocs, vec![(10, 6)]);
         assert_eq!(frees, vec![(10, 5)]);
         assert_eq!(a.alloc(10, 1, true).unwrap().0, 16);
-        a.unpin_committed(Some(1));
+        a.unpin_committed(Some(1), 0, |_| true);
         assert_eq!(a.alloc(10, 1, true).unwrap().0, 10);
+    }
+
+    #[test]
+    fn durable_frees_wait_for_the_reads_that_may_have_mapped_them() {
+        let mut a = Allocator::new(100, 1024);
+        a.apply_alloc(0, 2);
+        assert_eq!(a.alloc(10, 4, true).unwrap(), (10, 4));
+        a.free_range(10, 4);
+        a.take_delta(1);
+        // Durable, but a read of epoch 3 or before is in the device.
+        a.unpin_committed(Some(1), 3, |e| e < 3);
+        assert_eq!(a.alloc(10, 1, true).unwrap().0, 14, "held for the read");
+        a.free_range(14, 1);
+        a.take_delta(2);
+        // The next commit's end: epoch 3's reads are done, epoch 4's not.
+        a.unpin_committed(Some(2), 4, |e| e <= 3);
+        assert_eq!(
+            a.alloc(10, 4, true).unwrap(),
+            (10, 4),
+            "released once the read is done"
+        );
+        assert_eq!(
+            a.alloc(14, 1, true).unwrap().0,
+            15,
+            "its own frees wait for epoch 4"
+        );
+        a.unpin_committed(Some(2), 5, |_| true);
+        assert_eq!(a.alloc(14, 1, true).unwrap().0, 14);
     }
 
     #[test]
@@ -390,7 +439,7 @@ mod tests {
         a.free_range(10, 1);
         a.take_delta(7);
         // Only delta 6 is durable: delta 7's frees must stay pinned.
-        a.unpin_committed(Some(6));
+        a.unpin_committed(Some(6), 0, |_| true);
     }
 
     #[test]
@@ -402,6 +451,6 @@ mod tests {
         a.alloc(10, 1, true).unwrap();
         a.free_range(10, 1);
         a.take_delta(7);
-        a.unpin_committed(None);
+        a.unpin_committed(None, 0, |_| true);
     }
 }

@@ -481,11 +481,14 @@ mod tests {
         file(&be, &mut cache, 20, 0, 1);
         be.orphans.insert(20);
         be.records.push(Record::Orphan { ino: 20 });
-        let job = be.prepare(&mut cache, false).unwrap();
+        // Finished as if their flush had returned (A2 checks that it did).
+        let mut job = be.prepare(&mut cache, false).unwrap();
+        job.flushed_by_another();
         be.finish(&job);
         // Listed by the durable delta: a later image needs no record.
         cache.dirty.get_mut().insert(20);
-        let job = be.prepare(&mut cache, false).unwrap();
+        let mut job = be.prepare(&mut cache, false).unwrap();
+        job.flushed_by_another();
         be.finish(&job);
         cache.dirty.get_mut().insert(20);
         let _ = be.prepare(&mut cache, true).unwrap();

@@ -419,7 +419,13 @@ impl Backend {
             self.stats.log_blocks = self.log.since_unify.len() as u64;
             return;
         }
-        self.alloc.unpin_committed(job.flushed.then_some(job.delta));
+        // Its frees go back to the allocator once no read in the device
+        // may have mapped them (`readers.rs`).
+        let readers = &self.readers;
+        self.alloc
+            .unpin_committed(job.flushed.then_some(job.delta), readers.close(), |e| {
+                readers.drained(e)
+            });
         self.durable_orphans.durable(&job.checks);
         if let Some(sb) = &job.unified {
             self.sb = sb.clone();

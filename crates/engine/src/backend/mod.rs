@@ -15,6 +15,7 @@ pub(crate) mod checks;
 pub mod commit;
 pub mod logwriter;
 pub mod mkfs;
+pub mod readers;
 pub mod snapshot;
 mod writeout;
 
@@ -149,6 +150,9 @@ pub struct Backend {
     pub snaps: Snapshots,
     /// The orphan list as durable commits left it (O1, debug builds).
     durable_orphans: checks::DurableOrphans,
+    /// Reads in the device without the delta guard, which a commit's frees
+    /// wait for before they are handed out again (`readers.rs`).
+    pub readers: Arc<readers::ReadEpochs>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -418,6 +422,7 @@ impl Backend {
             durable_orphans: checks::DurableOrphans::replayed(&orphans),
             orphans,
             snaps,
+            readers: Arc::default(),
         };
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]

@@ -26,22 +26,29 @@
 //! Device reads of tree nodes not loaded yet happen under the inode's own
 //! lock only (and, for a namespace change, its directory's), never under a
 //! lock other files share; inode-table nodes are read with no lock held
-//! (`load.rs`); a file's data is read after its lock is let go
-//! (`read_unlocked`), so reads of one file run in parallel too.
-//! A block such a read maps cannot be reused meanwhile: blocks are freed
-//! only by exclusive operations and by commits, which wait for the guard.
+//! (`load.rs`); a file's data is read after its lock and the delta guard
+//! are let go ([`PlannedRead`]), so reads of one file run in parallel and a
+//! freeze never waits for a read in the device. A block such a read maps is
+//! not handed out again until the read is done: it enters the current read
+//! epoch before it lets go of its file, and a commit's frees wait for the
+//! epochs before them to drain (`backend/readers.rs`).
 //!
 //! Calls the rest of the frontend (`Volume`'s read-only state, the file and
 //! namespace helpers) and the cache.
 
-use super::file::{check_file, new_pages, plan_read, read_blocks, read_from, set_attrs, write_end};
+use super::file::{
+    check_file, new_pages, plan_read, read_blocks, read_from, set_attrs, write_end, DeviceRead,
+};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
+use crate::backend::readers::ReadTicket;
 use crate::cache::Inode;
+use crate::device::Device;
 use crate::error::{err, Errno, Result};
 use crate::structures::dirent::Lookup;
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// `Some(Err)` out of a shared operation.
 macro_rules! or_fail {
@@ -170,43 +177,58 @@ impl Volume {
         Some(readdir_of(&mut d, self.be.dev.as_ref(), pos, max))
     }
 
-    pub fn read_shared(&self, ino: Ino, offset: u64, size: usize) -> Option<Result<Vec<u8>>> {
-        let read = self.read_unlocked(ino, offset, |i| {
+    /// A read of at most `size` bytes at `offset` of `ino`, planned (see
+    /// [`PlannedRead`]).
+    pub fn plan_read_shared(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: usize,
+    ) -> Option<Result<PlannedRead<Vec<u8>>>> {
+        self.plan_unlocked(ino, offset, |i| {
             vec![0u8; i.attrs.size.saturating_sub(offset).min(size as u64) as usize]
-        })?;
-        Some(read.map(|(n, mut out)| {
-            out.truncate(n);
-            out
-        }))
+        })
     }
 
-    pub fn read_into_shared(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Option<Result<usize>> {
-        Some(self.read_unlocked(ino, offset, |_| out)?.map(|(n, _)| n))
+    /// A read into `out` at `offset` of `ino`, planned.
+    pub fn plan_read_into_shared<'o>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        out: &'o mut [u8],
+    ) -> Option<Result<PlannedRead<&'o mut [u8]>>> {
+        self.plan_unlocked(ino, offset, |_| out)
     }
 
-    /// Read at `offset` of `ino` into the buffer `buf` makes, and return
-    /// both with the number of bytes read. The file is locked only while the
-    /// read is planned (dirty pages copied, extents mapped); its device
-    /// reads run after, beside other reads of the same file (a reader's
-    /// read-ahead asks for several 1 MiB pieces at once). The blocks it
-    /// mapped cannot be reused meanwhile: a block freed by a change of the
-    /// file stays pinned until the commit that freed it is finished, which
-    /// takes the volume exclusively, and a read holds it shared (A2).
-    fn read_unlocked<B: AsMut<[u8]>>(
+    /// Plan a read at `offset` of `ino` into the buffer `buf` makes: the
+    /// file is locked only while dirty pages are copied and extents mapped.
+    /// A read that needs the device enters the current read epoch before
+    /// the file is let go, so a free of a block it mapped comes after that
+    /// and waits for it (`backend/readers.rs`).
+    fn plan_unlocked<B: AsMut<[u8]>>(
         &self,
         ino: Ino,
         offset: u64,
         buf: impl FnOnce(&Inode) -> B,
-    ) -> Option<Result<(usize, B)>> {
-        let (dev, bs) = (self.be.dev.as_ref(), self.bs());
-        let (mut out, planned) = {
-            let mut i = or_fail!(self.inode_shared(ino));
-            or_fail!(check_file(&i));
-            let mut out = buf(&i);
-            let planned = plan_read(&mut i, dev, bs, offset, out.as_mut());
-            (out, planned)
+    ) -> Option<Result<PlannedRead<B>>> {
+        let bs = self.bs();
+        let mut i = or_fail!(self.inode_shared(ino));
+        or_fail!(check_file(&i));
+        let mut out = buf(&i);
+        let planned = plan_read(&mut i, self.be.dev.as_ref(), bs, offset, out.as_mut());
+        let entered = match &planned {
+            Ok((_, reads)) if !reads.is_empty() => Some(self.be.readers.enter()),
+            _ => None,
         };
-        Some(planned.and_then(|(n, reads)| read_blocks(dev, bs, out.as_mut(), &reads).map(|()| (n, out))))
+        drop(i);
+        Some(planned.map(|(n, reads)| PlannedRead {
+            out,
+            n,
+            reads,
+            dev: self.be.dev.clone(),
+            bs,
+            _entered: entered,
+        }))
     }
 
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
@@ -312,5 +334,27 @@ impl Volume {
         }
         self.touch_locked(&mut i);
         Some(Ok(i.attr(self.be.bs as u32)))
+    }
+}
+
+/// A file read whose dirty pages are copied and extents mapped, with the
+/// device reads still to do ([`PlannedRead::read`]), which need neither the
+/// file nor the delta guard: the read holds its epoch, so no block it
+/// mapped is handed out again before it is dropped.
+pub struct PlannedRead<B> {
+    out: B,
+    n: usize,
+    reads: Vec<DeviceRead>,
+    dev: Arc<dyn Device>,
+    bs: u64,
+    _entered: Option<ReadTicket>,
+}
+
+impl<B: AsMut<[u8]>> PlannedRead<B> {
+    /// Make the device reads: the number of bytes read (short only at end
+    /// of file) and the buffer.
+    pub fn read(mut self) -> Result<(usize, B)> {
+        read_blocks(self.dev.as_ref(), self.bs, self.out.as_mut(), &self.reads)?;
+        Ok((self.n, self.out))
     }
 }

@@ -1,0 +1,242 @@
+//! A read in the device holds no lock that other files or commits need:
+//! it maps its blocks under its file's lock and the shared delta guard,
+//! then lets go of both, so a commit (which freezes the delta under the
+//! exclusive guard) goes on while the read waits for the device, and so do
+//! changes that need the exclusive guard, such as a truncate. The blocks
+//! the read mapped are not handed out again until it is done, even if
+//! their file lets go of them and that commit is durable.
+//!
+//! A device whose next read, once armed, stops until the test lets it go
+//! holds a read in the device without sleeping. Were the read still
+//! inside the delta guard, the commit (and the truncate) would wait for
+//! it, and the test would fail at its deadline.
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tux3::device::{CounterSnapshot, Device, MemDevice};
+use tux3::{FormatOptions, Fs, OpenOptions, SetAttr, ROOT_INO};
+
+const BS: usize = 4096;
+
+/// How long a step that must not wait for the held read may take before
+/// the test fails (it takes milliseconds when it does not wait).
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A memory device: the next read once armed waits at a gate; reads and
+/// writes are recorded while watched.
+struct HoldingDevice {
+    inner: MemDevice,
+    armed: AtomicBool,
+    watching_reads: AtomicBool,
+    read: Mutex<BTreeSet<u64>>,
+    entered: Sender<u64>,
+    release: Receiver<()>,
+    watching: AtomicBool,
+    written: Mutex<BTreeSet<u64>>,
+}
+
+fn holding(blocks: u64) -> (Arc<HoldingDevice>, Receiver<u64>, Sender<()>) {
+    let (entered, entered_rx) = bounded(1);
+    let (release_tx, release) = bounded(1);
+    let dev = HoldingDevice {
+        inner: MemDevice::new(BS as u32, blocks),
+        armed: AtomicBool::new(false),
+        watching_reads: AtomicBool::new(false),
+        read: Mutex::new(BTreeSet::new()),
+        entered,
+        release,
+        watching: AtomicBool::new(false),
+        written: Mutex::new(BTreeSet::new()),
+    };
+    (Arc::new(dev), entered_rx, release_tx)
+}
+
+impl Device for HoldingDevice {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+    fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if self.watching_reads.load(Ordering::SeqCst) {
+            let n = (buf.len() / BS).max(1) as u64;
+            self.read.lock().unwrap().extend(block..block + n);
+        }
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = self.entered.send(block);
+            let _ = self.release.recv_timeout(DEADLINE * 2);
+        }
+        self.inner.read(block, buf)
+    }
+    fn write(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
+        if self.watching.load(Ordering::SeqCst) {
+            let n = (buf.len() / BS).max(1) as u64;
+            self.written.lock().unwrap().extend(block..block + n);
+        }
+        self.inner.write(block, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters()
+    }
+}
+
+fn no_commit_thread() -> OpenOptions {
+    OpenOptions {
+        commit_interval: None,
+        ..OpenOptions::default()
+    }
+}
+
+/// Block `b` of file `f`: every byte says which.
+fn pattern(f: u8, b: usize) -> Vec<u8> {
+    vec![f.wrapping_mul(31).wrapping_add(b as u8); BS]
+}
+
+/// A volume with file `f` of `blocks` blocks, reopened so that nothing of
+/// the file's data is cached; read once whole, so that its inode and
+/// extent map are (reads do not cache data): the next read of it goes to
+/// the device for its data alone. Returns the volume, the file and the
+/// device blocks that read of it read.
+fn cold_file(dev: &Arc<HoldingDevice>, blocks: usize) -> (Fs, u64, BTreeSet<u64>) {
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    {
+        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+        let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+        for b in 0..blocks {
+            fs.write(ino, (b * BS) as u64, &pattern(1, b)).unwrap();
+        }
+        fs.close().unwrap();
+    }
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    let mut all = vec![0u8; blocks * BS];
+    fs.read_into(ino, 0, &mut all).unwrap();
+    dev.watching_reads.store(true, Ordering::SeqCst);
+    fs.read_into(ino, 0, &mut all).unwrap();
+    dev.watching_reads.store(false, Ordering::SeqCst);
+    let mapped = std::mem::take(&mut *dev.read.lock().unwrap());
+    assert_eq!(mapped.len(), blocks, "the file's blocks, read from the device");
+    (fs, ino, mapped)
+}
+
+/// Run `step` on its own thread; whether it ended within [`DEADLINE`].
+fn ends_in_time<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    step: impl FnOnce() + Send + 'scope,
+) -> bool {
+    let (done, ended) = bounded(1);
+    s.spawn(move || {
+        step();
+        let _ = done.send(());
+    });
+    match ended.recv_timeout(DEADLINE) {
+        Ok(()) => true,
+        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => false,
+    }
+}
+
+#[test]
+fn a_commit_goes_on_while_a_read_waits_in_the_device() {
+    let (dev, entered, release) = holding(4096);
+    let (fs, ino, _) = cold_file(&dev, 4);
+    let g = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap().ino;
+    dev.armed.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut out = vec![0u8; BS];
+            assert_eq!(fs.read_into(ino, 0, &mut out).unwrap(), BS);
+            out
+        });
+        entered
+            .recv_timeout(DEADLINE)
+            .expect("the read reached the device");
+        let committed = ends_in_time(s, || {
+            fs.write(g, 0, &pattern(2, 0)).unwrap();
+            fs.sync().unwrap();
+        });
+        release.send(()).unwrap();
+        assert!(committed, "a commit waited for a read in the device");
+        assert!(
+            reader.join().unwrap() == pattern(1, 0),
+            "and the read read the file"
+        );
+    });
+    fs.close().unwrap();
+}
+
+#[test]
+fn blocks_a_read_mapped_are_not_reused_while_it_waits_in_the_device() {
+    const BLOCKS: usize = 64;
+    let (dev, entered, release) = holding(4096);
+    let (fs, ino, mapped) = cold_file(&dev, BLOCKS);
+    dev.armed.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut out = vec![0u8; BLOCKS * BS];
+            assert_eq!(fs.read_into(ino, 0, &mut out).unwrap(), BLOCKS * BS);
+            out
+        });
+        // The read mapped every block of the file and waits in the device
+        // at its first.
+        let held = entered
+            .recv_timeout(DEADLINE)
+            .expect("the read reached the device");
+        assert!(mapped.contains(&held));
+        let freed_and_refilled = ends_in_time(s, || {
+            // The file lets go of its blocks, and that is made durable
+            // (twice: its frees are no longer pinned by any commit).
+            let cut = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino, &cut).unwrap();
+            fs.sync().unwrap();
+            fs.sync().unwrap();
+            // Then new files fill most of what is free, and are committed.
+            dev.watching.store(true, Ordering::SeqCst);
+            let free = fs.statfs().unwrap().blocks_free as usize;
+            let mut left = free.saturating_sub(256);
+            for k in 0u32.. {
+                if left == 0 {
+                    break;
+                }
+                let n = left.min(256);
+                let name = format!("fill{k}");
+                let f = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+                let data: Vec<u8> = (0..n).flat_map(|b| pattern(3, b)).collect();
+                fs.write(f, 0, &data).unwrap();
+                left -= n;
+            }
+            fs.sync().unwrap();
+            dev.watching.store(false, Ordering::SeqCst);
+        });
+        release.send(()).unwrap();
+        assert!(
+            freed_and_refilled,
+            "a truncate or commit waited for a read in the device"
+        );
+        let out = reader.join().unwrap();
+        let reused: Vec<u64> = dev
+            .written
+            .lock()
+            .unwrap()
+            .intersection(&mapped)
+            .copied()
+            .collect();
+        assert!(
+            reused.is_empty(),
+            "blocks {reused:?} were written while a read had them mapped"
+        );
+        for (b, data) in out.chunks(BS).enumerate() {
+            assert!(data == pattern(1, b), "block {b} of the read is not the file's");
+        }
+    });
+    fs.close().unwrap();
+}
