@@ -117,9 +117,19 @@ pub(super) fn plan_read(
             continue;
         }
         let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? else {
-            out[pos..pos + to - from].fill(0);
-            pos += to - from;
-            lblock += 1;
+            // A hole: zeroes up to the next extent (one more descent, not
+            // one per block), stopping at a block with a page in cache.
+            let next = extent::next(&mut i.tree, dev, lblock)?.map_or(u64::MAX, |e| e.lblock);
+            loop {
+                let from = (offset.max(lblock * bs) - lblock * bs) as usize;
+                let to = ((end - lblock * bs).min(bs)) as usize;
+                out[pos..pos + to - from].fill(0);
+                pos += to - from;
+                lblock += 1;
+                if lblock >= next || lblock * bs >= end || i.pages.content(lblock).is_some() {
+                    break;
+                }
+            }
             continue;
         };
         // The rest of this extent that we need, in one request, stopping
