@@ -245,6 +245,18 @@ impl Allocator {
         }
     }
 
+    /// Give back block `b`, handed out unlogged (`alloc(.., false)`) and
+    /// referenced by nothing yet: a log layout that could not be finished.
+    pub fn unreserve(&mut self, b: u64) {
+        if b < self.blocks && get(&self.used, b) {
+            set(&mut self.used, b, false);
+            self.free += 1;
+            if !get(&self.pinned, b) {
+                self.available += 1;
+            }
+        }
+    }
+
     /// Allocate one block near `goal`.
     pub fn alloc_one(&mut self, goal: u64) -> Result<u64> {
         Ok(self.alloc(goal, 1, true)?.0)

@@ -128,10 +128,28 @@ impl LogWriter {
             .collect();
         let n = groups.len();
         let prev_crc = self.tail.prev_crc;
+        // Each block's successor reserved first: a volume too full for
+        // them all gets them back and leaves the tail as it was, so the
+        // next layout starts where this one would have (all or nothing).
+        let mut nexts = Vec::with_capacity(n);
+        let mut at = self.tail.next;
+        for _ in 0..n {
+            match alloc.alloc(at + 1, 1, false) {
+                Ok((next, _)) => {
+                    nexts.push(next);
+                    at = next;
+                }
+                Err(e) => {
+                    for b in nexts {
+                        alloc.unreserve(b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let mut blocks = Vec::with_capacity(n);
-        for (i, mut group) in groups.into_iter().enumerate() {
+        for ((i, mut group), next) in groups.into_iter().enumerate().zip(nexts) {
             let addr = self.tail.next;
-            let next = alloc.alloc(addr + 1, 1, false)?.0;
             group.push(Record::Balloc {
                 start: next,
                 count: 1,
@@ -161,5 +179,51 @@ impl LogWriter {
     pub fn chain_encoded(&mut self, crc: u32) {
         self.order.encoded(self.tail.seq);
         self.tail.prev_crc = crc;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(next: u64) -> LogWriter {
+        LogWriter {
+            tail: Tail {
+                next,
+                seq: 7,
+                prev_crc: 0xabcd,
+            },
+            nonce: 1,
+            since_unify: Vec::new(),
+            order: ChainOrder::default(),
+        }
+    }
+
+    /// Enough records for three 1 KiB log blocks.
+    fn records() -> Vec<Record> {
+        (0..300).map(|ino| Record::Orphan { ino }).collect()
+    }
+
+    #[test]
+    fn a_layout_the_volume_has_no_room_for_leaves_the_tail_and_the_allocator_as_they_were() {
+        let mut alloc = Allocator::new(64, 1024);
+        // Free: the tail's block 40 (reserved by the block before it) and
+        // two more, where three successors are needed.
+        alloc.apply_alloc(0, 64);
+        alloc.apply_free(41, 2);
+        let available = alloc.available();
+        let mut log = writer(40);
+        assert!(log.lay_out(&mut alloc, records(), 3, true, 1024).is_err());
+        assert_eq!((log.tail.next, log.tail.seq, log.tail.prev_crc), (40, 7, 0xabcd));
+        assert!(log.since_unify.is_empty());
+        assert_eq!(alloc.available(), available, "the successors reserved went back");
+        // With room for the third, the same layout goes on from the tail.
+        alloc.apply_free(50, 1);
+        let layout = log.lay_out(&mut alloc, records(), 3, true, 1024).unwrap();
+        assert_eq!(log.since_unify, vec![40, 41, 42]);
+        assert_eq!((log.tail.next, log.tail.seq), (50, 10));
+        let images = layout.encode();
+        assert_eq!(images.body.len(), 2);
+        assert_eq!(images.commit.0, 42);
     }
 }
