@@ -6,6 +6,9 @@
 //! the read mapped are not handed out again until it is done, even if
 //! their file lets go of them and that commit is durable.
 //!
+//! So do the inode-table nodes a cold inode's load reads, for a stat or a
+//! lookup: they are read with no lock held, not even the guard.
+//!
 //! A device whose next read, once armed, stops until the test lets it go
 //! holds a read in the device without sleeping. Were the read still
 //! inside the delta guard, the commit (and the truncate) would wait for
@@ -238,5 +241,72 @@ fn blocks_a_read_mapped_are_not_reused_while_it_waits_in_the_device() {
             assert!(data == pattern(1, b), "block {b} of the read is not the file's");
         }
     });
+    fs.close().unwrap();
+}
+
+/// Files in the root of [`cold_inodes`]'s volume: enough for an inode
+/// table of several levels, most of it not read back at the next open.
+const FILES: usize = 3000;
+
+/// A volume of [`FILES`] files `fK`, reopened: their inodes are not in
+/// cache, nor most of the inode table; the root directory's entries are
+/// (listed once). Returns the volume and the files' inode numbers.
+fn cold_inodes(dev: &Arc<HoldingDevice>) -> (Fs, Vec<u64>) {
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let inos = {
+        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+        let inos = (0..FILES)
+            .map(|k| {
+                fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0)
+                    .unwrap()
+                    .ino
+            })
+            .collect();
+        fs.close().unwrap();
+        inos
+    };
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    let mut pos = 0;
+    loop {
+        let part = fs.readdir(ROOT_INO, pos, 512).unwrap();
+        match part.last() {
+            Some(e) => pos = e.next,
+            None => break,
+        }
+    }
+    (fs, inos)
+}
+
+#[test]
+fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_or_a_lookup() {
+    let (dev, entered, release) = holding(16384);
+    let (fs, inos) = cold_inodes(&dev);
+    let g = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap().ino;
+    // A stat of one cold file, then a lookup of another, far from it in
+    // the inode table.
+    let far = 2 * FILES / 3;
+    for (what, lookup, want) in [("a stat", false, inos[FILES / 3]), ("a lookup", true, inos[far])] {
+        dev.armed.store(true, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let fs = &fs;
+            let loader = s.spawn(move || {
+                if lookup {
+                    fs.lookup(ROOT_INO, format!("f{far}").as_bytes()).unwrap().ino
+                } else {
+                    fs.getattr(want).unwrap().ino
+                }
+            });
+            entered
+                .recv_timeout(DEADLINE)
+                .expect("the load reached the device");
+            let committed = ends_in_time(s, || {
+                fs.write(g, 0, &pattern(2, 0)).unwrap();
+                fs.sync().unwrap();
+            });
+            release.send(()).unwrap();
+            assert!(committed, "a commit waited for {what}'s inode-table read");
+            assert_eq!(loader.join().unwrap(), want, "and {what} found its inode");
+        });
+    }
     fs.close().unwrap();
 }

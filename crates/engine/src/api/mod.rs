@@ -21,7 +21,7 @@ mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
-use crate::frontend::{Pressure, Volume};
+use crate::frontend::{ColdNode, Pressure, Volume};
 pub use crate::memory_budget::{default_clean_limit, default_dirty_limit, usable_memory};
 pub use crate::types::*;
 pub use commit::FsyncDone;
@@ -103,14 +103,46 @@ impl Fs {
 
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
-        if let Some(r) = self.shared_vol().lookup_shared(parent, name) {
-            return r;
+        self.warm(parent);
+        // A named inode not in cache: the inode-table nodes its load needs
+        // are read with no guard held, one level a round.
+        for _ in 0..=crate::codec::MAX_DEPTH {
+            let looked = self.shared_vol().lookup_shared(parent, name);
+            match looked {
+                Some(Ok(Ok(attr))) => return Ok(attr),
+                Some(Ok(Err(cold))) => self.read_cold(cold),
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
         }
         self.vol().lookup(parent, name)
     }
 
+    /// Load inode `ino` into the cache if it is not there, reading the
+    /// inode-table nodes on its way with no guard held (`frontend/load.rs`),
+    /// so that a freeze never waits for them. The operation that follows
+    /// finds it in cache (or, should that fail, loads it under the guard and
+    /// reports what went wrong).
+    fn warm(&self, ino: Ino) {
+        for _ in 0..=crate::codec::MAX_DEPTH {
+            let cold = self.shared_vol().cold_node(ino);
+            match cold {
+                Some(cold) => self.read_cold(cold),
+                None => return,
+            }
+        }
+    }
+
+    /// Read `cold` with no guard held, then put it in place.
+    fn read_cold(&self, cold: ColdNode) {
+        if let Ok(loaded) = cold.read() {
+            self.shared_vol().install_cold(cold.ino(), loaded);
+        }
+    }
+
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().getattr_shared(ino) {
             return r;
         }
@@ -125,6 +157,7 @@ impl Fs {
     /// [`Fs::setattr`] that also takes away `strip`'s privileges from a
     /// non-directory, in the same change (after `set`'s mode, if any).
     pub fn setattr_stripping(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Result<Attr> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().setattr_shared(ino, set, strip) {
             return r;
         }
@@ -160,6 +193,7 @@ impl Fs {
 
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().readlink_shared(ino) {
             return r;
         }
@@ -244,6 +278,7 @@ impl Fs {
     pub fn read(&self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         // The shared guard is let go at the end of the statement: the
         // device reads run without it.
+        self.warm(ino);
         let planned = self.shared_vol().plan_read_shared(ino, offset, size);
         if let Some(r) = planned {
             return r?.read().map(|(n, mut out)| {
@@ -258,6 +293,7 @@ impl Fs {
     /// end of file. Saves [`Fs::read`]'s buffer: file data goes straight
     /// from the device (or the dirty pages) into `out`.
     pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
+        self.warm(ino);
         let planned = self.shared_vol().plan_read_into_shared(ino, offset, out);
         match planned {
             Some(r) => r?.read().map(|(n, _)| n),
@@ -280,6 +316,7 @@ impl Fs {
     /// [`Fs::write`] that also takes away `strip`'s privileges, in the same
     /// change: what a file server does for a write by a caller it knows.
     pub fn write_stripping(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().write_shared(ino, offset, data, strip) {
             let w = r?;
             if let (true, Some(wake)) = (w.wants_commit, &self.wake_committer) {
@@ -358,6 +395,7 @@ impl Fs {
     /// present throughout is returned exactly once. `.` and `..` are not
     /// included.
     pub fn readdir(&self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().readdir_shared(ino, pos, max) {
             return r;
         }
@@ -371,6 +409,7 @@ impl Fs {
 
     /// Value of extended attribute `name`; ENODATA when absent.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().getxattr_shared(ino, name) {
             return r;
         }
@@ -384,6 +423,7 @@ impl Fs {
 
     /// Names of all extended attributes of `ino`, sorted.
     pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().listxattr_shared(ino) {
             return r;
         }

@@ -15,6 +15,7 @@ mod file;
 pub mod fsync;
 mod handles;
 mod load;
+pub use load::ColdNode;
 mod names;
 mod namespace;
 pub mod pipeline;

@@ -39,6 +39,7 @@
 use super::file::{
     check_file, new_pages, plan_read, read_blocks, read_from, set_attrs, write_end, DeviceRead,
 };
+use super::load::{ColdNode, Warm};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
 use crate::backend::readers::ReadTicket;
@@ -147,13 +148,19 @@ impl Volume {
         Some(Ok(i.attr(self.be.bs as u32)))
     }
 
-    pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Attr>> {
+    /// The attributes of the inode `name` names in `parent`; or (`Err`)
+    /// the inode-table node its load needs first, for the API to read
+    /// without the guard ([`ColdNode`]) before it asks again.
+    pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<Attr, ColdNode>>> {
         let found = {
             let mut d = or_fail!(self.inode_shared(parent));
             or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name))
         };
         match found {
-            Lookup::Found { ino, .. } => self.getattr_shared(ino),
+            Lookup::Found { ino, .. } => Some(match or_fail!(self.inode_or_cold(ino)) {
+                Warm::Ready(i) => Ok(Ok(i.attr(self.be.bs as u32))),
+                Warm::Cold(cold) => Ok(Err(cold)),
+            }),
             Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
         }
     }
