@@ -6,8 +6,9 @@
 //! the read mapped are not handed out again until it is done, even if
 //! their file lets go of them and that commit is durable.
 //!
-//! So do the inode-table nodes a cold inode's load reads, for a stat or a
-//! lookup: they are read with no lock held, not even the guard.
+//! So do the inode-table nodes a cold inode's load reads, for a stat, a
+//! lookup or an unlink: they are read with no lock held, not even the
+//! guard.
 //!
 //! A device whose next read, once armed, stops until the test lets it go
 //! holds a read in the device without sleeping. Were the read still
@@ -278,23 +279,29 @@ fn cold_inodes(dev: &Arc<HoldingDevice>) -> (Fs, Vec<u64>) {
 }
 
 #[test]
-fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_or_a_lookup() {
+fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() {
     let (dev, entered, release) = holding(16384);
     let (fs, inos) = cold_inodes(&dev);
     let g = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap().ino;
-    // A stat of one cold file, then a lookup of another, far from it in
-    // the inode table.
-    let far = 2 * FILES / 3;
-    for (what, lookup, want) in [("a stat", false, inos[FILES / 3]), ("a lookup", true, inos[far])] {
+    // A stat of one cold file, then a lookup and an unlink of others, far
+    // from it and each other in the inode table.
+    let (far, last) = (2 * FILES / 3, FILES - 40);
+    let steps = [
+        ("a stat", inos[FILES / 3]),
+        ("a lookup", inos[far]),
+        ("an unlink", inos[last]),
+    ];
+    for (what, want) in steps {
         dev.armed.store(true, Ordering::SeqCst);
         std::thread::scope(|s| {
             let fs = &fs;
-            let loader = s.spawn(move || {
-                if lookup {
-                    fs.lookup(ROOT_INO, format!("f{far}").as_bytes()).unwrap().ino
-                } else {
-                    fs.getattr(want).unwrap().ino
+            let loader = s.spawn(move || match what {
+                "a lookup" => fs.lookup(ROOT_INO, format!("f{far}").as_bytes()).unwrap().ino,
+                "an unlink" => {
+                    fs.unlink(ROOT_INO, format!("f{last}").as_bytes()).unwrap();
+                    want
                 }
+                _ => fs.getattr(want).unwrap().ino,
             });
             entered
                 .recv_timeout(DEADLINE)

@@ -104,18 +104,26 @@ impl Fs {
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
         self.warm(parent);
-        // A named inode not in cache: the inode-table nodes its load needs
-        // are read with no guard held, one level a round.
-        for _ in 0..=crate::codec::MAX_DEPTH {
-            let looked = self.shared_vol().lookup_shared(parent, name);
-            match looked {
-                Some(Ok(Ok(attr))) => return Ok(attr),
-                Some(Ok(Err(cold))) => self.read_cold(cold),
-                Some(Err(e)) => return Err(e),
-                None => break,
-            }
+        if let Some(r) = self.warming(|v| v.lookup_shared(parent, name)) {
+            return r;
         }
         self.vol().lookup(parent, name)
+    }
+
+    /// Run a shared operation that may stop at an inode not in cache (the
+    /// inode a lookup found, the one an unlink names): the inode-table node
+    /// its load needs is read with no guard held, one level a round, and
+    /// the operation asked again. `None`: run it exclusively.
+    fn warming<T>(&self, op: impl Fn(&Volume) -> Option<Result<Result<T, ColdNode>>>) -> Option<Result<T>> {
+        for _ in 0..=crate::codec::MAX_DEPTH {
+            let r = op(&self.shared_vol());
+            match r? {
+                Ok(Ok(v)) => return Some(Ok(v)),
+                Ok(Err(cold)) => self.read_cold(cold),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        None
     }
 
     /// Load inode `ino` into the cache if it is not there, reading the
@@ -175,6 +183,7 @@ impl Fs {
     /// Create a node of any non-directory type: `mode` carries the `S_IFMT`
     /// bits (regular, fifo, character or block device, socket).
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+        self.warm(parent);
         if let Some(r) = self.shared_vol().mknod_shared(parent, name, mode, rdev, uid, gid) {
             return r;
         }
@@ -202,6 +211,7 @@ impl Fs {
 
     /// Add a hard link `newparent/newname` to `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.warm(ino);
         if let Some(r) = self.shared_vol().link_shared(ino, newparent, newname) {
             return r;
         }
@@ -210,7 +220,8 @@ impl Fs {
 
     /// Remove a non-directory entry.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        if let Some(r) = self.shared_vol().unlink_shared(parent, name) {
+        self.warm(parent);
+        if let Some(r) = self.warming(|v| v.unlink_shared(parent, name)) {
             return r;
         }
         self.vol().unlink(parent, name)
@@ -218,7 +229,8 @@ impl Fs {
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
-        if let Some(r) = self.shared_vol().rmdir_shared(parent, name) {
+        self.warm(parent);
+        if let Some(r) = self.warming(|v| v.rmdir_shared(parent, name)) {
             return r;
         }
         self.vol().rmdir(parent, name)

@@ -8,7 +8,9 @@
 //! - for an unlink, the named inode, tried without waiting (a holder makes
 //!   the unlink run exclusively instead, so no two operations can wait for
 //!   each other's inodes; one not in cache is loaded with the directory let
-//!   go, `Named::Load`, and the unlink starts again);
+//!   go, `Named::Load`, and the unlink starts again: the inode-table nodes
+//!   its load reads go back to the API, which reads them without the guard,
+//!   `ColdNode`);
 //! - the namespace books (`Books`), a short leaf lock.
 //!
 //! Inode numbers come from an atomic counter above every number in use
@@ -31,6 +33,7 @@
 use super::{check_name, fresh_inode, has_no_entries, probe_in};
 use crate::cache::InodeGuard;
 use crate::error::{err, Errno, Result};
+use crate::frontend::load::{ColdNode, Warm};
 use crate::frontend::Volume;
 use crate::log::Record;
 use crate::structures::btree::Spot;
@@ -145,20 +148,26 @@ impl Volume {
     /// [`Volume::unlink`] under the shared guard, when nobody holds the
     /// named inode. One not in cache is loaded (with the directory let go)
     /// and the unlink starts again.
-    pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+    /// `Err`: the inode-table node loading the named inode needs first,
+    /// for the API to read without the guard before it asks again.
+    pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<(), ColdNode>>> {
         self.loading_named(|| self.unlink_shared_once(parent, name))
     }
 
     /// Run `once`; if it stopped at a named inode not in cache, load that
-    /// inode (no lock held) and run it again. A second stop sends the
+    /// inode (no lock held) and run it again, or hand back the inode-table
+    /// node its load must read first (`Err`). A second stop sends the
     /// operation to the exclusive path.
-    fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> Option<Result<T>> {
+    fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> Option<Result<Result<T, ColdNode>>> {
         match once()? {
-            Named::Done(r) => Some(r),
+            Named::Done(r) => Some(r.map(Ok)),
             Named::Load(ino) => {
-                drop(or_fail!(self.inode_shared(ino)));
+                match or_fail!(self.inode_or_cold(ino)) {
+                    Warm::Ready(i) => drop(i),
+                    Warm::Cold(cold) => return Some(Ok(Err(cold))),
+                }
                 match once()? {
-                    Named::Done(r) => Some(r),
+                    Named::Done(r) => Some(r.map(Ok)),
                     Named::Load(_) => None,
                 }
             }
@@ -239,7 +248,8 @@ impl Volume {
     /// [`Volume::rmdir`] under the shared guard, when nobody holds the
     /// directory named (so nothing is being made in it). One not in cache
     /// is loaded, as by an unlink.
-    pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<()>> {
+    /// `Err` as for [`Volume::unlink_shared`].
+    pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<(), ColdNode>>> {
         self.loading_named(|| self.rmdir_shared_once(parent, name))
     }
 
