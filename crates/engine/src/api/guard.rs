@@ -38,53 +38,37 @@ impl Drop for Held {
     }
 }
 
+/// A delta guard (`G`: the lock's shared or exclusive guard of the
+/// volume), counted for its thread while it lives.
+pub(super) struct Counted<G> {
+    guard: G,
+    _held: Held,
+}
+
 /// The delta guard held exclusively.
-pub(super) struct Exclusive<'a, V> {
-    guard: RwLockWriteGuard<'a, V>,
-    _held: Held,
-}
-
-impl<'a, V> Exclusive<'a, V> {
-    pub(super) fn new(guard: RwLockWriteGuard<'a, V>) -> Self {
-        Exclusive {
-            guard,
-            _held: Held::new(),
-        }
-    }
-}
-
-impl<V> Deref for Exclusive<'_, V> {
-    type Target = V;
-    fn deref(&self) -> &V {
-        &self.guard
-    }
-}
-
-impl<V> DerefMut for Exclusive<'_, V> {
-    fn deref_mut(&mut self) -> &mut V {
-        &mut self.guard
-    }
-}
-
+pub(super) type Exclusive<'a, V> = Counted<RwLockWriteGuard<'a, V>>;
 /// The delta guard held shared with other operations of the delta.
-pub(super) struct Shared<'a, V> {
-    guard: RwLockReadGuard<'a, V>,
-    _held: Held,
-}
+pub(super) type Shared<'a, V> = Counted<RwLockReadGuard<'a, V>>;
 
-impl<'a, V> Shared<'a, V> {
-    pub(super) fn new(guard: RwLockReadGuard<'a, V>) -> Self {
-        Shared {
+impl<G> Counted<G> {
+    pub(super) fn new(guard: G) -> Self {
+        Counted {
             guard,
             _held: Held::new(),
         }
     }
 }
 
-impl<V> Deref for Shared<'_, V> {
-    type Target = V;
-    fn deref(&self) -> &V {
+impl<G: Deref> Deref for Counted<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
         &self.guard
+    }
+}
+
+impl<G: DerefMut> DerefMut for Counted<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
     }
 }
 

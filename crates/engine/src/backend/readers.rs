@@ -17,7 +17,7 @@
 //! Calls nothing else in the crate.
 
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Reads in flight, by the epoch they entered in.
@@ -30,8 +30,10 @@ pub struct ReadEpochs {
 struct Epochs {
     /// The epoch reads enter now.
     current: u64,
-    /// Reads in flight per epoch (no entry when none).
-    active: BTreeMap<u64, usize>,
+    /// Reads in flight per epoch, oldest first (an epoch whose reads all
+    /// left stays until those before it have too). Its room is kept, so a
+    /// read allocates nothing.
+    active: VecDeque<(u64, usize)>,
 }
 
 /// A read in flight: it leaves its epoch when dropped.
@@ -46,7 +48,10 @@ impl ReadEpochs {
     pub fn enter(self: &Arc<Self>) -> ReadTicket {
         let mut s = self.state.lock();
         let epoch = s.current;
-        *s.active.entry(epoch).or_insert(0) += 1;
+        match s.active.back_mut() {
+            Some((e, n)) if *e == epoch => *n += 1,
+            _ => s.active.push_back((epoch, 1)),
+        }
         ReadTicket {
             epochs: self.clone(),
             epoch,
@@ -65,18 +70,20 @@ impl ReadEpochs {
 
     /// Every read that entered in `epoch` or before it has left.
     pub fn drained(&self, epoch: u64) -> bool {
-        self.state.lock().active.range(..=epoch).next().is_none()
+        self.state.lock().active.front().is_none_or(|&(e, _)| e > epoch)
     }
 }
 
 impl Drop for ReadTicket {
     fn drop(&mut self) {
         let mut s = self.epochs.state.lock();
-        if let Some(n) = s.active.get_mut(&self.epoch) {
-            *n -= 1;
-            if *n == 0 {
-                s.active.remove(&self.epoch);
+        if let Ok(k) = s.active.binary_search_by_key(&self.epoch, |&(e, _)| e) {
+            if let Some((_, n)) = s.active.get_mut(k) {
+                *n -= 1;
             }
+        }
+        while s.active.front().is_some_and(|&(_, n)| n == 0) {
+            s.active.pop_front();
         }
     }
 }

@@ -107,6 +107,9 @@ pub(super) fn plan_read(
     let end = file_size.min(offset.saturating_add(out.len() as u64));
     let mut pos = 0usize;
     let mut lblock = offset / bs;
+    // Blocks below this are in a hole the last lookup found: zeroes, with
+    // no descent per block.
+    let mut hole_end = 0;
     while lblock * bs < end {
         let from = (offset.max(lblock * bs) - lblock * bs) as usize;
         let to = ((end - lblock * bs).min(bs)) as usize;
@@ -116,20 +119,19 @@ pub(super) fn plan_read(
             lblock += 1;
             continue;
         }
-        let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? else {
-            // A hole: zeroes up to the next extent (one more descent, not
-            // one per block), stopping at a block with a page in cache.
-            let next = extent::next(&mut i.tree, dev, lblock)?.map_or(u64::MAX, |e| e.lblock);
-            loop {
-                let from = (offset.max(lblock * bs) - lblock * bs) as usize;
-                let to = ((end - lblock * bs).min(bs)) as usize;
-                out[pos..pos + to - from].fill(0);
-                pos += to - from;
-                lblock += 1;
-                if lblock >= next || lblock * bs >= end || i.pages.content(lblock).is_some() {
-                    break;
-                }
+        let found = if lblock < hole_end {
+            None
+        } else {
+            extent::lookup(&mut i.tree, dev, lblock)?
+        };
+        let Some(e) = found else {
+            if lblock >= hole_end {
+                // A hole: it lasts up to the next extent.
+                hole_end = extent::next(&mut i.tree, dev, lblock)?.map_or(u64::MAX, |e| e.lblock);
             }
+            out[pos..pos + to - from].fill(0);
+            pos += to - from;
+            lblock += 1;
             continue;
         };
         // The rest of this extent that we need, in one request, stopping
