@@ -317,3 +317,95 @@ fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() 
     }
     fs.close().unwrap();
 }
+
+/// Entries of [`cold_trees`]'s directory: enough for a tree of several
+/// leaves under a branch.
+const ENTRIES: usize = 3000;
+/// Blocks of its file, every other one written: one extent each, enough
+/// for an extent tree of several leaves.
+const EXTENTS: usize = 2000;
+
+/// A volume with directory `d` of [`ENTRIES`] entries `nK` and file `f`
+/// of [`EXTENTS`] one-block extents (block `2k` holds `pattern(4, k)`).
+fn cold_trees(dev: &Arc<HoldingDevice>) {
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    for k in 0..ENTRIES {
+        fs.create(d, format!("n{k}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    for k in 0..EXTENTS {
+        fs.write(f, (2 * k * BS) as u64, &pattern(4, k)).unwrap();
+    }
+    fs.close().unwrap();
+}
+
+#[test]
+fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
+    let (dev, entered, release) = holding(16384);
+    cold_trees(&dev);
+    let steps = [
+        "a lookup",
+        "a listing",
+        "a create",
+        "an unlink",
+        "a rename",
+        "a link",
+        "a read",
+    ];
+    for (n, what) in steps.into_iter().enumerate() {
+        // Reopened for each step: the inodes of `d` and `f` are loaded
+        // (and nothing else of them), so the step's first device read is
+        // a node of the directory's tree or of the file's extent tree.
+        let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+        let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+        let g = fs
+            .create(ROOT_INO, format!("g{n}").as_bytes(), 0o644, 0, 0)
+            .unwrap()
+            .ino;
+        dev.armed.store(true, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let fs = &fs;
+            let step = s.spawn(move || match what {
+                "a lookup" => assert!(fs.lookup(d, b"n1500").is_ok()),
+                "a listing" => assert_eq!(fs.readdir(d, 0, 100).unwrap().len(), 100),
+                "a create" => assert!(fs.create(d, b"new", 0o644, 0, 0).is_ok()),
+                "an unlink" => fs.unlink(d, b"n7").unwrap(),
+                "a rename" => fs.rename(d, b"n8", d, b"m8", Default::default()).unwrap(),
+                "a link" => assert_eq!(fs.link(f, d, b"l").unwrap().nlink, 2),
+                _ => {
+                    let mut out = vec![0u8; BS];
+                    assert_eq!(fs.read_into(f, (2 * 1500 * BS) as u64, &mut out).unwrap(), BS);
+                    assert!(out == pattern(4, 1500), "the read read the file");
+                }
+            });
+            entered
+                .recv_timeout(DEADLINE)
+                .unwrap_or_else(|_| panic!("{what} reached the device"));
+            let committed = ends_in_time(s, || {
+                fs.write(g, 0, &pattern(2, 0)).unwrap();
+                fs.sync().unwrap();
+            });
+            release.send(()).unwrap();
+            assert!(committed, "a commit waited for {what}'s tree read");
+            step.join().unwrap();
+        });
+        fs.close().unwrap();
+    }
+    // Every step's change is there after a reopen, and nothing else moved.
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+    for (name, there) in [
+        ("new", true),
+        ("n7", false),
+        ("n8", false),
+        ("m8", true),
+        ("l", true),
+        ("n9", true),
+    ] {
+        assert_eq!(fs.lookup(d, name.as_bytes()).is_ok(), there, "{name}");
+    }
+    fs.close().unwrap();
+}

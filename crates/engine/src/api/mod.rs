@@ -21,13 +21,18 @@ mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
-use crate::frontend::{ColdNode, Pressure, Volume};
+use crate::frontend::{ColdNode, MayLoad, Pressure, ReadNode, Staged, Volume};
 pub use crate::memory_budget::{default_clean_limit, default_dirty_limit, usable_memory};
 pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
 use std::sync::Arc;
+
+/// At most this many nodes are read without the guard for one operation
+/// (each read is followed by a new try, which finds the nodes read before
+/// in memory or staged); a walk that needs more runs exclusively.
+const COLD_ROUNDS: usize = 64;
 
 /// A mounted tux3 volume.
 ///
@@ -104,22 +109,26 @@ impl Fs {
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
         self.warm(parent);
-        if let Some(r) = self.warming(|v| v.lookup_shared(parent, name)) {
+        if let Some(r) = self.warming(|v, s| v.lookup_shared(parent, name, s)) {
             return r;
         }
         self.vol().lookup(parent, name)
     }
 
-    /// Run a shared operation that may stop at an inode not in cache (the
-    /// inode a lookup found, the one an unlink names): the inode-table node
-    /// its load needs is read with no guard held, one level a round, and
-    /// the operation asked again. `None`: run it exclusively.
-    fn warming<T>(&self, op: impl Fn(&Volume) -> Option<Result<Result<T, ColdNode>>>) -> Option<Result<T>> {
-        for _ in 0..=crate::codec::MAX_DEPTH {
-            let r = op(&self.shared_vol());
+    /// Run a shared operation that may stop at a node only on disk: an
+    /// inode-table node the load of an inode it needs reads (the inode a
+    /// lookup found, the one an unlink names), or a node of a directory's
+    /// or file's tree. The node is read with no guard held
+    /// (`frontend/load.rs`), and the operation asked again with the tree
+    /// blocks read so far. `None`: run it exclusively (also after
+    /// [`COLD_ROUNDS`] nodes: a walk that long reads under the guard).
+    fn warming<T>(&self, op: impl Fn(&Volume, &Staged) -> MayLoad<T>) -> Option<Result<T>> {
+        let mut staged = Staged::default();
+        for _ in 0..COLD_ROUNDS {
+            let r = op(&self.shared_vol(), &staged);
             match r? {
                 Ok(Ok(v)) => return Some(Ok(v)),
-                Ok(Err(cold)) => self.read_cold(cold),
+                Ok(Err(cold)) => self.read_cold(cold, &mut staged),
                 Err(e) => return Some(Err(e)),
             }
         }
@@ -135,16 +144,19 @@ impl Fs {
         for _ in 0..=crate::codec::MAX_DEPTH {
             let cold = self.shared_vol().cold_node(ino);
             match cold {
-                Some(cold) => self.read_cold(cold),
+                Some(cold) => self.read_cold(cold, &mut Staged::default()),
                 None => return,
             }
         }
     }
 
-    /// Read `cold` with no guard held, then put it in place.
-    fn read_cold(&self, cold: ColdNode) {
-        if let Ok(loaded) = cold.read() {
-            self.shared_vol().install_cold(cold.ino(), loaded);
+    /// Read `cold` with no guard held, then put it in place (an inode-table
+    /// node) or keep it in `staged` (a tree block). A read that fails
+    /// leaves it to the operation's next try, which reads it under the
+    /// guard or reports the error.
+    fn read_cold(&self, cold: ColdNode, staged: &mut Staged) {
+        if let Ok(ReadNode::Table(ino, loaded)) = cold.read(staged) {
+            self.shared_vol().install_cold(ino, loaded);
         }
     }
 
@@ -184,7 +196,7 @@ impl Fs {
     /// bits (regular, fifo, character or block device, socket).
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
         self.warm(parent);
-        if let Some(r) = self.shared_vol().mknod_shared(parent, name, mode, rdev, uid, gid) {
+        if let Some(r) = self.warming(|v, s| v.mknod_shared(parent, name, mode, rdev, uid, gid, s)) {
             return r;
         }
         self.vol().mknod(parent, name, mode, rdev, uid, gid)
@@ -212,7 +224,7 @@ impl Fs {
     /// Add a hard link `newparent/newname` to `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
         self.warm(ino);
-        if let Some(r) = self.shared_vol().link_shared(ino, newparent, newname) {
+        if let Some(r) = self.warming(|v, s| v.link_shared(ino, newparent, newname, s)) {
             return r;
         }
         self.vol().link(ino, newparent, newname)
@@ -221,7 +233,7 @@ impl Fs {
     /// Remove a non-directory entry.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.warm(parent);
-        if let Some(r) = self.warming(|v| v.unlink_shared(parent, name)) {
+        if let Some(r) = self.warming(|v, s| v.unlink_shared(parent, name, s)) {
             return r;
         }
         self.vol().unlink(parent, name)
@@ -230,7 +242,7 @@ impl Fs {
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.warm(parent);
-        if let Some(r) = self.warming(|v| v.rmdir_shared(parent, name)) {
+        if let Some(r) = self.warming(|v, s| v.rmdir_shared(parent, name, s)) {
             return r;
         }
         self.vol().rmdir(parent, name)
@@ -245,10 +257,9 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        if let Some(r) = self
-            .shared_vol()
-            .rename_shared(parent, name, newparent, newname, flags)
-        {
+        self.warm(parent);
+        self.warm(newparent);
+        if let Some(r) = self.warming(|v, s| v.rename_shared(parent, name, newparent, newname, flags, s)) {
             return r;
         }
         self.vol().rename(parent, name, newparent, newname, flags)
@@ -291,7 +302,7 @@ impl Fs {
         // The shared guard is let go at the end of the statement: the
         // device reads run without it.
         self.warm(ino);
-        let planned = self.shared_vol().plan_read_shared(ino, offset, size);
+        let planned = self.warming(|v, s| v.plan_read_shared(ino, offset, size, s));
         if let Some(r) = planned {
             return r?.read().map(|(n, mut out)| {
                 out.truncate(n);
@@ -306,11 +317,17 @@ impl Fs {
     /// from the device (or the dirty pages) into `out`.
     pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
         self.warm(ino);
-        let planned = self.shared_vol().plan_read_into_shared(ino, offset, out);
-        match planned {
-            Some(r) => r?.read().map(|(n, _)| n),
-            None => self.vol().read_into(ino, offset, out),
+        let mut staged = Staged::default();
+        for _ in 0..COLD_ROUNDS {
+            let planned = self.shared_vol().plan_read_into_shared(ino, offset, out, &staged);
+            match planned {
+                Some(Ok(Ok(p))) => return p.read().map(|(n, _)| n),
+                Some(Ok(Err(cold))) => self.read_cold(cold, &mut staged),
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
         }
+        self.vol().read_into(ino, offset, out)
     }
 
     /// Write `data` at `offset`, extending the file as needed. Returns the
@@ -408,7 +425,7 @@ impl Fs {
     /// included.
     pub fn readdir(&self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
         self.warm(ino);
-        if let Some(r) = self.shared_vol().readdir_shared(ino, pos, max) {
+        if let Some(r) = self.warming(|v, s| v.readdir_shared(ino, pos, max, s)) {
             return r;
         }
         self.vol().readdir(ino, pos, max)

@@ -14,6 +14,18 @@
 //! node only if the table still leads to its address), so a freeze does
 //! not wait for them either.
 //!
+//! Nodes of a directory's or a file's own tree (its entries, its extents)
+//! are read the same way: a shared operation reads the device through
+//! [`ColdReads`], which serves the blocks already read for it
+//! ([`Staged`]) and fails any other read, remembering its address. The
+//! operation then hands that block back (a [`ColdNode`] again), having
+//! changed nothing but the nodes it put in place; the API reads it with no
+//! lock held, keeps it in `Staged` and asks again, until the operation
+//! finds every node it needs in memory or staged. The tree decodes and
+//! installs a staged block as if it came from the device: it is the
+//! block's content, as nothing writes to a block the tree still leads to
+//! and a free after the read epoch was entered waits for the read.
+//!
 //! The record found joins the cache through `InodeCache::insert_loaded`:
 //! if another operation loaded the inode meanwhile, its copy wins (it may
 //! already have changed); if an unlink under the guard freed it, the
@@ -26,36 +38,129 @@ use super::{reserved_ino, Volume};
 use crate::backend::readers::ReadTicket;
 use crate::cache::{Inode, InodeGuard};
 use crate::codec::MAX_DEPTH;
-use crate::device::Device;
+use crate::device::{CounterSnapshot, Device};
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::{Cached, Loaded, Missing};
 use crate::structures::inode::InodeAttrs;
 use crate::types::Ino;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// An inode-table node that loading an inode needs, to be read with no
-/// lock held, not even the delta guard ([`ColdNode::read`]), and put in
-/// place after ([`Volume::install_cold`], which keeps it only if the table
-/// still leads there). The read epoch it entered keeps the node's block
-/// from reuse meanwhile (`backend/readers.rs`).
+/// A node an operation needs that is only on disk, to be read with no
+/// lock held, not even the delta guard ([`ColdNode::read`]): an
+/// inode-table node that loading an inode needs, put in place after
+/// ([`Volume::install_cold`], which keeps it only if the table still leads
+/// there), or a block of a directory's or file's tree, kept for the
+/// operation's next try ([`Staged`]). The read epoch it entered keeps the
+/// block from reuse meanwhile (`backend/readers.rs`).
 pub struct ColdNode {
-    ino: Ino,
-    missing: Missing,
+    what: Cold,
     dev: Arc<dyn Device>,
-    _entered: ReadTicket,
+    entered: ReadTicket,
+}
+
+enum Cold {
+    Table { ino: Ino, missing: Missing },
+    Block(u64),
+}
+
+/// A [`ColdNode`] read.
+pub enum ReadNode {
+    /// An inode-table node, for [`Volume::install_cold`] (with the inode
+    /// whose load needed it).
+    Table(Ino, Loaded),
+    /// Staged for the operation's next try.
+    Staged,
 }
 
 impl ColdNode {
-    /// The inode whose load needs it.
-    pub fn ino(&self) -> Ino {
-        self.ino
-    }
-
-    /// Read and decode the node (device I/O).
-    pub fn read(&self) -> Result<Loaded> {
-        self.missing.read(self.dev.as_ref())
+    /// Read it (device I/O): an inode-table node is decoded and returned,
+    /// a tree block joins `staged`.
+    pub fn read(self, staged: &mut Staged) -> Result<ReadNode> {
+        match self.what {
+            Cold::Table { ino, missing } => Ok(ReadNode::Table(ino, missing.read(self.dev.as_ref())?)),
+            Cold::Block(addr) => {
+                let mut b = vec![0u8; self.dev.block_size() as usize].into_boxed_slice();
+                self.dev.read(addr, &mut b)?;
+                staged.blocks.push((addr, b));
+                staged._entered.push(self.entered);
+                Ok(ReadNode::Staged)
+            }
+        }
     }
 }
+
+/// Tree blocks read with no lock held for an operation that asks again,
+/// with the read epochs that keep them from reuse until it is done.
+#[derive(Default)]
+pub struct Staged {
+    blocks: Vec<(u64, Box<[u8]>)>,
+    _entered: Vec<ReadTicket>,
+}
+
+impl Staged {
+    fn get(&self, addr: u64) -> Option<&[u8]> {
+        self.blocks.iter().find(|(a, _)| *a == addr).map(|(_, b)| &b[..])
+    }
+}
+
+/// The device as a shared operation sees it: reads of staged blocks are
+/// served from memory, any other read fails (its first block remembered).
+/// Nothing may be written through it.
+pub(super) struct ColdReads<'a> {
+    dev: &'a dyn Device,
+    staged: &'a Staged,
+    /// The first block read that was not staged (0: none; no tree block
+    /// lies there).
+    missed: AtomicU64,
+}
+
+impl Device for ColdReads<'_> {
+    fn block_size(&self) -> u32 {
+        self.dev.block_size()
+    }
+
+    fn block_count(&self) -> u64 {
+        self.dev.block_count()
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let bs = self.dev.block_size() as usize;
+        for (k, part) in buf.chunks_mut(bs).enumerate() {
+            let addr = block + k as u64;
+            match self.staged.get(addr) {
+                Some(b) if b.len() == part.len() => part.copy_from_slice(b),
+                _ => {
+                    let _ = self.missed.compare_exchange(0, addr, Relaxed, Relaxed);
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        format!("block {addr} is not in memory"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, block: u64, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other(format!(
+            "write of block {block} under the shared delta guard"
+        )))
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Err(std::io::Error::other("flush under the shared delta guard"))
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.dev.counters()
+    }
+}
+
+/// What a shared operation that may stop at a node on disk answers:
+/// `None`, run it exclusively; `Some(Err)`, its error; `Some(Ok(Err))`,
+/// the node to read with no lock held before it is asked again.
+pub type MayLoad<T> = Option<Result<std::result::Result<T, ColdNode>>>;
 
 /// Inode locked, or the node its load must read first.
 pub enum Warm {
@@ -75,7 +180,11 @@ impl Volume {
         for _ in 0..=MAX_DEPTH {
             match self.inode_or_cold(ino)? {
                 Warm::Ready(i) => return Ok(i),
-                Warm::Cold(cold) => self.install_cold(ino, cold.read()?),
+                Warm::Cold(cold) => {
+                    if let ReadNode::Table(ino, loaded) = cold.read(&mut Staged::default())? {
+                        self.install_cold(ino, loaded);
+                    }
+                }
             }
         }
         Err(Error::corrupt(
@@ -102,10 +211,9 @@ impl Volume {
                 // Entered under the guard, while the table still leads to
                 // the node: a free of its block comes after, and waits.
                 return Ok(Warm::Cold(ColdNode {
-                    ino,
-                    missing,
+                    what: Cold::Table { ino, missing },
                     dev: self.be.dev.clone(),
-                    _entered: self.be.readers.enter(),
+                    entered: self.be.readers.enter(),
                 }));
             }
         };
@@ -133,5 +241,36 @@ impl Volume {
     /// longer leads to its address (or another reader put it there first).
     pub fn install_cold(&self, ino: Ino, loaded: Loaded) {
         self.be.itable.lock().install(ino, loaded);
+    }
+
+    /// The device for a shared operation's tree reads, serving `staged`.
+    pub(super) fn cold_reads<'a>(&'a self, staged: &'a Staged) -> ColdReads<'a> {
+        ColdReads {
+            dev: self.be.dev.as_ref(),
+            staged,
+            missed: AtomicU64::new(0),
+        }
+    }
+
+    /// Run `f`, which reads the device only through the [`ColdReads`] it is
+    /// given: its outcome, or (`Err`) the block it missed, entered in the
+    /// read epoch now, while the caller still holds the tree that leads to
+    /// it. `f` must change nothing before a read that can miss (loading
+    /// nodes aside).
+    pub(super) fn staged<T>(
+        &self,
+        staged: &Staged,
+        f: impl FnOnce(&dyn Device) -> Result<T>,
+    ) -> Result<std::result::Result<T, ColdNode>> {
+        let reads = self.cold_reads(staged);
+        let r = f(&reads);
+        match reads.missed.load(Relaxed) {
+            0 => r.map(Ok),
+            addr => Ok(Err(ColdNode {
+                what: Cold::Block(addr),
+                dev: self.be.dev.clone(),
+                entered: self.be.readers.enter(),
+            })),
+        }
     }
 }

@@ -15,7 +15,7 @@ mod file;
 pub mod fsync;
 mod handles;
 mod load;
-pub use load::ColdNode;
+pub use load::{ColdNode, MayLoad, ReadNode, Staged};
 mod names;
 mod namespace;
 pub mod pipeline;

@@ -23,10 +23,10 @@
 //! directory moved or removed — returns `None` having changed nothing, and
 //! the API runs it again exclusively.
 //!
-//! Device reads of tree nodes not loaded yet happen under the inode's own
-//! lock only (and, for a namespace change, its directory's), never under a
-//! lock other files share; inode-table nodes are read with no lock held
-//! (`load.rs`); a file's data is read after its lock and the delta guard
+//! Tree nodes not loaded yet (the inode table's, a directory's, a file's
+//! extent map) are read with no lock held (`load.rs`: the operation hands
+//! the node back and is asked again); a file's data is read after its
+//! lock and the delta guard
 //! are let go ([`PlannedRead`]), so reads of one file run in parallel and a
 //! freeze never waits for a read in the device. A block such a read maps is
 //! not handed out again until the read is done: it enters the current read
@@ -39,7 +39,7 @@
 use super::file::{
     check_file, new_pages, plan_read, read_blocks, read_from, set_attrs, write_end, DeviceRead,
 };
-use super::load::{ColdNode, Warm};
+use super::load::{MayLoad, Staged, Warm};
 use super::namespace::{probe_in, readdir_of};
 use super::Volume;
 use crate::backend::readers::ReadTicket;
@@ -149,12 +149,16 @@ impl Volume {
     }
 
     /// The attributes of the inode `name` names in `parent`; or (`Err`)
-    /// the inode-table node its load needs first, for the API to read
-    /// without the guard ([`ColdNode`]) before it asks again.
-    pub fn lookup_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<Attr, ColdNode>>> {
+    /// the node its directory's tree or the inode's load needs first, for
+    /// the API to read without the guard (`ColdNode`) before it asks
+    /// again with the blocks read so far (`staged`).
+    pub fn lookup_shared(&self, parent: Ino, name: &[u8], staged: &Staged) -> MayLoad<Attr> {
         let found = {
             let mut d = or_fail!(self.inode_shared(parent));
-            or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name))
+            match or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name))) {
+                Ok(found) => found,
+                Err(cold) => return Some(Ok(Err(cold))),
+            }
         };
         match found {
             Lookup::Found { ino, .. } => Some(match or_fail!(self.inode_or_cold(ino)) {
@@ -179,9 +183,11 @@ impl Volume {
         Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), 0, size))
     }
 
-    pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize) -> Option<Result<Vec<DirEntry>>> {
+    /// Up to `max` entries of directory `ino` from `pos`; or (`Err`) the
+    /// node of its tree to read first (as for [`Volume::lookup_shared`]).
+    pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize, staged: &Staged) -> MayLoad<Vec<DirEntry>> {
         let mut d = or_fail!(self.inode_shared(ino));
-        Some(readdir_of(&mut d, self.be.dev.as_ref(), pos, max))
+        Some(self.staged(staged, |dev| readdir_of(&mut d, dev, pos, max)))
     }
 
     /// A read of at most `size` bytes at `offset` of `ino`, planned (see
@@ -191,8 +197,9 @@ impl Volume {
         ino: Ino,
         offset: u64,
         size: usize,
-    ) -> Option<Result<PlannedRead<Vec<u8>>>> {
-        self.plan_unlocked(ino, offset, |i| {
+        staged: &Staged,
+    ) -> MayLoad<PlannedRead<Vec<u8>>> {
+        self.plan_unlocked(ino, offset, staged, |i| {
             vec![0u8; i.attrs.size.saturating_sub(offset).min(size as u64) as usize]
         })
     }
@@ -203,38 +210,48 @@ impl Volume {
         ino: Ino,
         offset: u64,
         out: &'o mut [u8],
-    ) -> Option<Result<PlannedRead<&'o mut [u8]>>> {
-        self.plan_unlocked(ino, offset, |_| out)
+        staged: &Staged,
+    ) -> MayLoad<PlannedRead<&'o mut [u8]>> {
+        self.plan_unlocked(ino, offset, staged, |_| out)
     }
 
     /// Plan a read at `offset` of `ino` into the buffer `buf` makes: the
     /// file is locked only while dirty pages are copied and extents mapped.
     /// A read that needs the device enters the current read epoch before
     /// the file is let go, so a free of a block it mapped comes after that
-    /// and waits for it (`backend/readers.rs`).
+    /// and waits for it (`backend/readers.rs`). A node of its extent tree
+    /// not in memory nor `staged` stops it (`Err`, as for
+    /// [`Volume::lookup_shared`]).
     fn plan_unlocked<B: AsMut<[u8]>>(
         &self,
         ino: Ino,
         offset: u64,
+        staged: &Staged,
         buf: impl FnOnce(&Inode) -> B,
-    ) -> Option<Result<PlannedRead<B>>> {
+    ) -> MayLoad<PlannedRead<B>> {
         let bs = self.bs();
         let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
         let mut out = buf(&i);
-        let planned = plan_read(&mut i, self.be.dev.as_ref(), bs, offset, out.as_mut());
+        let planned =
+            match or_fail!(self.staged(staged, |dev| Ok(plan_read(&mut i, dev, bs, offset, out.as_mut())))) {
+                Ok(planned) => planned,
+                Err(cold) => return Some(Ok(Err(cold))),
+            };
         let entered = match &planned {
             Ok((_, reads)) if !reads.is_empty() => Some(self.be.readers.enter()),
             _ => None,
         };
         drop(i);
-        Some(planned.map(|(n, reads)| PlannedRead {
-            out,
-            n,
-            reads,
-            dev: self.be.dev.clone(),
-            bs,
-            _entered: entered,
+        Some(planned.map(|(n, reads)| {
+            Ok(PlannedRead {
+                out,
+                n,
+                reads,
+                dev: self.be.dev.clone(),
+                bs,
+                _entered: entered,
+            })
         }))
     }
 

@@ -24,7 +24,11 @@
 //! shard's freed set: ENOENT either way), its blocks stay in use, and a new
 //! orphan is listed in `unsettled`.
 //!
-//! Directories are made and removed here too, and hard links added.
+//! Directories are made and removed here too, hard links added and
+//! files renamed (a named inode not in cache loaded as for an unlink).
+//! The look-up in a directory reads the device only through
+//! `ColdReads`: a node of its tree not in memory goes back to the API
+//! (`ColdNode`), which reads it with no lock held and asks again.
 //! Renaming a directory, exchanges and symlinks stay exclusive.
 //!
 //! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
@@ -33,7 +37,7 @@
 use super::{check_name, fresh_inode, has_no_entries, probe_in};
 use crate::cache::InodeGuard;
 use crate::error::{err, Errno, Result};
-use crate::frontend::load::{ColdNode, Warm};
+use crate::frontend::load::{ColdNode, MayLoad, Staged, Warm};
 use crate::frontend::Volume;
 use crate::log::Record;
 use crate::structures::btree::Spot;
@@ -61,16 +65,46 @@ macro_rules! or_done {
     };
 }
 
+/// `Some(Ok(Err(cold)))` out of a shared operation that met a node only
+/// on disk, having changed nothing.
+macro_rules! or_cold {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(cold) => return Some(Ok(Err(cold))),
+        }
+    };
+}
+
+/// `Some(Named::Cold)` out of a shared operation on a named inode.
+macro_rules! or_named_cold {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(cold) => return Some(Named::Cold(cold)),
+        }
+    };
+}
+
 /// How far a shared operation on a named inode got: done (its outcome),
 /// or stopped, having changed nothing, at a named inode not in cache,
-/// which the caller loads before it starts again.
+/// which the caller loads before it starts again, or at a tree node only
+/// on disk, which goes back to the API.
 enum Named<T> {
     Done(Result<T>),
     Load(Ino),
+    Cold(ColdNode),
 }
 
+/// A directory locked with what was found in it, or the node of its tree
+/// to read first.
+type Located<T> = std::result::Result<(InodeGuard, T), ColdNode>;
+
 impl Volume {
-    /// [`Volume::mknod`] (any type but a symlink) under the shared guard.
+    /// [`Volume::mknod`] (any type but a symlink) under the shared guard;
+    /// `Err`: the node of the directory's tree to read first, for the API
+    /// to read without the guard before it asks again with `staged`.
+    #[allow(clippy::too_many_arguments)]
     pub fn mknod_shared(
         &self,
         parent: Ino,
@@ -79,13 +113,14 @@ impl Volume {
         rdev: u64,
         uid: u32,
         gid: u32,
-    ) -> Option<Result<Attr>> {
+        staged: &Staged,
+    ) -> MayLoad<Attr> {
         let kind = or_fail!(FileType::from_mode(mode).ok_or(crate::error::Error::Posix(Errno::EINVAL)));
         if kind == FileType::Symlink {
             return Some(err(Errno::EINVAL));
         }
         let dev = self.be.dev.as_ref();
-        let (mut d, free) = or_fail!(self.absent_in(parent, name)?);
+        let (mut d, free) = or_cold!(or_fail!(self.absent_in(parent, name, staged)?));
         or_fail!(self.reserve_shared(3)?);
         let Some(free) = free else {
             // Every position of the name's hash is taken.
@@ -113,34 +148,41 @@ impl Volume {
         if is_dir {
             books.ns_touched.insert(parent);
         }
-        Some(Ok(attr))
+        Some(Ok(Ok(attr)))
     }
 
     /// Directory `dir` locked, where `name` (checked) is not: with the
     /// free position a new entry of that name takes (`None`: every one of
     /// its hash is taken). ENOTDIR, a bad name or EEXIST otherwise (ENOENT
-    /// for no such directory).
-    fn absent_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Option<Spot>)>> {
+    /// for no such directory); `Err`: a node of its tree not in memory nor
+    /// `staged`.
+    fn absent_in(&self, dir: Ino, name: &[u8], staged: &Staged) -> Option<Result<Located<Option<Spot>>>> {
         let mut d = or_fail!(self.inode_shared(dir));
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
         or_fail!(check_name(name));
-        match or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name)) {
-            Lookup::Absent { free } => Some(Ok((d, free))),
+        match or_cold!(or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name)))) {
+            Lookup::Absent { free } => Some(Ok(Ok((d, free)))),
             Lookup::Found { .. } => Some(err(Errno::EEXIST)),
         }
     }
 
     /// Directory `dir` locked, with the entry `name` names there: its
-    /// inode, type and place. ENOTDIR or ENOENT otherwise.
-    fn found_in(&self, dir: Ino, name: &[u8]) -> Option<Result<(InodeGuard, Ino, FileType, Spot)>> {
+    /// inode, type and place. ENOTDIR or ENOENT otherwise; `Err` as for
+    /// [`Volume::absent_in`].
+    fn found_in(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        staged: &Staged,
+    ) -> Option<Result<Located<(Ino, FileType, Spot)>>> {
         let mut d = or_fail!(self.inode_shared(dir));
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
-        match or_fail!(probe_in(&mut d, self.be.dev.as_ref(), name)) {
-            Lookup::Found { ino, kind, spot } => Some(Ok((d, ino, kind, spot))),
+        match or_cold!(or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name)))) {
+            Lookup::Found { ino, kind, spot } => Some(Ok(Ok((d, (ino, kind, spot))))),
             Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
         }
     }
@@ -150,17 +192,18 @@ impl Volume {
     /// and the unlink starts again.
     /// `Err`: the inode-table node loading the named inode needs first,
     /// for the API to read without the guard before it asks again.
-    pub fn unlink_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<(), ColdNode>>> {
-        self.loading_named(|| self.unlink_shared_once(parent, name))
+    pub fn unlink_shared(&self, parent: Ino, name: &[u8], staged: &Staged) -> MayLoad<()> {
+        self.loading_named(|| self.unlink_shared_once(parent, name, staged))
     }
 
     /// Run `once`; if it stopped at a named inode not in cache, load that
     /// inode (no lock held) and run it again, or hand back the inode-table
     /// node its load must read first (`Err`). A second stop sends the
     /// operation to the exclusive path.
-    fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> Option<Result<Result<T, ColdNode>>> {
+    fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> MayLoad<T> {
         match once()? {
             Named::Done(r) => Some(r.map(Ok)),
+            Named::Cold(cold) => Some(Ok(Err(cold))),
             Named::Load(ino) => {
                 match or_fail!(self.inode_or_cold(ino)) {
                     Warm::Ready(i) => drop(i),
@@ -168,15 +211,16 @@ impl Volume {
                 }
                 match once()? {
                     Named::Done(r) => Some(r.map(Ok)),
+                    Named::Cold(cold) => Some(Ok(Err(cold))),
                     Named::Load(_) => None,
                 }
             }
         }
     }
 
-    fn unlink_shared_once(&self, parent: Ino, name: &[u8]) -> Option<Named<()>> {
+    fn unlink_shared_once(&self, parent: Ino, name: &[u8], staged: &Staged) -> Option<Named<()>> {
         let dev = self.be.dev.as_ref();
-        let (mut d, ino, kind, spot) = or_done!(self.found_in(parent, name)?);
+        let (mut d, (ino, kind, spot)) = or_named_cold!(or_done!(self.found_in(parent, name, staged)?));
         if kind == FileType::Directory {
             return Some(Named::Done(err(Errno::EISDIR)));
         }
@@ -204,7 +248,8 @@ impl Volume {
     /// [`Volume::link`] under the shared guard, when the inode is cached
     /// and nobody holds it: the directory is locked first, then the inode
     /// is tried (as an unlink does).
-    pub fn link_shared(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Option<Result<Attr>> {
+    /// `Err` as for [`Volume::mknod_shared`].
+    pub fn link_shared(&self, ino: Ino, newparent: Ino, newname: &[u8], staged: &Staged) -> MayLoad<Attr> {
         if ino == newparent {
             return None;
         }
@@ -212,7 +257,7 @@ impl Volume {
         // other lock held.
         drop(or_fail!(self.inode_shared(ino)));
         let dev = self.be.dev.as_ref();
-        let (mut d, free) = or_fail!(self.absent_in(newparent, newname)?);
+        let (mut d, free) = or_cold!(or_fail!(self.absent_in(newparent, newname, staged)?));
         let mut i = self.cache.try_lock(ino)?;
         if i.is_dir() {
             return Some(err(Errno::EPERM));
@@ -242,20 +287,20 @@ impl Volume {
             books.ns_touched.insert(ino);
             books.names.add((newparent, free.key), ino);
         }
-        Some(Ok(i.attr(self.be.bs as u32)))
+        Some(Ok(Ok(i.attr(self.be.bs as u32))))
     }
 
     /// [`Volume::rmdir`] under the shared guard, when nobody holds the
     /// directory named (so nothing is being made in it). One not in cache
     /// is loaded, as by an unlink.
     /// `Err` as for [`Volume::unlink_shared`].
-    pub fn rmdir_shared(&self, parent: Ino, name: &[u8]) -> Option<Result<Result<(), ColdNode>>> {
-        self.loading_named(|| self.rmdir_shared_once(parent, name))
+    pub fn rmdir_shared(&self, parent: Ino, name: &[u8], staged: &Staged) -> MayLoad<()> {
+        self.loading_named(|| self.rmdir_shared_once(parent, name, staged))
     }
 
-    fn rmdir_shared_once(&self, parent: Ino, name: &[u8]) -> Option<Named<()>> {
+    fn rmdir_shared_once(&self, parent: Ino, name: &[u8], staged: &Staged) -> Option<Named<()>> {
         let dev = self.be.dev.as_ref();
-        let (mut d, ino, kind, spot) = or_done!(self.found_in(parent, name)?);
+        let (mut d, (ino, kind, spot)) = or_named_cold!(or_done!(self.found_in(parent, name, staged)?));
         if kind != FileType::Directory {
             return Some(Named::Done(err(Errno::ENOTDIR)));
         }
@@ -268,7 +313,8 @@ impl Volume {
         if !c.is_dir() {
             return None; // damage: the exclusive path reports it
         }
-        if !or_done!(has_no_entries(&mut c, dev)) {
+        let empty = or_named_cold!(or_done!(self.staged(staged, |dev| has_no_entries(&mut c, dev))));
+        if !empty {
             return Some(Named::Done(err(Errno::ENOTEMPTY)));
         }
         or_done!(self.reserve_release_shared(2)?);
@@ -290,8 +336,10 @@ impl Volume {
 
     /// [`Volume::rename`] under the shared guard, for a source that is
     /// not a directory (no parent or link count of a directory changes),
-    /// without `exchange`, when the inodes involved are cached and nobody
-    /// holds them. Two directories are locked in inode-number order.
+    /// without `exchange`, when the directories are cached and nobody
+    /// holds the inodes involved (one not in cache is loaded, as by an
+    /// unlink). Two directories are locked in inode-number order.
+    /// `Err` as for [`Volume::unlink_shared`].
     pub fn rename_shared(
         &self,
         parent: Ino,
@@ -299,7 +347,18 @@ impl Volume {
         newparent: Ino,
         newname: &[u8],
         flags: RenameFlags,
-    ) -> Option<Result<()>> {
+        staged: &Staged,
+    ) -> MayLoad<()> {
+        self.loading_named(|| self.rename_shared_once((parent, name), (newparent, newname), flags, staged))
+    }
+
+    fn rename_shared_once(
+        &self,
+        (parent, name): (Ino, &[u8]),
+        (newparent, newname): (Ino, &[u8]),
+        flags: RenameFlags,
+        staged: &Staged,
+    ) -> Option<Named<()>> {
         if flags.exchange {
             return None;
         }
@@ -315,31 +374,34 @@ impl Volume {
         };
         // The checks in the order of the exclusive rename (Linux's).
         if !a.is_dir() {
-            return Some(err(Errno::ENOTDIR));
+            return Some(Named::Done(err(Errno::ENOTDIR)));
         }
         if name.len() > NAME_MAX {
-            return Some(err(Errno::ENAMETOOLONG));
+            return Some(Named::Done(err(Errno::ENAMETOOLONG)));
         }
         if !b.as_ref().is_none_or(|b| b.is_dir()) {
-            return Some(err(Errno::ENOTDIR));
+            return Some(Named::Done(err(Errno::ENOTDIR)));
         }
-        or_fail!(check_name(newname));
-        let Lookup::Found { ino, kind, spot } = or_fail!(probe_in(&mut a, dev, name)) else {
-            return Some(err(Errno::ENOENT));
+        or_done!(check_name(newname));
+        let found = or_named_cold!(or_done!(self.staged(staged, |dev| probe_in(&mut a, dev, name))));
+        let Lookup::Found { ino, kind, spot } = found else {
+            return Some(Named::Done(err(Errno::ENOENT)));
         };
         if kind == FileType::Directory {
             return None;
         }
-        let (target, free) = match or_fail!(probe_in(b.as_deref_mut().unwrap_or(&mut a), dev, newname)) {
-            Lookup::Found { ino, kind, spot } => (Some((ino, kind, spot)), None),
-            Lookup::Absent { free } => (None, free),
-        };
+        let d = b.as_deref_mut().unwrap_or(&mut a);
+        let (target, free) =
+            match or_named_cold!(or_done!(self.staged(staged, |dev| probe_in(d, dev, newname)))) {
+                Lookup::Found { ino, kind, spot } => (Some((ino, kind, spot)), None),
+                Lookup::Absent { free } => (None, free),
+            };
         if flags.noreplace && target.is_some() {
-            return Some(err(Errno::EEXIST));
+            return Some(Named::Done(err(Errno::EEXIST)));
         }
         if let Some((t, tkind, _)) = &target {
             if *t == ino {
-                return Some(Ok(()));
+                return Some(Named::Done(Ok(())));
             }
             if *tkind == FileType::Directory {
                 // An error, but which one takes the exclusive path's
@@ -354,18 +416,32 @@ impl Volume {
         {
             return None; // damage: the exclusive path reports it
         }
-        let mut src = self.cache.try_lock(ino)?;
+        // A named inode not in cache is loaded (the directories let go)
+        // and the rename starts again; one held sends it to the exclusive
+        // path.
+        let named = |ino| match self.cache.try_lock(ino) {
+            Some(i) => Ok(i),
+            None if self.cache.contains(ino) => Err(None),
+            None => Err(Some(Named::Load(ino))),
+        };
+        let mut src = match named(ino) {
+            Ok(i) => i,
+            Err(stop) => return stop,
+        };
         let mut tgt = match &target {
-            Some((t, _, _)) => Some(self.cache.try_lock(*t)?),
+            Some((t, _, _)) => match named(*t) {
+                Ok(i) => Some(i),
+                Err(stop) => return stop,
+            },
             None => None,
         };
-        or_fail!(self.reserve_shared(4)?);
+        or_done!(self.reserve_shared(4)?);
         let now = Timespec::now();
         if let Some((_, _, tspot)) = &target {
             let d = b.as_deref_mut().unwrap_or(&mut a);
-            or_fail!(d.tree.remove_at(dev, tspot));
+            or_done!(d.tree.remove_at(dev, tspot));
         }
-        or_fail!(a.tree.remove_at(dev, &spot));
+        or_done!(a.tree.remove_at(dev, &spot));
         a.attrs.mtime = now;
         a.attrs.ctime = now;
         self.touch_locked(&mut a);
@@ -374,12 +450,12 @@ impl Volume {
         // changed the tree (then looked for again).
         let at = match free {
             Some(s) if d.tree.holds(&s) => s,
-            _ => match or_fail!(dirent::free_position(&mut d.tree, dev, newname)) {
+            _ => match or_done!(dirent::free_position(&mut d.tree, dev, newname)) {
                 Some(s) => s,
-                None => return Some(err(Errno::ENOSPC)),
+                None => return Some(Named::Done(err(Errno::ENOSPC))),
             },
         };
-        or_fail!(d.tree.insert_at(dev, &at, dirent::encode(ino, kind, newname)));
+        or_done!(d.tree.insert_at(dev, &at, dirent::encode(ino, kind, newname)));
         d.attrs.mtime = now;
         d.attrs.ctime = now;
         self.touch_locked(d);
@@ -401,10 +477,10 @@ impl Volume {
         src.attrs.ctime = now;
         self.touch_locked(&mut src);
         drop(src);
-        match tgt.take() {
-            Some(t) => Some(self.drop_link_shared(t, now)),
-            None => Some(Ok(())),
-        }
+        Some(Named::Done(match tgt.take() {
+            Some(t) => self.drop_link_shared(t, now),
+            None => Ok(()),
+        }))
     }
 
     /// One name of `i` (held, not a directory) is gone: drop its link
