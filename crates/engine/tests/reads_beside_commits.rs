@@ -325,8 +325,9 @@ const ENTRIES: usize = 3000;
 /// for an extent tree of several leaves.
 const EXTENTS: usize = 2000;
 
-/// A volume with directory `d` of [`ENTRIES`] entries `nK` and file `f`
-/// of [`EXTENTS`] one-block extents (block `2k` holds `pattern(4, k)`).
+/// A volume with directory `d` of [`ENTRIES`] entries `nK`, and files `f`
+/// and `e` of [`EXTENTS`] one-block extents (block `2k` of `f` holds
+/// `pattern(4, k)`).
 fn cold_trees(dev: &Arc<HoldingDevice>) {
     Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
     let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
@@ -334,9 +335,11 @@ fn cold_trees(dev: &Arc<HoldingDevice>) {
     for k in 0..ENTRIES {
         fs.create(d, format!("n{k}").as_bytes(), 0o644, 0, 0).unwrap();
     }
-    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
-    for k in 0..EXTENTS {
-        fs.write(f, (2 * k * BS) as u64, &pattern(4, k)).unwrap();
+    for name in [&b"f"[..], b"e"] {
+        let f = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
+        for k in 0..EXTENTS {
+            fs.write(f, (2 * k * BS) as u64, &pattern(4, k)).unwrap();
+        }
     }
     fs.close().unwrap();
 }
@@ -353,6 +356,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         "a rename",
         "a link",
         "a read",
+        "an unlink that frees a file",
     ];
     for (n, what) in steps.into_iter().enumerate() {
         // Reopened for each step: the inodes of `d` and `f` are loaded
@@ -361,6 +365,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
         let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
         let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+        fs.lookup(ROOT_INO, b"e").unwrap();
         let g = fs
             .create(ROOT_INO, format!("g{n}").as_bytes(), 0o644, 0, 0)
             .unwrap()
@@ -375,6 +380,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
                 "an unlink" => fs.unlink(d, b"n7").unwrap(),
                 "a rename" => fs.rename(d, b"n8", d, b"m8", Default::default()).unwrap(),
                 "a link" => assert_eq!(fs.link(f, d, b"l").unwrap().nlink, 2),
+                "an unlink that frees a file" => fs.unlink(ROOT_INO, b"e").unwrap(),
                 _ => {
                     let mut out = vec![0u8; BS];
                     assert_eq!(fs.read_into(f, (2 * 1500 * BS) as u64, &mut out).unwrap(), BS);
@@ -397,6 +403,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
     // Every step's change is there after a reopen, and nothing else moved.
     let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
     let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+    assert!(fs.lookup(ROOT_INO, b"e").is_err(), "e");
     for (name, there) in [
         ("new", true),
         ("n7", false),

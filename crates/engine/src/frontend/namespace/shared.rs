@@ -35,7 +35,8 @@
 //! records, handed to the backend at settle).
 
 use super::{check_name, fresh_inode, has_no_entries, probe_in};
-use crate::cache::InodeGuard;
+use crate::cache::{Inode, InodeGuard};
+use crate::device::Device;
 use crate::error::{err, Errno, Result};
 use crate::frontend::load::{ColdNode, MayLoad, Staged, Warm};
 use crate::frontend::Volume;
@@ -74,6 +75,11 @@ macro_rules! or_cold {
             Err(cold) => return Some(Ok(Err(cold))),
         }
     };
+}
+
+/// Load every node of `i`'s tree (an extent map or a directory's entries).
+fn load_tree(i: &mut Inode, dev: &dyn Device) -> Result<()> {
+    i.tree.visit(dev, &mut |_, _, _, _| Ok(()))
 }
 
 /// `Some(Named::Cold)` out of a shared operation on a named inode.
@@ -227,9 +233,10 @@ impl Volume {
         if ino == parent {
             return None; // damage: the exclusive path reports it
         }
-        let Some(i) = self.cache.try_lock(ino) else {
+        let Some(mut i) = self.cache.try_lock(ino) else {
             return (!self.cache.contains(ino)).then_some(Named::Load(ino));
         };
+        or_named_cold!(or_done!(self.preload_freed(&mut i, staged)));
         or_done!(self.reserve_release_shared(2)?);
         or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
@@ -317,6 +324,7 @@ impl Volume {
         if !empty {
             return Some(Named::Done(err(Errno::ENOTEMPTY)));
         }
+        or_named_cold!(or_done!(self.staged(staged, |dev| load_tree(&mut c, dev))));
         or_done!(self.reserve_release_shared(2)?);
         or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
@@ -435,6 +443,9 @@ impl Volume {
             },
             None => None,
         };
+        if let Some(t) = tgt.as_mut() {
+            or_named_cold!(or_done!(self.preload_freed(t, staged)));
+        }
         or_done!(self.reserve_shared(4)?);
         let now = Timespec::now();
         if let Some((_, _, tspot)) = &target {
@@ -481,6 +492,17 @@ impl Volume {
             Some(t) => self.drop_link_shared(t, now),
             None => Ok(()),
         }))
+    }
+
+    /// Before a change that may drop `i`'s last link (held, not a
+    /// directory): if it would then be freed (one name, no handle), every
+    /// node of its tree loaded, so that freeing its blocks reads nothing;
+    /// `Err`, the node to read first. Changes nothing else.
+    fn preload_freed(&self, i: &mut Inode, staged: &Staged) -> Result<Result<(), ColdNode>> {
+        if i.attrs.nlink > 1 || self.is_open(i.ino) {
+            return Ok(Ok(()));
+        }
+        self.staged(staged, |dev| load_tree(i, dev))
     }
 
     /// One name of `i` (held, not a directory) is gone: drop its link
