@@ -74,8 +74,9 @@ bench-quick: build
 # Fuzz open, fsck and log replay over mutated images (nightly + cargo-fuzz);
 # FUZZ_SECONDS in total, split over the three targets.
 FUZZ_SECONDS ?= 600
-# The pipeline's synchronisation pieces (frontend/pipeline.rs) under every
-# interleaving loom explores (three preemptions), in a target dir of their own.
+# The synchronisation pieces (frontend/pipeline.rs, api/guard.rs,
+# backend/readers.rs) under every interleaving loom explores (three
+# preemptions), in a target dir of their own.
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p tux3 --lib loom
 

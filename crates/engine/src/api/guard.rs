@@ -120,3 +120,83 @@ mod tests {
         assert_unguarded("a write");
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::Counted;
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use loom::sync::{Arc, RwLock};
+    use loom::thread;
+
+    /// Every interleaving with up to three preemptions.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
+    /// What the delta guard stands over here: the number of the open delta
+    /// (the volume's, behind the lock) and, beside it, the changes each
+    /// delta has (atomics, as the leaf locks that hold the real ones are
+    /// taken under the shared guard by many operations at once).
+    struct Volume {
+        guard: RwLock<usize>,
+        changes: [AtomicUsize; 2],
+        /// Operations inside the guard now.
+        inside: AtomicUsize,
+    }
+
+    /// Two operations each join the open delta under the shared guard (the
+    /// real `Counted` over loom's guards) and record one change in it; a
+    /// freeze takes the guard exclusively, sees the frozen delta's changes
+    /// and opens the next. No operation is inside while the freeze is, no
+    /// change joins a delta after its freeze saw it, and each change is
+    /// counted once, in the delta its operation read. With an operation
+    /// that records its change after dropping its guard this fails: the
+    /// freeze sees delta 0 without the change that read delta 0.
+    #[test]
+    fn no_change_joins_a_delta_after_its_freeze() {
+        model(|| {
+            let v = Arc::new(Volume {
+                guard: RwLock::new(0),
+                changes: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                inside: AtomicUsize::new(0),
+            });
+            let ops: Vec<_> = (0..2)
+                .map(|_| {
+                    let v = v.clone();
+                    thread::spawn(move || {
+                        let g = Counted::new(v.guard.read().unwrap());
+                        v.inside.fetch_add(1, SeqCst);
+                        let delta = *g;
+                        v.changes[delta].fetch_add(1, SeqCst);
+                        v.inside.fetch_sub(1, SeqCst);
+                        drop(g);
+                        delta
+                    })
+                })
+                .collect();
+            let (frozen, seen) = {
+                let mut g = Counted::new(v.guard.write().unwrap());
+                assert_eq!(v.inside.load(SeqCst), 0, "an operation inside a freeze");
+                let frozen = *g;
+                let seen = v.changes[frozen].load(SeqCst);
+                *g += 1;
+                (frozen, seen)
+            };
+            let mut joined = [0; 2];
+            for op in ops {
+                joined[op.join().unwrap()] += 1;
+            }
+            assert_eq!(
+                v.changes[frozen].load(SeqCst),
+                seen,
+                "a change joined delta {frozen} after its freeze"
+            );
+            for (d, n) in joined.iter().enumerate() {
+                assert_eq!(v.changes[d].load(SeqCst), *n, "delta {d}'s changes");
+            }
+            assert_eq!(*v.guard.read().unwrap(), frozen + 1);
+        });
+    }
+}
