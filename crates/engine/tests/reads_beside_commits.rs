@@ -354,6 +354,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         "a create",
         "an unlink",
         "a rename",
+        "a rename over a file",
         "a link",
         "a read",
         "an unlink that frees a file",
@@ -379,6 +380,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
                 "a create" => assert!(fs.create(d, b"new", 0o644, 0, 0).is_ok()),
                 "an unlink" => fs.unlink(d, b"n7").unwrap(),
                 "a rename" => fs.rename(d, b"n8", d, b"m8", Default::default()).unwrap(),
+                "a rename over a file" => fs.rename(d, b"n10", d, b"n11", Default::default()).unwrap(),
                 "a link" => assert_eq!(fs.link(f, d, b"l").unwrap().nlink, 2),
                 "an unlink that frees a file" => fs.unlink(ROOT_INO, b"e").unwrap(),
                 _ => {
@@ -411,6 +413,8 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         ("m8", true),
         ("l", true),
         ("n9", true),
+        ("n10", false),
+        ("n11", true),
     ] {
         assert_eq!(fs.lookup(d, name.as_bytes()).is_ok(), there, "{name}");
     }

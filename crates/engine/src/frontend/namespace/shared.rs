@@ -204,24 +204,21 @@ impl Volume {
 
     /// Run `once`; if it stopped at a named inode not in cache, load that
     /// inode (no lock held) and run it again, or hand back the inode-table
-    /// node its load must read first (`Err`). A second stop sends the
-    /// operation to the exclusive path.
+    /// node its load must read first (`Err`). A third stop at a named
+    /// inode (a rename names two) sends the operation to the exclusive
+    /// path.
     fn loading_named<T>(&self, once: impl Fn() -> Option<Named<T>>) -> MayLoad<T> {
-        match once()? {
-            Named::Done(r) => Some(r.map(Ok)),
-            Named::Cold(cold) => Some(Ok(Err(cold))),
-            Named::Load(ino) => {
-                match or_fail!(self.inode_or_cold(ino)) {
+        for _ in 0..3 {
+            match once()? {
+                Named::Done(r) => return Some(r.map(Ok)),
+                Named::Cold(cold) => return Some(Ok(Err(cold))),
+                Named::Load(ino) => match or_fail!(self.inode_or_cold(ino)) {
                     Warm::Ready(i) => drop(i),
                     Warm::Cold(cold) => return Some(Ok(Err(cold))),
-                }
-                match once()? {
-                    Named::Done(r) => Some(r.map(Ok)),
-                    Named::Cold(cold) => Some(Ok(Err(cold))),
-                    Named::Load(_) => None,
-                }
+                },
             }
         }
+        None
     }
 
     fn unlink_shared_once(&self, parent: Ino, name: &[u8], staged: &Staged) -> Option<Named<()>> {
