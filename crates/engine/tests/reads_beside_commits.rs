@@ -325,7 +325,13 @@ const ENTRIES: usize = 3000;
 /// for an extent tree of several leaves.
 const EXTENTS: usize = 2000;
 
-/// A volume with directory `d` of [`ENTRIES`] entries `nK`, and files `f`
+/// [`cold_trees`]'s symlink's target: too long to live in its inode.
+fn target() -> Vec<u8> {
+    (0..3000).map(|k| b'a' + (k % 26) as u8).collect()
+}
+
+/// A volume with symlink `s` to [`target`], directory `d` of [`ENTRIES`]
+/// entries `nK`, and files `f`
 /// and `e` of [`EXTENTS`] one-block extents (block `2k` of `f` holds
 /// `pattern(4, k)`).
 fn cold_trees(dev: &Arc<HoldingDevice>) {
@@ -335,6 +341,7 @@ fn cold_trees(dev: &Arc<HoldingDevice>) {
     for k in 0..ENTRIES {
         fs.create(d, format!("n{k}").as_bytes(), 0o644, 0, 0).unwrap();
     }
+    fs.symlink(ROOT_INO, b"s", &target(), 0, 0).unwrap();
     for name in [&b"f"[..], b"e"] {
         let f = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
         for k in 0..EXTENTS {
@@ -358,6 +365,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         "a link",
         "a read",
         "an unlink that frees a file",
+        "a readlink",
     ];
     for (n, what) in steps.into_iter().enumerate() {
         // Reopened for each step: the inodes of `d` and `f` are loaded
@@ -366,7 +374,8 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
         let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
         let f = fs.lookup(ROOT_INO, b"f").unwrap().ino;
-        fs.lookup(ROOT_INO, b"e").unwrap();
+        let _ = fs.lookup(ROOT_INO, b"e"); // (gone after its unlink step)
+        let link = fs.lookup(ROOT_INO, b"s").unwrap().ino;
         let g = fs
             .create(ROOT_INO, format!("g{n}").as_bytes(), 0o644, 0, 0)
             .unwrap()
@@ -383,6 +392,7 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
                 "a rename over a file" => fs.rename(d, b"n10", d, b"n11", Default::default()).unwrap(),
                 "a link" => assert_eq!(fs.link(f, d, b"l").unwrap().nlink, 2),
                 "an unlink that frees a file" => fs.unlink(ROOT_INO, b"e").unwrap(),
+                "a readlink" => assert_eq!(fs.readlink(link).unwrap(), target()),
                 _ => {
                     let mut out = vec![0u8; BS];
                     assert_eq!(fs.read_into(f, (2 * 1500 * BS) as u64, &mut out).unwrap(), BS);

@@ -215,7 +215,7 @@ impl Fs {
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         self.warm(ino);
-        if let Some(r) = self.shared_vol().readlink_shared(ino) {
+        if let Some(r) = self.warming(|v, s| v.readlink_shared(ino, s)) {
             return r;
         }
         self.vol().readlink(ino)

@@ -170,8 +170,10 @@ impl Volume {
     }
 
     /// [`Volume::readlink`] under the shared guard; a target length out of
-    /// bounds (damage) is reported by the exclusive path.
-    pub fn readlink_shared(&self, ino: Ino) -> Option<Result<Vec<u8>>> {
+    /// bounds (damage) is reported by the exclusive path. `Err`: a block
+    /// of the target (or of its extent map) to read first, as for
+    /// [`Volume::lookup_shared`].
+    pub fn readlink_shared(&self, ino: Ino, staged: &Staged) -> MayLoad<Vec<u8>> {
         let mut i = or_fail!(self.inode_shared(ino));
         if i.kind() != FileType::Symlink {
             return Some(err(Errno::EINVAL));
@@ -180,7 +182,8 @@ impl Volume {
             return None;
         }
         let size = i.attrs.size as usize;
-        Some(read_from(&mut i, self.be.dev.as_ref(), self.bs(), 0, size))
+        let bs = self.bs();
+        Some(self.staged(staged, |dev| read_from(&mut i, dev, bs, 0, size)))
     }
 
     /// Up to `max` entries of directory `ino` from `pos`; or (`Err`) the
