@@ -36,6 +36,16 @@ pub mod memory_budget;
 pub mod structures;
 pub mod types;
 
+/// The loom models' one setting (`make loom`): every interleaving with up
+/// to three preemptions (loom's usual bound: most concurrency bugs need
+/// two or fewer).
+#[cfg(all(test, loom))]
+pub(crate) fn loom_model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(f);
+}
+
 pub use api::{default_clean_limit, default_dirty_limit, open_path, usable_memory, Fs};
 pub use error::{Errno, Error, Result};
 pub use types::*;

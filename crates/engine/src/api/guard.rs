@@ -128,12 +128,7 @@ mod loom_tests {
     use loom::sync::{Arc, RwLock};
     use loom::thread;
 
-    /// Every interleaving with up to three preemptions.
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(f);
-    }
+    use crate::loom_model as model;
 
     /// What the delta guard stands over here: the number of the open delta
     /// (the volume's, behind the lock) and, beside it, the changes each

@@ -149,12 +149,7 @@ mod loom_tests {
     use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
     use loom::thread;
 
-    /// Every interleaving with up to three preemptions.
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(f);
-    }
+    use crate::loom_model as model;
 
     /// A file of one block and the device under it. `file` stands for the
     /// file's lock and the delta guard: the block the file maps and the

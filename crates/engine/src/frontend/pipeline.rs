@@ -443,13 +443,7 @@ mod loom_tests {
     use loom::sync::Arc;
     use loom::thread;
 
-    /// Every interleaving with up to three preemptions (loom's usual bound:
-    /// most concurrency bugs need two or fewer).
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(f);
-    }
+    use crate::loom_model as model;
 
     /// Two syncs and one committer: every sync returns only once the delta
     /// open at its call is durable, and no wake-up is lost (loom explores
