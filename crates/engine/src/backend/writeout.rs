@@ -20,10 +20,11 @@ pub(super) type Pages = Vec<(u64, Arc<Vec<u8>>)>;
 /// Largest single device write assembled from neighbouring blocks.
 const MAX_MERGE: usize = 1 << 20;
 
-/// Write metadata images and data pages in address order, merging
-/// neighbours into one request of up to [`MAX_MERGE`] bytes, then `last`
-/// (a commit block) as a request of its own: all as one batch, in flight
-/// together (nothing orders them before the flush that follows).
+/// Write metadata images, data pages and `last` (a commit block) in
+/// address order, merging neighbours into one request of up to
+/// [`MAX_MERGE`] bytes: all as one batch, in flight together (nothing
+/// orders them before the flush that follows): an fsync commit's log body
+/// and commit block, usually neighbours, go as one request.
 pub(super) fn write_all(
     dev: &dyn Device,
     bs: usize,
@@ -31,7 +32,7 @@ pub(super) fn write_all(
     data: &[(u64, Arc<Vec<u8>>)],
     last: Option<(u64, &[u8])>,
 ) -> Result<()> {
-    let mut all: Vec<(u64, &[u8])> = images(&writes, data).collect();
+    let mut all: Vec<(u64, &[u8])> = images(&writes, data).chain(last).collect();
     all.sort_by_key(|w| w.0);
     let mut reqs: Vec<Gather> = Vec::new();
     let mut i = 0;
@@ -48,9 +49,6 @@ pub(super) fn write_all(
         reqs.push((start, all[i..j].iter().map(|w| w.1).collect()));
         i = j;
     }
-    if let Some((addr, block)) = last {
-        reqs.push((addr, vec![block]));
-    }
     dev.write_gather(&reqs)?;
     Ok(())
 }
@@ -65,4 +63,32 @@ pub(super) fn images<'a>(
         .iter()
         .map(|(a, b)| (*a, b.as_slice()))
         .chain(data.iter().map(|(a, p)| (*a, p.as_slice())))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+
+    /// Neighbouring images, pages and the commit block go out as one
+    /// request each run of neighbours, the commit block included; every
+    /// block lands where it belongs.
+    #[test]
+    fn neighbours_merge_into_one_request_with_the_commit_block() {
+        let bs = 4096;
+        let dev = MemDevice::new(bs as u32, 64);
+        let writes: Writes = vec![(11, vec![2u8; bs]), (10, vec![1u8; bs]), (30, vec![5u8; bs])];
+        let data: Pages = vec![(12, Arc::new(vec![3u8; bs]))];
+        let commit = vec![4u8; bs];
+        write_all(&dev, bs, writes, &data, Some((13, &commit))).unwrap();
+        let c = dev.counters();
+        assert_eq!(c.blocks_written, 5);
+        assert_eq!(c.writes, 2, "blocks 10..=13 as one request, then block 30");
+        let mut buf = vec![0u8; bs];
+        for (block, byte) in [(10u64, 1u8), (11, 2), (12, 3), (13, 4), (30, 5)] {
+            dev.read(block, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == byte), "block {block}");
+        }
+    }
 }
