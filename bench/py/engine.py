@@ -109,6 +109,7 @@ def run_all(ctx, env, root, results, show):
                 base = {"fs": "tux3-engine" if kind == "engine" else "tmpfs-syscalls",
                         "workload": "engine-" + load, "param": param, "error": ""}
                 timeout = ctx.step_timeout + (ctx.engine_dbench_secs if load == "dbench" else 0)
+                t0 = util.cpu_ticks()
                 try:
                     rc, out, err = util.run([binary, load] + where + args, timeout=timeout, check=False)
                     found = all_json(out) if load == "meta" else [last_json(out)]
@@ -117,8 +118,12 @@ def run_all(ctx, env, root, results, show):
                             res["error"] = "exit %d: %s" % (rc, err.strip()[-300:])
                 except CmdError as e:
                     found = [{"error": str(e)[:300]}]
+                # Over the whole command (a meta run's phases share it).
+                steal = util.steal_pct(t0, util.cpu_ticks())
                 for res in found:
                     row = dict(base)
+                    if steal is not None:
+                        row["steal_pct"] = round(steal, 2)
                     row.update(res)
                     if load == "syncs":
                         row.update(figure=row.get("seconds"), unit="s", better="lower")

@@ -9,6 +9,7 @@ the FUSE requests were counted still make a report (it says they were not).
 import os
 
 from fsetup import EXT4_OPTS, FILESYSTEMS, LABEL, PEERS
+from util import STEAL_MARK
 
 WORKLOAD_TEXT = {
     "syncs": ("Parallel small fsyncs",
@@ -85,7 +86,13 @@ def cell(r, key="figure"):
         return "—"
     if r.get("error"):
         return "error"
-    return fmt(r.get(key))
+    return fmt(r.get(key)) + ("†" if stolen(r) else "")
+
+
+def stolen(r):
+    """Whether the hypervisor stole at least STEAL_MARK percent of the CPU
+    during row `r`'s timed region."""
+    return (r.get("steal_pct") or 0) >= STEAL_MARK
 
 
 KERNEL_PEERS = ["ext4", "ext4-fc", "xfs", "btrfs"]
@@ -662,7 +669,13 @@ def write(res, path, plotdir, plots):
     L += ["Counters come from `/sys/block/loopN/stat` (Documentation/block/stat.rst): write "
           "I/Os (field 5), sectors written (field 7, shown as 4 KiB blocks), flushes (field "
           "16). Per-fsync figures count the timed region only; the other counts include the "
-          "`sync -f` after it. Filesystem daemon CPU is utime+stime from /proc/PID/stat.", ""]
+          "`sync -f` after it. Filesystem daemon CPU is utime+stime from /proc/PID/stat.",
+          "",
+          "This is a virtual machine: a figure marked † comes from a step during which the "
+          "hypervisor kept at least %g%% of the CPU time from it (steal time, the `cpu` line of "
+          "/proc/stat, over the timed region), and may be low for that reason alone. Before "
+          "each filesystem is set up the run waits (up to 2 minutes) for a second with at "
+          "most 2%% stolen." % STEAL_MARK, ""]
     rt = requests_text(res)
     if rt:
         L += [rt, ""]
@@ -731,6 +744,8 @@ def write(res, path, plotdir, plots):
     notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]
     notes += ["- %s / %s / %s: %s" % (r["fs"], r["workload"], r["param"], r["error"])
               for r in rows if r.get("error")]
+    notes += ["- %s / %s / %s: %.1f%% of the CPU stolen by the hypervisor (†)" % (
+        r["fs"], r["workload"], r["param"], r["steal_pct"]) for r in rows if stolen(r)]
     notes += ["- %s" % n for n in res.get("notes", [])]
     L += notes or ["None."]
     L += ["", "Raw results: `bench/results/results.csv` and `results.json` (one row per "

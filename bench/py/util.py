@@ -149,6 +149,46 @@ def stat_delta(a, b):
     return {k: (None if a[k] is None or b[k] is None else b[k] - a[k]) for k in a}
 
 
+# A step during which the hypervisor stole at least this percent of the
+# CPU is marked in the report (†): its figure may be low for that reason.
+STEAL_MARK = 5.0
+
+
+def cpu_ticks():
+    """The machine's CPU time so far from /proc/stat's `cpu` line, in
+    ticks: (all, steal). Steal is time the hypervisor ran something else
+    while this machine's vCPUs wanted to run (proc(5))."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v), v[7]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steal_pct(a, b):
+    """Percent of the CPU time between two `cpu_ticks()` the hypervisor
+    stole, or None."""
+    if a is None or b is None or b[0] <= a[0]:
+        return None
+    return 100.0 * (b[1] - a[1]) / (b[0] - a[0])
+
+
+def wait_calm(limit_pct=2.0, window=1.0, timeout=120.0):
+    """Wait until one `window` of seconds passes with at most `limit_pct`
+    of the CPU stolen by the hypervisor (another guest, or the host writing
+    back what this machine wrote), at most `timeout` seconds. Returns
+    (seconds waited, the last window's steal percent)."""
+    t0 = time.monotonic()
+    pct = None
+    while True:
+        a = cpu_ticks()
+        time.sleep(window)
+        pct = steal_pct(a, cpu_ticks())
+        if pct is None or pct <= limit_pct or time.monotonic() - t0 >= timeout:
+            return time.monotonic() - t0, pct
+
+
 def proc_cpu(pid):
     """utime+stime of process `pid` in seconds, or None."""
     if not pid:

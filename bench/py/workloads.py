@@ -16,7 +16,8 @@ import re
 import time
 
 from fusetrace import connection
-from util import CmdError, disk_stat, finish, last_json, proc_cpu, run, stat_delta, start
+from util import (CmdError, cpu_ticks, disk_stat, finish, last_json, proc_cpu, run, stat_delta,
+                  start, steal_pct)
 
 MIB = 1 << 20
 
@@ -106,7 +107,7 @@ def measure(ctx, m, workload, param, body, fsyncs=None, sync_after=True):
     row = {"fs": m.fs, "workload": workload, "param": param, "error": ""}
     trace = ctx.fuse_trace if ctx.fuse_trace and ctx.fuse_trace.dir else None
     conn = connection(m.mnt) if trace else None
-    s0, c0 = disk_stat(m.dev), proc_cpu(m.pid)
+    s0, c0, t0 = disk_stat(m.dev), proc_cpu(m.pid), cpu_ticks()
     if conn is not None:
         trace.start(conn)
     try:
@@ -116,7 +117,10 @@ def measure(ctx, m, workload, param, body, fsyncs=None, sync_after=True):
     finally:
         if conn is not None:
             trace.stop()
-    s1, c1 = disk_stat(m.dev), proc_cpu(m.pid)
+    s1, c1, t1 = disk_stat(m.dev), proc_cpu(m.pid), cpu_ticks()
+    steal = steal_pct(t0, t1)
+    if steal is not None:
+        row["steal_pct"] = round(steal, 2)
     if sync_after:
         try:
             syncfs(m)
