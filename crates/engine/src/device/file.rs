@@ -198,9 +198,11 @@ impl Device for FileDevice {
     }
     /// Batches of two or more pieces go through an io_uring, all in flight
     /// at once. Urgent batches have a ring of their own (they are
-    /// serialized by the log, so they wait only for each other); a
-    /// background batch that finds its ring busy (another commit's batch),
-    /// or either kind without a ring, goes one write at a time.
+    /// serialized by the log, so they wait only for each other), which
+    /// takes them even as a single piece: its bounce buffers are kept, so
+    /// an fsync commit allocates none. A background batch that finds its
+    /// ring busy (another commit's batch), or either kind without a ring,
+    /// goes one write at a time.
     fn write_gather(&self, reqs: &[Gather]) -> io::Result<()> {
         if !self.writable {
             return Err(read_only_error());
@@ -222,7 +224,7 @@ impl Device for FileDevice {
             None => Vec::new(),
         };
         match ring {
-            Some(mut ring) if pieces.len() > 1 => {
+            Some(mut ring) if urgent || pieces.len() > 1 => {
                 let gate = (!urgent).then_some(&self.gate);
                 ring.write(&self.file, &pieces, gate)?
             }
@@ -476,8 +478,9 @@ mod tests {
 
     /// An urgent batch (an fsync commit's) goes through a ring of its own,
     /// all its pieces in flight together, even while a background batch
-    /// holds the other ring; a background batch that finds its ring busy
-    /// goes one write at a time.
+    /// holds the other ring, and a single urgent piece goes through it too;
+    /// a background batch that finds its ring busy goes one write at a
+    /// time.
     #[test]
     fn urgent_batches_have_a_ring_of_their_own() {
         let dir = tempfile::tempdir().unwrap();
@@ -507,7 +510,18 @@ mod tests {
             (0, 2),
             "a busy ring: one by one"
         );
-        for (block, want) in [(5, &a), (40, &b)] {
+        // A single urgent piece (an fsync commit's neighbouring blocks, one
+        // request) goes through the urgent ring too, whose buffers it reuses.
+        let one: Vec<Gather> = vec![(10, vec![&a, &b])];
+        dev.urgent_begin();
+        dev.write_gather(&one).unwrap();
+        dev.urgent_end();
+        assert_eq!(
+            sent(&dev.urgent_batch),
+            3,
+            "a lone urgent piece through the urgent ring"
+        );
+        for (block, want) in [(5, &a), (40, &b), (10, &a), (11, &b)] {
             let mut back = vec![0; BS as usize];
             dev.read(block, &mut back).unwrap();
             assert!(&back == want, "block {block}");
