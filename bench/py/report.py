@@ -9,7 +9,7 @@ the FUSE requests were counted still make a report (it says they were not).
 import os
 
 from fsetup import EXT4_OPTS, FILESYSTEMS, LABEL, PEERS
-from util import STEAL_MARK
+from util import CALM_PCT, CALM_TIMEOUT, STEAL_MARK
 
 WORKLOAD_TEXT = {
     "syncs": ("Parallel small fsyncs",
@@ -674,8 +674,8 @@ def write(res, path, plotdir, plots):
           "This is a virtual machine: a figure marked † comes from a step during which the "
           "hypervisor kept at least %g%% of the CPU time from it (steal time, the `cpu` line of "
           "/proc/stat, over the timed region), and may be low for that reason alone. Before "
-          "each filesystem is set up the run waits (up to 2 minutes) for a second with at "
-          "most 2%% stolen." % STEAL_MARK, ""]
+          "each filesystem is set up the run waits (up to %g s) for a second with at "
+          "most %g%% stolen." % (STEAL_MARK, CALM_TIMEOUT, CALM_PCT), ""]
     rt = requests_text(res)
     if rt:
         L += [rt, ""]

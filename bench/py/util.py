@@ -174,19 +174,25 @@ def steal_pct(a, b):
     return 100.0 * (b[1] - a[1]) / (b[0] - a[0])
 
 
-def wait_calm(limit_pct=2.0, window=1.0, timeout=120.0):
-    """Wait until one `window` of seconds passes with at most `limit_pct`
-    of the CPU stolen by the hypervisor (another guest, or the host writing
-    back what this machine wrote), at most `timeout` seconds. Returns
-    (seconds waited, the last window's steal percent)."""
+# Before each filesystem is set up the run waits, for at most CALM_TIMEOUT
+# seconds, for a second with at most CALM_PCT percent of the CPU stolen.
+CALM_PCT = 2.0
+CALM_TIMEOUT = 120.0
+
+
+def wait_calm():
+    """Wait until one second passes with at most CALM_PCT percent of the
+    CPU stolen by the hypervisor (another guest, or the host writing back
+    what this machine wrote), for at most CALM_TIMEOUT seconds. Returns
+    (seconds waited, the last second's steal percent, None if unknown)."""
     t0 = time.monotonic()
-    pct = None
     while True:
         a = cpu_ticks()
-        time.sleep(window)
+        time.sleep(1.0)
         pct = steal_pct(a, cpu_ticks())
-        if pct is None or pct <= limit_pct or time.monotonic() - t0 >= timeout:
-            return time.monotonic() - t0, pct
+        waited = time.monotonic() - t0
+        if pct is None or pct <= CALM_PCT or waited >= CALM_TIMEOUT:
+            return waited, pct
 
 
 def proc_cpu(pid):

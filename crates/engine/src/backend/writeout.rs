@@ -22,9 +22,9 @@ const MAX_MERGE: usize = 1 << 20;
 
 /// Write metadata images, data pages and `last` (a commit block) in
 /// address order, merging neighbours into one request of up to
-/// [`MAX_MERGE`] bytes: all as one batch, in flight together (nothing
-/// orders them before the flush that follows): an fsync commit's log body
-/// and commit block, usually neighbours, go as one request.
+/// [`MAX_MERGE`] bytes, all as one batch in flight together: nothing
+/// orders them before the flush that follows. So an fsync commit's log
+/// body and commit block, usually neighbours, go as one request.
 pub(super) fn write_all(
     dev: &dyn Device,
     bs: usize,
