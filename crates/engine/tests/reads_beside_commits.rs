@@ -7,8 +7,10 @@
 //! their file lets go of them and that commit is durable.
 //!
 //! So do the inode-table nodes a cold inode's load reads, for a stat, a
-//! lookup or an unlink: they are read with no lock held, not even the
-//! guard.
+//! lookup, an unlink or an xattr change, and the tree nodes of a
+//! directory or file that an operation needs, including those that then
+//! run under the exclusive guard (a symlink, a truncate, a directory
+//! moved): they are read with no lock held, not even the guard.
 //!
 //! A device whose next read, once armed, stops until the test lets it go
 //! holds a read in the device without sleeping. Were the read still
@@ -21,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tux3::device::{CounterSnapshot, Device, MemDevice};
-use tux3::{FormatOptions, Fs, OpenOptions, SetAttr, ROOT_INO};
+use tux3::{FormatOptions, Fs, OpenOptions, SetAttr, XattrMode, ROOT_INO};
 
 const BS: usize = 4096;
 
@@ -279,7 +281,7 @@ fn cold_inodes(dev: &Arc<HoldingDevice>) -> (Fs, Vec<u64>) {
 }
 
 #[test]
-fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() {
+fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_an_unlink_or_an_xattr_change() {
     let (dev, entered, release) = holding(16384);
     let (fs, inos) = cold_inodes(&dev);
     let g = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap().ino;
@@ -290,6 +292,8 @@ fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() 
         ("a stat", inos[FILES / 3]),
         ("a lookup", inos[far]),
         ("an unlink", inos[last]),
+        ("an xattr set", inos[FILES / 6]),
+        ("an xattr removal", inos[5 * FILES / 6]),
     ];
     for (what, want) in steps {
         dev.armed.store(true, Ordering::SeqCst);
@@ -299,6 +303,15 @@ fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() 
                 "a lookup" => fs.lookup(ROOT_INO, format!("f{far}").as_bytes()).unwrap().ino,
                 "an unlink" => {
                     fs.unlink(ROOT_INO, format!("f{last}").as_bytes()).unwrap();
+                    want
+                }
+                "an xattr set" => {
+                    fs.setxattr(want, b"user.k", b"v", XattrMode::Any).unwrap();
+                    want
+                }
+                "an xattr removal" => {
+                    let gone = fs.removexattr(want, b"user.k");
+                    assert!(gone.is_err(), "no such xattr");
                     want
                 }
                 _ => fs.getattr(want).unwrap().ino,
@@ -315,6 +328,7 @@ fn a_commit_goes_on_while_a_cold_inode_loads_for_a_stat_a_lookup_or_an_unlink() 
             assert_eq!(loader.join().unwrap(), want, "and {what} found its inode");
         });
     }
+    assert_eq!(fs.getxattr(inos[FILES / 6], b"user.k").unwrap(), b"v");
     fs.close().unwrap();
 }
 
@@ -331,7 +345,7 @@ fn target() -> Vec<u8> {
 }
 
 /// A volume with symlink `s` to [`target`], directory `d` of [`ENTRIES`]
-/// entries `nK`, and files `f`
+/// entries `nK`, an empty directory `x`, and files `f`
 /// and `e` of [`EXTENTS`] one-block extents (block `2k` of `f` holds
 /// `pattern(4, k)`).
 fn cold_trees(dev: &Arc<HoldingDevice>) {
@@ -342,6 +356,7 @@ fn cold_trees(dev: &Arc<HoldingDevice>) {
         fs.create(d, format!("n{k}").as_bytes(), 0o644, 0, 0).unwrap();
     }
     fs.symlink(ROOT_INO, b"s", &target(), 0, 0).unwrap();
+    fs.mkdir(ROOT_INO, b"x", 0o755, 0, 0).unwrap();
     for name in [&b"f"[..], b"e"] {
         let f = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
         for k in 0..EXTENTS {
@@ -366,6 +381,10 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         "a read",
         "an unlink that frees a file",
         "a readlink",
+        "a seek",
+        "a symlink",
+        "a directory moved",
+        "a truncate",
     ];
     for (n, what) in steps.into_iter().enumerate() {
         // Reopened for each step: the inodes of `d` and `f` are loaded
@@ -393,6 +412,24 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
                 "a link" => assert_eq!(fs.link(f, d, b"l").unwrap().nlink, 2),
                 "an unlink that frees a file" => fs.unlink(ROOT_INO, b"e").unwrap(),
                 "a readlink" => assert_eq!(fs.readlink(link).unwrap(), target()),
+                "a seek" => {
+                    let at = (2 * 1200 * BS + 1) as u64;
+                    assert_eq!(fs.seek_data(f, at, false).unwrap(), at + BS as u64 - 1);
+                }
+                // The three below run under the exclusive guard; what they
+                // read of `d` and `f` is read before, with no lock.
+                "a symlink" => assert!(fs.symlink(d, b"sl", b"n1", 0, 0).is_ok()),
+                "a directory moved" => fs
+                    .rename(ROOT_INO, b"x", d, b"moved", Default::default())
+                    .unwrap(),
+                "a truncate" => {
+                    let size = (2 * 1000 * BS) as u64;
+                    let set = SetAttr {
+                        size: Some(size),
+                        ..SetAttr::default()
+                    };
+                    assert_eq!(fs.setattr(f, &set).unwrap().size, size);
+                }
                 _ => {
                     let mut out = vec![0u8; BS];
                     assert_eq!(fs.read_into(f, (2 * 1500 * BS) as u64, &mut out).unwrap(), BS);
@@ -425,8 +462,16 @@ fn a_commit_goes_on_while_a_directory_or_extent_node_loads() {
         ("n9", true),
         ("n10", false),
         ("n11", true),
+        ("sl", true),
+        ("moved", true),
     ] {
         assert_eq!(fs.lookup(d, name.as_bytes()).is_ok(), there, "{name}");
     }
+    assert!(fs.lookup(ROOT_INO, b"x").is_err(), "x moved");
+    let f = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!(f.size, (2 * 1000 * BS) as u64, "f truncated");
+    let mut out = vec![0u8; BS];
+    assert_eq!(fs.read_into(f.ino, (2 * 999 * BS) as u64, &mut out).unwrap(), BS);
+    assert!(out == pattern(4, 999), "f's kept blocks kept");
     fs.close().unwrap();
 }

@@ -150,6 +150,13 @@ impl Fs {
         }
     }
 
+    /// Before an exclusive operation that reads `ino`'s tree (`whole`: all
+    /// of it; else a directory's first entry): those nodes read now, with
+    /// no guard held, so that the operation finds them in memory.
+    fn warm_tree(&self, ino: Ino, whole: bool) {
+        let _ = self.warming(|v, s| v.tree_shared(ino, whole, s));
+    }
+
     /// Read `cold` with no guard held, then put it in place (an inode-table
     /// node) or keep it in `staged` (a tree block). A read that fails
     /// leaves it to the operation's next try, which reads it under the
@@ -181,6 +188,10 @@ impl Fs {
         if let Some(r) = self.shared_vol().setattr_shared(ino, set, strip) {
             return r;
         }
+        if set.size.is_some() {
+            // A truncate reads the extent map under the exclusive guard.
+            self.warm_tree(ino, true);
+        }
         let mut vol = self.vol();
         vol.setattr(ino, set)?;
         vol.strip_privs(ino, strip)?;
@@ -209,6 +220,8 @@ impl Fs {
 
     /// Create a symbolic link to `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        self.warm(parent);
+        let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
         self.vol().symlink(parent, name, target, uid, gid)
     }
 
@@ -262,6 +275,15 @@ impl Fs {
         if let Some(r) = self.warming(|v, s| v.rename_shared(parent, name, newparent, newname, flags, s)) {
             return r;
         }
+        // A directory moved, or an exchange: both entries (and the first
+        // entry of a directory it replaces) found before, with no lock.
+        let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
+        if let Some(Ok(Some((target, kind)))) = self.warming(|v, s| v.probe_shared(newparent, newname, s)) {
+            self.warm(target);
+            if kind == FileType::Directory {
+                self.warm_tree(target, false);
+            }
+        }
         self.vol().rename(parent, name, newparent, newname, flags)
     }
 
@@ -294,6 +316,10 @@ impl Fs {
     /// or after `offset` that holds data (or lies in a hole). ENXIO past the
     /// end of file.
     pub fn seek_data(&self, ino: Ino, offset: u64, data: bool) -> Result<u64> {
+        self.warm(ino);
+        if let Some(r) = self.warming(|v, s| v.seek_data_shared(ino, offset, data, s)) {
+            return r;
+        }
         self.vol().seek_data(ino, offset, data)
     }
 
@@ -447,6 +473,7 @@ impl Fs {
 
     /// Set extended attribute `name`.
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
+        self.warm(ino);
         self.vol().setxattr(ino, name, value, mode)
     }
 
@@ -461,6 +488,7 @@ impl Fs {
 
     /// Remove extended attribute `name`; ENODATA when absent.
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.warm(ino);
         self.vol().removexattr(ino, name)
     }
 

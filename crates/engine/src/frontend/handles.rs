@@ -11,7 +11,9 @@
 //!
 //! Calls the backend's orphan list, the cache and structures (extent trees).
 
-use super::Volume;
+use super::{MayLoad, Staged, Volume};
+use crate::cache::Inode;
+use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent;
 use crate::types::*;
@@ -117,42 +119,57 @@ impl Volume {
     pub fn seek_data(&mut self, ino: Ino, offset: u64, data: bool) -> Result<u64> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
-        let i = self.inode(ino)?;
-        if i.kind() != FileType::Regular {
-            return err(Errno::EINVAL);
+        seek_in(self.inode(ino)?, dev.as_ref(), bs, offset, data)
+    }
+
+    /// [`Volume::seek_data`] under the shared guard, holding the file's
+    /// lock; `Err`: a node of its extent map to read first, with no lock
+    /// held, before the API asks again with `staged`.
+    pub fn seek_data_shared(&self, ino: Ino, offset: u64, data: bool, staged: &Staged) -> MayLoad<u64> {
+        let mut i = match self.inode_shared(ino) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(self.staged(staged, |dev| seek_in(&mut i, dev, self.bs(), offset, data)))
+    }
+}
+
+/// The first offset at or after `offset` of file `i` (held) that holds data
+/// (`data`) or lies in a hole; ENXIO past the end of file.
+fn seek_in(i: &mut Inode, dev: &dyn Device, bs: u64, offset: u64, data: bool) -> Result<u64> {
+    if i.kind() != FileType::Regular {
+        return err(Errno::EINVAL);
+    }
+    let size = i.attrs.size;
+    if offset >= size {
+        return err(Errno::ENXIO);
+    }
+    let mut lblock = offset / bs;
+    let last = (size - 1) / bs;
+    while lblock <= last {
+        let has = i.pages.get(lblock).is_some() || extent::lookup(&mut i.tree, dev, lblock)?.is_some();
+        if has == data {
+            return Ok((lblock * bs).max(offset));
         }
-        let size = i.attrs.size;
-        if offset >= size {
-            return err(Errno::ENXIO);
-        }
-        let mut lblock = offset / bs;
-        let last = (size - 1) / bs;
-        while lblock <= last {
-            let has =
-                i.pages.get(lblock).is_some() || extent::lookup(&mut i.tree, dev.as_ref(), lblock)?.is_some();
-            if has == data {
-                return Ok((lblock * bs).max(offset));
+        // Skip ahead: to the next extent start (looking for data) or
+        // past this extent (looking for a hole).
+        let next = if data {
+            let e = extent::next(&mut i.tree, dev, lblock + 1)?;
+            let p = i.pages.next_after(lblock);
+            match (e.map(|e| e.lblock), p) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => last + 1,
             }
-            // Skip ahead: to the next extent start (looking for data) or
-            // past this extent (looking for a hole).
-            let next = if data {
-                let e = extent::next(&mut i.tree, dev.as_ref(), lblock + 1)?;
-                let p = i.pages.next_after(lblock);
-                match (e.map(|e| e.lblock), p) {
-                    (Some(a), Some(b)) => a.min(b),
-                    (Some(a), None) => a,
-                    (None, Some(b)) => b,
-                    (None, None) => last + 1,
-                }
-            } else {
-                lblock + 1
-            };
-            lblock = next.max(lblock + 1);
-        }
-        if data {
-            err(Errno::ENXIO)
         } else {
-            Ok(size)
-        }
+            lblock + 1
+        };
+        lblock = next.max(lblock + 1);
+    }
+    if data {
+        err(Errno::ENXIO)
+    } else {
+        Ok(size)
     }
 }

@@ -26,6 +26,12 @@
 //! block's content, as nothing writes to a block the tree still leads to
 //! and a free after the read epoch was entered waits for the read.
 //!
+//! An operation that runs exclusively (a symlink, a truncate, a directory
+//! moved) has what it will read loaded first the same way, as a shared
+//! operation that changes nothing ([`Volume::probe_shared`],
+//! [`Volume::tree_shared`]), so that it reads nothing under the exclusive
+//! guard.
+//!
 //! The record found joins the cache through `InodeCache::insert_loaded`:
 //! if another operation loaded the inode meanwhile, its copy wins (it may
 //! already have changed); if an unlink under the guard freed it, the
@@ -34,6 +40,7 @@
 //!
 //! Calls the cache and structures (the inode table, the inode record).
 
+use super::namespace::{has_no_entries, load_tree, probe_in};
 use super::{reserved_ino, Volume};
 use crate::backend::readers::ReadTicket;
 use crate::cache::{Inode, InodeGuard};
@@ -41,8 +48,9 @@ use crate::codec::MAX_DEPTH;
 use crate::device::{CounterSnapshot, Device};
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::btree::{Cached, Loaded, Missing};
+use crate::structures::dirent::Lookup;
 use crate::structures::inode::InodeAttrs;
-use crate::types::Ino;
+use crate::types::{FileType, Ino};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -241,6 +249,43 @@ impl Volume {
     /// longer leads to its address (or another reader put it there first).
     pub fn install_cold(&self, ino: Ino, loaded: Loaded) {
         self.be.itable.lock().install(ino, loaded);
+    }
+
+    /// Before an operation that runs exclusively (a symlink, a rename of
+    /// a directory): finding `name` in directory `dir`, so that the nodes
+    /// of its tree that doing so reads are in memory when the operation
+    /// looks again; they are read through `staged`, with no lock held.
+    /// The entry's inode and kind, if there is one.
+    pub fn probe_shared(&self, dir: Ino, name: &[u8], staged: &Staged) -> MayLoad<Option<(Ino, FileType)>> {
+        let mut d = match self.inode_shared(dir) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        let found = self.staged(staged, |dev| probe_in(&mut d, dev, name));
+        Some(found.map(|r| {
+            r.map(|l| match l {
+                Lookup::Found { ino, kind, .. } => Some((ino, kind)),
+                Lookup::Absent { .. } => None,
+            })
+        }))
+    }
+
+    /// Before an operation that runs exclusively and reads `ino`'s tree (a
+    /// truncate: the whole extent map; the removal of a directory: its
+    /// first entry, `whole` false), those nodes loaded so.
+    pub fn tree_shared(&self, ino: Ino, whole: bool, staged: &Staged) -> MayLoad<()> {
+        let mut i = match self.inode_shared(ino) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        let loaded = self.staged(staged, |dev| {
+            if whole {
+                load_tree(&mut i, dev)
+            } else {
+                has_no_entries(&mut i, dev).map(drop)
+            }
+        });
+        Some(loaded)
     }
 
     /// The device for a shared operation's tree reads, serving `staged`.

@@ -558,6 +558,11 @@ pub(super) fn has_no_entries(d: &mut Inode, dev: &dyn Device) -> Result<bool> {
     Ok(empty)
 }
 
+/// Load every node of `i`'s tree (an extent map or a directory's entries).
+pub(super) fn load_tree(i: &mut Inode, dev: &dyn Device) -> Result<()> {
+    i.tree.visit(dev, &mut |_, _, _, _| Ok(()))
+}
+
 /// Look `name` up in directory `d` (the caller holds its lock): its entry,
 /// or (absent) its lowest free position and where that goes.
 pub(super) fn probe_in(d: &mut Inode, dev: &dyn Device, name: &[u8]) -> Result<Lookup> {

@@ -34,9 +34,8 @@
 //! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
 //! records, handed to the backend at settle).
 
-use super::{check_name, fresh_inode, has_no_entries, probe_in};
+use super::{check_name, fresh_inode, has_no_entries, load_tree, probe_in};
 use crate::cache::{Inode, InodeGuard};
-use crate::device::Device;
 use crate::error::{err, Errno, Result};
 use crate::frontend::load::{ColdNode, MayLoad, Staged, Warm};
 use crate::frontend::Volume;
@@ -75,11 +74,6 @@ macro_rules! or_cold {
             Err(cold) => return Some(Ok(Err(cold))),
         }
     };
-}
-
-/// Load every node of `i`'s tree (an extent map or a directory's entries).
-fn load_tree(i: &mut Inode, dev: &dyn Device) -> Result<()> {
-    i.tree.visit(dev, &mut |_, _, _, _| Ok(()))
 }
 
 /// `Some(Named::Cold)` out of a shared operation on a named inode.
