@@ -21,7 +21,7 @@ mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
-use crate::frontend::{ColdNode, MayLoad, Pressure, ReadNode, Staged, Volume};
+use crate::frontend::{ColdNode, MayLoad, Pressure, ReadNode, Staged, TreeNeed, Volume};
 pub use crate::memory_budget::{default_clean_limit, default_dirty_limit, usable_memory};
 pub use crate::types::*;
 pub use commit::FsyncDone;
@@ -150,11 +150,11 @@ impl Fs {
         }
     }
 
-    /// Before an exclusive operation that reads `ino`'s tree (`whole`: all
-    /// of it; else a directory's first entry): those nodes read now, with
-    /// no guard held, so that the operation finds them in memory.
-    fn warm_tree(&self, ino: Ino, whole: bool) {
-        let _ = self.warming(|v, s| v.tree_shared(ino, whole, s));
+    /// Before an exclusive operation that reads `ino`'s tree: the nodes it
+    /// will read (`need`) read now, with no guard held, so that the
+    /// operation finds them in memory.
+    fn warm_tree(&self, ino: Ino, need: TreeNeed) {
+        let _ = self.warming(|v, s| v.tree_shared(ino, need, s));
     }
 
     /// Read `cold` with no guard held, then put it in place (an inode-table
@@ -188,9 +188,10 @@ impl Fs {
         if let Some(r) = self.shared_vol().setattr_shared(ino, set, strip) {
             return r;
         }
-        if set.size.is_some() {
-            // A truncate reads the extent map under the exclusive guard.
-            self.warm_tree(ino, true);
+        if let Some(size) = set.size {
+            // A truncate that cuts reads the extent map under the
+            // exclusive guard.
+            self.warm_tree(ino, TreeNeed::Cut(size));
         }
         let mut vol = self.vol();
         vol.setattr(ino, set)?;
@@ -281,7 +282,7 @@ impl Fs {
         if let Some(Ok(Some((target, kind)))) = self.warming(|v, s| v.probe_shared(newparent, newname, s)) {
             self.warm(target);
             if kind == FileType::Directory {
-                self.warm_tree(target, false);
+                self.warm_tree(target, TreeNeed::FirstEntry);
             }
         }
         self.vol().rename(parent, name, newparent, newname, flags)

@@ -126,10 +126,7 @@ impl Volume {
     /// lock; `Err`: a node of its extent map to read first, with no lock
     /// held, before the API asks again with `staged`.
     pub fn seek_data_shared(&self, ino: Ino, offset: u64, data: bool, staged: &Staged) -> MayLoad<u64> {
-        let mut i = match self.inode_shared(ino) {
-            Ok(i) => i,
-            Err(e) => return Some(Err(e)),
-        };
+        let mut i = or_fail!(self.inode_shared(ino));
         Some(self.staged(staged, |dev| seek_in(&mut i, dev, self.bs(), offset, data)))
     }
 }

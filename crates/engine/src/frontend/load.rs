@@ -170,6 +170,16 @@ impl Device for ColdReads<'_> {
 /// the node to read with no lock held before it is asked again.
 pub type MayLoad<T> = Option<Result<std::result::Result<T, ColdNode>>>;
 
+/// What an operation that runs exclusively will read of a tree
+/// ([`Volume::tree_shared`]).
+#[derive(Clone, Copy)]
+pub enum TreeNeed {
+    /// A truncate to this size: the whole extent map, if it cuts the file.
+    Cut(u64),
+    /// A directory's emptiness check: its first entry.
+    FirstEntry,
+}
+
 /// Inode locked, or the node its load must read first.
 pub enum Warm {
     Ready(InodeGuard),
@@ -257,10 +267,7 @@ impl Volume {
     /// looks again; they are read through `staged`, with no lock held.
     /// The entry's inode and kind, if there is one.
     pub fn probe_shared(&self, dir: Ino, name: &[u8], staged: &Staged) -> MayLoad<Option<(Ino, FileType)>> {
-        let mut d = match self.inode_shared(dir) {
-            Ok(d) => d,
-            Err(e) => return Some(Err(e)),
-        };
+        let mut d = or_fail!(self.inode_shared(dir));
         let found = self.staged(staged, |dev| probe_in(&mut d, dev, name));
         Some(found.map(|r| {
             r.map(|l| match l {
@@ -270,20 +277,14 @@ impl Volume {
         }))
     }
 
-    /// Before an operation that runs exclusively and reads `ino`'s tree (a
-    /// truncate: the whole extent map; the removal of a directory: its
-    /// first entry, `whole` false), those nodes loaded so.
-    pub fn tree_shared(&self, ino: Ino, whole: bool, staged: &Staged) -> MayLoad<()> {
-        let mut i = match self.inode_shared(ino) {
-            Ok(i) => i,
-            Err(e) => return Some(Err(e)),
-        };
-        let loaded = self.staged(staged, |dev| {
-            if whole {
-                load_tree(&mut i, dev)
-            } else {
-                has_no_entries(&mut i, dev).map(drop)
-            }
+    /// Before an operation that runs exclusively and reads `ino`'s tree,
+    /// the nodes it will read (`need`) loaded so.
+    pub fn tree_shared(&self, ino: Ino, need: TreeNeed, staged: &Staged) -> MayLoad<()> {
+        let mut i = or_fail!(self.inode_shared(ino));
+        let loaded = self.staged(staged, |dev| match need {
+            TreeNeed::Cut(size) if size < i.attrs.size => load_tree(&mut i, dev),
+            TreeNeed::Cut(_) => Ok(()),
+            TreeNeed::FirstEntry => has_no_entries(&mut i, dev).map(drop),
         });
         Some(loaded)
     }

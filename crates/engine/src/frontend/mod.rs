@@ -11,11 +11,22 @@
 //! entries), log (the records of fsync commits), device and the base
 //! modules.
 
+/// `Some(Err)` out of a shared operation (one that answers `None` to be
+/// run again exclusively).
+macro_rules! or_fail {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
 mod file;
 pub mod fsync;
 mod handles;
 mod load;
-pub use load::{ColdNode, MayLoad, ReadNode, Staged};
+pub use load::{ColdNode, MayLoad, ReadNode, Staged, TreeNeed};
 mod names;
 mod namespace;
 pub mod pipeline;

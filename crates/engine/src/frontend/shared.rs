@@ -51,16 +51,6 @@ use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// `Some(Err)` out of a shared operation.
-macro_rules! or_fail {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return Some(Err(e)),
-        }
-    };
-}
-
 /// Take away `strip`'s privileges from non-directory `i` (see
 /// [`StripPrivs`]); whether anything changed.
 pub(super) fn strip_locked(i: &mut Inode, strip: StripPrivs) -> bool {

@@ -45,16 +45,6 @@ use crate::structures::dirent::{self, Lookup};
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// `Some(Err)` out of a shared operation.
-macro_rules! or_fail {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return Some(Err(e)),
-        }
-    };
-}
-
 /// `Some(Named::Done(Err))` out of a shared operation on a named inode.
 macro_rules! or_done {
     ($e:expr) => {
