@@ -25,6 +25,17 @@ pub fn default_clean_limit() -> u64 {
     dirty_limit_for(usable_memory()).saturating_mul(4)
 }
 
+/// The default [`crate::types::OpenOptions::inode_limit`]: a sixty-fourth
+/// of [`usable_memory`] at 1 KiB a cached inode (with its share of its
+/// directory's entries), from 16,384 to 4,194,304 inodes.
+pub fn default_inode_limit() -> usize {
+    inode_limit_for(usable_memory())
+}
+
+fn inode_limit_for(memory: u64) -> usize {
+    (memory / 64 / 1024).clamp(1 << 14, 1 << 22) as usize
+}
+
 fn dirty_limit_for(memory: u64) -> u64 {
     let floor = (memory / 8).clamp(4 << 20, 64 << 20);
     (memory / 64).clamp(floor, 1 << 30)

@@ -278,6 +278,14 @@ pub struct OpenOptions {
     /// sixteenth of usable memory). A server whose kernel caches file data
     /// itself (`tux3 mount`) keeps it at the dirty limit.
     pub clean_limit: u64,
+    /// Inodes kept in cache: past it, the end of a commit (and the commit
+    /// thread's turn when there is nothing to commit) lets go of those not
+    /// used lately that hold nothing the inode table lacks, down to seven
+    /// eighths of it; one needed again is loaded again. Inodes with
+    /// uncommitted changes stay whatever their number. The default,
+    /// [`crate::default_inode_limit`], allows a sixty-fourth of usable
+    /// memory at about 1 KiB an inode.
+    pub inode_limit: usize,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,
     /// End a delta this often (a background thread commits); `None` (the
@@ -293,7 +301,7 @@ pub struct OpenOptions {
     pub snapshot: Option<Vec<u8>>,
 }
 
-use crate::memory_budget::{default_clean_limit, default_dirty_limit};
+use crate::memory_budget::{default_clean_limit, default_dirty_limit, default_inode_limit};
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -302,6 +310,7 @@ impl Default for OpenOptions {
             dirty_limit: default_dirty_limit(),
             stream_limit: 64 << 20,
             clean_limit: default_clean_limit(),
+            inode_limit: default_inode_limit(),
             unify_log_blocks: 256,
             commit_interval: None,
             fsync_strict: false,

@@ -50,9 +50,14 @@ impl Rng {
     }
 }
 
-fn opts(dirty_limit: u64) -> OpenOptions {
+/// Few enough cached inodes that most commits let go of some, so that
+/// threads load them again while others work.
+const FEW_INODES: usize = 16;
+
+fn opts(dirty_limit: u64, inode_limit: usize) -> OpenOptions {
     OpenOptions {
         dirty_limit,
+        inode_limit,
         unify_log_blocks: 16,
         commit_interval: Some(std::time::Duration::from_millis(5)),
         ..OpenOptions::default()
@@ -303,9 +308,9 @@ fn assert_clean(mem: &Arc<MemDevice>) {
 
 #[test]
 fn threads_in_disjoint_subtrees_each_see_their_model() {
-    for dirty_limit in [u64::MAX, 256 << 10] {
+    for (dirty_limit, inode_limit) in [(u64::MAX, usize::MAX), (256 << 10, FEW_INODES)] {
         let mem = volume(1 << 16);
-        let fs = Fs::open(mem.clone(), opts(dirty_limit)).unwrap();
+        let fs = Fs::open(mem.clone(), opts(dirty_limit, inode_limit)).unwrap();
         let dirs: Vec<Ino> = (0..THREADS)
             .map(|t| {
                 fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, 0, 0)
@@ -336,7 +341,7 @@ fn threads_in_disjoint_subtrees_each_see_their_model() {
         // their inodes and tree nodes load in parallel (under the shared
         // guard), while a fifth thread keeps working in a new directory
         // of its own and commits run.
-        let fs = Fs::open(mem.clone(), opts(dirty_limit)).unwrap();
+        let fs = Fs::open(mem.clone(), opts(dirty_limit, inode_limit)).unwrap();
         let extra = fs.mkdir(ROOT_INO, b"late", 0o755, 0, 0).unwrap().ino;
         let late = with_committer(&fs, || {
             std::thread::scope(|s| {
@@ -373,7 +378,7 @@ fn check_across_reopen(fs: Fs, mem: &Arc<MemDevice>, check: impl Fn(&Fs, &str)) 
     check(&fs, "after the threads");
     fs.close().unwrap();
     assert_clean(mem);
-    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
+    let fs = Fs::open(mem.clone(), opts(1 << 20, FEW_INODES)).unwrap();
     check(&fs, "after reopening");
     fs.close().unwrap();
 }
@@ -384,7 +389,7 @@ type Kept = (Ino, Vec<u8>, Vec<u8>);
 #[test]
 fn threads_sharing_directories_lose_no_entry() {
     let mem = volume(1 << 16);
-    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
+    let fs = Fs::open(mem.clone(), opts(1 << 20, FEW_INODES)).unwrap();
     let shared = mkdirs(&fs, "s", 2);
     let per_thread = steps() / 4;
     let stop = AtomicBool::new(false);
@@ -498,7 +503,7 @@ fn renames_unlinks_and_handles_racing_on_shared_names() {
     // file must read back as made; fsck must find no leak, no wrong link
     // count and no orphan left, after close and after a reopen.
     let mem = volume(1 << 16);
-    let fs = Fs::open(mem.clone(), opts(1 << 20)).unwrap();
+    let fs = Fs::open(mem.clone(), opts(1 << 20, FEW_INODES)).unwrap();
     let dirs = mkdirs(&fs, "d", 2);
     let hot = |rng: &mut Rng| format!("hot{}", rng.below(6)).into_bytes();
     let per_thread = steps() / 4;

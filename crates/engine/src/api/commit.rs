@@ -189,6 +189,10 @@ impl Shared {
         let Some(mut job) = self.vol().freeze(unify)? else {
             // Nothing in it: it is as durable as every delta before it.
             turn.durable(number);
+            // Still a turn to keep the inode cache within its bound (the
+            // inodes freed once the volume is let go).
+            let evicted = self.vol().trim_inodes();
+            drop(evicted);
             return Ok(());
         };
         // A unify that starts a fresh log keeps it to itself; any other
@@ -618,7 +622,7 @@ impl Worker {
                     // A stale wake-up (the delta was committed meanwhile) is ignored.
                     let early = {
                         let v = shared.shared_vol();
-                        v.may_commit_early() || v.reclaiming()
+                        v.may_commit_early() || v.reclaiming() || v.wants_trim()
                     };
                     if !by_time && !early {
                         continue;

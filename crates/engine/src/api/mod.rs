@@ -22,7 +22,9 @@ mod snapshot;
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
 use crate::frontend::{ColdNode, MayLoad, Pressure, ReadNode, Staged, TreeNeed, Volume};
-pub use crate::memory_budget::{default_clean_limit, default_dirty_limit, usable_memory};
+pub use crate::memory_budget::{
+    default_clean_limit, default_dirty_limit, default_inode_limit, usable_memory,
+};
 pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
@@ -142,7 +144,21 @@ impl Fs {
     /// reports what went wrong).
     fn warm(&self, ino: Ino) {
         for _ in 0..=crate::codec::MAX_DEPTH {
-            let cold = self.shared_vol().cold_node(ino);
+            let (cold, trim) = {
+                let v = self.shared_vol();
+                (v.cold_node(ino), v.wants_trim())
+            };
+            // Loads may take the inode cache past its bound: the commit
+            // thread keeps it there, or without one, this thread.
+            if trim {
+                match &self.wake_committer {
+                    Some(wake) => drop(wake.try_send(())),
+                    None => {
+                        let evicted = self.vol().trim_inodes();
+                        drop(evicted);
+                    }
+                }
+            }
             match cold {
                 Some(cold) => self.read_cold(cold, &mut Staged::default()),
                 None => return,

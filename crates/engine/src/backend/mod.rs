@@ -101,6 +101,9 @@ pub struct Stats {
     /// Bytes of clean file data kept in cache after its commit (filled by
     /// the frontend; at most the dirty limit after each commit).
     pub clean_bytes: u64,
+    /// Inodes held in cache (filled by the frontend; see
+    /// `OpenOptions::inode_limit`).
+    pub cached_inodes: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.

@@ -19,6 +19,7 @@ use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex, RwLock};
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// One inode in cache.
@@ -41,6 +42,8 @@ pub struct Inode {
     /// Freed by an operation under the shared guard while others may
     /// still hold its cell: no longer part of the volume.
     pub gone: bool,
+    /// Locked since the eviction hand last passed it ([`InodeCache::evict`]).
+    pub used: bool,
 }
 
 impl Inode {
@@ -60,6 +63,7 @@ impl Inode {
             delta: 0,
             data_delta: 0,
             gone: false,
+            used: true,
         }
     }
 
@@ -149,6 +153,11 @@ pub struct InodeCache {
     /// cost follows what changed, not the inodes in cache. (Exclusive
     /// access only.)
     pub unify_pending: BTreeSet<Ino>,
+    /// Inodes loaded from the inode table since the last eviction pass
+    /// (`reset_loads`).
+    loads: AtomicUsize,
+    /// The shard the eviction hand is at.
+    hand: usize,
 }
 
 impl Default for InodeCache {
@@ -157,6 +166,8 @@ impl Default for InodeCache {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             dirty: Mutex::default(),
             unify_pending: BTreeSet::new(),
+            loads: AtomicUsize::new(0),
+            hand: 0,
         }
     }
 }
@@ -193,11 +204,9 @@ fn cell_mut(cell: &mut InodeCell) -> &mut Inode {
 impl InodeCache {
     /// Inode `ino`, through exclusive access (no lock taken).
     pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
-        self.shards[shard_of(ino)]
-            .get_mut()
-            .inodes
-            .get_mut(&ino)
-            .map(cell_mut)
+        let i = cell_mut(self.shards[shard_of(ino)].get_mut().inodes.get_mut(&ino)?);
+        i.used = true;
+        Some(i)
     }
 
     /// Every cached inode, through exclusive access.
@@ -212,7 +221,8 @@ impl InodeCache {
     /// held it before this one.
     pub fn lock(&self, ino: Ino) -> Option<InodeGuard> {
         let cell = self.shards[shard_of(ino)].read().inodes.get(&ino)?.clone();
-        let i = cell.lock_arc();
+        let mut i = cell.lock_arc();
+        i.used = true;
         (!i.gone).then_some(i)
     }
 
@@ -250,7 +260,10 @@ impl InodeCache {
             shard
                 .inodes
                 .entry(ino)
-                .or_insert_with(|| Arc::new(Mutex::new(inode)))
+                .or_insert_with(|| {
+                    self.loads.fetch_add(1, Relaxed);
+                    Arc::new(Mutex::new(inode))
+                })
                 .clone()
         };
         let i = cell.lock_arc();
@@ -298,5 +311,60 @@ impl InodeCache {
     /// Mark `ino` dirty in the current delta (shared access).
     pub fn mark_dirty(&self, ino: Ino) {
         self.dirty.lock().insert(ino);
+    }
+
+    /// Number of cached inodes.
+    pub fn count(&self) -> usize {
+        self.shards.iter().map(|s| s.read().inodes.len()).sum()
+    }
+
+    /// Inodes loaded from the inode table since [`InodeCache::reset_loads`].
+    pub fn loads(&self) -> usize {
+        self.loads.load(Relaxed)
+    }
+
+    /// Count loads from zero again (an eviction pass looked).
+    pub fn reset_loads(&self) {
+        self.loads.store(0, Relaxed);
+    }
+
+    /// Let go of up to `count` cached inodes that the inode table holds as
+    /// they are and that hold nothing else: not dirty, no tree change
+    /// waiting for a unify, no page not yet written, not freed — and not
+    /// `pinned` (what the volume still needs in memory). Returns their
+    /// cells, to be dropped once the caller lets the volume go. A clock
+    /// hand goes round the shards, at most once a call: an inode locked
+    /// since the hand last passed it (`used`) is passed over this time.
+    /// A later operation on one of them loads it again from the table.
+    pub fn evict(&mut self, count: usize, pinned: impl Fn(&Inode) -> bool) -> Vec<InodeCell> {
+        let mut out = Vec::new();
+        let (dirty, pending) = (self.dirty.get_mut(), &self.unify_pending);
+        for _ in 0..SHARDS {
+            if out.len() >= count {
+                break;
+            }
+            let shard = self.shards[self.hand].get_mut();
+            self.hand = (self.hand + 1) % SHARDS;
+            let mut victims = Vec::new();
+            for (&ino, cell) in shard.inodes.iter_mut() {
+                if out.len() + victims.len() >= count {
+                    break;
+                }
+                let i = cell_mut(cell);
+                if std::mem::take(&mut i.used) {
+                    continue;
+                }
+                let settled = !i.gone
+                    && !dirty.contains(&ino)
+                    && !pending.contains(&ino)
+                    && i.pages.all_written()
+                    && i.tree.is_settled();
+                if settled && !pinned(i) {
+                    victims.push(ino);
+                }
+            }
+            out.extend(victims.iter().filter_map(|ino| shard.inodes.remove(ino)));
+        }
+        out
     }
 }

@@ -16,5 +16,5 @@ pub mod inode;
 pub mod pages;
 
 pub use clean::CleanPages;
-pub use inode::{data_tree, Inode, InodeCache, InodeGuard};
+pub use inode::{data_tree, Inode, InodeCache, InodeCell, InodeGuard};
 pub use pages::{Page, PageMap};

@@ -58,6 +58,11 @@ impl PageMap {
             .map(|p| &p.data)
             .or_else(|| self.clean.get(&lblock))
     }
+    /// No page dirty or under writeback: every cached block is on the
+    /// device as the cache holds it.
+    pub fn all_written(&self) -> bool {
+        self.pages.is_empty()
+    }
     /// Number of clean pages.
     pub fn clean_len(&self) -> usize {
         self.clean.len()

@@ -303,10 +303,17 @@ impl Volume {
                 newly_dirty += bs;
             }
             let src = &data[(start + from - offset) as usize..(start + to - offset) as usize];
-            let page = i
-                .pages
-                .page_mut(lblock, delta, || fill.unwrap_or_else(|| vec![0u8; bs as usize]));
-            page[from as usize..to as usize].copy_from_slice(src);
+            // A new page that the write fills whole is made from the data
+            // itself: not zeroed first, nor copied twice.
+            let fresh = whole && i.pages.get(lblock).is_none();
+            let page = i.pages.page_mut(lblock, delta, || match fill {
+                _ if fresh => src.to_vec(),
+                Some(fill) => fill,
+                None => vec![0u8; bs as usize],
+            });
+            if !fresh {
+                page[from as usize..to as usize].copy_from_slice(src);
+            }
         }
         self.dirty_bytes.fetch_add(newly_dirty, Relaxed);
         let now = Timespec::now();

@@ -22,6 +22,7 @@ macro_rules! or_fail {
     };
 }
 
+mod evict;
 mod file;
 pub mod fsync;
 mod handles;
@@ -156,6 +157,7 @@ fn clean_books(opts: &OpenOptions) -> CleanPages {
 pub struct Retired {
     _job: CommitJob,
     _pages: Vec<Arc<Vec<u8>>>,
+    _inodes: Vec<crate::cache::InodeCell>,
 }
 
 /// A number no inode can have: below the root, or between the root and
@@ -301,6 +303,7 @@ impl Volume {
             dirty_bytes: self.dirty_bytes.load(Relaxed),
             in_flight_bytes: self.in_flight_bytes,
             clean_bytes: self.clean.lock().bytes(),
+            cached_inodes: self.cache.count() as u64,
             ..self.be.stats
         }
     }
@@ -582,9 +585,15 @@ impl Volume {
             }
             clean.evict(&mut self.cache, bs, &mut pages);
         }
+        let inodes = if job.is_fsync() {
+            Vec::new()
+        } else {
+            self.trim_inodes()
+        };
         Ok(Retired {
             _job: job,
             _pages: pages,
+            _inodes: inodes,
         })
     }
 

@@ -535,6 +535,14 @@ impl Tree {
         Ok(self.unified)
     }
 
+    /// Nothing of the tree lives only in memory: the root the last unify
+    /// recorded leads to all of it, and nothing waits to be freed or
+    /// unmapped. Such a tree may be dropped and opened again from that
+    /// root (the inode's record).
+    pub fn is_settled(&self) -> bool {
+        !self.needs_unify() && !self.has_dirty_leaves() && self.unmaps.is_empty() && self.freed.is_empty()
+    }
+
     /// True if a unify has work in this tree: a leaf not yet written, or a
     /// branch changed since the last unify.
     pub fn needs_unify(&self) -> bool {

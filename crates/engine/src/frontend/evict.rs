@@ -1,0 +1,70 @@
+//! Frontend layer: the bound on cached inodes. An inode stays in cache
+//! after the operation that loaded it (a lookup, a stat, a readdir's
+//! entries), with its tree's nodes: without a bound, a walk over a large
+//! volume would keep all of it in memory. Past
+//! [`OpenOptions::inode_limit`](crate::OpenOptions::inode_limit) cached
+//! inodes, an exclusive holder — the end of each delta commit, and the
+//! commit thread's turn when there is nothing to commit — lets go of those
+//! the inode table holds as they are (`InodeCache::evict`), down to seven
+//! eighths of the bound; one needed again is loaded again, as after a
+//! mount. The kernel's own lookups do not keep an inode here: its number is
+//! all the kernel holds, and the handles counted for it live beside the
+//! cache (`handles.rs`).
+//!
+//! Nothing is let go while a delta commit is in flight (its nodes are not
+//! on the device yet). Kept whatever the bound: the root, reserved inodes, inodes with changes
+//! not yet committed or tree changes not yet unified, inodes whose link
+//! count is 0 (orphans, freed at their last handle), and those the open
+//! delta's books name.
+//!
+//! Calls the cache.
+
+use super::{reserved_ino, Volume};
+use crate::cache::InodeCell;
+use crate::types::ROOT_INO;
+
+impl Volume {
+    /// Past the bound, let go of cached inodes nothing needs in memory
+    /// (exclusive access). Returns them for the caller to drop after it
+    /// lets the volume go (a directory's tree may take a while to free).
+    pub(crate) fn trim_inodes(&mut self) -> Vec<InodeCell> {
+        let limit = self.opts.inode_limit.max(1);
+        let held = self.cache.count();
+        self.cache.reset_loads();
+        // A delta commit in flight writes nodes its inodes' trees (and
+        // records) already lead to: loaded again now, they would be read
+        // before they are on the device.
+        if held <= limit || self.pipeline.delta_in_flight() {
+            return Vec::new();
+        }
+        let want = held - (limit - limit / 8);
+        let books = self.books.get_mut();
+        let (orphans, data_changed, logged) =
+            (&self.be.orphans, self.data_changed.get_mut(), &self.fsync_logged);
+        let evicted = self.cache.evict(want, |i| {
+            let ino = i.ino;
+            ino == ROOT_INO
+                || reserved_ino(ino)
+                || i.attrs.nlink == 0
+                || orphans.contains(&ino)
+                || data_changed.contains(&ino)
+                || logged.contains_key(&ino)
+                || books.ns_touched.contains(&ino)
+                || books.names.pending(ino)
+                || books.freed_images.contains_key(&ino)
+        });
+        let bs = self.bs();
+        let clean = self.clean.get_mut();
+        for cell in &evicted {
+            let i = cell.lock();
+            clean.changed(i.ino, i.pages.clean_len(), 0, bs);
+        }
+        evicted
+    }
+
+    /// Enough inodes were loaded since the last pass that the bound may be
+    /// passed: the commit thread should take its turn early.
+    pub fn wants_trim(&self) -> bool {
+        self.cache.loads() > (self.opts.inode_limit / 8).max(64)
+    }
+}
