@@ -178,6 +178,79 @@ fn a_commit_goes_on_while_a_read_waits_in_the_device() {
 }
 
 #[test]
+fn a_commit_goes_on_while_a_truncate_reads_the_block_it_cuts() {
+    // The truncate runs under the exclusive guard and zeroes the tail of
+    // the block it cuts into: that block, on the device only, is read
+    // before, with no lock held.
+    let (dev, entered, release) = holding(4096);
+    let (fs, ino, _) = cold_file(&dev, 4);
+    let g = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap().ino;
+    let size = (2 * BS + 100) as u64;
+    dev.armed.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let fs = &fs;
+        let cut = s.spawn(move || {
+            let set = SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino, &set).unwrap().size
+        });
+        entered
+            .recv_timeout(DEADLINE)
+            .expect("the truncate read the block it cuts");
+        let committed = ends_in_time(s, || {
+            fs.write(g, 0, &pattern(2, 0)).unwrap();
+            fs.sync().unwrap();
+        });
+        release.send(()).unwrap();
+        assert!(
+            committed,
+            "a commit waited for a truncate's read of its last block"
+        );
+        assert_eq!(cut.join().unwrap(), size);
+    });
+    let mut want = pattern(1, 2);
+    want[100..].fill(0);
+    let check = |fs: &Fs, when: &str| {
+        let mut out = vec![0u8; 3 * BS];
+        assert_eq!(fs.read_into(ino, 0, &mut out).unwrap(), size as usize, "{when}");
+        assert!(
+            out[..2 * BS] == [pattern(1, 0), pattern(1, 1)].concat(),
+            "{when}: blocks kept"
+        );
+        assert!(
+            out[2 * BS..2 * BS + 100] == want[..100],
+            "{when}: the cut block's head"
+        );
+        fs.setattr(
+            ino,
+            &SetAttr {
+                size: Some(3 * BS as u64),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        let mut tail = vec![1u8; BS];
+        fs.read_into(ino, 2 * BS as u64, &mut tail).unwrap();
+        assert!(tail == want, "{when}: zeros past the cut (F1)");
+        fs.setattr(
+            ino,
+            &SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    };
+    check(&fs, "after the truncate");
+    fs.close().unwrap();
+    let fs = Fs::open(dev.clone(), no_commit_thread()).unwrap();
+    check(&fs, "after a reopen");
+    fs.close().unwrap();
+}
+
+#[test]
 fn blocks_a_read_mapped_are_not_reused_while_it_waits_in_the_device() {
     const BLOCKS: usize = 64;
     let (dev, entered, release) = holding(4096);

@@ -173,6 +173,18 @@ impl Fs {
         let _ = self.warming(|v, s| v.tree_shared(ino, need, s));
     }
 
+    /// Before a truncate of `ino` to `size`: the block it cuts into read
+    /// now, with no guard held, and kept in cache for it
+    /// (`frontend/tail.rs`).
+    fn warm_tail(&self, ino: Ino, size: u64) {
+        let Some(Ok(Some(plan))) = self.warming(|v, s| v.plan_tail_shared(ino, size, s)) else {
+            return;
+        };
+        if let Ok(tail) = plan.read() {
+            self.shared_vol().keep_tail_shared(ino, tail);
+        }
+    }
+
     /// Read `cold` with no guard held, then put it in place (an inode-table
     /// node) or keep it in `staged` (a tree block). A read that fails
     /// leaves it to the operation's next try, which reads it under the
@@ -205,9 +217,10 @@ impl Fs {
             return r;
         }
         if let Some(size) = set.size {
-            // A truncate that cuts reads the extent map under the
-            // exclusive guard.
+            // A truncate that cuts reads the extent map, and the block it
+            // cuts into, under the exclusive guard.
             self.warm_tree(ino, TreeNeed::Cut(size));
+            self.warm_tail(ino, size);
         }
         let mut vol = self.vol();
         vol.setattr(ino, set)?;

@@ -63,6 +63,13 @@ impl PageMap {
     pub fn all_written(&self) -> bool {
         self.pages.is_empty()
     }
+    /// Keep `data` as the clean page of `lblock`, the block as the device
+    /// holds it, unless a page of it is cached already.
+    pub fn keep_clean(&mut self, lblock: u64, data: Arc<Vec<u8>>) {
+        if !self.pages.contains_key(&lblock) {
+            self.clean.entry(lblock).or_insert(data);
+        }
+    }
     /// Number of clean pages.
     pub fn clean_len(&self) -> usize {
         self.clean.len()

@@ -87,6 +87,14 @@ pub(super) struct DeviceRead {
     len: usize,
 }
 
+impl DeviceRead {
+    /// The block this read starts at the beginning of, filling its buffer
+    /// from the start.
+    pub(super) fn block_at_start(&self) -> Option<u64> {
+        (self.pos == 0 && self.skip == 0).then_some(self.pblock)
+    }
+}
+
 /// The part of a read of `out.len()` bytes at `offset` of `i` (clamped to
 /// the file size) that needs the file: dirty pages are copied into `out`
 /// and holes zeroed now, extents mapped (loading extent nodes as needed);

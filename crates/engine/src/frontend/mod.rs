@@ -34,6 +34,7 @@ pub mod pipeline;
 mod repair;
 mod shared;
 mod snapshot;
+mod tail;
 mod xattr;
 
 use crate::backend::commit::CommitJob;

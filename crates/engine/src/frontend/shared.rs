@@ -215,7 +215,7 @@ impl Volume {
     /// and waits for it (`backend/readers.rs`). A node of its extent tree
     /// not in memory nor `staged` stops it (`Err`, as for
     /// [`Volume::lookup_shared`]).
-    fn plan_unlocked<B: AsMut<[u8]>>(
+    pub(super) fn plan_unlocked<B: AsMut<[u8]>>(
         &self,
         ino: Ino,
         offset: u64,
@@ -370,8 +370,24 @@ pub struct PlannedRead<B> {
 impl<B: AsMut<[u8]>> PlannedRead<B> {
     /// Make the device reads: the number of bytes read (short only at end
     /// of file) and the buffer.
-    pub fn read(mut self) -> Result<(usize, B)> {
+    pub fn read(self) -> Result<(usize, B)> {
+        self.read_in_epoch().map(|(n, out, _)| (n, out))
+    }
+
+    /// [`PlannedRead::read`], also handing back the read epoch it entered
+    /// (if it maps any block), so that its blocks stay as read while the
+    /// caller holds it.
+    pub(super) fn read_in_epoch(mut self) -> Result<(usize, B, Option<ReadTicket>)> {
         read_blocks(self.dev.as_ref(), self.bs, self.out.as_mut(), &self.reads)?;
-        Ok((self.n, self.out))
+        Ok((self.n, self.out, self._entered))
+    }
+
+    /// The one block the read maps, when it reads exactly one device block
+    /// from its start into the start of its buffer.
+    pub(super) fn sole_block(&self) -> Option<u64> {
+        match &self.reads[..] {
+            [r] => r.block_at_start(),
+            _ => None,
+        }
     }
 }
