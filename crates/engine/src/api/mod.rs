@@ -553,6 +553,9 @@ impl Fs {
     /// a read-only volume or an fdatasync with no data to make durable
     /// (nothing to do) — and give `done` back otherwise.
     fn fsync_at_once(&self, ino: Ino, datasync: bool, done: FsyncDone) -> Option<FsyncDone> {
+        // (An inode let go of since its last change is loaded again here,
+        // so that the check below runs shared.)
+        self.warm(ino);
         let strict = self.shared.fsync_strict();
         let shared = self.shared_vol().fsync_needless_shared(ino, datasync, strict);
         let ready = shared.unwrap_or_else(|| {
