@@ -25,15 +25,18 @@ pub fn default_clean_limit() -> u64 {
     dirty_limit_for(usable_memory()).saturating_mul(4)
 }
 
-/// The default [`crate::types::OpenOptions::inode_limit`]: a sixty-fourth
-/// of [`usable_memory`] at 1 KiB a cached inode (with its share of its
-/// directory's entries), from 16,384 to 4,194,304 inodes.
+/// The default [`crate::types::OpenOptions::inode_limit`]: a sixteenth of
+/// [`usable_memory`] at 1 KiB a cached inode (with its share of its
+/// directory's entries and of the inode table), from 16,384 to 16,777,216
+/// inodes. (The kernel's own inode and dentry caches have no bound but
+/// memory pressure; past this one, inodes are loaded again from the
+/// inode table, at about twice the cost of a cached stat.)
 pub fn default_inode_limit() -> usize {
     inode_limit_for(usable_memory())
 }
 
 fn inode_limit_for(memory: u64) -> usize {
-    (memory / 64 / 1024).clamp(1 << 14, 1 << 22) as usize
+    (memory / 16 / 1024).clamp(1 << 14, 1 << 24) as usize
 }
 
 fn dirty_limit_for(memory: u64) -> u64 {
@@ -147,6 +150,13 @@ mod tests {
         assert_eq!(limit_of("garbage\n4:memory\n", &files), None);
         let bad = [("/cg/memory/j/memory.limit_in_bytes", "lots")];
         assert_eq!(limit_of("4:cpu,memory:/j\n", &bad), None);
+    }
+
+    #[test]
+    fn the_inode_limit_is_a_share_of_memory_within_its_bounds() {
+        assert_eq!(inode_limit_for(24 << 30), 1_572_864);
+        assert_eq!(inode_limit_for(64 << 20), 1 << 14);
+        assert_eq!(inode_limit_for(1 << 40), 1 << 24);
     }
 
     #[test]

@@ -283,7 +283,7 @@ pub struct OpenOptions {
     /// used lately that hold nothing the inode table lacks, down to seven
     /// eighths of it; one needed again is loaded again. Inodes with
     /// uncommitted changes stay whatever their number. The default,
-    /// [`crate::default_inode_limit`], allows a sixty-fourth of usable
+    /// [`crate::default_inode_limit`], allows a sixteenth of usable
     /// memory at about 1 KiB an inode.
     pub inode_limit: usize,
     /// Unify once the log holds this many blocks.
