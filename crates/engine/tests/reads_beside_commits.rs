@@ -132,6 +132,15 @@ fn cold_file(dev: &Arc<HoldingDevice>, blocks: usize) -> (Fs, u64, BTreeSet<u64>
     (fs, ino, mapped)
 }
 
+/// Truncate or extend file `ino` to `size`: the size it then has.
+fn resize(fs: &Fs, ino: u64, size: u64) -> u64 {
+    let set = SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    fs.setattr(ino, &set).unwrap().size
+}
+
 /// Run `step` on its own thread; whether it ended within [`DEADLINE`].
 fn ends_in_time<'scope, 'env>(
     s: &'scope std::thread::Scope<'scope, 'env>,
@@ -189,13 +198,7 @@ fn a_commit_goes_on_while_a_truncate_reads_the_block_it_cuts() {
     dev.armed.store(true, Ordering::SeqCst);
     std::thread::scope(|s| {
         let fs = &fs;
-        let cut = s.spawn(move || {
-            let set = SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            };
-            fs.setattr(ino, &set).unwrap().size
-        });
+        let cut = s.spawn(move || resize(fs, ino, size));
         entered
             .recv_timeout(DEADLINE)
             .expect("the truncate read the block it cuts");
@@ -223,25 +226,11 @@ fn a_commit_goes_on_while_a_truncate_reads_the_block_it_cuts() {
             out[2 * BS..2 * BS + 100] == want[..100],
             "{when}: the cut block's head"
         );
-        fs.setattr(
-            ino,
-            &SetAttr {
-                size: Some(3 * BS as u64),
-                ..SetAttr::default()
-            },
-        )
-        .unwrap();
+        resize(fs, ino, 3 * BS as u64);
         let mut tail = vec![1u8; BS];
         fs.read_into(ino, 2 * BS as u64, &mut tail).unwrap();
         assert!(tail == want, "{when}: zeros past the cut (F1)");
-        fs.setattr(
-            ino,
-            &SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            },
-        )
-        .unwrap();
+        resize(fs, ino, size);
     };
     check(&fs, "after the truncate");
     fs.close().unwrap();
