@@ -26,6 +26,8 @@ pub struct MountOptions {
     /// `cache=SIZE`: most dirty file data held in memory, the open delta's
     /// plus the commit in flight's (`OpenOptions::dirty_limit`).
     pub dirty_limit: Option<u64>,
+    /// `inodes=N`: most inodes kept in cache (`OpenOptions::inode_limit`).
+    pub inode_limit: Option<usize>,
     /// `commit=SECONDS`: end a delta this often (`commit=0`: never by time,
     /// only on sync, fsync, memory pressure and unmount).
     pub commit_interval: Option<Duration>,
@@ -89,6 +91,7 @@ pub fn parse_options_over<S: AsRef<str>>(
         fuse: base,
         fsync_strict: false,
         dirty_limit: None,
+        inode_limit: None,
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
         snapshot: None,
     };
@@ -212,6 +215,16 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
             }
             o.dirty_limit = Some(n);
         }
+        "inodes" => {
+            let v = need()?;
+            let n: usize = v.parse().map_err(|_| {
+                format!("invalid value '{v}' of mount option inodes: expected a number of inodes")
+            })?;
+            if n == 0 {
+                return Err("mount option inodes: must be more than 0".to_string());
+            }
+            o.inode_limit = Some(n);
+        }
         "commit" => {
             let v = need()?;
             let secs: u64 = v
@@ -292,6 +305,12 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
         "cache=SIZE",
         "Most dirty file data held in memory (64M, 1G; default a sixty-fourth of memory, from \
          64 MiB to 1 GiB).",
+    ),
+    (
+        "inodes=N",
+        "Most inodes the server keeps in memory (default a sixteenth of memory at 1 KiB an \
+         inode, from 16384 to 16777216). Past it, those not used lately and with nothing \
+         uncommitted are let go, and loaded again from the inode table when needed.",
     ),
     (
         "writeback_cache",

@@ -114,7 +114,7 @@ fn tux3_options() {
     let o = parse_options(
         &[
             "ro,allow_other,fsync=strict",
-            "cache=16M,commit=30,writeback_cache,threads=2",
+            "cache=16M,commit=30,writeback_cache,threads=2,inodes=50000",
         ],
         false,
     )
@@ -122,6 +122,7 @@ fn tux3_options() {
     assert!(o.fuse.read_only && o.fuse.allow_other && o.fuse.writeback_cache);
     assert!(o.fsync_strict);
     assert_eq!(o.dirty_limit, Some(16 << 20));
+    assert_eq!(o.inode_limit, Some(50_000));
     assert_eq!(o.commit_interval, Some(Duration::from_secs(30)));
     assert_eq!(o.fuse.threads, 2);
     assert_eq!(o.fuse.idle_poll, None, "no polling unless asked");
@@ -159,6 +160,9 @@ fn bad_options_are_refused() {
         "fsync",
         "cache=lots",
         "cache=0",
+        "inodes=0",
+        "inodes=many",
+        "inodes",
         "commit=-1",
         "commit=soon",
         "threads=0",
