@@ -12,10 +12,11 @@
 //! cache (`handles.rs`).
 //!
 //! Nothing is let go while a delta commit is in flight (its nodes are not
-//! on the device yet). Kept whatever the bound: the root, reserved inodes, inodes with changes
-//! not yet committed or tree changes not yet unified, inodes whose link
-//! count is 0 (orphans, freed at their last handle), and those the open
-//! delta's books name.
+//! on the device yet). Kept whatever the bound: the root, reserved inodes,
+//! inodes with changes not yet committed or tree changes not yet unified,
+//! inodes whose link count is 0 (orphans, freed at their last handle), and
+//! those the open delta's books name. The nodes of the inode table stay
+//! (they have no bound yet).
 //!
 //! Calls the cache.
 
