@@ -82,26 +82,25 @@ impl Volume {
     }
 
     /// Keep `tail` as a clean page of `ino` if the file still maps its
-    /// block there and holds no page of it (see the module comment).
-    /// `None`: `ino` could not be had under the shared guard (nothing kept).
-    pub fn keep_tail_shared(&self, ino: Ino, tail: TailBlock) -> Option<()> {
+    /// block there and holds no page of it (see the module comment);
+    /// otherwise, or if `ino` cannot be had under the shared guard, drop it.
+    pub fn keep_tail_shared(&self, ino: Ino, tail: TailBlock) {
         let bs = self.bs();
-        let mut i = self.inode_shared(ino).ok()?;
+        let Ok(mut i) = self.inode_shared(ino) else { return };
         if i.pages.content(tail.lblock).is_some() || tail.data.len() != bs as usize {
-            return Some(());
+            return;
         }
         // Only nodes in memory: a node on disk would mean the map changed.
         let mapped = self.staged(&Staged::default(), |dev| {
             extent::lookup(&mut i.tree, dev, tail.lblock)
         });
-        let Ok(Ok(Some(e))) = mapped else { return Some(()) };
+        let Ok(Ok(Some(e))) = mapped else { return };
         if e.pblock + (tail.lblock - e.lblock) != tail.pblock {
-            return Some(());
+            return;
         }
         let before = i.pages.clean_len();
         i.pages.keep_clean(tail.lblock, Arc::new(tail.data));
         let after = i.pages.clean_len();
         self.clean.lock().changed(ino, before, after, bs);
-        Some(())
     }
 }
