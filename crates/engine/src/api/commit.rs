@@ -174,6 +174,25 @@ impl Shared {
         f()
     }
 
+    /// Steps of an eviction pass (`frontend/evict.rs`), each under an
+    /// exclusive hold of its own so that operations go on between them,
+    /// until the inode cache is back within its bound or a step finds
+    /// nothing to let go of. Needs no commit turn: a step while a delta
+    /// commit is in flight lets go of nothing.
+    pub(super) fn trim_inodes(&self) {
+        loop {
+            let (evicted, more) = {
+                let mut v = self.vol();
+                let evicted = v.trim_inodes();
+                (evicted, v.wants_trim())
+            };
+            drop(evicted);
+            if !more {
+                return;
+            }
+        }
+    }
+
     /// The log's tail, once no fsync commit is in flight: none can start
     /// while it is held, and those waiting for their flush end without it.
     fn quiet_log(&self) -> parking_lot::MutexGuard<'_, ()> {
@@ -189,8 +208,10 @@ impl Shared {
         let Some(mut job) = self.vol().freeze(unify)? else {
             // Nothing in it: it is as durable as every delta before it.
             turn.durable(number);
-            // Still a turn to keep the inode cache within its bound (the
+            // Still a turn to keep the inode cache within its bound (one
+            // step: the commit thread takes the rest after the turn; the
             // inodes freed once the volume is let go).
+            drop(log);
             let evicted = self.vol().trim_inodes();
             drop(evicted);
             return Ok(());
@@ -629,6 +650,11 @@ impl Worker {
                     }
                     if let Err(e) = shared.commit(false) {
                         tracing::error!("background commit failed: {e}");
+                    }
+                    // The commit's end took one step of an eviction pass;
+                    // the rest now, outside the commit turn.
+                    if shared.shared_vol().wants_trim() {
+                        shared.trim_inodes();
                     }
                     wait = if shared.shared_vol().reclaiming() {
                         RECLAIM_PAUSE.min(every)

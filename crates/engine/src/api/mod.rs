@@ -153,10 +153,7 @@ impl Fs {
             if trim {
                 match &self.wake_committer {
                     Some(wake) => drop(wake.try_send(())),
-                    None => {
-                        let evicted = self.vol().trim_inodes();
-                        drop(evicted);
-                    }
+                    None => self.shared.trim_inodes(),
                 }
             }
             match cold {

@@ -19,7 +19,7 @@ use crate::structures::inode::InodeAttrs;
 use crate::types::{Attr, FileType, Ino};
 use parking_lot::{ArcMutexGuard, Mutex, RawMutex, RwLock};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// One inode in cache.
@@ -156,8 +156,16 @@ pub struct InodeCache {
     /// Inodes loaded from the inode table since the last eviction pass
     /// (`reset_loads`).
     loads: AtomicUsize,
-    /// The shard the eviction hand is at.
+    /// The shard the eviction hand is at, and how many of its entries (in
+    /// the map's order) it has passed.
     hand: usize,
+    hand_at: usize,
+    /// Inodes the hand may still pass in the current pass (at most once
+    /// round the cache a pass).
+    round_left: usize,
+    /// The last eviction step stopped with inodes to let go of and the
+    /// pass not yet once round ([`InodeCache::behind`]).
+    behind: AtomicBool,
 }
 
 impl Default for InodeCache {
@@ -168,6 +176,9 @@ impl Default for InodeCache {
             unify_pending: BTreeSet::new(),
             loads: AtomicUsize::new(0),
             hand: 0,
+            hand_at: 0,
+            round_left: 0,
+            behind: AtomicBool::new(false),
         }
     }
 }
@@ -328,28 +339,55 @@ impl InodeCache {
         self.loads.store(0, Relaxed);
     }
 
+    /// Whether the last eviction step left work for the next one: it let
+    /// go of fewer than it was asked to, and its pass has not yet been
+    /// once round the cache.
+    pub fn behind(&self) -> bool {
+        self.behind.load(Relaxed)
+    }
+
+    /// End the current eviction pass: the next step starts a new one.
+    pub fn end_pass(&self) {
+        self.behind.store(false, Relaxed);
+    }
+
     /// Let go of up to `count` cached inodes that the inode table holds as
     /// they are and that hold nothing else: not dirty, no tree change
     /// waiting for a unify, no page not yet written, not freed — and not
     /// `pinned` (what the volume still needs in memory). Returns their
     /// cells, to be dropped once the caller lets the volume go. A clock
-    /// hand goes round the shards, at most once a call: an inode locked
-    /// since the hand last passed it (`used`) is passed over this time.
-    /// A later operation on one of them loads it again from the table.
-    pub fn evict(&mut self, count: usize, pinned: impl Fn(&Inode) -> bool) -> Vec<InodeCell> {
+    /// hand goes round the shards from where the last call stopped: an
+    /// inode locked since the hand last passed it (`used`) is passed over
+    /// this time. A call is one step of a pass: it looks at no more than
+    /// `step` inodes (so that it holds its caller's exclusive access for a
+    /// bounded time), and a pass goes at most once round the cache; a
+    /// call when the last left no work ([`InodeCache::behind`]) starts a
+    /// new pass. A later operation on an inode let go of loads it again.
+    pub fn evict(&mut self, count: usize, step: usize, pinned: impl Fn(&Inode) -> bool) -> Vec<InodeCell> {
+        if !self.behind() {
+            self.round_left = self.count();
+        }
+        let budget = step.min(self.round_left);
         let mut out = Vec::new();
+        let mut looked = 0;
         let (dirty, pending) = (self.dirty.get_mut(), &self.unify_pending);
-        for _ in 0..SHARDS {
-            if out.len() >= count {
+        for _ in 0..=SHARDS {
+            if out.len() >= count || looked >= budget {
                 break;
             }
             let shard = self.shards[self.hand].get_mut();
-            self.hand = (self.hand + 1) % SHARDS;
             let mut victims = Vec::new();
-            for (&ino, cell) in shard.inodes.iter_mut() {
-                if out.len() + victims.len() >= count {
+            let mut passed = 0;
+            // The entries the hand passed last time are skipped (cheaply:
+            // the map's own order, no inode is touched); removals and
+            // inserts since then shift that order a little, which a clock
+            // may ignore.
+            for (&ino, cell) in shard.inodes.iter_mut().skip(self.hand_at) {
+                if out.len() + victims.len() >= count || looked >= budget {
                     break;
                 }
+                passed += 1;
+                looked += 1;
                 let i = cell_mut(cell);
                 if std::mem::take(&mut i.used) {
                     continue;
@@ -363,8 +401,97 @@ impl InodeCache {
                     victims.push(ino);
                 }
             }
+            // Done with this shard, or stopped inside it: the next call
+            // goes on from there (less the entries removed now, which were
+            // behind the hand).
+            if self.hand_at + passed >= shard.inodes.len() {
+                self.hand = (self.hand + 1) % SHARDS;
+                self.hand_at = 0;
+            } else {
+                self.hand_at += passed - victims.len();
+            }
             out.extend(victims.iter().filter_map(|ino| shard.inodes.remove(ino)));
         }
+        self.round_left -= looked;
+        self.behind
+            .store(out.len() < count && self.round_left > 0, Relaxed);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` clean regular files, each marked used as a load leaves it.
+    fn cache_of(n: u64) -> InodeCache {
+        let c = InodeCache::default();
+        for ino in 100..100 + n {
+            let attrs = InodeAttrs {
+                mode: libc::S_IFREG | 0o644,
+                nlink: 1,
+                ..InodeAttrs::default()
+            };
+            c.insert_loaded(Inode::new(ino, attrs)).unwrap().used = true;
+        }
+        c
+    }
+
+    /// Runs the steps of one pass towards `keep` cached inodes, as the
+    /// volume does; returns what each step let go of.
+    fn pass(c: &mut InodeCache, keep: usize, step: usize, pinned: impl Fn(&Inode) -> bool) -> Vec<Vec<Ino>> {
+        let mut steps = Vec::new();
+        loop {
+            let out = c.evict(c.count().saturating_sub(keep), step, &pinned);
+            steps.push(out.iter().map(|cell| cell.lock().ino).collect());
+            if !c.behind() {
+                return steps;
+            }
+        }
+    }
+
+    #[test]
+    fn a_pass_goes_in_bounded_steps_once_round_and_keeps_what_is_pinned() {
+        let mut c = cache_of(10_000);
+        let odd = |i: &Inode| i.ino % 2 == 1;
+        // Everything was just used: the first pass clears the marks, a
+        // step of 1,000 at a time, once round, and lets go of nothing.
+        let first = pass(&mut c, 0, 1_000, odd);
+        assert_eq!(first.len(), 10, "steps of the first pass");
+        assert!(
+            first.iter().all(Vec::is_empty),
+            "the first pass let go of used inodes"
+        );
+        // The second lets go of every even inode, at most 1,000 a step.
+        let second = pass(&mut c, 0, 1_000, odd);
+        assert!(
+            second.iter().all(|s| s.len() <= 1_000),
+            "a step let go of more than it looks at"
+        );
+        let gone: Vec<Ino> = second.concat();
+        assert_eq!(gone.len(), 5_000, "even inodes let go of");
+        assert!(
+            gone.iter().all(|ino| ino % 2 == 0),
+            "a pinned inode was let go of"
+        );
+        assert_eq!(c.count(), 5_000);
+        // Asked for fewer, a pass stops once it has them.
+        let mut c = cache_of(10_000);
+        pass(&mut c, 0, 1_000, |_| false);
+        let third = pass(&mut c, 7_500, 1_000, |_| false);
+        assert_eq!(third.concat().len(), 2_500);
+        assert_eq!(third.len(), 3, "steps to let go of 2,500");
+        // An inode used since the hand passed it is passed over once more.
+        let marked = (100..10_100)
+            .filter(|i| i % 3 == 0)
+            .filter_map(|ino| c.lock(ino).map(|mut i| i.used = true))
+            .count();
+        assert!(marked > 2_000, "inodes marked: {marked}");
+        let fourth = pass(&mut c, 0, 1_000, |_| false).concat();
+        assert!(
+            fourth.iter().all(|ino| ino % 3 != 0),
+            "a used inode was let go of"
+        );
+        assert_eq!(c.count(), marked, "used inodes kept");
     }
 }
