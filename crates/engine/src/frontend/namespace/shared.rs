@@ -196,9 +196,16 @@ impl Volume {
             match once()? {
                 Named::Done(r) => return Some(r.map(Ok)),
                 Named::Cold(cold) => return Some(Ok(Err(cold))),
-                Named::Load(ino) => match or_fail!(self.inode_or_cold(ino)) {
-                    Warm::Ready(i) => drop(i),
-                    Warm::Cold(cold) => return Some(Ok(Err(cold))),
+                Named::Load(ino) => match self.inode_or_cold(ino) {
+                    Ok(Warm::Ready(i)) => drop(i),
+                    Ok(Warm::Cold(cold)) => return Some(Ok(Err(cold))),
+                    // Freed since its entry was read (the directories were
+                    // let go to load it: another operation removed its
+                    // last name meanwhile): look the names up again. An
+                    // entry that still names it goes to the exclusive
+                    // path after the last round, which reports the damage.
+                    Err(e) if e.errno() == Errno::ENOENT => {}
+                    Err(e) => return Some(Err(e)),
                 },
             }
         }
