@@ -141,6 +141,8 @@ fn a_walk_with_no_commit_stays_near_the_bound() {
     let dev = fresh(16384);
     let fs = open(&dev, usize::MAX);
     let tree = populate(&fs, 20, 150);
+    fs.sync().unwrap();
+    let all_leaves = fs.stats().itable_leaves;
     fs.close().unwrap();
     // Reopened with no commit thread (the library's default) and nothing
     // changed: only the loads themselves can keep the bound.
@@ -154,6 +156,27 @@ fn a_walk_with_no_commit_stays_near_the_bound() {
         "{held} inodes cached after the walk, bound 256"
     );
     assert_eq!(fs.stats().dirty_bytes, 0, "the walk changed nothing");
+    // The inode-table leaves of the inodes let go of went with them.
+    let leaves = fs.stats().itable_leaves;
+    assert!(
+        leaves * 3 <= all_leaves,
+        "{leaves} inode-table leaves in memory after the walk, of {all_leaves}"
+    );
+    // And load again: the walk once more, then every inode changed.
+    check(&fs, &tree, "a second walk");
+    for (_, files) in &tree {
+        for f in files {
+            fs.setattr(
+                *f,
+                &tux3::SetAttr {
+                    mode: Some(0o600),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        }
+    }
+    fs.sync().unwrap();
     fs.close().unwrap();
     assert_clean(&dev);
 }

@@ -104,6 +104,9 @@ pub struct Stats {
     /// Inodes held in cache (filled by the frontend; see
     /// `OpenOptions::inode_limit`).
     pub cached_inodes: u64,
+    /// Leaves of the inode table held in memory (filled by the frontend):
+    /// those of inodes let go of past `inode_limit` go with them.
+    pub itable_leaves: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.

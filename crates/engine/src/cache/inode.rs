@@ -249,6 +249,11 @@ impl InodeCache {
         self.shards[shard_of(ino)].read().inodes.contains_key(&ino)
     }
 
+    /// [`InodeCache::contains`] with exclusive access (no lock taken).
+    pub fn holds(&mut self, ino: Ino) -> bool {
+        self.shards[shard_of(ino)].get_mut().inodes.contains_key(&ino)
+    }
+
     pub fn insert(&mut self, inode: Inode) {
         let ino = inode.ino;
         self.shards[shard_of(ino)]

@@ -7,38 +7,51 @@
 //! commit thread's turn when there is nothing to commit — lets go of those
 //! the inode table holds as they are (`InodeCache::evict`), down to seven
 //! eighths of the bound; one needed again is loaded again, as after a
-//! mount. A pass goes in steps of at most [`TRIM_STEP`] inodes looked at,
-//! each under its own exclusive hold (`Shared::trim_inodes` in
-//! `api/commit.rs` runs them; a commit's end runs one and leaves the rest
-//! to the commit thread), so that no operation waits for a whole pass:
-//! evicting 30,000 inodes at once held everyone else for 20–26 ms. The kernel's own lookups do not keep an inode here: its number is
-//! all the kernel holds, and the handles counted for it live beside the
+//! mount. The kernel's own lookups do not keep an inode here: its number
+//! is all the kernel holds, and the handles counted for it live beside the
 //! cache (`handles.rs`).
+//!
+//! A pass goes in steps of at most [`TRIM_STEP`] inodes looked at, each
+//! under its own exclusive hold (`Shared::trim_inodes` in `api/commit.rs`
+//! runs them; a commit's end runs one and leaves the rest to the commit
+//! thread), so that no operation waits for a whole pass: evicting 30,000
+//! inodes at once held everyone else for 20–26 ms. With the inodes of a
+//! step go the inode-table leaves that held them, once no inode a leaf
+//! holds is cached (`Tree::shed_leaves`): a cached inode's record stays in
+//! memory, where a commit updates it without reading under the guard.
 //!
 //! Nothing is let go while a delta commit is in flight (its nodes are not
 //! on the device yet). Kept whatever the bound: the root, reserved inodes,
 //! inodes with changes not yet committed or tree changes not yet unified,
 //! inodes whose link count is 0 (orphans, freed at their last handle), and
-//! those the open delta's books name. The nodes of the inode table stay
-//! (they have no bound yet).
+//! those the open delta's books name.
 //!
-//! Calls the cache.
+//! Calls the cache and the inode table.
 
 use super::{reserved_ino, Volume};
 use crate::cache::InodeCell;
+use crate::structures::btree::Node;
 use crate::types::ROOT_INO;
 
 /// Most inodes one step of an eviction pass looks at (each a cache miss
 /// or so: a millisecond or two of exclusive access).
 pub const TRIM_STEP: usize = 4096;
 
+/// What one step let go of, to be dropped once the volume is let go (a
+/// directory's tree, a few hundred leaves, may take a while to free).
+#[derive(Default)]
+pub(crate) struct Trimmed {
+    _inodes: Vec<InodeCell>,
+    _leaves: Vec<Node>,
+}
+
 impl Volume {
     /// Past the bound, one step of letting go of cached inodes nothing
     /// needs in memory (exclusive access): at most [`TRIM_STEP`] looked
-    /// at. Returns them for the caller to drop after it lets the volume go
-    /// (a directory's tree may take a while to free); [`Volume::wants_trim`]
-    /// says whether another step should follow.
-    pub(crate) fn trim_inodes(&mut self) -> Vec<InodeCell> {
+    /// at, and with them the inode-table leaves that hold no cached inode
+    /// any more. [`Volume::wants_trim`] says whether another step should
+    /// follow.
+    pub(crate) fn trim_inodes(&mut self) -> Trimmed {
         let limit = self.opts.inode_limit.max(1);
         let held = self.cache.count();
         self.cache.reset_loads();
@@ -47,7 +60,7 @@ impl Volume {
         // before they are on the device.
         if held <= limit || self.pipeline.delta_in_flight() {
             self.cache.end_pass();
-            return Vec::new();
+            return Trimmed::default();
         }
         let want = held - (limit - limit / 8);
         let books = self.books.get_mut();
@@ -67,11 +80,26 @@ impl Volume {
         });
         let bs = self.bs();
         let clean = self.clean.get_mut();
+        let mut inos = Vec::with_capacity(evicted.len());
         for cell in &evicted {
             let i = cell.lock();
             clean.changed(i.ino, i.pages.clean_len(), 0, bs);
+            inos.push(i.ino);
         }
-        evicted
+        // Their inode-table leaves go too, once no inode they hold is
+        // cached: a cached inode's record stays in memory, where a commit
+        // updates it with no device read under the guard.
+        inos.sort_unstable();
+        let cache = &mut self.cache;
+        let mut leaves = Vec::new();
+        self.be
+            .itable
+            .get_mut()
+            .shed_leaves(&inos, &mut |ino| cache.holds(ino), &mut leaves);
+        Trimmed {
+            _inodes: evicted,
+            _leaves: leaves,
+        }
     }
 
     /// Enough inodes were loaded since the last pass that the bound may be

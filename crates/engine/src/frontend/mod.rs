@@ -158,7 +158,7 @@ fn clean_books(opts: &OpenOptions) -> CleanPages {
 pub struct Retired {
     _job: CommitJob,
     _pages: Vec<Arc<Vec<u8>>>,
-    _inodes: Vec<crate::cache::InodeCell>,
+    _trimmed: evict::Trimmed,
 }
 
 /// A number no inode can have: below the root, or between the root and
@@ -305,6 +305,7 @@ impl Volume {
             in_flight_bytes: self.in_flight_bytes,
             clean_bytes: self.clean.lock().bytes(),
             cached_inodes: self.cache.count() as u64,
+            itable_leaves: self.be.itable.lock().loaded_leaves(),
             ..self.be.stats
         }
     }
@@ -586,15 +587,15 @@ impl Volume {
             }
             clean.evict(&mut self.cache, bs, &mut pages);
         }
-        let inodes = if job.is_fsync() {
-            Vec::new()
+        let trimmed = if job.is_fsync() {
+            evict::Trimmed::default()
         } else {
             self.trim_inodes()
         };
         Ok(Retired {
             _job: job,
             _pages: pages,
-            _inodes: inodes,
+            _trimmed: trimmed,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod node;
 mod redirect;
 mod replay;
 mod search;
+mod shed;
 pub mod tree;
 
 pub use cached::{Cached, Loaded, Missing};

@@ -13,6 +13,9 @@ enum Op {
     Remove(u64),
     Commit,
     Unify,
+    /// Let go of the clean leaves holding keys from .0 to .0 + .1 (none of
+    /// them a multiple of 5, which are kept).
+    Shed(u64, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -21,6 +24,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (0u64..3000).prop_map(Op::Remove),
         1 => Just(Op::Commit),
         1 => Just(Op::Unify),
+        1 => (0u64..3000, 1u64..600).prop_map(|(k, n)| Op::Shed(k, n)),
     ]
 }
 
@@ -69,6 +73,20 @@ proptest! {
                 }
                 Op::Remove(k) => {
                     prop_assert_eq!(t.remove(&h.dev, k).unwrap(), model.remove(&k));
+                }
+                Op::Shed(lo, n) => {
+                    let keys: Vec<u64> = (lo..lo + n).collect();
+                    let before = t.loaded_leaves();
+                    let mut gone = Vec::new();
+                    let shed = t.shed_leaves(&keys, &mut |k| k % 5 == 0, &mut gone);
+                    prop_assert_eq!(t.loaded_leaves(), before - shed as u64);
+                    // Only clean, written leaves without a kept key went.
+                    for n in &gone {
+                        if let super::Node::Leaf(l) = n {
+                            prop_assert!(!l.dirty && l.addr != 0);
+                            prop_assert!(l.entries.iter().all(|(k, _)| k % 5 != 0));
+                        }
+                    }
                 }
                 Op::Commit | Op::Unify => {
                     let mut out = Vec::new();
@@ -391,4 +409,49 @@ fn a_branch_entry_off_its_first_leaf_fails_t1() {
     }
     // Replay maps the first leaf anew: each branch on its path is checked.
     t.map_leaf(&dev, 0, 100).unwrap();
+}
+
+/// Leaves let go of load again from their blocks with what they held; a
+/// leaf holding a kept key, a dirty leaf and the root stay.
+#[test]
+fn shed_leaves_load_again_and_kept_ones_stay() {
+    let bs = 1024usize;
+    let dev = MemDevice::new(bs as u32, 1 << 16);
+    let mut t = Tree::new_empty(0, TreeKind::Itable);
+    for k in 0..4000u64 {
+        t.insert(&dev, k, vec![(k % 253) as u8; 40]).unwrap();
+    }
+    let mut next = 10;
+    let mut alloc = || {
+        next += 1;
+        Ok(next)
+    };
+    let (mut out, mut maps, mut freed) = (Vec::new(), Vec::new(), Vec::new());
+    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
+    t.redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
+        .unwrap();
+    for (a, b) in out {
+        dev.write(a, &b).unwrap();
+    }
+    let all = t.loaded_leaves();
+    assert!(all > 100, "leaves: {all}");
+    // A dirty leaf (key 2000's), the leaf of the kept key 3000 and the
+    // last leaf stay.
+    t.insert(&dev, 2000, vec![7; 40]).unwrap();
+    let keys: Vec<u64> = (0..4000).collect();
+    let mut gone = Vec::new();
+    let shed = t.shed_leaves(&keys, &mut |k| k == 3000, &mut gone);
+    assert_eq!(shed as u64, all - 3, "leaves let go of");
+    assert_eq!(t.loaded_leaves(), 3);
+    assert!(
+        matches!(t.get_cached(3999), super::Cached::Done(Some(_))),
+        "the last leaf let go of"
+    );
+    let mut want: BTreeMap<u64, Vec<u8>> = (0..4000u64).map(|k| (k, vec![(k % 253) as u8; 40])).collect();
+    want.insert(2000, vec![7; 40]);
+    assert_eq!(contents(&mut t, &dev), want, "after loading again");
+    // Keys not asked about keep their leaves.
+    let shed = t.shed_leaves(&[5], &mut |_| false, &mut gone);
+    assert_eq!(shed, 1);
+    assert_eq!(t.loaded_leaves(), all - 1);
 }

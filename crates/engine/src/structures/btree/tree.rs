@@ -113,7 +113,7 @@ impl Tree {
 
     /// The entries or the shape are about to change: spots taken before
     /// no longer hold.
-    fn edited(&mut self) {
+    pub(super) fn edited(&mut self) {
         self.stamp.edits = self.stamp.edits.wrapping_add(1);
     }
 

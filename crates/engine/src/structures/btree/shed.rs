@@ -1,0 +1,108 @@
+//! Structures layer: letting go of loaded nodes a tree can read again.
+//! A clean node that has been written (`addr` not 0, not dirty, for a
+//! branch no dirty leaf below and every child only on disk) is exactly its
+//! block: its slot can go back to `Slot::Disk(addr)`, and the next descent
+//! that needs it loads it as after a mount (the inode table's cached
+//! descent, `cached.rs`, reads it with no lock held). The root stays.
+//!
+//! The caller decides when a node is safe to let go of beyond being clean
+//! (no delta commit in flight, whose blocks are not yet on the device) and
+//! which keys must keep their leaf (`keep`).
+//!
+//! Calls nothing outside the tree.
+
+use super::node::{Branch, Node, Slot};
+use super::tree::Tree;
+
+impl Tree {
+    /// Let go of the clean leaves that hold one of `keys` (sorted) and no
+    /// key that `keep` names, and of the clean branches on their way left
+    /// with no child in memory. Returns the leaves let go of. The last
+    /// leaf stays: new keys go there (the inode table's new inodes).
+    pub fn shed_leaves(
+        &mut self,
+        keys: &[u64],
+        keep: &mut dyn FnMut(u64) -> bool,
+        out: &mut Vec<Node>,
+    ) -> usize {
+        let mut shed = 0;
+        if let Some(Slot::Mem(root)) = self.root_slot_mut() {
+            if let Node::Branch(b) = root.as_mut() {
+                shed_below(b, keys, true, keep, &mut shed, out);
+            }
+        }
+        if shed > 0 {
+            // Spots taken before name nodes no longer in memory.
+            self.edited();
+        }
+        shed
+    }
+
+    /// Leaves held in memory (for `Stats`).
+    pub fn loaded_leaves(&self) -> u64 {
+        fn count(n: &Node) -> u64 {
+            match n {
+                Node::Leaf(_) => 1,
+                Node::Branch(b) => b
+                    .children
+                    .iter()
+                    .map(|c| match &c.slot {
+                        Slot::Mem(n) => count(n),
+                        Slot::Disk(_) => 0,
+                    })
+                    .sum(),
+            }
+        }
+        match self.root_slot() {
+            Some(Slot::Mem(n)) => count(n),
+            _ => 0,
+        }
+    }
+}
+
+/// [`Tree::shed_leaves`] below branch `b`, for the `keys` it routes;
+/// `last`: `b` is on the way to the tree's last leaf.
+fn shed_below(
+    b: &mut Branch,
+    keys: &[u64],
+    last: bool,
+    keep: &mut dyn FnMut(u64) -> bool,
+    shed: &mut usize,
+    out: &mut Vec<Node>,
+) {
+    let mut rest = keys;
+    while let Some(&first) = rest.first() {
+        let i = b.child_index(first);
+        // The keys routed to child i: those below the next child's sep.
+        let end = b.children.get(i.saturating_add(1)).map_or(u64::MAX, |c| c.sep);
+        let n = rest.iter().take_while(|&&k| k < end).count().max(1);
+        let (mine, after) = rest.split_at(n);
+        rest = after;
+        let last = last && i.saturating_add(1) == b.children.len();
+        let Some(c) = b.children.get_mut(i) else { return };
+        let Slot::Mem(node) = &mut c.slot else { continue };
+        let clean = match node.as_mut() {
+            // Newest keys first: in a walk, those still kept are the ones
+            // reached last.
+            Node::Leaf(l) => {
+                !last && !l.dirty && l.addr != 0 && !l.entries.iter().rev().any(|(k, _)| keep(*k))
+            }
+            Node::Branch(cb) => {
+                shed_below(cb, mine, last, keep, shed, out);
+                !cb.dirty
+                    && !cb.leaves_dirty
+                    && cb.addr != 0
+                    && cb.children.iter().all(|c| matches!(c.slot, Slot::Disk(_)))
+            }
+        };
+        if clean {
+            if matches!(node.as_ref(), Node::Leaf(_)) {
+                *shed = shed.saturating_add(1);
+            }
+            let addr = node.addr();
+            if let Slot::Mem(node) = std::mem::replace(&mut c.slot, Slot::Disk(addr)) {
+                out.push(*node);
+            }
+        }
+    }
+}
