@@ -11,12 +11,13 @@
 //!
 //! Calls nothing outside the tree.
 
-use super::node::{Branch, Node, Slot};
+use super::node::{Branch, Leaf, Node, Slot};
 use super::tree::Tree;
 
 impl Tree {
-    /// Let go of the clean leaves that hold one of `keys` (sorted) and no
-    /// key that `keep` names, and of the clean branches on their way left
+    /// Let go of the clean leaves that hold one of `keys` (sorted; keys
+    /// `keep` would not name: the inodes just let go of) and no key that
+    /// `keep` names, and of the clean branches on their way left
     /// with no child in memory. Returns the leaves let go of. The last
     /// leaf stays: new keys go there (the inode table's new inodes).
     pub fn shed_leaves(
@@ -82,11 +83,7 @@ fn shed_below(
         let Some(c) = b.children.get_mut(i) else { return };
         let Slot::Mem(node) = &mut c.slot else { continue };
         let clean = match node.as_mut() {
-            // Newest keys first: in a walk, those still kept are the ones
-            // reached last.
-            Node::Leaf(l) => {
-                !last && !l.dirty && l.addr != 0 && !l.entries.iter().rev().any(|(k, _)| keep(*k))
-            }
+            Node::Leaf(l) => !last && !l.dirty && l.addr != 0 && !holds_kept(l, mine, keep),
             Node::Branch(cb) => {
                 shed_below(cb, mine, last, keep, shed, out);
                 !cb.dirty
@@ -105,4 +102,23 @@ fn shed_below(
             }
         }
     }
+}
+
+/// Whether leaf `l` holds a key `keep` names; `gone` (sorted) are keys it
+/// would not name, not asked about (a leaf whose every inode was let go of
+/// in the same step costs no question at all).
+fn holds_kept(l: &Leaf, gone: &[u64], keep: &mut dyn FnMut(u64) -> bool) -> bool {
+    let mut gone = gone.iter().rev().peekable();
+    // Newest keys first: in a walk, those still kept are the ones reached
+    // last.
+    for (k, _) in l.entries.iter().rev() {
+        while gone.next_if(|&&g| g > *k).is_some() {}
+        if gone.next_if_eq(&k).is_some() {
+            continue;
+        }
+        if keep(*k) {
+            return true;
+        }
+    }
+    false
 }
