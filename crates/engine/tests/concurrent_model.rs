@@ -577,3 +577,71 @@ fn renames_unlinks_and_handles_racing_on_shared_names() {
     check_across_reopen(fs, &mem, check);
     assert_clean(&mem);
 }
+
+#[test]
+fn a_name_renamed_over_is_found_throughout() {
+    // A few names that always exist, each replaced again and again by a
+    // rename of a file made before the volume was reopened (so not in
+    // cache: its load races with the other renames), while other threads
+    // look the names up. A rename replaces a name at once: every lookup
+    // must find a file there, never ENOENT, even when the file it read
+    // from the entry is freed by the next rename before it is loaded.
+    const HOT: u64 = 3;
+    let spares = (steps() / 2) as u64;
+    let mem = volume(1 << 16);
+    let fs = Fs::open(mem.clone(), opts(u64::MAX, usize::MAX)).unwrap();
+    let dir = mkdirs(&fs, "d", 1)[0];
+    for h in 0..HOT {
+        fs.create(dir, format!("hot{h}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    for t in 0..2 {
+        for k in 0..spares {
+            fs.create(dir, format!("s{t}-{k}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+        }
+    }
+    fs.close().unwrap();
+    let fs = Fs::open(mem.clone(), opts(u64::MAX, FEW_INODES)).unwrap();
+    let renaming = AtomicBool::new(true);
+    with_committer(&fs, || {
+        std::thread::scope(|s| {
+            let renamers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let fs = &fs;
+                    s.spawn(move || {
+                        for k in 0..spares {
+                            let from = format!("s{t}-{k}").into_bytes();
+                            let to = format!("hot{}", k % HOT).into_bytes();
+                            fs.rename(dir, &from, dir, &to, Default::default())
+                                .unwrap_or_else(|e| panic!("rename s{t}-{k}: {e}"));
+                        }
+                    })
+                })
+                .collect();
+            for t in 0..2u64 {
+                let (fs, renaming) = (&fs, &renaming);
+                s.spawn(move || {
+                    let mut rng = Rng::new(900 + t);
+                    let mut n = 0u64;
+                    while renaming.load(Ordering::SeqCst) {
+                        let h = rng.below(HOT);
+                        if let Err(e) = fs.lookup(dir, format!("hot{h}").as_bytes()) {
+                            panic!("lookup {n} of hot{h}: {e}");
+                        }
+                        n += 1;
+                    }
+                });
+            }
+            for r in renamers {
+                let joined = r.join();
+                renaming.store(false, Ordering::SeqCst);
+                if let Err(p) = joined {
+                    std::panic::resume_unwind(p);
+                }
+            }
+        })
+    });
+    assert_eq!(fs.readdir(dir, 0, usize::MAX).unwrap().len(), HOT as usize);
+    fs.close().unwrap();
+    assert_clean(&mem);
+}

@@ -338,8 +338,10 @@ impl Tux3Fuse {
     /// with its attributes: `add(attr, next, name)`, true once the reply is
     /// full. The kernel counts every entry of the reply but `.` and `..` as
     /// a lookup, so each is held ([`Tux3Fuse::hold`]) once it is in. An
-    /// entry whose attributes cannot be read ends the reply there, or fails
-    /// it if it is the first.
+    /// entry whose inode is gone (removed and freed since the batch was
+    /// read) is left out, as a listing may leave out a name removed while
+    /// it runs; one whose attributes cannot be read otherwise ends the
+    /// reply there, or fails it if it is the first.
     pub(super) fn fill_dir_plus(
         &self,
         ino: Ino,
@@ -349,21 +351,27 @@ impl Tux3Fuse {
         let mut added = false;
         let mut failed = None;
         self.walk_dir(ino, offset, READDIRPLUS_BATCH, |entry, next, _, name| {
-            let held = self.fs.getattr(entry).and_then(|attr| {
-                if add(&attr, next, name) {
-                    return Ok(false);
+            let attr = match self.fs.getattr(entry) {
+                Ok(attr) => attr,
+                Err(e) if e.errno() == Errno::ENOENT => return false,
+                Err(e) => {
+                    failed = (!added).then_some(e);
+                    return true;
                 }
-                if name != b"." && name != b".." {
-                    self.hold(ino, attr)?;
-                }
-                Ok(true)
-            });
+            };
+            if add(&attr, next, name) {
+                return true;
+            }
+            let held = if name != b"." && name != b".." {
+                self.hold(ino, attr).map(drop)
+            } else {
+                Ok(())
+            };
             match held {
-                Ok(true) => {
+                Ok(()) => {
                     added = true;
                     false
                 }
-                Ok(false) => true,
                 Err(e) => {
                     failed = (!added).then_some(e);
                     true

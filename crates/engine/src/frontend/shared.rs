@@ -142,21 +142,32 @@ impl Volume {
     /// the node its directory's tree or the inode's load needs first, for
     /// the API to read without the guard (`ColdNode`) before it asks
     /// again with the blocks read so far (`staged`).
+    /// The entry is read with the directory locked, the inode loaded with
+    /// it let go; an inode freed in between (a rename replaced the name,
+    /// or an unlink removed it) sends the lookup round again: a name a
+    /// rename replaces never goes missing.
     pub fn lookup_shared(&self, parent: Ino, name: &[u8], staged: &Staged) -> MayLoad<Attr> {
-        let found = {
-            let mut d = or_fail!(self.inode_shared(parent));
-            match or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name))) {
-                Ok(found) => found,
-                Err(cold) => return Some(Ok(Err(cold))),
+        for _ in 0..3 {
+            let found = {
+                let mut d = or_fail!(self.inode_shared(parent));
+                match or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name))) {
+                    Ok(found) => found,
+                    Err(cold) => return Some(Ok(Err(cold))),
+                }
+            };
+            let Lookup::Found { ino, .. } = found else {
+                return Some(err(Errno::ENOENT));
+            };
+            match self.inode_or_cold(ino) {
+                Ok(Warm::Ready(i)) => return Some(Ok(Ok(i.attr(self.be.bs as u32)))),
+                Ok(Warm::Cold(cold)) => return Some(Ok(Err(cold))),
+                Err(e) if e.errno() == Errno::ENOENT => {}
+                Err(e) => return Some(Err(e)),
             }
-        };
-        match found {
-            Lookup::Found { ino, .. } => Some(match or_fail!(self.inode_or_cold(ino)) {
-                Warm::Ready(i) => Ok(Ok(i.attr(self.be.bs as u32))),
-                Warm::Cold(cold) => Ok(Err(cold)),
-            }),
-            Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
         }
+        // Still naming an inode the table lacks: the exclusive lookup
+        // reports the damage.
+        None
     }
 
     /// [`Volume::readlink`] under the shared guard; a target length out of
