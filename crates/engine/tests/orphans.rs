@@ -393,3 +393,40 @@ fn crash_before_the_unify_superblock_keeps_the_old_state() {
     // And with the superblock: the orphan is listed and freed at mount.
     freed_at_mount(&mem, &[a.ino]);
 }
+
+/// `lookup_held` takes a handle on a file it finds, as `open_handle`
+/// does (the unlinked file stays, readable, until the handle goes), and
+/// none on a directory; cold or cached, shared or exclusive alike.
+#[test]
+fn a_lookup_that_holds_keeps_an_unlinked_file_until_released() {
+    let mem = volume();
+    let fs = open(&mem);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    for name in [&b"warm"[..], b"cold"] {
+        let a = fs.create(d, name, 0o644, 0, 0).unwrap();
+        fs.write(a.ino, 0, name).unwrap();
+    }
+    fs.close().unwrap();
+    let fs = open(&mem);
+    // "cold": loaded by the lookup itself; "warm": in cache before it.
+    let warm = fs.lookup(d, b"warm").unwrap().ino;
+    for (name, ino) in [(&b"cold"[..], None), (b"warm", Some(warm))] {
+        let a = fs.lookup_held(d, name).unwrap();
+        assert!(ino.is_none_or(|i| i == a.ino));
+        fs.unlink(d, name).unwrap();
+        assert_eq!(fs.read(a.ino, 0, 8).unwrap(), name, "unlinked and held");
+        assert_eq!(fs.getattr(a.ino).unwrap().nlink, 0);
+        fs.release_handle(a.ino).unwrap();
+        assert!(
+            matches!(fs.getattr(a.ino), Err(Error::Posix(Errno::ENOENT))),
+            "freed at its last handle"
+        );
+    }
+    // A directory gets no handle: its rmdir frees it at once.
+    let sub = fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap().ino;
+    assert_eq!(fs.lookup_held(d, b"sub").unwrap().ino, sub);
+    fs.rmdir(d, b"sub").unwrap();
+    assert!(matches!(fs.getattr(sub), Err(Error::Posix(Errno::ENOENT))));
+    fs.close().unwrap();
+    assert!(fsck(&mem).problems.is_empty());
+}

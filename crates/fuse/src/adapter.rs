@@ -227,6 +227,16 @@ impl Tux3Fuse {
     /// come first; a reply the kernel never gets leaves the count one too
     /// high, which only keeps an orphan until unmount. A directory's parent
     /// is remembered for `..`.
+    /// An entry a lookup found with [`tux3::Fs::lookup_held`], which took
+    /// the handle of a non-directory already: only a directory's parent
+    /// is left to remember.
+    pub(super) fn found(&self, parent: Ino, attr: Attr) -> Attr {
+        if attr.kind == FileType::Directory {
+            self.parents.lock().insert(attr.ino, parent);
+        }
+        attr
+    }
+
     pub(super) fn hold(&self, parent: Ino, attr: Attr) -> Result<Attr> {
         if attr.kind == FileType::Directory {
             self.parents.lock().insert(attr.ino, parent);

@@ -63,14 +63,15 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name.as_bytes()) {
+        match self.fs.lookup_held(parent.0, name.as_bytes()) {
             // A negative entry: the kernel caches the absence for TTL.
             Err(e) if e.errno() == Errno::ENOENT => {
                 let mut attr = file_attr(&negative_attr());
                 attr.ino = INodeNo(0);
                 reply.entry(&TTL, &attr, Generation(0));
             }
-            r => self.entry(parent.0, r, reply),
+            Ok(attr) => reply.entry(&TTL, &file_attr(&self.found(parent.0, attr)), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 

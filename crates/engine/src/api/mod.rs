@@ -111,10 +111,28 @@ impl Fs {
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
         self.warm(parent);
-        if let Some(r) = self.warming(|v, s| v.lookup_shared(parent, name, s)) {
+        if let Some(r) = self.warming(|v, s| v.lookup_shared(parent, name, false, s)) {
             return r;
         }
         self.vol().lookup(parent, name)
+    }
+
+    /// [`Fs::lookup`], and a handle taken on what it finds unless it is a
+    /// directory ([`Fs::open_handle`]), in one step: an unlink or a rename
+    /// over the name cannot free the file between the two (a server that
+    /// holds a handle per kernel lookup would otherwise answer ENOENT for
+    /// a name that never went missing).
+    pub fn lookup_held(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        self.warm(parent);
+        if let Some(r) = self.warming(|v, s| v.lookup_shared(parent, name, true, s)) {
+            return r;
+        }
+        let mut v = self.vol();
+        let attr = v.lookup(parent, name)?;
+        if attr.kind != FileType::Directory {
+            v.open_handle(attr.ino)?;
+        }
+        Ok(attr)
     }
 
     /// Run a shared operation that may stop at a node only on disk: an

@@ -146,7 +146,10 @@ impl Volume {
     /// it let go; an inode freed in between (a rename replaced the name,
     /// or an unlink removed it) sends the lookup round again: a name a
     /// rename replaces never goes missing.
-    pub fn lookup_shared(&self, parent: Ino, name: &[u8], staged: &Staged) -> MayLoad<Attr> {
+    /// With `hold`, a handle is taken on what is found (not a directory)
+    /// while it is locked, as [`Volume::open_handle_shared`] takes one: a
+    /// rename or unlink cannot free it between the lookup and the handle.
+    pub fn lookup_shared(&self, parent: Ino, name: &[u8], hold: bool, staged: &Staged) -> MayLoad<Attr> {
         for _ in 0..3 {
             let found = {
                 let mut d = or_fail!(self.inode_shared(parent));
@@ -159,7 +162,12 @@ impl Volume {
                 return Some(err(Errno::ENOENT));
             };
             match self.inode_or_cold(ino) {
-                Ok(Warm::Ready(i)) => return Some(Ok(Ok(i.attr(self.be.bs as u32)))),
+                Ok(Warm::Ready(i)) => {
+                    if hold && i.kind() != FileType::Directory {
+                        *self.handles.of(ino).entry(ino).or_insert(0) += 1;
+                    }
+                    return Some(Ok(Ok(i.attr(self.be.bs as u32))));
+                }
                 Ok(Warm::Cold(cold)) => return Some(Ok(Err(cold))),
                 Err(e) if e.errno() == Errno::ENOENT => {}
                 Err(e) => return Some(Err(e)),
