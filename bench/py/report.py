@@ -691,6 +691,10 @@ def write(res, path, plotdir, plots):
                 L += pf + [""]
         if wl == "fsync-load":
             L += latency_table(rows, fss) + [""]
+        if wl == "meta":
+            bound = hand_measured("inode-bound.md")
+            if bound:
+                L += ["### Past the bound on cached inodes", "", bound.strip(), ""]
         for name in plots:
             if name.startswith(wl.replace("-", "_")):
                 L += ["![%s](%s)" % (name, os.path.relpath(os.path.join(plotdir, name),
