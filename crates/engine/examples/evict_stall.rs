@@ -42,12 +42,16 @@ fn main() {
     }
     fs.close().unwrap();
     let opts = OpenOptions {
-        inode_limit: (n / 4) as usize,
+        // LIMIT: the bound (default a quarter of the files).
+        inode_limit: std::env::var("LIMIT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or((n / 4) as usize),
         commit_interval: Some(Duration::from_millis(100)),
         ..OpenOptions::default()
     };
     let fs = Fs::open(dev.clone(), opts).unwrap();
-    let reads = fs.counters().blocks_read;
+    let c0 = fs.counters();
     let mut lat = Vec::with_capacity(n as usize);
     let t = Instant::now();
     for k in 0..n {
@@ -61,14 +65,15 @@ fn main() {
     lat.sort();
     let q = |f: f64| lat[((lat.len() as f64 - 1.0) * f) as usize];
     println!(
-        "{n} lookups in {total:?}: p50 {:?} p99.9 {:?} p99.99 {:?} max {:?}; cached {}, itable leaves {}, blocks read {}",
+        "{n} lookups in {total:?}: p50 {:?} p99.9 {:?} p99.99 {:?} max {:?}; cached {}, itable leaves {}, blocks read {} in {} reads",
         q(0.5),
         q(0.999),
         q(0.9999),
         lat[lat.len() - 1],
         fs.stats().cached_inodes,
         fs.stats().itable_leaves,
-        fs.counters().blocks_read - reads
+        fs.counters().blocks_read - c0.blocks_read,
+        fs.counters().reads - c0.reads
     );
     fs.close().unwrap();
 }

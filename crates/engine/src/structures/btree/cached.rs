@@ -7,14 +7,25 @@
 //! (`Tree::install`), then descends again. A node another reader put in
 //! place meanwhile stays; a slot that no longer waits for that address
 //! (the tree changed) is left alone, and the next descent finds its way.
+//! A missing leaf whose left sibling is loaded (a walk in key order) comes
+//! with the sibling leaves after it that are not loaded either and lie in
+//! the blocks right after its own (a commit writes a tree's dirty leaves
+//! in order, side by side), up to [`READ_AHEAD`] in all, read in the same
+//! device read: a walk through the inode table after a mount reads it in
+//! runs instead of a block at a time, while lookups at random read one
+//! leaf each (and leave no unused leaves behind).
 //!
 //! Calls the device (only in `Missing::read`, with no lock held) and the
 //! node decoder.
 
-use super::node::{Node, Slot, TreeKind};
+use super::node::{decode, Node, Slot, TreeKind};
 use super::tree::{child_level, read_node, Tree};
 use crate::device::Device;
 use crate::error::Result;
+
+/// Most leaves one read of a missing leaf brings in (it and the loaded-
+/// nowhere siblings in the blocks after it).
+pub const READ_AHEAD: usize = 16;
 
 /// What a descent that reads nothing from the device found.
 pub enum Cached {
@@ -31,21 +42,66 @@ pub struct Missing {
     level: u8,
     owner: u64,
     kind: TreeKind,
+    /// For a leaf: the seps of the siblings after it in the blocks after
+    /// its own (`addr + 1`, `addr + 2`, ...), not loaded either.
+    ahead: Vec<u64>,
 }
 
-/// A node read and decoded away from its tree, to put in place.
+/// A node read and decoded away from its tree, to put in place, and the
+/// sibling leaves read with it (sep, address, leaf).
 pub struct Loaded {
     addr: u64,
     node: Node,
+    ahead: Vec<(u64, u64, Node)>,
 }
 
 impl Missing {
     /// Read and decode the node (device I/O: hold no lock but the one that
     /// keeps the tree's shape, such as the shared delta guard).
     pub fn read(&self, dev: &dyn Device) -> Result<Loaded> {
+        if self.ahead.is_empty() {
+            return Ok(Loaded {
+                addr: self.addr,
+                node: read_node(dev, self.addr, self.owner, self.kind, self.level)?,
+                ahead: Vec::new(),
+            });
+        }
+        // One read for the run; the leaf asked for must decode, a sibling
+        // that does not is left for the descent that needs it to report.
+        let bs = dev.block_size() as usize;
+        let count = dev.block_count();
+        let n = self.ahead.len().saturating_add(1);
+        let mut buf = vec![0u8; bs.saturating_mul(n)];
+        let in_volume = self.addr >= 2 && self.addr.saturating_add(n as u64) <= count;
+        if !in_volume || dev.read(self.addr, &mut buf).is_err() {
+            return Missing {
+                ahead: Vec::new(),
+                ..*self
+            }
+            .read(dev);
+        }
+        let mut blocks = buf.chunks_exact(bs).zip(self.addr..);
+        let node = match blocks.next() {
+            Some((b, addr)) => decode(b, addr, self.owner, self.kind, self.level, count)?,
+            None => {
+                return Missing {
+                    ahead: Vec::new(),
+                    ..*self
+                }
+                .read(dev)
+            }
+        };
+        let ahead = blocks
+            .zip(&self.ahead)
+            .filter_map(|((b, addr), &sep)| {
+                let leaf = decode(b, addr, self.owner, self.kind, self.level, count).ok()?;
+                Some((sep, addr, leaf))
+            })
+            .collect();
         Ok(Loaded {
             addr: self.addr,
-            node: read_node(dev, self.addr, self.owner, self.kind, self.level)?,
+            node,
+            ahead,
         })
     }
 }
@@ -60,6 +116,7 @@ impl Tree {
                 level,
                 owner: self.id,
                 kind: self.kind,
+                ahead: Vec::new(),
             })
         };
         let mut level = self.depth();
@@ -76,9 +133,38 @@ impl Tree {
                 }
                 Node::Branch(b) => {
                     level = child_level(b);
-                    match b.children.get(b.child_index(key)).map(|c| &c.slot) {
+                    let i = b.child_index(key);
+                    match b.children.get(i).map(|c| &c.slot) {
                         // A branch without children routes nowhere.
                         None => return Cached::Done(None),
+                        // A walk in key order: the leaf before it is
+                        // loaded (a lookup at random reads only its leaf).
+                        Some(Slot::Disk(a))
+                            if level == 0
+                                && i.checked_sub(1)
+                                    .and_then(|p| b.children.get(p))
+                                    .is_some_and(|c| matches!(c.slot, Slot::Mem(_))) =>
+                        {
+                            // Siblings in the blocks right after it.
+                            let ahead = b
+                                .children
+                                .iter()
+                                .skip(i.saturating_add(1))
+                                .take(READ_AHEAD.saturating_sub(1))
+                                .zip(1u64..)
+                                .map_while(|(c, k)| match c.slot {
+                                    Slot::Disk(s) if s == a.saturating_add(k) => Some(c.sep),
+                                    _ => None,
+                                })
+                                .collect();
+                            return Cached::Missing(Missing {
+                                addr: *a,
+                                level,
+                                owner: self.id,
+                                kind: self.kind,
+                                ahead,
+                            });
+                        }
                         Some(Slot::Disk(a)) => return missing(*a, level),
                         Some(Slot::Mem(n)) => node = n,
                     }
@@ -88,8 +174,17 @@ impl Tree {
     }
 
     /// Put `loaded` in place on the way to `key`, if its slot still waits
-    /// for that address; otherwise drop it.
+    /// for that address; otherwise drop it. The same for each sibling read
+    /// with it, on the way to its sep.
     pub fn install(&mut self, key: u64, loaded: Loaded) {
+        let Loaded { addr, node, ahead } = loaded;
+        self.install_one(key, addr, node);
+        for (sep, addr, node) in ahead {
+            self.install_one(sep, addr, node);
+        }
+    }
+
+    fn install_one(&mut self, key: u64, addr: u64, node: Node) {
         let mut slot = match self.root_slot_mut() {
             Some(s) => s,
             None => return,
@@ -97,8 +192,8 @@ impl Tree {
         loop {
             match slot {
                 Slot::Disk(a) => {
-                    if *a == loaded.addr {
-                        *slot = Slot::Mem(Box::new(loaded.node));
+                    if *a == addr {
+                        *slot = Slot::Mem(Box::new(node));
                     }
                     return;
                 }

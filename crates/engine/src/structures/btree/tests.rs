@@ -455,3 +455,78 @@ fn shed_leaves_load_again_and_kept_ones_stay() {
     assert_eq!(shed, 1);
     assert_eq!(t.loaded_leaves(), all - 1);
 }
+
+/// Looks up `key` as the inode table does: descend what is loaded, read
+/// what is missing, put it in place, again.
+fn get_reading(t: &mut Tree, dev: &dyn Device, key: u64) -> Option<Vec<u8>> {
+    loop {
+        match t.get_cached(key) {
+            super::Cached::Done(v) => return v.map(|(v, _)| v),
+            super::Cached::Missing(m) => {
+                let loaded = m.read(dev).unwrap();
+                t.install(key, loaded);
+            }
+        }
+    }
+}
+
+/// A walk in key order through a table written in one commit reads its
+/// leaves in runs of up to READ_AHEAD; lookups at random read one leaf
+/// each; either way every value is found.
+#[test]
+fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
+    let bs = 1024usize;
+    let dev = MemDevice::new(bs as u32, 1 << 16);
+    let mut t = Tree::new_empty(0, TreeKind::Itable);
+    let value = |k: u64| vec![(k % 251) as u8; 30];
+    for k in 0..6000u64 {
+        t.insert(&dev, k, value(k)).unwrap();
+    }
+    let mut next = 10;
+    let mut alloc = || {
+        next += 1;
+        Ok(next)
+    };
+    let (mut out, mut maps, mut freed) = (Vec::new(), Vec::new(), Vec::new());
+    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
+    let root = t
+        .redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
+        .unwrap();
+    for (a, b) in out {
+        dev.write(a, &b).unwrap();
+    }
+    let leaves = t.loaded_leaves();
+    assert!(leaves > 200, "leaves: {leaves}");
+    // In key order: one read for the root and for each branch, one for the
+    // first leaf below a branch (its left sibling is in another), then
+    // runs of up to 16.
+    let mut walk = Tree::open(0, TreeKind::Itable, root);
+    let before = dev.counters();
+    for k in 0..6000u64 {
+        assert_eq!(get_reading(&mut walk, &dev, k), Some(value(k)), "key {k}");
+    }
+    let reads = dev.counters().reads - before.reads;
+    let blocks = dev.counters().blocks_read - before.blocks_read;
+    assert!(reads * 6 < leaves, "{reads} reads for {leaves} leaves");
+    assert!(blocks <= leaves + 16, "{blocks} blocks read for {leaves} leaves");
+    assert_eq!(walk.loaded_leaves(), leaves);
+    // At random (every 97th key from the far end, no leaf next to a
+    // loaded one): one block a leaf.
+    let mut random = Tree::open(0, TreeKind::Itable, root);
+    let before = dev.counters();
+    let keys: Vec<u64> = (0..6000u64).rev().step_by(97 * 3).collect();
+    for &k in &keys {
+        assert_eq!(get_reading(&mut random, &dev, k), Some(value(k)));
+    }
+    let read = dev.counters().blocks_read - before.blocks_read;
+    assert_eq!(
+        read,
+        dev.counters().reads - before.reads,
+        "a lookup at random read more than its block at once"
+    );
+    assert_eq!(
+        random.loaded_leaves(),
+        keys.len() as u64,
+        "leaves read ahead at random"
+    );
+}
