@@ -411,15 +411,18 @@ fn a_branch_entry_off_its_first_leaf_fails_t1() {
     t.map_leaf(&dev, 0, 100).unwrap();
 }
 
-/// Leaves let go of load again from their blocks with what they held; a
-/// leaf holding a kept key, a dirty leaf and the root stay.
-#[test]
-fn shed_leaves_load_again_and_kept_ones_stay() {
-    let bs = 1024usize;
-    let dev = MemDevice::new(bs as u32, 1 << 16);
+/// An inode table of keys `0..n` with `value(k)`, committed and unified
+/// onto `dev` (leaves in key order in consecutive blocks, as a commit
+/// writes them); returns it, every node loaded and clean, and its root.
+fn written_table(
+    dev: &MemDevice,
+    n: u64,
+    value: impl Fn(u64) -> Vec<u8>,
+) -> (Tree, crate::structures::superblock::Root) {
+    let bs = dev.block_size() as usize;
     let mut t = Tree::new_empty(0, TreeKind::Itable);
-    for k in 0..4000u64 {
-        t.insert(&dev, k, vec![(k % 253) as u8; 40]).unwrap();
+    for k in 0..n {
+        t.insert(dev, k, value(k)).unwrap();
     }
     let mut next = 10;
     let mut alloc = || {
@@ -428,11 +431,21 @@ fn shed_leaves_load_again_and_kept_ones_stay() {
     };
     let (mut out, mut maps, mut freed) = (Vec::new(), Vec::new(), Vec::new());
     t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
-    t.redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
+    let root = t
+        .redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
         .unwrap();
     for (a, b) in out {
         dev.write(a, &b).unwrap();
     }
+    (t, root)
+}
+
+/// Leaves let go of load again from their blocks with what they held; a
+/// leaf holding a kept key, a dirty leaf and the root stay.
+#[test]
+fn shed_leaves_load_again_and_kept_ones_stay() {
+    let dev = MemDevice::new(1024, 1 << 16);
+    let (mut t, _) = written_table(&dev, 4000, |k| vec![(k % 253) as u8; 40]);
     let all = t.loaded_leaves();
     assert!(all > 100, "leaves: {all}");
     // A dirty leaf (key 2000's), the leaf of the kept key 3000 and the
@@ -475,26 +488,9 @@ fn get_reading(t: &mut Tree, dev: &dyn Device, key: u64) -> Option<Vec<u8>> {
 /// each; either way every value is found.
 #[test]
 fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
-    let bs = 1024usize;
-    let dev = MemDevice::new(bs as u32, 1 << 16);
-    let mut t = Tree::new_empty(0, TreeKind::Itable);
+    let dev = MemDevice::new(1024, 1 << 16);
     let value = |k: u64| vec![(k % 251) as u8; 30];
-    for k in 0..6000u64 {
-        t.insert(&dev, k, value(k)).unwrap();
-    }
-    let mut next = 10;
-    let mut alloc = || {
-        next += 1;
-        Ok(next)
-    };
-    let (mut out, mut maps, mut freed) = (Vec::new(), Vec::new(), Vec::new());
-    t.redirect_leaves(bs, 0, &mut alloc, &mut out, &mut maps).unwrap();
-    let root = t
-        .redirect_branches(bs, 0, &mut alloc, &mut out, &mut freed)
-        .unwrap();
-    for (a, b) in out {
-        dev.write(a, &b).unwrap();
-    }
+    let (t, root) = written_table(&dev, 6000, value);
     let leaves = t.loaded_leaves();
     assert!(leaves > 200, "leaves: {leaves}");
     // In key order: one read for the root and for each branch, one for the
