@@ -59,38 +59,32 @@ impl Missing {
     /// Read and decode the node (device I/O: hold no lock but the one that
     /// keeps the tree's shape, such as the shared delta guard).
     pub fn read(&self, dev: &dyn Device) -> Result<Loaded> {
-        if self.ahead.is_empty() {
-            return Ok(Loaded {
+        let alone = || -> Result<Loaded> {
+            Ok(Loaded {
                 addr: self.addr,
                 node: read_node(dev, self.addr, self.owner, self.kind, self.level)?,
                 ahead: Vec::new(),
-            });
+            })
+        };
+        if self.ahead.is_empty() {
+            return alone();
         }
-        // One read for the run; the leaf asked for must decode, a sibling
-        // that does not is left for the descent that needs it to report.
+        // One read for the run (or the leaf alone, should that fail); the
+        // leaf asked for must decode, a sibling that does not is left for
+        // the descent that needs it to report.
         let bs = dev.block_size() as usize;
         let count = dev.block_count();
         let n = self.ahead.len().saturating_add(1);
         let mut buf = vec![0u8; bs.saturating_mul(n)];
         let in_volume = self.addr >= 2 && self.addr.saturating_add(n as u64) <= count;
         if !in_volume || dev.read(self.addr, &mut buf).is_err() {
-            return Missing {
-                ahead: Vec::new(),
-                ..*self
-            }
-            .read(dev);
+            return alone();
         }
         let mut blocks = buf.chunks_exact(bs).zip(self.addr..);
-        let node = match blocks.next() {
-            Some((b, addr)) => decode(b, addr, self.owner, self.kind, self.level, count)?,
-            None => {
-                return Missing {
-                    ahead: Vec::new(),
-                    ..*self
-                }
-                .read(dev)
-            }
+        let Some((b, addr)) = blocks.next() else {
+            return alone();
         };
+        let node = decode(b, addr, self.owner, self.kind, self.level, count)?;
         let ahead = blocks
             .zip(&self.ahead)
             .filter_map(|((b, addr), &sep)| {
@@ -110,19 +104,19 @@ impl Tree {
     /// The value at `key` if every node on the way is loaded, else the
     /// first node that is not.
     pub fn get_cached(&self, key: u64) -> Cached {
-        let missing = |addr, level| {
+        let missing = |addr, level, ahead| {
             Cached::Missing(Missing {
                 addr,
                 level,
                 owner: self.id,
                 kind: self.kind,
-                ahead: Vec::new(),
+                ahead,
             })
         };
         let mut level = self.depth();
         let mut node = match self.root_slot() {
             None => return Cached::Done(None),
-            Some(Slot::Disk(a)) => return missing(*a, level),
+            Some(Slot::Disk(a)) => return missing(*a, level, Vec::new()),
             Some(Slot::Mem(n)) => n,
         };
         loop {
@@ -157,15 +151,9 @@ impl Tree {
                                     _ => None,
                                 })
                                 .collect();
-                            return Cached::Missing(Missing {
-                                addr: *a,
-                                level,
-                                owner: self.id,
-                                kind: self.kind,
-                                ahead,
-                            });
+                            return missing(*a, level, ahead);
                         }
-                        Some(Slot::Disk(a)) => return missing(*a, level),
+                        Some(Slot::Disk(a)) => return missing(*a, level, Vec::new()),
                         Some(Slot::Mem(n)) => node = n,
                     }
                 }
