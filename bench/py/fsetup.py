@@ -108,6 +108,9 @@ def ensure_tools(tools):
 class Mounted:
     def __init__(self, fs, mnt, dev=None, pid=None, img=None):
         self.fs, self.mnt, self.dev, self.pid, self.img = fs, mnt, dev, pid, img
+        # What commits the filesystem after `sync -f`, which the kernel does
+        # not pass to a FUSE server (docs/MOUNT.md): `tux3 sync MNT`.
+        self.commit_cmd = None
 
 
 # The fuse module's switch for FUSE over io_uring (Linux 6.14+).
@@ -200,6 +203,8 @@ class Env:
             return Mounted(fs, self.mnt)
         dev = self.attach(self.backing_image())
         m = Mounted(fs, self.mnt, dev=dev)
+        if fs in TUX3_MOUNTS:
+            m.commit_cmd = [self.tux3, "sync", self.mnt]
         try:
             with open("/sys/block/%s/loop/dio" % os.path.basename(dev)) as f:
                 if f.read().strip() != "1":

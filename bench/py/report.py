@@ -452,6 +452,8 @@ def commands(res):
         "echo 3 > /proc/sys/vm/drop_caches     # after sync -f, before every cold read",
         "sync -f MNT                           # after every step (its I/O is counted separately)",
     ] + ([
+        "tux3 sync MNT                         # on tux3, after every sync -f (syncfs does not reach a FUSE server)",
+    ] if q.get("commit_tux3") else []) + ([
         "# FUSE requests of each step (T: the run's tracing instance, DEV: the mount's st_dev)",
         "echo 1 > T/events/fuse/fuse_request_send/enable; echo 'connection == DEV' > T/events/fuse/fuse_request_send/filter",
         "echo > T/trace; echo 1 > T/tracing_on; STEP; echo 0 > T/tracing_on   # then count T/trace by opcode",
