@@ -430,3 +430,74 @@ fn a_lookup_that_holds_keeps_an_unlinked_file_until_released() {
     fs.close().unwrap();
     assert!(fsck(&mem).problems.is_empty());
 }
+
+/// Unlink every name `names` of `ino` in `d`, check the file stays (held),
+/// then release the handle and check it is freed.
+fn held_until_released(fs: &Fs, d: u64, ino: u64, names: &[&[u8]]) {
+    for name in names {
+        fs.unlink(d, name).unwrap();
+    }
+    assert_eq!(
+        fs.getattr(ino).unwrap().nlink,
+        0,
+        "inode {ino}: unlinked and held"
+    );
+    fs.release_handle(ino).unwrap();
+    assert!(
+        matches!(fs.getattr(ino), Err(Error::Posix(Errno::ENOENT))),
+        "inode {ino}: freed at its last handle, so it had exactly one"
+    );
+}
+
+/// The other operations whose reply the kernel counts as a lookup take one
+/// handle in the same step as `lookup_held` does: `mknod_held`,
+/// `symlink_held`, `link_held` and `getattr_held` (cold and cached); none
+/// on a directory, and the plain operations none at all.
+#[test]
+fn operations_that_hold_take_one_handle_on_what_they_make_or_find() {
+    let mem = volume();
+    let fs = open(&mem);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    let f = fs.mknod_held(d, b"f", libc::S_IFREG | 0o644, 0, 0, 0).unwrap();
+    held_until_released(&fs, d, f.ino, &[b"f"]);
+    let s = fs.symlink_held(d, b"s", b"target", 0, 0).unwrap();
+    held_until_released(&fs, d, s.ino, &[b"s"]);
+    let a = fs.create(d, b"a", 0o644, 0, 0).unwrap();
+    assert_eq!(fs.link_held(a.ino, d, b"b").unwrap().nlink, 2);
+    held_until_released(&fs, d, a.ino, &[b"a", b"b"]);
+
+    // The plain operations take none: the last unlink frees at once.
+    let p = fs.mknod(d, b"p", libc::S_IFREG | 0o644, 0, 0, 0).unwrap();
+    fs.link(p.ino, d, b"q").unwrap();
+    fs.getattr(p.ino).unwrap();
+    fs.unlink(d, b"p").unwrap();
+    fs.unlink(d, b"q").unwrap();
+    assert!(matches!(fs.getattr(p.ino), Err(Error::Posix(Errno::ENOENT))));
+
+    // A directory gets no handle: its rmdir frees it at once.
+    let sub = fs.mknod_held(d, b"sub", libc::S_IFDIR | 0o755, 0, 0, 0).unwrap();
+    fs.getattr_held(sub.ino).unwrap();
+    fs.rmdir(d, b"sub").unwrap();
+    assert!(matches!(fs.getattr(sub.ino), Err(Error::Posix(Errno::ENOENT))));
+
+    // getattr_held, on a file loaded by it and on one already cached.
+    for name in [&b"cold"[..], b"warm"] {
+        fs.create(d, name, 0o644, 0, 0).unwrap();
+    }
+    fs.close().unwrap();
+    let fs = open(&mem);
+    let warm = fs.lookup(d, b"warm").unwrap().ino;
+    let cold = fs
+        .readdir(d, 0, 100)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.name == b"cold")
+        .unwrap()
+        .ino;
+    for (ino, name) in [(cold, &b"cold"[..]), (warm, b"warm")] {
+        assert_eq!(fs.getattr_held(ino).unwrap().ino, ino);
+        held_until_released(&fs, d, ino, &[name]);
+    }
+    fs.close().unwrap();
+    assert!(fsck(&mem).problems.is_empty());
+}

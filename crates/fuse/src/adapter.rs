@@ -218,32 +218,24 @@ impl Tux3Fuse {
     }
 
     /// An entry the kernel is about to learn (from a lookup, mknod, mkdir,
-    /// symlink or link). The kernel counts one lookup of it per such reply
-    /// and gives them back with FORGET ([`Tux3Fuse::forget`]). A
-    /// non-directory is held by that count, as an engine handle: an unlinked
-    /// file the kernel still knows (open, mapped, or just cached) stays an
-    /// orphan until the kernel forgets it, so no OPEN or RELEASE round trip
-    /// is needed for that. Taken before the reply, so the FORGET can never
-    /// come first; a reply the kernel never gets leaves the count one too
-    /// high, which only keeps an orphan until unmount. A directory's parent
-    /// is remembered for `..`.
-    /// An entry a lookup found with [`tux3::Fs::lookup_held`], which took
-    /// the handle of a non-directory already: only a directory's parent
-    /// is left to remember.
+    /// symlink, link or readdirplus). The kernel counts one lookup of it
+    /// per such reply and gives them back with FORGET
+    /// ([`Tux3Fuse::forget`]). A non-directory is held by that count, as an
+    /// engine handle: an unlinked file the kernel still knows (open,
+    /// mapped, or just cached) stays an orphan until the kernel forgets it,
+    /// so no OPEN or RELEASE round trip is needed for that. The handle is
+    /// taken by the engine operation itself (`lookup_held`, `mknod_held`,
+    /// `symlink_held`, `link_held`, `getattr_held`), in the same step, so
+    /// nothing frees the file between the operation and the handle, and
+    /// before the reply, so the FORGET can never come first; a reply the
+    /// kernel never gets leaves the count one too high, which only keeps an
+    /// orphan until unmount. What is left here: a directory's parent,
+    /// remembered for `..`.
     pub(super) fn found(&self, parent: Ino, attr: Attr) -> Attr {
         if attr.kind == FileType::Directory {
             self.parents.lock().insert(attr.ino, parent);
         }
         attr
-    }
-
-    pub(super) fn hold(&self, parent: Ino, attr: Attr) -> Result<Attr> {
-        if attr.kind == FileType::Directory {
-            self.parents.lock().insert(attr.ino, parent);
-        } else {
-            self.fs.open_handle(attr.ino)?;
-        }
-        Ok(attr)
     }
 
     /// The kernel forgot `count` lookups of `ino` (its inode left the
@@ -264,9 +256,10 @@ impl Tux3Fuse {
         self.parents.lock().get(&ino).copied().unwrap_or(ino)
     }
 
-    /// Reply to a request that produced a new or found entry.
+    /// Reply to a request that produced a new or found entry, held
+    /// ([`Tux3Fuse::found`]).
     pub(super) fn entry(&self, parent: Ino, r: Result<Attr>, reply: ReplyEntry) {
-        match r.and_then(|attr| self.hold(parent, attr)) {
+        match r.map(|attr| self.found(parent, attr)) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -347,11 +340,12 @@ impl Tux3Fuse {
     /// Fill a `readdirplus` reply like [`Tux3Fuse::fill_dir`], each entry
     /// with its attributes: `add(attr, next, name)`, true once the reply is
     /// full. The kernel counts every entry of the reply but `.` and `..` as
-    /// a lookup, so each is held ([`Tux3Fuse::hold`]) once it is in. An
-    /// entry whose inode is gone (removed and freed since the batch was
-    /// read) is left out, as a listing may leave out a name removed while
-    /// it runs; one whose attributes cannot be read otherwise ends the
-    /// reply there, or fails it if it is the first.
+    /// a lookup, so each is held ([`Tux3Fuse::found`]): the handle taken
+    /// with its attributes, and given back if the reply had no room for
+    /// it. An entry whose inode is gone (removed and freed since the batch
+    /// was read) is left out, as a listing may leave out a name removed
+    /// while it runs; one whose attributes cannot be read otherwise ends
+    /// the reply there, or fails it if it is the first.
     pub(super) fn fill_dir_plus(
         &self,
         ino: Ino,
@@ -361,7 +355,13 @@ impl Tux3Fuse {
         let mut added = false;
         let mut failed = None;
         self.walk_dir(ino, offset, READDIRPLUS_BATCH, |entry, next, _, name| {
-            let attr = match self.fs.getattr(entry) {
+            let dots = name == b"." || name == b"..";
+            let got = if dots {
+                self.fs.getattr(entry)
+            } else {
+                self.fs.getattr_held(entry)
+            };
+            let attr = match got {
                 Ok(attr) => attr,
                 Err(e) if e.errno() == Errno::ENOENT => return false,
                 Err(e) => {
@@ -370,23 +370,16 @@ impl Tux3Fuse {
                 }
             };
             if add(&attr, next, name) {
+                if !dots && attr.kind != FileType::Directory {
+                    self.forget(attr.ino, 1);
+                }
                 return true;
             }
-            let held = if name != b"." && name != b".." {
-                self.hold(ino, attr).map(drop)
-            } else {
-                Ok(())
-            };
-            match held {
-                Ok(()) => {
-                    added = true;
-                    false
-                }
-                Err(e) => {
-                    failed = (!added).then_some(e);
-                    true
-                }
+            if !dots {
+                self.found(ino, attr);
             }
+            added = true;
+            false
         })?;
         failed.map_or(Ok(()), Err)
     }

@@ -147,7 +147,7 @@ impl Filesystem for Tux3Fuse {
             .owner(req.uid(), req.gid(), parent.0)
             .and_then(|(uid, gid, _)| {
                 self.fs
-                    .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
+                    .mknod_held(parent.0, name.as_bytes(), mode, u64::from(rdev), uid, gid)
             });
         self.entry(parent.0, r, reply);
     }
@@ -172,7 +172,8 @@ impl Filesystem for Tux3Fuse {
             .owner(req.uid(), req.gid(), parent.0)
             .and_then(|(uid, gid, _)| {
                 let target = target.as_os_str().as_bytes();
-                self.fs.symlink(parent.0, link_name.as_bytes(), target, uid, gid)
+                self.fs
+                    .symlink_held(parent.0, link_name.as_bytes(), target, uid, gid)
             });
         self.entry(parent.0, r, reply);
     }
@@ -197,13 +198,13 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        let r = self.fs.link_held(ino.0, newparent.0, newname.as_bytes());
         self.entry(newparent.0, r, reply);
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // A file handle holds nothing here: the kernel's lookup count keeps
-        // an unlinked file alive (`Tux3Fuse::hold`). ENOSYS tells the
+        // an unlinked file alive (`Tux3Fuse::found`). ENOSYS tells the
         // kernel so (`no_open`): it sends no more OPEN, and no RELEASE for
         // files opened without one, two round trips per open saved; it
         // then opens files with `FOPEN_KEEP_CACHE` — the page cache stays

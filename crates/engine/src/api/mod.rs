@@ -129,10 +129,7 @@ impl Fs {
         }
         let mut v = self.vol();
         let attr = v.lookup(parent, name)?;
-        if attr.kind != FileType::Directory {
-            v.open_handle(attr.ino)?;
-        }
-        Ok(attr)
+        held(&mut v, attr)
     }
 
     /// Run a shared operation that may stop at a node only on disk: an
@@ -213,10 +210,23 @@ impl Fs {
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.warm(ino);
-        if let Some(r) = self.shared_vol().getattr_shared(ino) {
+        if let Some(r) = self.shared_vol().getattr_shared(ino, false) {
             return r;
         }
         self.vol().getattr(ino)
+    }
+
+    /// [`Fs::getattr`], and a handle taken on `ino` unless it is a
+    /// directory, in one step (as [`Fs::lookup_held`]): for an entry of a
+    /// listing the kernel will count as a lookup.
+    pub fn getattr_held(&self, ino: Ino) -> Result<Attr> {
+        self.warm(ino);
+        if let Some(r) = self.shared_vol().getattr_shared(ino, true) {
+            return r;
+        }
+        let mut v = self.vol();
+        let attr = v.getattr(ino)?;
+        held(&mut v, attr)
     }
 
     /// Change attributes of `ino`; a size change truncates or extends.
@@ -251,11 +261,45 @@ impl Fs {
     /// Create a node of any non-directory type: `mode` carries the `S_IFMT`
     /// bits (regular, fifo, character or block device, socket).
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, uid: u32, gid: u32) -> Result<Attr> {
+        self.mknod_as(parent, name, mode, rdev, uid, gid, false)
+    }
+
+    /// [`Fs::mknod`] (a directory too), and a handle taken on the new node
+    /// unless it is a directory, in one step (as [`Fs::lookup_held`]): no
+    /// lookup, unlink and release by others can free it first.
+    pub fn mknod_held(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        self.mknod_as(parent, name, mode, rdev, uid, gid, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mknod_as(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        hold: bool,
+    ) -> Result<Attr> {
         self.warm(parent);
-        if let Some(r) = self.warming(|v, s| v.mknod_shared(parent, name, mode, rdev, uid, gid, s)) {
+        if let Some(r) = self.warming(|v, s| v.mknod_shared(parent, name, mode, rdev, uid, gid, hold, s)) {
             return r;
         }
-        self.vol().mknod(parent, name, mode, rdev, uid, gid)
+        let mut v = self.vol();
+        let attr = v.mknod(parent, name, mode, rdev, uid, gid)?;
+        if hold {
+            return held(&mut v, attr);
+        }
+        Ok(attr)
     }
 
     /// Create a directory.
@@ -270,6 +314,16 @@ impl Fs {
         self.vol().symlink(parent, name, target, uid, gid)
     }
 
+    /// [`Fs::symlink`] and a handle on the new link, in one step (as
+    /// [`Fs::mknod_held`]).
+    pub fn symlink_held(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        self.warm(parent);
+        let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
+        let mut v = self.vol();
+        let attr = v.symlink(parent, name, target, uid, gid)?;
+        held(&mut v, attr)
+    }
+
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         self.warm(ino);
@@ -281,11 +335,26 @@ impl Fs {
 
     /// Add a hard link `newparent/newname` to `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.link_as(ino, newparent, newname, false)
+    }
+
+    /// [`Fs::link`] and a handle on `ino`, in one step (as
+    /// [`Fs::mknod_held`]).
+    pub fn link_held(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.link_as(ino, newparent, newname, true)
+    }
+
+    fn link_as(&self, ino: Ino, newparent: Ino, newname: &[u8], hold: bool) -> Result<Attr> {
         self.warm(ino);
-        if let Some(r) = self.warming(|v, s| v.link_shared(ino, newparent, newname, s)) {
+        if let Some(r) = self.warming(|v, s| v.link_shared(ino, newparent, newname, hold, s)) {
             return r;
         }
-        self.vol().link(ino, newparent, newname)
+        let mut v = self.vol();
+        let attr = v.link(ino, newparent, newname)?;
+        if hold {
+            return held(&mut v, attr);
+        }
+        Ok(attr)
     }
 
     /// Remove a non-directory entry.
@@ -703,4 +772,13 @@ impl Fs {
     pub fn stats(&self) -> crate::frontend::Stats {
         self.shared_vol().stats()
     }
+}
+
+/// `attr`, with a handle taken on it unless it is a directory: the end of a
+/// `*_held` operation on the exclusive path, in the same hold as the rest.
+fn held(v: &mut Volume, attr: Attr) -> Result<Attr> {
+    if attr.kind != FileType::Directory {
+        v.open_handle(attr.ino)?;
+    }
+    Ok(attr)
 }

@@ -133,9 +133,23 @@ impl Volume {
         }
     }
 
-    pub fn getattr_shared(&self, ino: Ino) -> Option<Result<Attr>> {
+    /// With `hold`, a handle is taken on `ino` (not a directory) while it
+    /// is locked, as by [`Volume::lookup_shared`].
+    pub fn getattr_shared(&self, ino: Ino, hold: bool) -> Option<Result<Attr>> {
         let i = or_fail!(self.inode_shared(ino));
+        if hold {
+            self.hold_locked(ino, i.kind());
+        }
         Some(Ok(i.attr(self.be.bs as u32)))
+    }
+
+    /// A handle on inode `ino` of type `kind` unless it is a directory:
+    /// the handle of a kernel lookup ([`Volume::open_handle_shared`]). The
+    /// caller holds the inode locked, or no name reaches it yet.
+    pub(super) fn hold_locked(&self, ino: Ino, kind: FileType) {
+        if kind != FileType::Directory {
+            *self.handles.of(ino).entry(ino).or_insert(0) += 1;
+        }
     }
 
     /// The attributes of the inode `name` names in `parent`; or (`Err`)
@@ -163,8 +177,8 @@ impl Volume {
             };
             match self.inode_or_cold(ino) {
                 Ok(Warm::Ready(i)) => {
-                    if hold && i.kind() != FileType::Directory {
-                        *self.handles.of(ino).entry(ino).or_insert(0) += 1;
+                    if hold {
+                        self.hold_locked(ino, i.kind());
                     }
                     return Some(Ok(Ok(i.attr(self.be.bs as u32))));
                 }

@@ -306,18 +306,20 @@ impl Tux3Fuse {
             op::SYMLINK => {
                 let n = abi::names(payload, 2).ok_or_else(einval)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(self.hold(ino, self.fs.symlink(ino, n[0], n[1], uid, gid)?)?)
+                Answer::Entry(self.found(ino, self.fs.symlink_held(ino, n[0], n[1], uid, gid)?))
             }
             op::MKNOD => {
                 let a: MknodIn = read(op_in)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
-                let attr = self.fs.mknod(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?;
-                Answer::Entry(self.hold(ino, attr)?)
+                let attr = self
+                    .fs
+                    .mknod_held(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?;
+                Answer::Entry(self.found(ino, attr))
             }
             op::MKDIR => {
                 let a: MkdirIn = read(op_in)?;
                 let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(self.hold(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?)?)
+                Answer::Entry(self.found(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?))
             }
             op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
             op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,
@@ -334,8 +336,10 @@ impl Tux3Fuse {
                 Answer::Empty
             }
             op::LINK => {
-                let attr = self.fs.link(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?;
-                Answer::Entry(self.hold(ino, attr)?)
+                let attr = self
+                    .fs
+                    .link_held(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?;
+                Answer::Entry(self.found(ino, attr))
             }
             // As `ops.rs` answers them: the kernel stops sending OPEN,
             // CREATE (it makes files with MKNOD), FLUSH, OPENDIR and their

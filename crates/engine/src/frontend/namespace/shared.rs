@@ -94,6 +94,8 @@ impl Volume {
     /// [`Volume::mknod`] (any type but a symlink) under the shared guard;
     /// `Err`: the node of the directory's tree to read first, for the API
     /// to read without the guard before it asks again with `staged`.
+    /// With `hold`, a handle is taken on the new inode (not a directory)
+    /// while the directory is still locked, so nothing can free it first.
     #[allow(clippy::too_many_arguments)]
     pub fn mknod_shared(
         &self,
@@ -103,6 +105,7 @@ impl Volume {
         rdev: u64,
         uid: u32,
         gid: u32,
+        hold: bool,
         staged: &Staged,
     ) -> MayLoad<Attr> {
         let kind = or_fail!(FileType::from_mode(mode).ok_or(crate::error::Error::Posix(Errno::EINVAL)));
@@ -125,6 +128,10 @@ impl Volume {
         self.cache.insert_shared(inode);
         self.touched(ino);
         or_fail!(d.tree.insert_at(dev, &free, dirent::encode(ino, kind, name)));
+        if hold {
+            // (The name is in, but nobody finds it before `d` is let go.)
+            self.hold_locked(ino, kind);
+        }
         let now = Timespec::now();
         d.attrs.mtime = now;
         d.attrs.ctime = now;
@@ -243,8 +250,15 @@ impl Volume {
     /// [`Volume::link`] under the shared guard, when the inode is cached
     /// and nobody holds it: the directory is locked first, then the inode
     /// is tried (as an unlink does).
-    /// `Err` as for [`Volume::mknod_shared`].
-    pub fn link_shared(&self, ino: Ino, newparent: Ino, newname: &[u8], staged: &Staged) -> MayLoad<Attr> {
+    /// `Err` as for [`Volume::mknod_shared`]; `hold` too.
+    pub fn link_shared(
+        &self,
+        ino: Ino,
+        newparent: Ino,
+        newname: &[u8],
+        hold: bool,
+        staged: &Staged,
+    ) -> MayLoad<Attr> {
         if ino == newparent {
             return None;
         }
@@ -277,6 +291,9 @@ impl Volume {
         i.attrs.nlink += 1;
         i.attrs.ctime = now;
         self.touch_locked(&mut i);
+        if hold {
+            self.hold_locked(ino, kind);
+        }
         {
             let mut books = self.books.lock();
             books.ns_touched.insert(ino);
