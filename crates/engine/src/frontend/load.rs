@@ -51,8 +51,7 @@ use crate::structures::btree::{Cached, Loaded, Missing};
 use crate::structures::dirent::Lookup;
 use crate::structures::inode::InodeAttrs;
 use crate::types::{FileType, Ino};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A node an operation needs that is only on disk, to be read with no
 /// lock held, not even the delta guard ([`ColdNode::read`]): an
@@ -68,8 +67,13 @@ pub struct ColdNode {
 }
 
 enum Cold {
-    Table { ino: Ino, missing: Missing },
-    Block(u64),
+    Table {
+        ino: Ino,
+        missing: Missing,
+    },
+    /// Tree blocks `start..end`: one, or a run of leaves a walk in key
+    /// order reads together (`structures/btree/ahead.rs`).
+    Blocks(u64, u64),
 }
 
 /// A [`ColdNode`] read.
@@ -87,10 +91,21 @@ impl ColdNode {
     pub fn read(self, staged: &mut Staged) -> Result<ReadNode> {
         match self.what {
             Cold::Table { ino, missing } => Ok(ReadNode::Table(ino, missing.read(self.dev.as_ref())?)),
-            Cold::Block(addr) => {
-                let mut b = vec![0u8; self.dev.block_size() as usize].into_boxed_slice();
-                self.dev.read(addr, &mut b)?;
-                staged.blocks.push((addr, b));
+            Cold::Blocks(start, end) => {
+                let bs = self.dev.block_size() as usize;
+                let n = usize::try_from(end.saturating_sub(start)).unwrap_or(1).max(1);
+                let mut run = vec![0u8; bs.saturating_mul(n)];
+                if n > 1 && self.dev.read(start, &mut run).is_ok() {
+                    for (b, addr) in run.chunks_exact(bs).zip(start..) {
+                        staged.blocks.push((addr, b.into()));
+                    }
+                } else {
+                    // One block, or the run's read failed: the block asked
+                    // for alone, whose error is the operation's.
+                    let mut b = vec![0u8; bs].into_boxed_slice();
+                    self.dev.read(start, &mut b)?;
+                    staged.blocks.push((start, b));
+                }
                 staged._entered.push(self.entered);
                 Ok(ReadNode::Staged)
             }
@@ -113,14 +128,14 @@ impl Staged {
 }
 
 /// The device as a shared operation sees it: reads of staged blocks are
-/// served from memory, any other read fails (its first block remembered).
-/// Nothing may be written through it.
+/// served from memory, any other read fails (its first block not staged
+/// and the end of that read remembered). Nothing may be written through it.
 pub(super) struct ColdReads<'a> {
     dev: &'a dyn Device,
     staged: &'a Staged,
-    /// The first block read that was not staged (0: none; no tree block
-    /// lies there).
-    missed: AtomicU64,
+    /// The first read that missed: its first block not staged and the
+    /// block after its last.
+    missed: OnceLock<(u64, u64)>,
 }
 
 impl Device for ColdReads<'_> {
@@ -134,12 +149,13 @@ impl Device for ColdReads<'_> {
 
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let bs = self.dev.block_size() as usize;
+        let end = block.saturating_add(buf.len().div_ceil(bs.max(1)) as u64);
         for (k, part) in buf.chunks_mut(bs).enumerate() {
             let addr = block + k as u64;
             match self.staged.get(addr) {
                 Some(b) if b.len() == part.len() => part.copy_from_slice(b),
                 _ => {
-                    let _ = self.missed.compare_exchange(0, addr, Relaxed, Relaxed);
+                    let _ = self.missed.set((addr, end));
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::WouldBlock,
                         format!("block {addr} is not in memory"),
@@ -294,7 +310,7 @@ impl Volume {
         ColdReads {
             dev: self.be.dev.as_ref(),
             staged,
-            missed: AtomicU64::new(0),
+            missed: OnceLock::new(),
         }
     }
 
@@ -310,10 +326,10 @@ impl Volume {
     ) -> Result<std::result::Result<T, ColdNode>> {
         let reads = self.cold_reads(staged);
         let r = f(&reads);
-        match reads.missed.load(Relaxed) {
-            0 => r.map(Ok),
-            addr => Ok(Err(ColdNode {
-                what: Cold::Block(addr),
+        match reads.missed.get() {
+            None => r.map(Ok),
+            Some(&(start, end)) => Ok(Err(ColdNode {
+                what: Cold::Blocks(start, end),
                 dev: self.be.dev.clone(),
                 entered: self.be.readers.enter(),
             })),

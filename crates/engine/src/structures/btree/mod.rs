@@ -7,6 +7,7 @@
 //! evenly spread keys (`node.rs`).
 //!
 //! Calls the device (to load nodes) and the base modules.
+mod ahead;
 mod cached;
 mod check;
 pub mod node;

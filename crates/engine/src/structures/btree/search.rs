@@ -318,6 +318,7 @@ pub(super) fn probe_rec<T>(
                     Some(s) => *s = i as u16,
                     None => p.whole = false,
                 }
+                super::ahead::load_run(b, i, cx);
                 let c = child_mut(b, i)?;
                 if !probe_rec(
                     load(&mut c.slot, cx, child_level)?,

@@ -526,3 +526,51 @@ fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
         "leaves read ahead at random"
     );
 }
+
+/// A scan in key order, in batches that stop and start again as a
+/// directory listing's do, reads a tree's leaves in runs of up to
+/// READ_AHEAD (`ahead.rs`); scans of single keys at random read one leaf
+/// each; either way every value is found.
+#[test]
+fn a_scan_in_batches_reads_leaves_in_runs_and_at_random_one() {
+    let dev = MemDevice::new(1024, 1 << 16);
+    let value = |k: u64| vec![(k % 251) as u8; 30];
+    let (t, root) = written_table(&dev, 6000, value);
+    let leaves = t.loaded_leaves();
+    assert!(leaves > 200, "leaves: {leaves}");
+    let mut walk = Tree::open(0, TreeKind::Itable, root);
+    let before = dev.counters();
+    let mut from = 0;
+    loop {
+        let batch = walk.range(&dev, from, u64::MAX, 40).unwrap();
+        let Some(&(last, _)) = batch.last() else { break };
+        for (k, v) in &batch {
+            assert_eq!((*k, v), (from, &value(from)), "in key order, each value");
+            from += 1;
+        }
+        assert_eq!(last + 1, from);
+    }
+    assert_eq!(from, 6000);
+    let reads = dev.counters().reads - before.reads;
+    let blocks = dev.counters().blocks_read - before.blocks_read;
+    assert!(reads * 6 < leaves, "{reads} reads for {leaves} leaves");
+    assert!(blocks <= leaves + 16, "{blocks} blocks read for {leaves} leaves");
+    assert_eq!(walk.loaded_leaves(), leaves);
+    let mut random = Tree::open(0, TreeKind::Itable, root);
+    let before = dev.counters();
+    let keys: Vec<u64> = (0..6000u64).rev().step_by(97 * 3).collect();
+    for &k in &keys {
+        assert_eq!(random.range(&dev, k, k + 1, 1).unwrap(), vec![(k, value(k))]);
+    }
+    let read = dev.counters().blocks_read - before.blocks_read;
+    assert_eq!(
+        read,
+        dev.counters().reads - before.reads,
+        "a scan at random read ahead"
+    );
+    assert_eq!(
+        random.loaded_leaves(),
+        keys.len() as u64,
+        "leaves read ahead at random"
+    );
+}
