@@ -161,6 +161,9 @@ fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mount
     if let Some(limit) = opts.inode_limit {
         open.inode_limit = limit;
     }
+    if let Some(limit) = opts.dir_leaf_limit {
+        open.dir_leaf_limit = limit;
+    }
     // The kernel's page cache holds the file data read through the mount:
     // the engine's own clean pages only bridge a commit, as dirty ones do.
     open.clean_limit = open.dirty_limit;

@@ -28,6 +28,9 @@ pub struct MountOptions {
     pub dirty_limit: Option<u64>,
     /// `inodes=N`: most inodes kept in cache (`OpenOptions::inode_limit`).
     pub inode_limit: Option<usize>,
+    /// `dirleaves=N`: most leaves of one directory's tree kept in memory
+    /// (`OpenOptions::dir_leaf_limit`).
+    pub dir_leaf_limit: Option<usize>,
     /// `commit=SECONDS`: end a delta this often (`commit=0`: never by time,
     /// only on sync, fsync, memory pressure and unmount).
     pub commit_interval: Option<Duration>,
@@ -92,6 +95,7 @@ pub fn parse_options_over<S: AsRef<str>>(
         fsync_strict: false,
         dirty_limit: None,
         inode_limit: None,
+        dir_leaf_limit: None,
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
         snapshot: None,
     };
@@ -225,6 +229,16 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
             }
             o.inode_limit = Some(n);
         }
+        "dirleaves" => {
+            let v = need()?;
+            let n: usize = v.parse().map_err(|_| {
+                format!("invalid value '{v}' of mount option dirleaves: expected a number of leaves")
+            })?;
+            if n == 0 {
+                return Err("mount option dirleaves: must be more than 0".to_string());
+            }
+            o.dir_leaf_limit = Some(n);
+        }
         "commit" => {
             let v = need()?;
             let secs: u64 = v
@@ -311,6 +325,13 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
         "Most inodes the server keeps in memory (default a sixteenth of memory at 1 KiB an \
          inode, from 16384 to 16777216). Past it, those not used lately and with nothing \
          uncommitted are let go, and loaded again from the inode table when needed.",
+    ),
+    (
+        "dirleaves=N",
+        "Most leaves of one directory's tree (some 100 names each) the server keeps in memory \
+         (default a 128th of memory at 8 KiB a leaf, from 1024 to 1048576). Past it, the \
+         directory's committed leaves are let go down to three quarters of it, and read again \
+         when needed.",
     ),
     (
         "writeback_cache",

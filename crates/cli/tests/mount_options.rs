@@ -114,7 +114,7 @@ fn tux3_options() {
     let o = parse_options(
         &[
             "ro,allow_other,fsync=strict",
-            "cache=16M,commit=30,writeback_cache,threads=2,inodes=50000",
+            "cache=16M,commit=30,writeback_cache,threads=2,inodes=50000,dirleaves=300",
         ],
         false,
     )
@@ -123,6 +123,7 @@ fn tux3_options() {
     assert!(o.fsync_strict);
     assert_eq!(o.dirty_limit, Some(16 << 20));
     assert_eq!(o.inode_limit, Some(50_000));
+    assert_eq!(o.dir_leaf_limit, Some(300));
     assert_eq!(o.commit_interval, Some(Duration::from_secs(30)));
     assert_eq!(o.fuse.threads, 2);
     assert_eq!(o.fuse.idle_poll, None, "no polling unless asked");
@@ -163,6 +164,8 @@ fn bad_options_are_refused() {
         "inodes=0",
         "inodes=many",
         "inodes",
+        "dirleaves=0",
+        "dirleaves=x",
         "commit=-1",
         "commit=soon",
         "threads=0",

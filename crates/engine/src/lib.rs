@@ -46,6 +46,9 @@ pub(crate) fn loom_model(f: impl Fn() + Sync + Send + 'static) {
     b.check(f);
 }
 
-pub use api::{default_clean_limit, default_dirty_limit, default_inode_limit, open_path, usable_memory, Fs};
+pub use api::{
+    default_clean_limit, default_dir_leaf_limit, default_dirty_limit, default_inode_limit, open_path,
+    usable_memory, Fs,
+};
 pub use error::{Errno, Error, Result};
 pub use types::*;

@@ -35,6 +35,18 @@ pub fn default_inode_limit() -> usize {
     inode_limit_for(usable_memory())
 }
 
+/// The default [`crate::types::OpenOptions::dir_leaf_limit`]: a 128th of
+/// [`usable_memory`] at 8 KiB a leaf of a directory's tree in memory, from
+/// 1,024 to 1,048,576 leaves (24,576 on a 24 GiB machine: some 2.4 million
+/// names in one directory before its leaves are read again).
+pub fn default_dir_leaf_limit() -> usize {
+    dir_leaf_limit_for(usable_memory())
+}
+
+fn dir_leaf_limit_for(memory: u64) -> usize {
+    (memory / 128 / 8192).clamp(1 << 10, 1 << 20) as usize
+}
+
 fn inode_limit_for(memory: u64) -> usize {
     (memory / 16 / 1024).clamp(1 << 14, 1 << 24) as usize
 }
@@ -157,6 +169,9 @@ mod tests {
         assert_eq!(inode_limit_for(24 << 30), 1_572_864);
         assert_eq!(inode_limit_for(64 << 20), 1 << 14);
         assert_eq!(inode_limit_for(1 << 40), 1 << 24);
+        assert_eq!(dir_leaf_limit_for(24 << 30), 24_576);
+        assert_eq!(dir_leaf_limit_for(64 << 20), 1 << 10);
+        assert_eq!(dir_leaf_limit_for(1 << 42), 1 << 20);
     }
 
     #[test]

@@ -286,6 +286,13 @@ pub struct OpenOptions {
     /// [`crate::default_inode_limit`], allows a sixteenth of usable
     /// memory at about 1 KiB an inode.
     pub inode_limit: usize,
+    /// Leaves of one directory's tree (its entries) kept in memory: past
+    /// it, the end of a commit lets go of that directory's clean leaves
+    /// down to three quarters of it; one needed again is read again (in
+    /// runs, by a listing). Leaves with uncommitted changes stay. The
+    /// default, [`crate::default_dir_leaf_limit`], allows a 128th of usable
+    /// memory at about 8 KiB a leaf (some 100 names).
+    pub dir_leaf_limit: usize,
     /// Unify once the log holds this many blocks.
     pub unify_log_blocks: u64,
     /// End a delta this often (a background thread commits); `None` (the
@@ -301,7 +308,9 @@ pub struct OpenOptions {
     pub snapshot: Option<Vec<u8>>,
 }
 
-use crate::memory_budget::{default_clean_limit, default_dirty_limit, default_inode_limit};
+use crate::memory_budget::{
+    default_clean_limit, default_dir_leaf_limit, default_dirty_limit, default_inode_limit,
+};
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -311,6 +320,7 @@ impl Default for OpenOptions {
             stream_limit: 64 << 20,
             clean_limit: default_clean_limit(),
             inode_limit: default_inode_limit(),
+            dir_leaf_limit: default_dir_leaf_limit(),
             unify_log_blocks: 256,
             commit_interval: None,
             fsync_strict: false,

@@ -58,6 +58,9 @@ fn opts(dirty_limit: u64, inode_limit: usize) -> OpenOptions {
     OpenOptions {
         dirty_limit,
         inode_limit,
+        // With few inodes, directories keep few leaves too: their trees
+        // are read again while threads work in them.
+        dir_leaf_limit: if inode_limit == usize::MAX { usize::MAX } else { 2 },
         unify_log_blocks: 16,
         commit_interval: Some(std::time::Duration::from_millis(5)),
         ..OpenOptions::default()

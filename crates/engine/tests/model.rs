@@ -59,11 +59,13 @@ proptest! {
     fn model_random_ops(
         unify_log_blocks in prop_oneof![Just(4u64), Just(32), Just(256)],
         // 1: every commit lets go of every inode it may (see
-        // frontend/evict.rs), so later steps load them again.
+        // frontend/evict.rs), and of every directory leaf it may, so later
+        // steps load them again.
         inode_limit in prop_oneof![Just(1usize), Just(usize::MAX)],
         ops in seq::seq(op(), MIN_OPS, MAX_OPS),
     ) {
-        let opts = tux3::OpenOptions { inode_limit, ..open_opts(unify_log_blocks) };
+        // (A directory's leaves have a bound of the same size.)
+        let opts = tux3::OpenOptions { inode_limit, dir_leaf_limit: inode_limit, ..open_opts(unify_log_blocks) };
         let mut h = Harness::new(BLOCKS, opts).map_err(TestCaseError::fail)?;
         h.run(&ops).map_err(TestCaseError::fail)?;
     }

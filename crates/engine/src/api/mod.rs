@@ -23,7 +23,7 @@ use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
 use crate::frontend::{ColdNode, MayLoad, Pressure, ReadNode, Staged, TreeNeed, Volume};
 pub use crate::memory_budget::{
-    default_clean_limit, default_dirty_limit, default_inode_limit, usable_memory,
+    default_clean_limit, default_dir_leaf_limit, default_dirty_limit, default_inode_limit, usable_memory,
 };
 pub use crate::types::*;
 pub use commit::FsyncDone;
@@ -159,17 +159,18 @@ impl Fs {
     /// reports what went wrong).
     fn warm(&self, ino: Ino) {
         for _ in 0..=crate::codec::MAX_DEPTH {
-            let (cold, trim) = {
+            let (cold, trim, dir_trim) = {
                 let v = self.shared_vol();
-                (v.cold_node(ino), v.wants_trim())
+                (v.cold_node(ino), v.wants_trim(), v.wants_dir_trim())
             };
             // Loads may take the inode cache past its bound: the commit
-            // thread keeps it there, or without one, this thread.
-            if trim {
-                match &self.wake_committer {
-                    Some(wake) => drop(wake.try_send(())),
-                    None => self.shared.trim_inodes(),
-                }
+            // thread keeps it there, or without one, this thread. (A
+            // directory's leaves wait for the commit thread's next turn:
+            // waking it early would commit early.)
+            match &self.wake_committer {
+                Some(wake) if trim => drop(wake.try_send(())),
+                None if trim || dir_trim => self.shared.trim_inodes(),
+                _ => {}
             }
             match cold {
                 Some(cold) => self.read_cold(cold, &mut Staged::default()),
@@ -771,6 +772,13 @@ impl Fs {
     /// dirty file data held in memory (open delta and commit in flight).
     pub fn stats(&self) -> crate::frontend::Stats {
         self.shared_vol().stats()
+    }
+
+    /// Leaves of `ino`'s tree (a directory's entries, a file's extents)
+    /// held in memory, as the bound on a directory's leaves counts them
+    /// ([`OpenOptions::dir_leaf_limit`]); 0 for an inode not in cache.
+    pub fn cached_leaves(&self, ino: Ino) -> u64 {
+        self.shared_vol().cached_leaves(ino)
     }
 }
 

@@ -503,6 +503,7 @@ impl Backend {
             cache.dirty.get_mut().iter().copied().collect()
         };
         let mut restored = Vec::new();
+        let mut grown = Vec::new();
         for ino in inos {
             let Some(inode) = cache.get_mut(ino) else {
                 continue;
@@ -529,6 +530,7 @@ impl Backend {
             if held {
                 continue;
             }
+            let is_dir = inode.is_dir();
             let tree = &mut inode.tree;
             for sep in tree.unmaps.drain(..) {
                 records.push(Record::LeafUnmap { tree: ino, sep });
@@ -549,6 +551,11 @@ impl Backend {
                 writes,
                 &mut maps,
             )?;
+            if !maps.is_empty() && is_dir {
+                // Clean leaves in memory once durable: a directory's bound
+                // on them counts this one at the next eviction step.
+                grown.push(ino);
+            }
             for (sep, addr) in maps {
                 records.push(Record::LeafMap { tree: ino, sep, addr });
             }
@@ -572,6 +579,9 @@ impl Backend {
             }
         }
         cache.dirty.get_mut().extend(restored);
+        for ino in grown {
+            cache.note_grown(ino);
+        }
         Ok(())
     }
 

@@ -75,6 +75,11 @@ impl Inode {
         self.kind() == FileType::Directory
     }
 
+    /// Its number if it is a directory.
+    pub fn dir_ino(&self) -> Option<Ino> {
+        self.is_dir().then_some(self.ino)
+    }
+
     /// `stat` view of the inode.
     pub fn attr(&self, blksize: u32) -> Attr {
         let a = &self.attrs;
@@ -166,7 +171,19 @@ pub struct InodeCache {
     /// The last eviction step stopped with inodes to let go of and the
     /// pass not yet once round ([`InodeCache::behind`]).
     behind: AtomicBool,
+    /// Inodes whose trees may have gained leaves in memory since the last
+    /// eviction step looked (a commit wrote leaves of theirs, or an
+    /// operation read one from the device): the bound on a directory's
+    /// leaves counts theirs (`frontend/evict.rs`). (Its own lock: cold
+    /// reads under the shared guard add to it.) At most [`GROWN_MAX`].
+    grown: Mutex<Vec<Ino>>,
+    /// Its length, read without the lock.
+    grown_len: AtomicUsize,
 }
+
+/// Most inodes [`InodeCache::note_grown`] keeps until the next step looks
+/// (one is noted per operation that read tree blocks from the device).
+pub const GROWN_MAX: usize = 1 << 16;
 
 impl Default for InodeCache {
     fn default() -> InodeCache {
@@ -179,6 +196,8 @@ impl Default for InodeCache {
             hand_at: 0,
             round_left: 0,
             behind: AtomicBool::new(false),
+            grown: Mutex::default(),
+            grown_len: AtomicUsize::new(0),
         }
     }
 }
@@ -230,6 +249,30 @@ impl InodeCache {
     /// Inode `ino`, locked (shared access; uncontended under exclusive).
     /// `None` when it is not cached, or was freed by an operation that
     /// held it before this one.
+    /// Note that `ino`'s tree may have gained leaves in memory, for the
+    /// next eviction step to count ([`InodeCache::take_grown`]).
+    pub fn note_grown(&self, ino: Ino) {
+        let mut g = self.grown.lock();
+        if g.len() < GROWN_MAX {
+            g.push(ino);
+            self.grown_len.store(g.len(), Relaxed);
+        }
+    }
+
+    /// How many notes wait for the next step.
+    pub fn grown_len(&self) -> usize {
+        self.grown_len.load(Relaxed)
+    }
+
+    /// The inodes noted since the last step (exclusive access), each once.
+    pub fn take_grown(&mut self) -> Vec<Ino> {
+        self.grown_len.store(0, Relaxed);
+        let mut g = std::mem::take(self.grown.get_mut());
+        g.sort_unstable();
+        g.dedup();
+        g
+    }
+
     pub fn lock(&self, ino: Ino) -> Option<InodeGuard> {
         let cell = self.shards[shard_of(ino)].read().inodes.get(&ino)?.clone();
         let mut i = cell.lock_arc();

@@ -20,13 +20,20 @@
 //! holds is cached (`Tree::shed_leaves`): a cached inode's record stays in
 //! memory, where a commit updates it without reading under the guard.
 //!
+//! Each step also holds every directory whose tree gained leaves since the
+//! last (noted by the commit that wrote them or the operation that read
+//! them) to [`OpenOptions::dir_leaf_limit`](crate::OpenOptions::dir_leaf_limit)
+//! leaves in memory: past it, clean ones go down to three quarters of the
+//! bound (`Tree::shed_down_to`), whatever the number of cached inodes, so
+//! that one huge directory does not hold all its names in memory.
+//!
 //! Nothing is let go while a delta commit is in flight (its nodes are not
 //! on the device yet). Kept whatever the bound: the root, reserved inodes,
 //! inodes with changes not yet committed or tree changes not yet unified,
 //! inodes whose link count is 0 (orphans, freed at their last handle), and
 //! those the open delta's books name.
 //!
-//! Calls the cache and the inode table.
+//! Calls the cache, the inode table and directories' trees.
 
 use super::{reserved_ino, Volume};
 use crate::cache::InodeCell;
@@ -36,6 +43,11 @@ use crate::types::ROOT_INO;
 /// Most inodes one step of an eviction pass looks at (each a cache miss
 /// or so: a millisecond or two of exclusive access).
 pub const TRIM_STEP: usize = 4096;
+
+/// Operations that read tree blocks from the device (each noting its
+/// inode) before one with no commit thread to rely on checks the bound on
+/// directories' leaves itself ([`Volume::wants_dir_trim`]).
+pub const DIR_TRIM_NOTES: usize = 64;
 
 /// What one step let go of, to be dropped once the volume is let go (a
 /// directory's tree, a few hundred leaves, may take a while to free).
@@ -58,9 +70,17 @@ impl Volume {
         // A delta commit in flight writes nodes its inodes' trees (and
         // records) already lead to: loaded again now, they would be read
         // before they are on the device.
-        if held <= limit || self.pipeline.delta_in_flight() {
+        if self.pipeline.delta_in_flight() {
             self.cache.end_pass();
             return Trimmed::default();
+        }
+        let dir_leaves = self.trim_dirs();
+        if held <= limit {
+            self.cache.end_pass();
+            return Trimmed {
+                _leaves: dir_leaves,
+                ..Trimmed::default()
+            };
         }
         let want = held - (limit - limit / 8);
         let books = self.books.get_mut();
@@ -91,7 +111,7 @@ impl Volume {
         // updates it with no device read under the guard.
         inos.sort_unstable();
         let cache = &mut self.cache;
-        let mut leaves = Vec::new();
+        let mut leaves = dir_leaves;
         self.be
             .itable
             .get_mut()
@@ -100,6 +120,37 @@ impl Volume {
             _inodes: evicted,
             _leaves: leaves,
         }
+    }
+
+    /// The bound on a directory's leaves in memory: each directory whose
+    /// tree may have gained leaves since the last step (a commit wrote
+    /// some, or an operation read some: `InodeCache::grown`) and holds more
+    /// than [`OpenOptions::dir_leaf_limit`](crate::OpenOptions::dir_leaf_limit)
+    /// lets go of clean ones down to three quarters of it
+    /// (`Tree::shed_down_to`). Returns the leaves let go of. Called with no
+    /// delta commit in flight.
+    fn trim_dirs(&mut self) -> Vec<Node> {
+        let mut out = Vec::new();
+        let grown = self.cache.take_grown();
+        let limit = self.opts.dir_leaf_limit.max(1) as u64;
+        let keep = limit - limit / 4;
+        for ino in grown {
+            let Some(i) = self.cache.get_mut(ino) else {
+                continue;
+            };
+            if i.is_dir() && i.tree.loaded_leaves() > limit {
+                i.tree.shed_down_to(keep, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Enough operations read tree blocks from the device since the last
+    /// step that a directory may be past its bound on leaves: with no
+    /// commit thread to take the step at its next turn, the operation
+    /// that notices takes it.
+    pub fn wants_dir_trim(&self) -> bool {
+        self.cache.grown_len() >= DIR_TRIM_NOTES
     }
 
     /// Enough inodes were loaded since the last pass that the bound may be

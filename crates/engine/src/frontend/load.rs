@@ -284,7 +284,7 @@ impl Volume {
     /// The entry's inode and kind, if there is one.
     pub fn probe_shared(&self, dir: Ino, name: &[u8], staged: &Staged) -> MayLoad<Option<(Ino, FileType)>> {
         let mut d = or_fail!(self.inode_shared(dir));
-        let found = self.staged(staged, |dev| probe_in(&mut d, dev, name));
+        let found = self.staged(d.dir_ino(), staged, |dev| probe_in(&mut d, dev, name));
         Some(found.map(|r| {
             r.map(|l| match l {
                 Lookup::Found { ino, kind, .. } => Some((ino, kind)),
@@ -297,7 +297,7 @@ impl Volume {
     /// the nodes it will read (`need`) loaded so.
     pub fn tree_shared(&self, ino: Ino, need: TreeNeed, staged: &Staged) -> MayLoad<()> {
         let mut i = or_fail!(self.inode_shared(ino));
-        let loaded = self.staged(staged, |dev| match need {
+        let loaded = self.staged(i.dir_ino(), staged, |dev| match need {
             TreeNeed::Cut(size) if size < i.attrs.size => load_tree(&mut i, dev),
             TreeNeed::Cut(_) => Ok(()),
             TreeNeed::FirstEntry => has_no_entries(&mut i, dev).map(drop),
@@ -319,15 +319,24 @@ impl Volume {
     /// read epoch now, while the caller still holds the tree that leads to
     /// it. `f` must change nothing before a read that can miss (loading
     /// nodes aside).
+    /// An operation on directory `dir` (`Inode::dir_ino`) that succeeds
+    /// having read blocks of its tree notes it for the bound on a
+    /// directory's leaves (`InodeCache::note_grown`).
     pub(super) fn staged<T>(
         &self,
+        dir: Option<Ino>,
         staged: &Staged,
         f: impl FnOnce(&dyn Device) -> Result<T>,
     ) -> Result<std::result::Result<T, ColdNode>> {
         let reads = self.cold_reads(staged);
         let r = f(&reads);
         match reads.missed.get() {
-            None => r.map(Ok),
+            None => {
+                if let Some(dir) = dir.filter(|_| r.is_ok() && !staged.blocks.is_empty()) {
+                    self.cache.note_grown(dir);
+                }
+                r.map(Ok)
+            }
             Some(&(start, end)) => Ok(Err(ColdNode {
                 what: Cold::Blocks(start, end),
                 dev: self.be.dev.clone(),

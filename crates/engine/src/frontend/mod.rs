@@ -310,6 +310,11 @@ impl Volume {
         }
     }
 
+    /// [`crate::Fs::cached_leaves`].
+    pub fn cached_leaves(&self, ino: Ino) -> u64 {
+        self.cache.lock(ino).map_or(0, |i| i.tree.loaded_leaves())
+    }
+
     fn bs(&self) -> u64 {
         self.be.bs as u64
     }

@@ -167,7 +167,7 @@ impl Volume {
         for _ in 0..3 {
             let found = {
                 let mut d = or_fail!(self.inode_shared(parent));
-                match or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name))) {
+                match or_fail!(self.staged(d.dir_ino(), staged, |dev| probe_in(&mut d, dev, name))) {
                     Ok(found) => found,
                     Err(cold) => return Some(Ok(Err(cold))),
                 }
@@ -206,14 +206,14 @@ impl Volume {
         }
         let size = i.attrs.size as usize;
         let bs = self.bs();
-        Some(self.staged(staged, |dev| read_from(&mut i, dev, bs, 0, size)))
+        Some(self.staged(i.dir_ino(), staged, |dev| read_from(&mut i, dev, bs, 0, size)))
     }
 
     /// Up to `max` entries of directory `ino` from `pos`; or (`Err`) the
     /// node of its tree to read first (as for [`Volume::lookup_shared`]).
     pub fn readdir_shared(&self, ino: Ino, pos: u64, max: usize, staged: &Staged) -> MayLoad<Vec<DirEntry>> {
         let mut d = or_fail!(self.inode_shared(ino));
-        Some(self.staged(staged, |dev| readdir_of(&mut d, dev, pos, max)))
+        Some(self.staged(d.dir_ino(), staged, |dev| readdir_of(&mut d, dev, pos, max)))
     }
 
     /// A read of at most `size` bytes at `offset` of `ino`, planned (see
@@ -259,11 +259,16 @@ impl Volume {
         let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
         let mut out = buf(&i);
-        let planned =
-            match or_fail!(self.staged(staged, |dev| Ok(plan_read(&mut i, dev, bs, offset, out.as_mut())))) {
-                Ok(planned) => planned,
-                Err(cold) => return Some(Ok(Err(cold))),
-            };
+        let planned = match or_fail!(self.staged(i.dir_ino(), staged, |dev| Ok(plan_read(
+            &mut i,
+            dev,
+            bs,
+            offset,
+            out.as_mut()
+        )))) {
+            Ok(planned) => planned,
+            Err(cold) => return Some(Ok(Err(cold))),
+        };
         let entered = match &planned {
             Ok((_, reads)) if !reads.is_empty() => Some(self.be.readers.enter()),
             _ => None,

@@ -91,7 +91,7 @@ impl Volume {
             return;
         }
         // Only nodes in memory: a node on disk would mean the map changed.
-        let mapped = self.staged(&Staged::default(), |dev| {
+        let mapped = self.staged(None, &Staged::default(), |dev| {
             extent::lookup(&mut i.tree, dev, tail.lblock)
         });
         let Ok(Ok(Some(e))) = mapped else { return };

@@ -159,7 +159,9 @@ impl Volume {
             return Some(err(Errno::ENOTDIR));
         }
         or_fail!(check_name(name));
-        match or_cold!(or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name)))) {
+        match or_cold!(or_fail!(
+            self.staged(d.dir_ino(), staged, |dev| probe_in(&mut d, dev, name))
+        )) {
             Lookup::Absent { free } => Some(Ok(Ok((d, free)))),
             Lookup::Found { .. } => Some(err(Errno::EEXIST)),
         }
@@ -178,7 +180,9 @@ impl Volume {
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
-        match or_cold!(or_fail!(self.staged(staged, |dev| probe_in(&mut d, dev, name)))) {
+        match or_cold!(or_fail!(
+            self.staged(d.dir_ino(), staged, |dev| probe_in(&mut d, dev, name))
+        )) {
             Lookup::Found { ino, kind, spot } => Some(Ok(Ok((d, (ino, kind, spot))))),
             Lookup::Absent { .. } => Some(err(Errno::ENOENT)),
         }
@@ -325,11 +329,15 @@ impl Volume {
         if !c.is_dir() {
             return None; // damage: the exclusive path reports it
         }
-        let empty = or_named_cold!(or_done!(self.staged(staged, |dev| has_no_entries(&mut c, dev))));
+        let empty = or_named_cold!(or_done!(
+            self.staged(c.dir_ino(), staged, |dev| has_no_entries(&mut c, dev))
+        ));
         if !empty {
             return Some(Named::Done(err(Errno::ENOTEMPTY)));
         }
-        or_named_cold!(or_done!(self.staged(staged, |dev| load_tree(&mut c, dev))));
+        or_named_cold!(or_done!(
+            self.staged(c.dir_ino(), staged, |dev| load_tree(&mut c, dev))
+        ));
         or_done!(self.reserve_release_shared(2)?);
         or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
@@ -396,7 +404,9 @@ impl Volume {
             return Some(Named::Done(err(Errno::ENOTDIR)));
         }
         or_done!(check_name(newname));
-        let found = or_named_cold!(or_done!(self.staged(staged, |dev| probe_in(&mut a, dev, name))));
+        let found = or_named_cold!(or_done!(
+            self.staged(a.dir_ino(), staged, |dev| probe_in(&mut a, dev, name))
+        ));
         let Lookup::Found { ino, kind, spot } = found else {
             return Some(Named::Done(err(Errno::ENOENT)));
         };
@@ -404,11 +414,12 @@ impl Volume {
             return None;
         }
         let d = b.as_deref_mut().unwrap_or(&mut a);
-        let (target, free) =
-            match or_named_cold!(or_done!(self.staged(staged, |dev| probe_in(d, dev, newname)))) {
-                Lookup::Found { ino, kind, spot } => (Some((ino, kind, spot)), None),
-                Lookup::Absent { free } => (None, free),
-            };
+        let (target, free) = match or_named_cold!(or_done!(
+            self.staged(d.dir_ino(), staged, |dev| probe_in(d, dev, newname))
+        )) {
+            Lookup::Found { ino, kind, spot } => (Some((ino, kind, spot)), None),
+            Lookup::Absent { free } => (None, free),
+        };
         if flags.noreplace && target.is_some() {
             return Some(Named::Done(err(Errno::EEXIST)));
         }
@@ -507,7 +518,7 @@ impl Volume {
         if i.attrs.nlink > 1 || self.is_open(i.ino) {
             return Ok(Ok(()));
         }
-        self.staged(staged, |dev| load_tree(i, dev))
+        self.staged(i.dir_ino(), staged, |dev| load_tree(i, dev))
     }
 
     /// One name of `i` (held, not a directory) is gone: drop its link

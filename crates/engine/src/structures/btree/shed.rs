@@ -7,7 +7,8 @@
 //!
 //! The caller decides when a node is safe to let go of beyond being clean
 //! (no delta commit in flight, whose blocks are not yet on the device) and
-//! which keys must keep their leaf (`keep`).
+//! which keys must keep their leaf (`keep`), or how many leaves may stay
+//! (`Tree::shed_down_to`, for a directory's tree past its bound).
 //!
 //! Calls nothing outside the tree.
 
@@ -34,6 +35,27 @@ impl Tree {
         }
         if shed > 0 {
             // Spots taken before name nodes no longer in memory.
+            self.edited();
+        }
+        shed
+    }
+
+    /// Let go of clean, written leaves in key order (and of the clean
+    /// branches on their way left with no child in memory) until at most
+    /// `keep` leaves stay in memory: a directory's tree past its bound. The
+    /// root and the last leaf stay. Returns the leaves let go of.
+    pub fn shed_down_to(&mut self, keep: u64, out: &mut Vec<Node>) -> usize {
+        let mut over = self.loaded_leaves().saturating_sub(keep);
+        let mut shed = 0;
+        if over == 0 {
+            return 0;
+        }
+        if let Some(Slot::Mem(root)) = self.root_slot_mut() {
+            if let Node::Branch(b) = root.as_mut() {
+                shed_first(b, true, &mut over, &mut shed, out);
+            }
+        }
+        if shed > 0 {
             self.edited();
         }
         shed
@@ -95,6 +117,39 @@ fn shed_below(
         if clean {
             if matches!(node.as_ref(), Node::Leaf(_)) {
                 *shed = shed.saturating_add(1);
+            }
+            let addr = node.addr();
+            if let Slot::Mem(node) = std::mem::replace(&mut c.slot, Slot::Disk(addr)) {
+                out.push(*node);
+            }
+        }
+    }
+}
+
+/// [`Tree::shed_down_to`] below branch `b` until `over` more leaves are
+/// let go of; `last`: `b` is on the way to the tree's last leaf.
+fn shed_first(b: &mut Branch, last: bool, over: &mut u64, shed: &mut usize, out: &mut Vec<Node>) {
+    let n = b.children.len();
+    for (i, c) in b.children.iter_mut().enumerate() {
+        if *over == 0 {
+            return;
+        }
+        let last = last && i.saturating_add(1) == n;
+        let Slot::Mem(node) = &mut c.slot else { continue };
+        let clean = match node.as_mut() {
+            Node::Leaf(l) => !last && !l.dirty && l.addr != 0,
+            Node::Branch(cb) => {
+                shed_first(cb, last, over, shed, out);
+                !cb.dirty
+                    && !cb.leaves_dirty
+                    && cb.addr != 0
+                    && cb.children.iter().all(|c| matches!(c.slot, Slot::Disk(_)))
+            }
+        };
+        if clean {
+            if matches!(node.as_ref(), Node::Leaf(_)) {
+                *shed = shed.saturating_add(1);
+                *over = over.saturating_sub(1);
             }
             let addr = node.addr();
             if let Slot::Mem(node) = std::mem::replace(&mut c.slot, Slot::Disk(addr)) {
