@@ -246,9 +246,6 @@ impl InodeCache {
             .flat_map(|s| s.get_mut().inodes.values_mut().map(cell_mut))
     }
 
-    /// Inode `ino`, locked (shared access; uncontended under exclusive).
-    /// `None` when it is not cached, or was freed by an operation that
-    /// held it before this one.
     /// Note that `ino`'s tree may have gained leaves in memory, for the
     /// next eviction step to count ([`InodeCache::take_grown`]).
     pub fn note_grown(&self, ino: Ino) {
@@ -273,6 +270,9 @@ impl InodeCache {
         g
     }
 
+    /// Inode `ino`, locked (shared access; uncontended under exclusive).
+    /// `None` when it is not cached, or was freed by an operation that
+    /// held it before this one.
     pub fn lock(&self, ino: Ino) -> Option<InodeGuard> {
         let cell = self.shards[shard_of(ino)].read().inodes.get(&ino)?.clone();
         let mut i = cell.lock_arc();

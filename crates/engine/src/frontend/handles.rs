@@ -127,9 +127,7 @@ impl Volume {
     /// held, before the API asks again with `staged`.
     pub fn seek_data_shared(&self, ino: Ino, offset: u64, data: bool, staged: &Staged) -> MayLoad<u64> {
         let mut i = or_fail!(self.inode_shared(ino));
-        Some(self.staged(i.dir_ino(), staged, |dev| {
-            seek_in(&mut i, dev, self.bs(), offset, data)
-        }))
+        Some(self.staged(None, staged, |dev| seek_in(&mut i, dev, self.bs(), offset, data)))
     }
 }
 

@@ -76,6 +76,10 @@ enum Cold {
     Blocks(u64, u64),
 }
 
+/// Most blocks one [`ColdNode`] read brings in (a missed read of more is
+/// read in pieces, one per try of the operation).
+const RUN_MAX: u64 = 64;
+
 /// A [`ColdNode`] read.
 pub enum ReadNode {
     /// An inode-table node, for [`Volume::install_cold`] (with the inode
@@ -93,7 +97,7 @@ impl ColdNode {
             Cold::Table { ino, missing } => Ok(ReadNode::Table(ino, missing.read(self.dev.as_ref())?)),
             Cold::Blocks(start, end) => {
                 let bs = self.dev.block_size() as usize;
-                let n = usize::try_from(end.saturating_sub(start)).unwrap_or(1).max(1);
+                let n = end.saturating_sub(start).clamp(1, RUN_MAX) as usize;
                 let mut run = vec![0u8; bs.saturating_mul(n)];
                 if n > 1 && self.dev.read(start, &mut run).is_ok() {
                     for (b, addr) in run.chunks_exact(bs).zip(start..) {
@@ -319,6 +323,7 @@ impl Volume {
     /// read epoch now, while the caller still holds the tree that leads to
     /// it. `f` must change nothing before a read that can miss (loading
     /// nodes aside).
+    ///
     /// An operation on directory `dir` (`Inode::dir_ino`) that succeeds
     /// having read blocks of its tree notes it for the bound on a
     /// directory's leaves (`InodeCache::note_grown`).

@@ -206,7 +206,7 @@ impl Volume {
         }
         let size = i.attrs.size as usize;
         let bs = self.bs();
-        Some(self.staged(i.dir_ino(), staged, |dev| read_from(&mut i, dev, bs, 0, size)))
+        Some(self.staged(None, staged, |dev| read_from(&mut i, dev, bs, 0, size)))
     }
 
     /// Up to `max` entries of directory `ino` from `pos`; or (`Err`) the
@@ -259,7 +259,7 @@ impl Volume {
         let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
         let mut out = buf(&i);
-        let planned = match or_fail!(self.staged(i.dir_ino(), staged, |dev| Ok(plan_read(
+        let planned = match or_fail!(self.staged(None, staged, |dev| Ok(plan_read(
             &mut i,
             dev,
             bs,
