@@ -162,6 +162,17 @@ const FLAGS: &[&str] = &[
     "dirsync",
 ];
 
+/// The value `v` of mount option `name`: a count of `what`, more than 0.
+fn count(name: &str, v: &str, what: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err(format!("mount option {name}: must be more than 0")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "invalid value '{v}' of mount option {name}: expected a number of {what}"
+        )),
+    }
+}
+
 fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
     if IGNORED.contains(&opt) || IGNORED_PREFIXES.iter().any(|p| opt.starts_with(p)) {
         return Ok(());
@@ -219,26 +230,8 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
             }
             o.dirty_limit = Some(n);
         }
-        "inodes" => {
-            let v = need()?;
-            let n: usize = v.parse().map_err(|_| {
-                format!("invalid value '{v}' of mount option inodes: expected a number of inodes")
-            })?;
-            if n == 0 {
-                return Err("mount option inodes: must be more than 0".to_string());
-            }
-            o.inode_limit = Some(n);
-        }
-        "dirleaves" => {
-            let v = need()?;
-            let n: usize = v.parse().map_err(|_| {
-                format!("invalid value '{v}' of mount option dirleaves: expected a number of leaves")
-            })?;
-            if n == 0 {
-                return Err("mount option dirleaves: must be more than 0".to_string());
-            }
-            o.dir_leaf_limit = Some(n);
-        }
+        "inodes" => o.inode_limit = Some(count(name, need()?, "inodes")?),
+        "dirleaves" => o.dir_leaf_limit = Some(count(name, need()?, "leaves")?),
         "commit" => {
             let v = need()?;
             let secs: u64 = v

@@ -105,23 +105,14 @@ fn shed_below(
         let Some(c) = b.children.get_mut(i) else { return };
         let Slot::Mem(node) = &mut c.slot else { continue };
         let clean = match node.as_mut() {
-            Node::Leaf(l) => !last && !l.dirty && l.addr != 0 && !holds_kept(l, mine, keep),
+            Node::Leaf(l) => !last && leaf_clean(l) && !holds_kept(l, mine, keep),
             Node::Branch(cb) => {
                 shed_below(cb, mine, last, keep, shed, out);
-                !cb.dirty
-                    && !cb.leaves_dirty
-                    && cb.addr != 0
-                    && cb.children.iter().all(|c| matches!(c.slot, Slot::Disk(_)))
+                branch_clean(cb)
             }
         };
-        if clean {
-            if matches!(node.as_ref(), Node::Leaf(_)) {
-                *shed = shed.saturating_add(1);
-            }
-            let addr = node.addr();
-            if let Slot::Mem(node) = std::mem::replace(&mut c.slot, Slot::Disk(addr)) {
-                out.push(*node);
-            }
+        if clean && let_go(&mut c.slot, out) {
+            *shed = shed.saturating_add(1);
         }
     }
 }
@@ -137,26 +128,40 @@ fn shed_first(b: &mut Branch, last: bool, over: &mut u64, shed: &mut usize, out:
         let last = last && i.saturating_add(1) == n;
         let Slot::Mem(node) = &mut c.slot else { continue };
         let clean = match node.as_mut() {
-            Node::Leaf(l) => !last && !l.dirty && l.addr != 0,
+            Node::Leaf(l) => !last && leaf_clean(l),
             Node::Branch(cb) => {
                 shed_first(cb, last, over, shed, out);
-                !cb.dirty
-                    && !cb.leaves_dirty
-                    && cb.addr != 0
-                    && cb.children.iter().all(|c| matches!(c.slot, Slot::Disk(_)))
+                branch_clean(cb)
             }
         };
-        if clean {
-            if matches!(node.as_ref(), Node::Leaf(_)) {
-                *shed = shed.saturating_add(1);
-                *over = over.saturating_sub(1);
-            }
-            let addr = node.addr();
-            if let Slot::Mem(node) = std::mem::replace(&mut c.slot, Slot::Disk(addr)) {
-                out.push(*node);
-            }
+        if clean && let_go(&mut c.slot, out) {
+            *shed = shed.saturating_add(1);
+            *over = over.saturating_sub(1);
         }
     }
+}
+
+/// A written leaf with no change since: exactly its block.
+fn leaf_clean(l: &Leaf) -> bool {
+    !l.dirty && l.addr != 0
+}
+
+/// A written branch with no change since and no child in memory.
+fn branch_clean(b: &Branch) -> bool {
+    !b.dirty && !b.leaves_dirty && b.addr != 0 && b.children.iter().all(|c| matches!(c.slot, Slot::Disk(_)))
+}
+
+/// Put the node in `slot` (clean) back on disk, into `out`; whether it
+/// was a leaf.
+fn let_go(slot: &mut Slot, out: &mut Vec<Node>) -> bool {
+    let Slot::Mem(node) = slot else { return false };
+    let addr = node.addr();
+    let Slot::Mem(node) = std::mem::replace(slot, Slot::Disk(addr)) else {
+        return false;
+    };
+    let leaf = matches!(*node, Node::Leaf(_));
+    out.push(*node);
+    leaf
 }
 
 /// Whether leaf `l` holds a key `keep` names; `gone` (sorted) are keys it

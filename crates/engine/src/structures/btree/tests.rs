@@ -483,11 +483,14 @@ fn get_reading(t: &mut Tree, dev: &dyn Device, key: u64) -> Option<Vec<u8>> {
     }
 }
 
-/// A walk in key order through a table written in one commit reads its
-/// leaves in runs of up to READ_AHEAD; lookups at random read one leaf
-/// each; either way every value is found.
-#[test]
-fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
+/// A table of 6,000 keys written in one commit, walked in key order by
+/// `walk` (every key: it checks each value): the leaves come in runs of
+/// up to READ_AHEAD. Then looked up at random by `one` (every 97th key
+/// from the far end, no leaf next to a loaded one): one block a read.
+fn reads_in_runs_and_at_random_one(
+    walk: impl FnOnce(&mut Tree, &MemDevice, &dyn Fn(u64) -> Vec<u8>),
+    one: impl Fn(&mut Tree, &MemDevice, u64) -> Option<Vec<u8>>,
+) {
     let dev = MemDevice::new(1024, 1 << 16);
     let value = |k: u64| vec![(k % 251) as u8; 30];
     let (t, root) = written_table(&dev, 6000, value);
@@ -496,30 +499,22 @@ fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
     // In key order: one read for the root and for each branch, one for the
     // first leaf below a branch (its left sibling is in another), then
     // runs of up to 16.
-    let mut walk = Tree::open(0, TreeKind::Itable, root);
+    let mut tree = Tree::open(0, TreeKind::Itable, root);
     let before = dev.counters();
-    for k in 0..6000u64 {
-        assert_eq!(get_reading(&mut walk, &dev, k), Some(value(k)), "key {k}");
-    }
+    walk(&mut tree, &dev, &value);
     let reads = dev.counters().reads - before.reads;
     let blocks = dev.counters().blocks_read - before.blocks_read;
     assert!(reads * 6 < leaves, "{reads} reads for {leaves} leaves");
     assert!(blocks <= leaves + 16, "{blocks} blocks read for {leaves} leaves");
-    assert_eq!(walk.loaded_leaves(), leaves);
-    // At random (every 97th key from the far end, no leaf next to a
-    // loaded one): one block a leaf.
+    assert_eq!(tree.loaded_leaves(), leaves);
     let mut random = Tree::open(0, TreeKind::Itable, root);
     let before = dev.counters();
     let keys: Vec<u64> = (0..6000u64).rev().step_by(97 * 3).collect();
     for &k in &keys {
-        assert_eq!(get_reading(&mut random, &dev, k), Some(value(k)));
+        assert_eq!(one(&mut random, &dev, k), Some(value(k)), "key {k}");
     }
     let read = dev.counters().blocks_read - before.blocks_read;
-    assert_eq!(
-        read,
-        dev.counters().reads - before.reads,
-        "a lookup at random read more than its block at once"
-    );
+    assert_eq!(read, dev.counters().reads - before.reads, "read ahead at random");
     assert_eq!(
         random.loaded_leaves(),
         keys.len() as u64,
@@ -527,50 +522,41 @@ fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
     );
 }
 
+/// A walk in key order through the inode table reads its leaves in runs
+/// (`cached.rs`); lookups at random read one leaf each; either way every
+/// value is found.
+#[test]
+fn a_walk_reads_leaves_in_runs_and_a_lookup_at_random_reads_one() {
+    reads_in_runs_and_at_random_one(
+        |t, dev, value| {
+            for k in 0..6000u64 {
+                assert_eq!(get_reading(t, dev, k), Some(value(k)), "key {k}");
+            }
+        },
+        |t, dev, k| get_reading(t, dev, k),
+    );
+}
+
 /// A scan in key order, in batches that stop and start again as a
-/// directory listing's do, reads a tree's leaves in runs of up to
-/// READ_AHEAD (`ahead.rs`); scans of single keys at random read one leaf
-/// each; either way every value is found.
+/// directory listing's do, reads a tree's leaves in runs (`ahead.rs`);
+/// scans of single keys at random read one leaf each.
 #[test]
 fn a_scan_in_batches_reads_leaves_in_runs_and_at_random_one() {
-    let dev = MemDevice::new(1024, 1 << 16);
-    let value = |k: u64| vec![(k % 251) as u8; 30];
-    let (t, root) = written_table(&dev, 6000, value);
-    let leaves = t.loaded_leaves();
-    assert!(leaves > 200, "leaves: {leaves}");
-    let mut walk = Tree::open(0, TreeKind::Itable, root);
-    let before = dev.counters();
-    let mut from = 0;
-    loop {
-        let batch = walk.range(&dev, from, u64::MAX, 40).unwrap();
-        let Some(&(last, _)) = batch.last() else { break };
-        for (k, v) in &batch {
-            assert_eq!((*k, v), (from, &value(from)), "in key order, each value");
-            from += 1;
-        }
-        assert_eq!(last + 1, from);
-    }
-    assert_eq!(from, 6000);
-    let reads = dev.counters().reads - before.reads;
-    let blocks = dev.counters().blocks_read - before.blocks_read;
-    assert!(reads * 6 < leaves, "{reads} reads for {leaves} leaves");
-    assert!(blocks <= leaves + 16, "{blocks} blocks read for {leaves} leaves");
-    assert_eq!(walk.loaded_leaves(), leaves);
-    let mut random = Tree::open(0, TreeKind::Itable, root);
-    let before = dev.counters();
-    let keys: Vec<u64> = (0..6000u64).rev().step_by(97 * 3).collect();
-    for &k in &keys {
-        assert_eq!(random.range(&dev, k, k + 1, 1).unwrap(), vec![(k, value(k))]);
-    }
-    let read = dev.counters().blocks_read - before.blocks_read;
-    assert_eq!(
-        read,
-        dev.counters().reads - before.reads,
-        "a scan at random read ahead"
-    );
-    assert_eq!(
-        random.loaded_leaves(),
-        keys.len() as u64,
-        "leaves read ahead at random"
+    reads_in_runs_and_at_random_one(
+        |t, dev, value| {
+            let mut from = 0;
+            loop {
+                let batch = t.range(dev, from, u64::MAX, 40).unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                for (k, v) in &batch {
+                    assert_eq!((*k, v), (from, &value(from)), "in key order, each value");
+                    from += 1;
+                }
+            }
+            assert_eq!(from, 6000);
+        },
+        |t, dev, k| t.range(dev, k, k + 1, 1).unwrap().pop().map(|(_, v)| v),
     );
 }
