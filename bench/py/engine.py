@@ -66,15 +66,25 @@ def clients(c):
     return "%d client%s" % (c, "" if c == 1 else "s")
 
 
-def run_all(ctx, env, root, results, show):
+def build_first(root, results):
+    """Build bench/engine before the run's first workload, so that it is the
+    code the run records (a change made to the tree while the filesystems'
+    workloads run does not reach it); its path, or None (skipped)."""
     say("engine: building bench/engine")
     t0 = time.monotonic()
     try:
         binary = build(root)
         results.setdefault("timing", {})["engine_build_s"] = round(time.monotonic() - t0, 1)
+        return binary
     except CmdError as e:
         results["skipped"]["engine"] = "bench/engine does not build: %s" % str(e)[-300:]
         say("engine: SKIPPED: build failed")
+        return None
+
+
+def run_all(ctx, env, results, show, binary):
+    """The engine workload with `binary` (from `build_first`)."""
+    if binary is None:
         return
     dev = env.attach(env.backing_image())
     m = None
