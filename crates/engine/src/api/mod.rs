@@ -129,7 +129,7 @@ impl Fs {
         }
         let mut v = self.vol();
         let attr = v.lookup(parent, name)?;
-        held(&mut v, attr)
+        held(&mut v, attr, true)
     }
 
     /// Run a shared operation that may stop at a node only on disk: an
@@ -227,7 +227,7 @@ impl Fs {
         }
         let mut v = self.vol();
         let attr = v.getattr(ino)?;
-        held(&mut v, attr)
+        held(&mut v, attr, true)
     }
 
     /// Change attributes of `ino`; a size change truncates or extends.
@@ -297,10 +297,7 @@ impl Fs {
         }
         let mut v = self.vol();
         let attr = v.mknod(parent, name, mode, rdev, uid, gid)?;
-        if hold {
-            return held(&mut v, attr);
-        }
-        Ok(attr)
+        held(&mut v, attr, hold)
     }
 
     /// Create a directory.
@@ -310,19 +307,29 @@ impl Fs {
 
     /// Create a symbolic link to `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
-        self.warm(parent);
-        let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
-        self.vol().symlink(parent, name, target, uid, gid)
+        self.symlink_as(parent, name, target, uid, gid, false)
     }
 
     /// [`Fs::symlink`] and a handle on the new link, in one step (as
     /// [`Fs::mknod_held`]).
     pub fn symlink_held(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        self.symlink_as(parent, name, target, uid, gid, true)
+    }
+
+    fn symlink_as(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+        hold: bool,
+    ) -> Result<Attr> {
         self.warm(parent);
         let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
         let mut v = self.vol();
         let attr = v.symlink(parent, name, target, uid, gid)?;
-        held(&mut v, attr)
+        held(&mut v, attr, hold)
     }
 
     /// The target of symlink `ino`.
@@ -352,10 +359,7 @@ impl Fs {
         }
         let mut v = self.vol();
         let attr = v.link(ino, newparent, newname)?;
-        if hold {
-            return held(&mut v, attr);
-        }
-        Ok(attr)
+        held(&mut v, attr, hold)
     }
 
     /// Remove a non-directory entry.
@@ -782,10 +786,11 @@ impl Fs {
     }
 }
 
-/// `attr`, with a handle taken on it unless it is a directory: the end of a
-/// `*_held` operation on the exclusive path, in the same hold as the rest.
-fn held(v: &mut Volume, attr: Attr) -> Result<Attr> {
-    if attr.kind != FileType::Directory {
+/// `attr`, with a handle taken on it if `hold` and it is not a directory:
+/// the end of a `*_held` operation on the exclusive path, in the same hold
+/// as the rest.
+fn held(v: &mut Volume, attr: Attr, hold: bool) -> Result<Attr> {
+    if hold && attr.kind != FileType::Directory {
         v.open_handle(attr.ino)?;
     }
     Ok(attr)

@@ -14,11 +14,14 @@
 //! staged; the stand-in remembers the whole run, the API reads it with no
 //! lock held, and the next try finds every block staged.
 //!
-//! Calls the device and the node decoder.
+//! Calls the device and the node decoder. `cached.rs` reads its runs
+//! with [`read_run`] too.
 
 use super::cached::READ_AHEAD;
-use super::node::{decode, Branch, Slot};
+use super::node::{decode, Branch, Node, Slot, TreeKind};
 use super::tree::{child_level, Ctx};
+use crate::device::Device;
+use crate::error::Result;
 
 /// Before a walk loads child `i` of `b`: if it is a leaf only on disk whose
 /// left sibling is loaded, load with it the run of siblings after it (only
@@ -44,22 +47,41 @@ pub(super) fn load_run(b: &mut Branch, i: usize, cx: &Ctx) {
         .zip(addr..)
         .take_while(|(c, a)| matches!(c.slot, Slot::Disk(d) if d == *a))
         .count();
-    let count = cx.dev.block_count();
-    if run < 2 || addr < 2 || addr.saturating_add(run as u64) > count {
+    if run < 2 {
         return;
     }
-    let bs = cx.dev.block_size() as usize;
-    let mut buf = vec![0u8; bs.saturating_mul(run)];
-    if cx.dev.read(addr, &mut buf).is_err() {
+    let Some(nodes) = read_run(cx.dev, addr, run, cx.owner, cx.kind, 0) else {
         return;
-    }
-    for ((block, a), c) in buf
-        .chunks_exact(bs)
-        .zip(addr..)
-        .zip(b.children.iter_mut().skip(i))
-    {
-        if let Ok(leaf) = decode(block, a, cx.owner, cx.kind, 0, count) {
+    };
+    for (node, c) in nodes.into_iter().zip(b.children.iter_mut().skip(i)) {
+        if let Ok(leaf) = node {
             c.slot = Slot::Mem(Box::new(leaf));
         }
     }
+}
+
+/// The `n` nodes (of `owner`'s tree, at `level`) in the blocks from `addr`
+/// on, read in one device read and decoded each on its own; `None` when the
+/// run does not lie within the volume or the read fails.
+pub(super) fn read_run(
+    dev: &dyn Device,
+    addr: u64,
+    n: usize,
+    owner: u64,
+    kind: TreeKind,
+    level: u8,
+) -> Option<Vec<Result<Node>>> {
+    let count = dev.block_count();
+    if addr < 2 || addr.saturating_add(n as u64) > count {
+        return None;
+    }
+    let bs = dev.block_size() as usize;
+    let mut buf = vec![0u8; bs.saturating_mul(n)];
+    dev.read(addr, &mut buf).ok()?;
+    Some(
+        buf.chunks_exact(bs)
+            .zip(addr..)
+            .map(|(b, a)| decode(b, a, owner, kind, level, count))
+            .collect(),
+    )
 }

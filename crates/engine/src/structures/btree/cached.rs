@@ -18,7 +18,8 @@
 //! Calls the device (only in `Missing::read`, with no lock held) and the
 //! node decoder.
 
-use super::node::{decode, Node, Slot, TreeKind};
+use super::ahead::read_run;
+use super::node::{Node, Slot, TreeKind};
 use super::tree::{child_level, read_node, Tree};
 use crate::device::Device;
 use crate::error::Result;
@@ -72,25 +73,18 @@ impl Missing {
         // One read for the run (or the leaf alone, should that fail); the
         // leaf asked for must decode, a sibling that does not is left for
         // the descent that needs it to report.
-        let bs = dev.block_size() as usize;
-        let count = dev.block_count();
         let n = self.ahead.len().saturating_add(1);
-        let mut buf = vec![0u8; bs.saturating_mul(n)];
-        let in_volume = self.addr >= 2 && self.addr.saturating_add(n as u64) <= count;
-        if !in_volume || dev.read(self.addr, &mut buf).is_err() {
-            return alone();
-        }
-        let mut blocks = buf.chunks_exact(bs).zip(self.addr..);
-        let Some((b, addr)) = blocks.next() else {
+        let Some(nodes) = read_run(dev, self.addr, n, self.owner, self.kind, self.level) else {
             return alone();
         };
-        let node = decode(b, addr, self.owner, self.kind, self.level, count)?;
-        let ahead = blocks
+        let mut nodes = nodes.into_iter().zip(self.addr..);
+        let Some((node, _)) = nodes.next() else {
+            return alone();
+        };
+        let node = node?;
+        let ahead = nodes
             .zip(&self.ahead)
-            .filter_map(|((b, addr), &sep)| {
-                let leaf = decode(b, addr, self.owner, self.kind, self.level, count).ok()?;
-                Some((sep, addr, leaf))
-            })
+            .filter_map(|((leaf, addr), &sep)| Some((sep, addr, leaf.ok()?)))
             .collect();
         Ok(Loaded {
             addr: self.addr,
