@@ -160,3 +160,68 @@ impl Volume {
         self.cache.behind() || self.cache.loads() > (self.opts.inode_limit / 8).max(64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::mkfs;
+    use crate::device::{Device, MemDevice};
+    use crate::frontend::Volume;
+    use crate::types::*;
+    use std::sync::Arc;
+
+    const LIMIT: usize = 16;
+
+    fn name(k: u32) -> Vec<u8> {
+        format!("a-file-with-a-longish-name-{k:06}").into_bytes()
+    }
+
+    /// The leaves a directory reads back under the exclusive guard (the
+    /// `Volume`'s own lookups and listing, which the API runs when a
+    /// shared operation cannot) are noted for the bound as a shared
+    /// operation's are: the next eviction step lets them go again.
+    #[test]
+    fn leaves_read_under_the_exclusive_guard_are_let_go_of_too() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 1 << 15));
+        mkfs::format(dev.as_ref(), &FormatOptions::default()).unwrap();
+        let opts = OpenOptions {
+            dir_leaf_limit: LIMIT,
+            ..OpenOptions::default()
+        };
+        let mut vol = Volume::open(dev, opts).unwrap();
+        let dir = vol
+            .mknod(ROOT_INO, b"big", libc::S_IFDIR | 0o755, 0, 0, 0)
+            .unwrap()
+            .ino;
+        let n = 6000;
+        for k in 0..n {
+            vol.mknod(dir, &name(k), libc::S_IFREG | 0o644, 0, 0, 0).unwrap();
+        }
+        let all = vol.cached_leaves(dir);
+        vol.sync().unwrap();
+        drop(vol.trim_inodes());
+        let after = vol.cached_leaves(dir);
+        assert!(after <= LIMIT as u64, "{after} of {all} leaves after the commit");
+
+        for k in 0..n {
+            vol.lookup(dir, &name(k)).unwrap();
+        }
+        let read = vol.cached_leaves(dir);
+        assert!(read > 4 * LIMIT as u64, "{read} leaves read back by the lookups");
+        drop(vol.trim_inodes());
+        let trimmed = vol.cached_leaves(dir);
+        assert!(
+            trimmed <= LIMIT as u64,
+            "{trimmed} of {read} leaves after the lookups' step"
+        );
+
+        let mut listed = 0;
+        let mut pos = 0;
+        while let Some(last) = vol.readdir(dir, pos, 100).unwrap().last().map(|e| e.next) {
+            pos = last;
+            listed += 1;
+        }
+        assert!(listed > 0 && vol.cached_leaves(dir) > 4 * LIMIT as u64);
+        drop(vol.trim_inodes());
+        assert!(vol.cached_leaves(dir) <= LIMIT as u64, "after the listing's step");
+    }
+}

@@ -56,8 +56,22 @@ impl Volume {
     /// Look `name` up in directory `dir`: its entry, or (absent) its
     /// lowest free position and where that goes.
     fn probe(&mut self, dir: Ino, name: &[u8]) -> Result<Lookup> {
+        self.in_dir(dir, |d, dev| probe_in(d, dev, name))
+    }
+
+    /// Run `f` on directory `dir` and the device. If it read blocks (nodes
+    /// of the tree loaded here, under the exclusive guard), note the
+    /// directory for the bound on its leaves, as a shared operation's reads
+    /// are (`Volume::staged`); a read elsewhere meanwhile only costs the
+    /// next eviction step a count.
+    fn in_dir<T>(&mut self, dir: Ino, f: impl FnOnce(&mut Inode, &dyn Device) -> Result<T>) -> Result<T> {
         let dev = self.be.dev.clone();
-        probe_in(self.dir(dir)?, dev.as_ref(), name)
+        let reads = dev.counters().reads;
+        let r = f(self.dir(dir)?, dev.as_ref());
+        if dev.counters().reads != reads {
+            self.cache.note_grown(dir);
+        }
+        r
     }
 
     /// Find `name` in directory `dir`.
@@ -80,20 +94,17 @@ impl Volume {
         kind: FileType,
         free: Option<Spot>,
     ) -> Result<u64> {
-        let dev = self.be.dev.clone();
-        let d = self.dir(dir)?;
-        let spot = match free {
-            Some(s) if d.tree.holds(&s) => s,
-            _ => {
-                dirent::free_position(&mut d.tree, dev.as_ref(), name)?.ok_or(Error::Posix(Errno::ENOSPC))?
-            }
-        };
-        let key = spot.key;
-        d.tree
-            .insert_at(dev.as_ref(), &spot, dirent::encode(ino, kind, name))?;
-        let now = Timespec::now();
-        d.attrs.mtime = now;
-        d.attrs.ctime = now;
+        let key = self.in_dir(dir, |d, dev| {
+            let spot = match free {
+                Some(s) if d.tree.holds(&s) => s,
+                _ => dirent::free_position(&mut d.tree, dev, name)?.ok_or(Error::Posix(Errno::ENOSPC))?,
+            };
+            d.tree.insert_at(dev, &spot, dirent::encode(ino, kind, name))?;
+            let now = Timespec::now();
+            d.attrs.mtime = now;
+            d.attrs.ctime = now;
+            Ok(spot.key)
+        })?;
         self.touch(dir);
         self.books.get_mut().names.add((dir, key), ino);
         Ok(key)
@@ -102,20 +113,20 @@ impl Volume {
     /// Remove the entry at `at.key` of `dir`, which names `ino` (`at`: its
     /// place, from its lookup).
     fn remove_entry(&mut self, dir: Ino, at: &Spot, ino: Ino) -> Result<()> {
-        let dev = self.be.dev.clone();
-        let d = self.dir(dir)?;
-        d.tree.remove_at(dev.as_ref(), at)?;
-        let now = Timespec::now();
-        d.attrs.mtime = now;
-        d.attrs.ctime = now;
+        self.in_dir(dir, |d, dev| {
+            d.tree.remove_at(dev, at)?;
+            let now = Timespec::now();
+            d.attrs.mtime = now;
+            d.attrs.ctime = now;
+            Ok(())
+        })?;
         self.touch(dir);
         self.books.get_mut().names.remove((dir, at.key), ino);
         Ok(())
     }
 
     fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
-        let dev = self.be.dev.clone();
-        has_no_entries(self.dir(ino)?, dev.as_ref())
+        self.in_dir(ino, has_no_entries)
     }
 
     pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr> {
@@ -504,8 +515,7 @@ impl Volume {
     }
 
     pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
-        let dev = self.be.dev.clone();
-        readdir_of(self.dir(ino)?, dev.as_ref(), pos, max)
+        self.in_dir(ino, |d, dev| readdir_of(d, dev, pos, max))
     }
 }
 

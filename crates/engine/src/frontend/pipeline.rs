@@ -54,11 +54,16 @@
 //! 5. one leaf lock at a time: the dirty set, the data-changed set, the
 //!    clean-page books, the open handles, the namespace books, a shard of
 //!    the inode map, the inode table (`frontend/load.rs`: held to descend
-//!    in memory or to put in place a node read without it); or the
-//!    durability counter's state (never held across anything). Under the
-//!    exclusive guard nobody else holds any of 4 and 5, so the order there
+//!    in memory or to put in place a node read without it), the read
+//!    epochs (`backend/readers.rs`: entered while the inode whose tree
+//!    leads to the block is still locked), the notes of directories grown
+//!    (`InodeCache::note_grown`); or the durability counter's state (never
+//!    held across anything). Under the exclusive guard nobody else holds any of 4 and 5, so the order there
 //!    is free; or the count of fsync commits waiting for their flush
-//!    ([`FsyncFlushes`], never held across anything).
+//!    ([`FsyncFlushes`], never held across anything);
+//! 6. inside the device, its own locks (`device/batch.rs`, `device/file.rs`:
+//!    a batch of writes, the wait for urgent I/O), taken by a device call
+//!    and let go before it returns; a device call takes nothing above.
 //!
 //! Beside that order, the fsync queue (`api/commit.rs`: `Shared::fsyncs`,
 //! the fsyncs waiting for the next group commit) is taken with none of
