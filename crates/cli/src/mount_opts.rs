@@ -123,6 +123,22 @@ pub fn parse_options_over<S: AsRef<str>>(
             })?;
         }
     }
+    // `private` is the old behaviour whole: FUSE's nosuid,nodev too, unless
+    // said otherwise anywhere in the lists.
+    let said = |names: [&str; 2]| {
+        lists
+            .iter()
+            .flat_map(|l| l.as_ref().split(','))
+            .any(|opt| names.contains(&opt))
+    };
+    if said(["private", "noallow_other"]) && !o.fuse.allow_other {
+        if !said(["suid", "nosuid"]) {
+            o.fuse.suid = None;
+        }
+        if !said(["dev", "nodev"]) {
+            o.fuse.dev = None;
+        }
+    }
     // A snapshot is never written: its mount is read-only, and asking
     // for rw is a mistake worth saying.
     if let Some(name) = &o.snapshot {
@@ -279,7 +295,8 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
     ),
     (
         "private, noallow_other",
-        "Let only the mounting user in (the default for a mounter who is not root). Through \
+        "Let only the mounting user in (the default for a mounter who is not root), and make \
+         the mount nosuid,nodev unless suid or dev is given too. Through \
          mount(8) and /etc/fstab write noallow_other: mount(8) takes private as its own \
          propagation flag and does not pass it on.",
     ),

@@ -2,7 +2,8 @@
 //! /proc/self/mountinfo: a mount by root lets every user in under the
 //! kernel's permission checks (`allow_other`, `default_permissions`) and
 //! has the flags of any filesystem (no `nosuid`, `nodev`, `noexec` unless
-//! asked for), `-o private` lets only the mounter in, and `nosuid`, `nodev`,
+//! asked for), `-o private` lets only the mounter in (and is `nosuid,nodev`,
+//! as any FUSE mount), and `nosuid`, `nodev`,
 //! `noexec` given as mount(8) passes them reach the kernel.
 //!
 //! Another user is uid/gid 65534 running `sh -c` (std drops the
@@ -126,8 +127,14 @@ fn private_lets_only_the_mounter_in() {
     // keeps `private` to itself.
     for private in ["private", "noallow_other"] {
         let m = fx.mount(&["-o", private]);
-        let (_, options) = mount_flags(&fx.mnt);
+        let (flags, options) = mount_flags(&fx.mnt);
         assert!(!options.contains(&"allow_other".to_string()), "{options:?}");
+        for no in ["nosuid", "nodev"] {
+            assert!(
+                flags.contains(&no.to_string()),
+                "{private}: {no} not in {flags:?}"
+            );
+        }
         let (ok, out) = as_nobody(&format!("cat {}", fx.path("public").display()));
         assert!(
             !ok && out.contains("Permission denied"),

@@ -48,7 +48,24 @@ fn a_mount_by_root_has_the_defaults_of_a_real_filesystem() {
         let o = as_root(&[private]);
         assert!(!o.fuse.allow_other, "{private}");
         assert!(o.fuse.default_permissions);
-        assert!(as_root(&[private, "allow_other"]).fuse.allow_other);
+        assert_eq!(
+            (o.fuse.suid, o.fuse.dev),
+            (None, None),
+            "{private}: FUSE's nosuid,nodev"
+        );
+        let o = as_root(&["suid", private]);
+        assert_eq!(
+            (o.fuse.suid, o.fuse.dev),
+            (Some(true), None),
+            "{private}: suid said"
+        );
+        let o = as_root(&[private, "allow_other"]);
+        assert!(o.fuse.allow_other);
+        assert_eq!(
+            (o.fuse.suid, o.fuse.dev),
+            (Some(true), Some(true)),
+            "not private in the end"
+        );
         assert!(!as_user(&[private]).fuse.allow_other);
     }
     assert!(as_user(&["allow_other"]).fuse.allow_other);
