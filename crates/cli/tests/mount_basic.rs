@@ -1,6 +1,7 @@
 //! Through the real mount: `tux3 mount` (daemon and foreground), the
 //! `mount.tux3` helper, operations through std::fs and libc, unmount by
-//! `umount` and by signals, then fsck and a remount to see the data.
+//! `umount` and by signals, then fsck and a remount to see the data; the
+//! read-ahead a mount sets.
 //!
 //! Needs root and /dev/fuse; without them every test prints a note and
 //! passes. Every wait polls with a deadline, and a guard unmounts (lazily
@@ -312,4 +313,29 @@ fn listings_show_every_change_despite_the_cache() {
     unsafe { libc::closedir(dir) };
     m.unmount();
     fx.fsck();
+}
+
+/// A mount by root reads ahead 4 MiB (`serve.rs`, `READ_AHEAD_KB`), set on
+/// its backing-device info before `tux3 mount` returns: the kernel's
+/// default of 128 KiB would cap a sequential read at 128 KiB requests.
+#[test]
+fn a_mount_reads_ahead_at_least_a_mebibyte() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&[]);
+    let dev = fs::metadata(&fx.mnt).expect("stat the mount").dev();
+    let bdi = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    let kb: u64 = fs::read_to_string(&bdi)
+        .unwrap_or_else(|e| panic!("{bdi}: {e}"))
+        .trim()
+        .parse()
+        .expect("a number of KiB");
+    assert!(kb >= 1024, "{bdi}: {kb} KiB");
+    m.unmount();
 }
