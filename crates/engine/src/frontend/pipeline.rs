@@ -58,8 +58,9 @@
 //!    epochs (`backend/readers.rs`: entered while the inode whose tree
 //!    leads to the block is still locked), the notes of directories grown
 //!    (`InodeCache::note_grown`); or the durability counter's state (never
-//!    held across anything). Under the exclusive guard nobody else holds any of 4 and 5, so the order there
-//!    is free; or the count of fsync commits waiting for their flush
+//!    held across anything). Under the exclusive guard nobody else holds
+//!    any of 4 and 5, so the order there is free; or the count of fsync
+//!    commits waiting for their flush
 //!    ([`FsyncFlushes`], never held across anything);
 //! 6. inside the device, its own locks (`device/batch.rs`, `device/file.rs`:
 //!    a batch of writes, the wait for urgent I/O), taken by a device call
