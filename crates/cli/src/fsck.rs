@@ -87,7 +87,24 @@ pub(crate) fn check_target(target: &Path, repair: bool) -> Result<u8, CliError> 
         text.push_str(line);
         text.push('\n');
     }
-    let counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
+    for (tally, what) in [(report.leaked, "leaked"), (report.claimed_twice, "claimed twice")] {
+        if tally.blocks > 0 {
+            text.push_str(&format!(
+                "{what}: {} blocks in {} ranges\n",
+                tally.blocks, tally.ranges
+            ));
+        }
+    }
+    if report.freed > 0 {
+        text.push_str(&format!("repaired: freed {} leaked blocks\n", report.freed));
+    }
+    let mut counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
+    if report.unify_frees > 0 {
+        counts.push_str(&format!(
+            " ({} of them the log and nodes the next unify frees)",
+            report.unify_frees
+        ));
+    }
     let target = target.display();
     let (summary, code) = if !report.problems.is_empty() {
         let s = format!(

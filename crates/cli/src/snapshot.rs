@@ -651,6 +651,7 @@ mod tests {
             reclaim_left: 3,
             unique_bytes: 4096,
             referenced_bytes: 12 << 20,
+            origin: Default::default(),
         }
     }
 

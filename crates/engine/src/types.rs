@@ -348,4 +348,17 @@ pub struct SnapshotInfo {
     /// Bytes of blocks it refers to (file data and the trees' nodes), as
     /// counted when it was taken.
     pub referenced_bytes: u64,
+    /// Its identity across volumes: the volume it was first taken on and
+    /// its id there. This volume's id and `id` for a snapshot taken here;
+    /// what `tux3 receive` recorded for one received from elsewhere.
+    pub origin: SnapOrigin,
+}
+
+/// Where a snapshot was first taken: the volume's id and the snapshot's
+/// id on it. A snapshot sent and received keeps its origin, so an
+/// incremental stream names its base by it on every volume that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SnapOrigin {
+    pub volume: u64,
+    pub id: u64,
 }

@@ -373,3 +373,67 @@ fn rollback_makes_the_live_volume_the_snapshot_and_keeps_the_others() {
     fs.close().unwrap();
     fsck_clean(&dev);
 }
+
+#[test]
+fn a_received_snapshot_keeps_its_origin_across_remounts() {
+    let dev = volume(4096);
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    let here = fs.snapshot_create(b"local").unwrap();
+    assert_eq!(
+        here.origin,
+        tux3::types::SnapOrigin {
+            volume: fs.volume_id(),
+            id: here.id
+        }
+    );
+    let origin = tux3::types::SnapOrigin {
+        volume: 0x1234_5678_9abc_def0,
+        id: 77,
+    };
+    write_file(&fs, "a", &pattern(5, 10_000));
+    let got = fs.snapshot_create_received(b"from-afar", origin).unwrap();
+    assert_eq!(got.origin, origin);
+    // One snapshot per origin: a second receive of it is refused.
+    assert_eq!(
+        fs.snapshot_create_received(b"again", origin).unwrap_err().errno(),
+        Errno::EEXIST
+    );
+    fs.close().unwrap();
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    assert_eq!(fs.snapshot_by_origin(origin).unwrap().unwrap().name, b"from-afar");
+    assert_eq!(
+        fs.snapshot_by_origin(here.origin).unwrap().unwrap().name,
+        b"local"
+    );
+    fs.snapshot_delete(b"from-afar").unwrap();
+    assert_eq!(fs.snapshot_by_origin(origin).unwrap(), None);
+    fs.close().unwrap();
+    fsck_clean(&dev);
+}
+
+#[test]
+fn an_empty_table_holds_no_block() {
+    // The same work with and without a snapshot taken and deleted in
+    // between ends with the same blocks in use.
+    let run = |snap: bool| {
+        let dev = volume(4096);
+        let fs = Fs::open(dev.clone(), opts()).unwrap();
+        write_file(&fs, "a", &pattern(1, 30_000));
+        if snap {
+            fs.snapshot_create(b"s").unwrap();
+        }
+        write_file(&fs, "a", &pattern(2, 30_000));
+        if snap {
+            fs.snapshot_delete(b"s").unwrap();
+            fs.snapshot_reclaim(&mut |_| {}).unwrap();
+        }
+        fs.unify().unwrap();
+        fs.close().unwrap();
+        let (be, _) = tux3::backend::Backend::open(dev.clone(), true).unwrap();
+        assert_eq!(be.sb.snapshots.addr, 0);
+        let report = tux3_tools::fsck::check(dev.clone(), &Default::default()).unwrap();
+        assert!(report.problems.is_empty(), "{:#?}", report.problems);
+        report.blocks_used
+    };
+    assert_eq!(run(true), run(false));
+}

@@ -89,7 +89,7 @@ pub const IOC_SNAPSHOT_CREATE: u32 = libc::_IOW::<[u8; SNAPSHOT_NAME_ARG]>(0xE3,
 pub const IOC_SNAPSHOT_DELETE: u32 = libc::_IOW::<[u8; SNAPSHOT_NAME_ARG]>(0xE3, 3) as u32;
 
 /// The ioctl that reports one snapshot per call
-/// (`_IOWR(0xE3, 4, [u8; 320])`): in, the lowest snapshot id wanted (0
+/// (`_IOWR(0xE3, 4, [u8; 336])`): in, the lowest snapshot id wanted (0
 /// for the oldest); out, the first snapshot with an id at or above it, or
 /// the end marker when there is none (layout at [`SNAPSHOT_RECORD_LEN`]). Any process
 /// that may open a file of the mount may send it.

@@ -3,12 +3,12 @@
 //! and decoded. FUSE passes a server only ioctls whose argument size is in
 //! the command number (the kernel copies that many bytes in and out), so
 //! each argument has a fixed size: a name NUL-padded to 256 bytes, and a
-//! snapshot record of 320 bytes. Both sides are on one machine: numbers are
+//! snapshot record of 336 bytes. Both sides are on one machine: numbers are
 //! in native byte order.
 //!
 //! Calls nothing but the engine's value type [`SnapshotInfo`].
 
-use tux3::types::SnapshotInfo;
+use tux3::types::{SnapOrigin, SnapshotInfo};
 
 /// Size of the name argument of create and delete: a name of at most 255
 /// bytes, NUL-padded.
@@ -28,12 +28,15 @@ pub const SNAPSHOT_NAME_ARG: usize = 256;
 /// | 40 | 8 | unique bytes |
 /// | 48 | 8 | referenced bytes |
 /// | 56 | 256 | name, NUL-padded |
-/// | 312 | 8 | zero |
-pub const SNAPSHOT_RECORD_LEN: usize = 320;
+/// | 312 | 8 | origin: the volume id it was first taken on |
+/// | 320 | 8 | origin: its id on that volume |
+/// | 328 | 8 | zero |
+pub const SNAPSHOT_RECORD_LEN: usize = 336;
 
 const PRESENT: u32 = 1;
 const DELETING: u32 = 2;
 const NAME_AT: usize = 56;
+const ORIGIN_AT: usize = 312;
 
 /// `name` as the argument of create or delete; `None` if it cannot be one
 /// (longer than 255 bytes, or holding a NUL).
@@ -85,6 +88,8 @@ pub fn encode_snapshot(index: u64, s: Option<&SnapshotInfo>) -> [u8; SNAPSHOT_RE
         rec[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_ne_bytes());
     }
     rec[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
+    rec[ORIGIN_AT..ORIGIN_AT + 8].copy_from_slice(&s.origin.volume.to_ne_bytes());
+    rec[ORIGIN_AT + 8..ORIGIN_AT + 16].copy_from_slice(&s.origin.id.to_ne_bytes());
     rec
 }
 
@@ -109,6 +114,10 @@ pub fn decode_snapshot(rec: &[u8; SNAPSHOT_RECORD_LEN]) -> Option<SnapshotInfo> 
         reclaim_left: u64_at(32),
         unique_bytes: u64_at(40),
         referenced_bytes: u64_at(48),
+        origin: SnapOrigin {
+            volume: u64_at(ORIGIN_AT),
+            id: u64_at(ORIGIN_AT + 8),
+        },
     })
 }
 
@@ -139,6 +148,10 @@ mod tests {
             reclaim_left: 7,
             unique_bytes: 1 << 40,
             referenced_bytes: 3 << 30,
+            origin: SnapOrigin {
+                volume: 0xfeed_f00d,
+                id: 41,
+            },
         };
         let rec = encode_snapshot(9, Some(&s));
         assert_eq!(list_index(&rec), Some(9));
@@ -157,7 +170,7 @@ mod tests {
             assert_eq!(IOC_SYNC, 0xE301);
             assert_eq!(IOC_SNAPSHOT_CREATE, 0x4100_E302);
             assert_eq!(IOC_SNAPSHOT_DELETE, 0x4100_E303);
-            assert_eq!(IOC_SNAPSHOT_LIST, 0xC140_E304);
+            assert_eq!(IOC_SNAPSHOT_LIST, 0xC150_E304);
         }
     }
 }

@@ -72,11 +72,13 @@ snapshots (after replay; generation {})",
         be.alloc.generation
     );
     for r in snaps.records.values() {
-        let state = if r.deleting {
-            ", deleted, space coming back"
-        } else {
-            ""
+        let mut state = match r.received {
+            Some((volume, id)) => format!(", received (origin: volume {volume:#018x}, snapshot {id})"),
+            None => String::new(),
         };
+        if r.deleting {
+            state.push_str(", deleted, space coming back");
+        }
         let _ = writeln!(
             out,
             "  {} {:?}: inode table at block {} (depth {}), {} blocks referenced when taken, {} held by it alone{state}",

@@ -53,10 +53,38 @@ pub struct FsckReport {
     /// Counts for the summary line.
     pub inodes: u64,
     pub blocks_used: u64,
+    /// Blocks in use that nothing references, and the ranges they form
+    /// (every one is listed in `problems`; after a repair, what is left).
+    pub leaked: Tally,
+    /// Blocks two owners claim, and the ranges they form.
+    pub claimed_twice: Tally,
+    /// Leaked blocks the repair freed (the sum of the ranges it repaired).
+    pub freed: u64,
+    /// Blocks in use that the next unify frees: the log since the last
+    /// unify and the nodes of the last unify's image the log took out of
+    /// their trees. A repair ends with a unify, so these come back too.
+    pub unify_frees: u64,
 }
 
-/// Most lines reported per kind of problem; the rest are counted.
+/// A count of blocks and of the ranges they form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub blocks: u64,
+    pub ranges: u64,
+}
+
+impl Tally {
+    pub(crate) fn add(&mut self, blocks: u64) {
+        self.blocks += blocks;
+        self.ranges += 1;
+    }
+}
+
+/// Most lines reported per kind of problem; the rest are counted. Leaked
+/// and doubly claimed ranges are all listed: a repair acts on each.
 const MAX_LINES_PER_KIND: usize = 100;
+/// Kinds listed whole, whatever their number.
+const LISTED_WHOLE: &[&str] = &["leak", "overlap"];
 
 /// A repair fsck knows how to make safely.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +112,10 @@ pub(crate) struct Findings {
     /// Problems no fix repairs.
     pub unfixable: usize,
     per_kind: HashMap<&'static str, usize>,
+    /// Leaked blocks and ranges (`refs`).
+    pub leaked: Tally,
+    /// Blocks claimed twice and their ranges (`refs`).
+    pub twice: Tally,
 }
 
 impl Findings {
@@ -96,7 +128,7 @@ impl Findings {
     fn push(&mut self, kind: &'static str, line: String) {
         let n = self.per_kind.entry(kind).or_default();
         *n += 1;
-        if *n <= MAX_LINES_PER_KIND {
+        if *n <= MAX_LINES_PER_KIND || LISTED_WHOLE.contains(&kind) {
             self.problems.push(line);
         }
     }
@@ -117,7 +149,7 @@ impl Findings {
         let mut over: Vec<_> = self
             .per_kind
             .iter()
-            .filter(|(_, n)| **n > MAX_LINES_PER_KIND)
+            .filter(|(k, n)| **n > MAX_LINES_PER_KIND && !LISTED_WHOLE.contains(k))
             .map(|(k, n)| (*k, *n - MAX_LINES_PER_KIND))
             .collect();
         over.sort();
@@ -141,6 +173,8 @@ pub(crate) struct Pass {
     pub findings: Findings,
     pub inodes: u64,
     pub blocks_used: u64,
+    /// See [`FsckReport::unify_frees`].
+    pub unify_frees: u64,
     /// Every referenced block range and its owner (when the volume opened).
     pub refs: Vec<refs::Ref>,
 }
@@ -174,7 +208,15 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
         }
     };
     let second = scan::pass(dev, opts.progress)?;
-    Ok(report(second, repaired))
+    let mut r = report(second, repaired);
+    r.freed = fixes
+        .iter()
+        .map(|(fix, _)| match *fix {
+            Fix::Free { count, .. } => count,
+            _ => 0,
+        })
+        .sum();
+    Ok(r)
 }
 
 fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
@@ -185,6 +227,10 @@ fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
         repaired,
         inodes: pass.inodes,
         blocks_used: pass.blocks_used,
+        leaked: pass.findings.leaked,
+        claimed_twice: pass.findings.twice,
+        freed: 0,
+        unify_frees: pass.unify_frees,
     }
 }
 

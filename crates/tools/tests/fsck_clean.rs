@@ -167,7 +167,7 @@ fn wrong_counts_and_leaks_are_found_and_repaired() {
     let r = check(&bad);
     let has = |r: &fsck::FsckReport, what: &str| r.problems.iter().any(|p| p.contains(what));
     assert!(
-        has(&r, &format!("block {free}: marked in use")),
+        has(&r, &format!("block {free} (1 block): marked in use")),
         "{:#?}",
         r.problems
     );

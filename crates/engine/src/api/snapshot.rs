@@ -6,7 +6,7 @@
 
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::types::SnapshotInfo;
+use crate::types::{SnapOrigin, SnapshotInfo};
 
 impl Fs {
     /// Take a snapshot named `name` of everything done before this call:
@@ -14,7 +14,30 @@ impl Fs {
     /// Errors: EEXIST (the name is taken), EINVAL (empty, longer than 255
     /// bytes, or holding '/' or NUL), EROFS (read-only), ENOSPC.
     pub fn snapshot_create(&self, name: &[u8]) -> Result<SnapshotInfo> {
-        self.vol().snapshot_request(name)?;
+        self.snapshot_take(name, None)
+    }
+
+    /// [`Fs::snapshot_create`] for a snapshot received from another volume
+    /// (`tux3 receive`): it records `origin`, the identity the stream
+    /// named, which [`SnapshotInfo::origin`] reports from then on. EEXIST
+    /// also when a snapshot of that origin is here already.
+    pub fn snapshot_create_received(&self, name: &[u8], origin: SnapOrigin) -> Result<SnapshotInfo> {
+        self.snapshot_take(name, Some(origin))
+    }
+
+    /// The snapshot (not deleted) whose origin is `origin`, if any.
+    pub fn snapshot_by_origin(&self, origin: SnapOrigin) -> Result<Option<SnapshotInfo>> {
+        Ok(self.shared_vol().snapshot_by_origin(origin))
+    }
+
+    /// This volume's id (the superblock's), which names the snapshots
+    /// taken here wherever they are sent.
+    pub fn volume_id(&self) -> u64 {
+        self.shared_vol().volume_id()
+    }
+
+    fn snapshot_take(&self, name: &[u8], origin: Option<SnapOrigin>) -> Result<SnapshotInfo> {
+        self.vol().snapshot_request(name, origin)?;
         // The turn serializes commits: the unify that takes the snapshot
         // is this one, or one that froze after the request.
         self.shared.commit(true)?;

@@ -679,7 +679,8 @@ impl Backend {
         // U2, asserted: the old chain's next block, or a fresh one written here.
         new_log_head(old, known, head, !self.orphans.is_empty(), writes);
         if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
-            self.sb.snapshots = self.snaps.write(&mut self.alloc, bs, writes)?;
+            let dev = self.dev.clone();
+            self.sb.snapshots = self.snaps.write(dev.as_ref(), &mut self.alloc, bs, writes)?;
             self.sb.generation = u64::from(self.alloc.generation);
         }
         let relocated = self.relocate_bitmap(writes)?;

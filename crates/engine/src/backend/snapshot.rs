@@ -66,19 +66,39 @@ pub struct SnapRecord {
     pub referenced: u64,
     /// Deleted; its space is being reclaimed.
     pub deleting: bool,
+    /// Received from another volume: (origin volume id, origin snapshot
+    /// id) as the stream named it. None: taken here.
+    pub received: Option<(u64, u64)>,
 }
 
+/// Flag bit: the snapshot is being deleted.
+const FLAG_DELETING: u8 = 1;
+/// Flag bit: the snapshot was received; its origin follows `referenced`.
+const FLAG_RECEIVED: u8 = 2;
+
 impl SnapRecord {
-    /// `flags u8 | created i64 | itable root u64 | depth u8 | referenced u64 | name`.
+    /// `flags u8 | created i64 | itable root u64 | depth u8 | referenced u64
+    /// | [origin volume u64 | origin id u64, with FLAG_RECEIVED] | name`.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(26 + self.name.len());
-        v.push(u8::from(self.deleting));
+        let mut v = Vec::with_capacity(42 + self.name.len());
+        let flags = if self.deleting { FLAG_DELETING } else { 0 }
+            | if self.received.is_some() { FLAG_RECEIVED } else { 0 };
+        v.push(flags);
         v.extend_from_slice(&self.created.to_le_bytes());
         v.extend_from_slice(&self.itable.addr.to_le_bytes());
         v.push(self.itable.depth);
         v.extend_from_slice(&self.referenced.to_le_bytes());
+        if let Some((volume, id)) = self.received {
+            v.extend_from_slice(&volume.to_le_bytes());
+            v.extend_from_slice(&id.to_le_bytes());
+        }
         v.extend_from_slice(&self.name);
         v
+    }
+
+    /// Its identity across volumes, on volume `volume_id`.
+    pub fn origin(&self, volume_id: u64) -> (u64, u64) {
+        self.received.unwrap_or((volume_id, self.id))
     }
 
     pub fn decode(id: u64, v: &[u8], leaf: u64, block_count: u64) -> Result<SnapRecord> {
@@ -89,10 +109,15 @@ impl SnapRecord {
         let addr = r.u64("snapshot root")?;
         let depth = r.u8("snapshot depth")?;
         let referenced = r.u64("snapshot referenced blocks")?;
-        let name = r.bytes(r.remaining(), "snapshot name")?.to_vec();
-        if flags > 1 {
+        if flags & !(FLAG_DELETING | FLAG_RECEIVED) != 0 {
             return Err(bad(&format!("flags {flags:#x}")));
         }
+        let received = if flags & FLAG_RECEIVED != 0 {
+            Some((r.u64("snapshot origin volume")?, r.u64("snapshot origin id")?))
+        } else {
+            None
+        };
+        let name = r.bytes(r.remaining(), "snapshot name")?.to_vec();
         if addr < 2 || addr >= block_count || depth > crate::codec::MAX_DEPTH {
             return Err(bad(&format!("root {addr} depth {depth} outside the volume")));
         }
@@ -103,7 +128,8 @@ impl SnapRecord {
             created,
             itable: Root { addr, depth },
             referenced,
-            deleting: flags == 1,
+            deleting: flags & FLAG_DELETING != 0,
+            received,
         })
     }
 }
@@ -196,6 +222,16 @@ fn get_varint(v: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
+/// A snapshot asked for, taken by the next unify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub name: Vec<u8>,
+    /// Seconds since the epoch.
+    pub created: i64,
+    /// Received: the origin the stream named (see [`SnapRecord::received`]).
+    pub received: Option<(u64, u64)>,
+}
+
 /// The snapshot table and the dead list, in memory and in their tree.
 pub struct Snapshots {
     pub tree: Tree,
@@ -205,8 +241,8 @@ pub struct Snapshots {
     by_death: BTreeSet<(u32, u32, u64)>,
     /// Blocks on the dead list.
     pub dead_blocks: u64,
-    /// Snapshots to take at the next unify: (name, time).
-    pub pending: Vec<(Vec<u8>, i64)>,
+    /// Snapshots to take at the next unify.
+    pub pending: Vec<Pending>,
     /// Names of the snapshots not being deleted, to their ids.
     names: std::collections::HashMap<Vec<u8>, u64>,
     /// Snapshots deleted whose records remain (reclaim's work).
@@ -484,12 +520,30 @@ impl Snapshots {
 
     /// Unify: write the table's changed nodes (its own old nodes are freed
     /// at once: no snapshot holds them) and return its new root.
+    /// An empty table (no record, no dead extent) has no node at all: its
+    /// nodes are freed and the root is 0, as on a volume that never had a
+    /// snapshot.
     pub fn write(
         &mut self,
+        dev: &dyn Device,
         alloc: &mut Allocator,
         bs: usize,
         writes: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<Root> {
+        if self.records.is_empty() && self.dead.is_empty() {
+            let mut nodes = Vec::new();
+            self.tree.visit(dev, &mut |addr, _, _, _| {
+                nodes.push(addr);
+                Ok(())
+            })?;
+            let held = self.tree.freed.drain(..).chain(self.tree.retired.drain(..));
+            nodes.extend(held.map(|(addr, _)| addr));
+            for addr in nodes.into_iter().filter(|&a| a != 0) {
+                alloc.free_range(addr, 1);
+            }
+            self.tree = Tree::open(SNAP_INO, TreeKind::Snapshots, Root::default());
+            return Ok(Root::default());
+        }
         let mut maps = Vec::new();
         let a = &mut *alloc;
         self.tree

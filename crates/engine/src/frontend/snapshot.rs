@@ -5,25 +5,57 @@
 //! (`backend/snapshot.rs`).
 
 use super::Volume;
-use crate::backend::snapshot::check_name;
+use crate::backend::snapshot::{check_name, Pending};
 use crate::error::{err, Errno, Result};
 use crate::log::Record;
-use crate::types::{SnapshotInfo, Timespec};
+use crate::types::{SnapOrigin, SnapshotInfo, Timespec};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Volume {
-    /// Ask for a snapshot named `name`, taken by the next unify.
-    pub fn snapshot_request(&mut self, name: &[u8]) -> Result<()> {
+    /// Ask for a snapshot named `name`, taken by the next unify; with
+    /// `received`, one received from another volume, recording the origin
+    /// the stream named. EEXIST also when a snapshot of that origin is
+    /// here already.
+    pub fn snapshot_request(&mut self, name: &[u8], received: Option<SnapOrigin>) -> Result<()> {
         if self.be.read_only {
             return err(Errno::EROFS);
         }
         check_name(name)?;
         let snaps = &self.be.snaps;
-        if snaps.find(name).is_some() || snaps.pending.iter().any(|(n, _)| n == name) {
+        if snaps.find(name).is_some() || snaps.pending.iter().any(|p| p.name == name) {
             return err(Errno::EEXIST);
         }
-        self.be.snaps.pending.push((name.to_vec(), Timespec::now().sec));
+        let received = received.map(|o| (o.volume, o.id));
+        if let Some(o) = received {
+            if self
+                .snapshot_by_origin(SnapOrigin { volume: o.0, id: o.1 })
+                .is_some()
+            {
+                return err(Errno::EEXIST);
+            }
+        }
+        self.be.snaps.pending.push(Pending {
+            name: name.to_vec(),
+            created: Timespec::now().sec,
+            received,
+        });
         Ok(())
+    }
+
+    /// This volume's id (the superblock's).
+    pub fn volume_id(&self) -> u64 {
+        self.be.sb.volume_id
+    }
+
+    /// The snapshot (not deleted) whose origin is `origin`, if any.
+    pub fn snapshot_by_origin(&self, origin: SnapOrigin) -> Option<SnapshotInfo> {
+        let volume = self.be.sb.volume_id;
+        self.be
+            .snaps
+            .records
+            .values()
+            .find(|r| !r.deleting && r.origin(volume) == (origin.volume, origin.id))
+            .map(|r| self.info(r))
     }
 
     /// Delete the snapshot named `name` in the open delta: its name goes,
@@ -74,6 +106,10 @@ impl Volume {
             reclaim_left: if r.deleting { snaps.reclaim_left(r.id) } else { 0 },
             unique_bytes: snaps.unique_blocks(r.id) * bs,
             referenced_bytes: r.referenced * bs,
+            origin: {
+                let (volume, id) = r.origin(self.be.sb.volume_id);
+                SnapOrigin { volume, id }
+            },
         }
     }
 

@@ -132,6 +132,7 @@ pub(super) fn check_inode(
             });
         }
     }
+    super::snapshots::retired_refs(&tree, ino, refs);
     if !w.complete() {
         for e in &w.errors {
             f.error("tree", &what, e);

@@ -25,6 +25,11 @@ pub(crate) enum Owner {
     LogReserved,
     /// Freed by the live volume, held by a snapshot (the dead list).
     Dead { birth: u32 },
+    /// A node of tree `tree` that the last unify's image still holds but
+    /// the log took out of the tree (a snapshot-table node emptied by
+    /// reclaim, an inode-table branch left without children): the next
+    /// unify frees it.
+    Retired { tree: u64 },
 }
 
 impl Owner {
@@ -54,6 +59,14 @@ impl fmt::Display for Owner {
             Owner::Log { seq } => write!(f, "log block seq {seq}"),
             Owner::LogReserved => write!(f, "the reserved next log block"),
             Owner::Dead { birth } => write!(f, "the dead list (born in generation {birth})"),
+            Owner::Retired { tree } => {
+                let what = match tree {
+                    0 => "inode table".to_string(),
+                    tux3::backend::snapshot::SNAP_INO => "snapshot table".to_string(),
+                    ino => format!("tree of inode {ino}"),
+                };
+                write!(f, "a node of the {what} the next unify frees")
+            }
         }
     }
 }
@@ -72,10 +85,10 @@ impl Ref {
     }
 }
 
-/// "block N" or "blocks N-M (K blocks)".
+/// "block N (1 block)" or "blocks N-M (K blocks)": every range with its length.
 fn span(start: u64, count: u64) -> String {
     if count == 1 {
-        format!("block {start}")
+        format!("block {start} (1 block)")
     } else {
         format!(
             "blocks {start}-{} ({count} blocks)",
@@ -119,7 +132,7 @@ pub(super) fn check(
     }
     inside.sort_by_key(|r| (r.start, r.count));
 
-    // Claimed twice.
+    // Claimed twice: every range with its length.
     let mut overlapped: Vec<(u64, u64)> = Vec::new();
     let mut widest: Option<Ref> = None;
     for r in &inside {
@@ -127,17 +140,15 @@ pub(super) fn check(
             if r.start < w.end() {
                 let end = r.end().min(w.end());
                 overlapped.push((r.start, end));
-                let more = end - r.start - 1;
-                let tail = if more > 0 {
-                    format!(" (and {more} blocks after it)")
-                } else {
-                    String::new()
-                };
+                f.twice.add(end - r.start);
                 f.problem(
                     "overlap",
                     format!(
-                        "block {}: claimed twice{tail}: by {} (at block {}) and by {}",
-                        r.start, w.owner, w.start, r.owner
+                        "{}: claimed twice: by {} (at block {}) and by {}",
+                        span(r.start, end - r.start),
+                        w.owner,
+                        w.start,
+                        r.owner
                     ),
                 );
             }
@@ -206,6 +217,7 @@ pub(super) fn check(
             while b < ge && is_used(b) {
                 b += 1;
             }
+            f.leaked.add(b - s);
             f.fixable(
                 "leak",
                 Fix::Free {

@@ -39,6 +39,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
                 findings: f,
                 inodes: 0,
                 blocks_used: 0,
+                unify_frees: 0,
                 refs: Vec::new(),
             });
         }
@@ -105,6 +106,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
     for &(addr, level) in &walked.nodes {
         node_ref(&mut refs, addr, 0, level);
     }
+    super::snapshots::retired_refs(be.itable.get_mut(), 0, &mut refs);
     let itable_ok = walked.complete();
     for e in &walked.errors {
         f.error("inode table", "inode table node", e);
@@ -191,6 +193,11 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
         findings: f,
         inodes: inodes.len() as u64,
         blocks_used: alloc.blocks() - alloc.free(),
+        unify_frees: refs
+            .iter()
+            .filter(|r| matches!(r.owner, Owner::Log { .. } | Owner::Retired { .. }))
+            .map(|r| r.count)
+            .sum(),
         refs,
     })
 }

@@ -52,6 +52,9 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
             });
         }
     }
+    // Nodes the replayed log took out of the table (reclaim emptied them)
+    // are still the last unify's: the next unify frees them.
+    retired_refs(&be.snaps.tree, SNAP_INO, refs);
     let snaps = &be.snaps;
     for (start, d) in snaps.dead_extents() {
         refs.push(Ref {
@@ -74,6 +77,26 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
         }
     }
     w.complete()
+}
+
+/// The nodes of `tree` that replay took out but the last unify's image
+/// holds until the next unify frees them: the table's `freed` (it frees
+/// its nodes only at a unify) and any tree's `retired` branches.
+pub(super) fn retired_refs(tree: &Tree, owner: u64, refs: &mut Vec<Ref>) {
+    let held = tree.retired.iter().chain(if owner == SNAP_INO {
+        tree.freed.iter()
+    } else {
+        [].iter()
+    });
+    for &(addr, _) in held {
+        if addr != 0 {
+            refs.push(Ref {
+                start: addr,
+                count: 1,
+                owner: Owner::Retired { tree: owner },
+            });
+        }
+    }
 }
 
 /// Every snapshot's trees: each block must be owned by `refs` already

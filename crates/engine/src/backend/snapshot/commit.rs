@@ -27,7 +27,7 @@ impl Backend {
     /// inode table this unify wrote and closes one generation.
     pub(in crate::backend) fn take_snapshots(&mut self) -> Result<()> {
         let dev = self.dev.clone();
-        for (name, created) in std::mem::take(&mut self.snaps.pending) {
+        for p in std::mem::take(&mut self.snaps.pending) {
             let id = self.alloc.generation;
             let Some(next) = id.checked_add(1).filter(|&g| g < u32::MAX) else {
                 return Err(Error::Posix(Errno::EOVERFLOW));
@@ -35,11 +35,12 @@ impl Backend {
             let referenced = self.live_blocks()?;
             let rec = SnapRecord {
                 id: u64::from(id),
-                name,
-                created,
+                name: p.name,
+                created: p.created,
                 itable: self.sb.itable,
                 referenced,
                 deleting: false,
+                received: p.received,
             };
             self.snaps.insert_record(dev.as_ref(), rec)?;
             self.alloc.generation = next;
