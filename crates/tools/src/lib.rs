@@ -1,6 +1,7 @@
 //! Offline tools that read a volume through the engine's layers: the
 //! checker (`fsck`), the structure report (`dump`) and the structure graph
-//! (`graph`), and the difference between two snapshots (`snapdiff`). A crate of its own (tux3-tools) above the engine: it opens a
+//! (`graph`), the difference between two snapshots (`snapdiff`) and the
+//! send streams that replicate snapshots (`stream`: `tux3 send|receive`). A crate of its own (tux3-tools) above the engine: it opens a
 //! volume through the backend, as a mount does (replay, writing nothing),
 //! and reads it with the structures', log's and device's decoders; only
 //! `fsck --repair` changes a volume, through the frontend's repair hooks.
@@ -15,3 +16,4 @@ pub mod dump;
 pub mod fsck;
 pub mod graph;
 pub mod snapdiff;
+pub mod stream;

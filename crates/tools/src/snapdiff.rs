@@ -79,10 +79,11 @@ pub struct Change {
 }
 
 /// Entries that differ between two trees: key -> (value in `a`, in `b`).
-type Differ = BTreeMap<u64, (Option<Vec<u8>>, Option<Vec<u8>>)>;
+pub(crate) type Differ = BTreeMap<u64, (Option<Vec<u8>>, Option<Vec<u8>>)>;
 
-/// One snapshot's view: its inode table and what was read of it.
-struct View<'d> {
+/// One snapshot's view: its inode table and what was read of it (the
+/// send stream's planner reads snapshots through it too).
+pub(crate) struct View<'d> {
     dev: &'d dyn Device,
     itable: Tree,
     attrs: HashMap<u64, Option<InodeAttrs>>,
@@ -90,7 +91,7 @@ struct View<'d> {
 }
 
 impl<'d> View<'d> {
-    fn new(dev: &'d dyn Device, root: Root) -> View<'d> {
+    pub(crate) fn new(dev: &'d dyn Device, root: Root) -> View<'d> {
         View {
             dev,
             itable: Tree::open(0, TreeKind::Itable, root),
@@ -99,7 +100,7 @@ impl<'d> View<'d> {
         }
     }
 
-    fn attrs(&mut self, ino: u64) -> Result<Option<InodeAttrs>> {
+    pub(crate) fn attrs(&mut self, ino: u64) -> Result<Option<InodeAttrs>> {
         if let Some(a) = self.attrs.get(&ino) {
             return Ok(a.clone());
         }
@@ -192,8 +193,15 @@ impl<'d> View<'d> {
 }
 
 /// Entries that differ between the trees at `a` and `b` (owner `owner`,
-/// kind `kind`), opening only nodes the two do not share.
-fn changed_entries(dev: &dyn Device, owner: u64, kind: TreeKind, a: Root, b: Root) -> Result<Differ> {
+/// kind `kind`), opening only nodes the two do not share (the send
+/// stream's planner compares snapshots with it too).
+pub(crate) fn changed_entries(
+    dev: &dyn Device,
+    owner: u64,
+    kind: TreeKind,
+    a: Root,
+    b: Root,
+) -> Result<Differ> {
     let count = dev.block_count();
     let bs = dev.block_size() as usize;
     let load = |addr: u64, level: u8| -> Result<Node> {

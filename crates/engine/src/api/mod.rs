@@ -17,6 +17,7 @@ mod answer;
 mod commit;
 mod guard;
 mod image;
+mod receive;
 mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};

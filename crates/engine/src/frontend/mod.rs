@@ -31,6 +31,7 @@ pub use load::{ColdNode, MayLoad, ReadNode, Staged, TreeNeed};
 mod names;
 mod namespace;
 pub mod pipeline;
+mod receive;
 mod repair;
 mod shared;
 mod snapshot;

@@ -41,6 +41,20 @@ struct Found {
     kind: FileType,
 }
 
+/// Check a symlink's target.
+pub(super) fn check_target(target: &[u8]) -> Result<()> {
+    if target.is_empty() {
+        return err(Errno::ENOENT);
+    }
+    if target.contains(&0) {
+        return err(Errno::EINVAL);
+    }
+    if target.len() > SYMLINK_MAX {
+        return err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
 /// Check a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
@@ -150,12 +164,15 @@ impl Volume {
         if kind == FileType::Symlink {
             return err(Errno::EINVAL);
         }
-        let ino = self.new_inode(parent, name, mode, rdev, uid, gid)?;
+        let ino = self.new_inode(parent, name, mode, rdev, uid, gid, None)?;
         self.getattr(ino)
     }
 
     /// Common part of every create: checks, inode, entry, link counts.
-    fn new_inode(
+    /// The inode gets `number` if given (`frontend/receive.rs`), else one
+    /// near `parent`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new_inode(
         &mut self,
         parent: Ino,
         name: &[u8],
@@ -163,6 +180,7 @@ impl Volume {
         rdev: u64,
         uid: u32,
         gid: u32,
+        number: Option<Ino>,
     ) -> Result<Ino> {
         self.dir(parent)?;
         check_name(name)?;
@@ -176,7 +194,10 @@ impl Volume {
             // Every position of the name's hash is taken.
             return err(Errno::ENOSPC);
         }
-        let ino = self.alloc_ino(parent)?;
+        let ino = match number {
+            Some(n) => self.claim_ino(n)?,
+            None => self.alloc_ino(parent)?,
+        };
         let inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
         self.cache.insert(inode);
         self.touch(ino);
@@ -189,16 +210,8 @@ impl Volume {
     }
 
     pub fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
-        if target.is_empty() {
-            return err(Errno::ENOENT);
-        }
-        if target.contains(&0) {
-            return err(Errno::EINVAL);
-        }
-        if target.len() > SYMLINK_MAX {
-            return err(Errno::ENAMETOOLONG);
-        }
-        let ino = self.new_inode(parent, name, libc::S_IFLNK | 0o777, 0, uid, gid)?;
+        check_target(target)?;
+        let ino = self.new_inode(parent, name, libc::S_IFLNK | 0o777, 0, uid, gid, None)?;
         self.copy_to_pages(ino, 0, target)?;
         self.getattr(ino)
     }

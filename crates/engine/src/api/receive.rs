@@ -1,0 +1,51 @@
+//! API layer: the operations a receiver of a replicated snapshot needs
+//! beyond the POSIX ones (`tux3 receive`, crates/tools/src/stream): create
+//! an inode under the number the source gave it, with the source's birth
+//! time (and set it again), and let numbers freed in this session be given out again. The
+//! frontend does the work (`frontend/receive.rs`).
+
+use super::Fs;
+use crate::error::Result;
+use crate::types::{Attr, Ino, Timespec};
+
+impl Fs {
+    /// Create `parent/name` as inode number `ino`: `mode` carries the
+    /// `S_IFMT` type bits (a directory, a symlink with its `target`, or
+    /// any other node); the birth time is `btime`. Errors as
+    /// [`Fs::mknod`], and EEXIST when the number is taken, EBUSY when it
+    /// was freed in this session (commit, then
+    /// [`Fs::forget_freed_numbers`]), EINVAL for a number below 16 or
+    /// from 2^48 on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_numbered(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        ino: Ino,
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        btime: Timespec,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
+        self.warm(parent);
+        self.vol()
+            .create_numbered(parent, name, ino, mode, rdev, uid, gid, btime, target)
+    }
+
+    /// Set the birth time of `ino`, which no POSIX call sets: a replica
+    /// keeps its source's.
+    pub fn set_btime(&self, ino: Ino, btime: Timespec) -> Result<()> {
+        self.warm(ino);
+        self.vol().set_btime(ino, btime)
+    }
+
+    /// Let the numbers freed since open be given out again by
+    /// [`Fs::create_numbered`]. Only for a volume no FUSE kernel serves
+    /// (the kernel may still know an old inode by its number), and only
+    /// after a [`Fs::sync`] that made their freeing durable.
+    pub fn forget_freed_numbers(&self) {
+        self.vol().forget_freed_numbers();
+    }
+}
