@@ -18,6 +18,15 @@
 //!    them in its first delta, which the close commits; then only the open
 //!    must have written nothing, and fsck checks the image the close left.
 //!
+//! 7. snapshots: the snapshots the recovered volume lists (those being
+//!    deleted left out) are those after a call whose namespace the
+//!    recovered one matched (any call of the window when it matched none
+//!    exactly, under a fast fsync's relaxation); and the newest two and two
+//!    more chosen by the state, each read through a read-only mount of it,
+//!    hold exactly the namespace of the live volume when it was taken
+//!    (`record.rs`). So a crash leaves each snapshot wholly there or
+//!    wholly gone, and never changes one.
+//!
 //! A fast fsync (one during which no delta commit ended) promises its inodes and the name changes connected to
 //! them, which may then be durable ahead of unrelated earlier changes.
 //! [`Ordering::FsyncMayLead`] (the default) also accepts state `j`
@@ -33,7 +42,7 @@
 //! whole). Directories may differ in size. [`Ordering::Strict`] does not
 //! relax.
 
-use super::record::Recording;
+use super::record::{read_snapshot, snapshot_names, Recording};
 use super::snapshot::{Node, Snapshot};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -53,6 +62,9 @@ pub enum Promise {
     AtomicityOrdering,
     /// Mounting and unmounting changed the image or wrote to the device.
     ReplayReadOnly,
+    /// A snapshot is missing, or there when it should not be, or does
+    /// not hold what the volume did when it was taken.
+    Snapshots,
 }
 
 /// How strictly recovered states must follow the order of calls.
@@ -141,15 +153,18 @@ pub fn check(
                 freed_orphans = Some(mem.counters());
             }
             let snap = Snapshot::take(&fs);
+            let names = snapshot_names(&fs);
             if let Err(e) = fs.close() {
                 out.push((Promise::Integrity, format!("close after mount failed: {e}")));
             }
-            match snap {
-                Err(e) => out.push((Promise::Integrity, format!("namespace walk failed: {e}"))),
-                Ok(snap) => {
+            match (snap, names) {
+                (Err(e), _) => out.push((Promise::Integrity, format!("namespace walk failed: {e}"))),
+                (_, Err(e)) => out.push((Promise::Integrity, format!("snapshot list failed: {e}"))),
+                (Ok(snap), Ok(names)) => {
                     if let Some(v) = compare(&snap, rec, w, mode) {
                         out.push(v);
                     }
+                    out.extend(check_snapshots(&dev, &snap, &names, rec, w));
                 }
             }
         }
@@ -187,6 +202,80 @@ pub fn check(
         ));
     }
     out
+}
+
+/// Snapshots read back per crash state besides the newest two.
+const SNAPSHOTS_SAMPLED: usize = 2;
+
+/// Promise 7 on a recovered volume that lists the snapshots `names`
+/// (oldest first) and holds the namespace `snap` (see the module doc).
+fn check_snapshots(
+    dev: &Arc<dyn Device>,
+    snap: &Snapshot,
+    names: &[Vec<u8>],
+    rec: &Recording,
+    w: Window,
+) -> Option<(Promise, String)> {
+    let got: BTreeSet<Vec<u8>> = names.iter().cloned().collect();
+    let fp = snap.fingerprint();
+    let exact: Vec<usize> = (w.lo..=w.hi).filter(|&j| rec.fingerprints[j] == fp).collect();
+    let allowed = if exact.is_empty() {
+        (w.lo..=w.hi).collect()
+    } else {
+        exact
+    };
+    let shown = |s: &BTreeSet<Vec<u8>>| {
+        let v: Vec<String> = s
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
+        v.join(",")
+    };
+    if !allowed.iter().any(|&j| *rec.snapset(j) == got) {
+        let best = allowed
+            .iter()
+            .copied()
+            .min_by_key(|&j| rec.snapset(j).symmetric_difference(&got).count())
+            .unwrap_or(w.lo);
+        let want = rec.snapset(best);
+        return Some((
+            Promise::Snapshots,
+            format!(
+                "snapshots [{}] missing, [{}] present, against state {best} of those allowed ({allowed:?})",
+                shown(&want.difference(&got).cloned().collect()),
+                shown(&got.difference(want).cloned().collect()),
+            ),
+        ));
+    }
+    // The newest two, and more chosen by the state.
+    let mut pick: Vec<usize> = (names.len().saturating_sub(2)..names.len()).collect();
+    let mut r = super::Rng::new(fp as u64 ^ w.start as u64);
+    for _ in 0..SNAPSHOTS_SAMPLED.min(names.len()) {
+        pick.push(r.below(names.len() as u64) as usize);
+    }
+    pick.sort_unstable();
+    pick.dedup();
+    for i in pick {
+        let name = &names[i];
+        let shown = String::from_utf8_lossy(name);
+        let Some(want) = rec.snap_contents.get(name) else {
+            return Some((Promise::Snapshots, format!("snapshot {shown} was never taken")));
+        };
+        match read_snapshot(dev, name) {
+            Err(e) => return Some((Promise::Snapshots, format!("snapshot {shown}: {e}"))),
+            Ok(held) if held != *want => {
+                return Some((
+                    Promise::Snapshots,
+                    format!(
+                        "snapshot {shown} holds other than when it was taken: {}",
+                        held.diff(want, 6).join("; ")
+                    ),
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
+    None
 }
 
 /// Compare a recovered snapshot with the expected ones; `None` if accepted.
@@ -447,6 +536,8 @@ mod tests {
             fingerprints: snaps.iter().map(Snapshot::fingerprint).collect(),
             snaps,
             open: OpenOptions::default(),
+            snapsets: Vec::new(),
+            snap_contents: Default::default(),
         }
     }
 

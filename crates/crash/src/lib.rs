@@ -9,9 +9,10 @@
 //! the epoch's writes and torn sector writes, deduplicated (`states.rs`)
 //! — and checks each against the promises of DESIGN.md section 3: mount and
 //! fsck succeed, the recovered namespace equals the state after some prefix
-//! of the completed calls that includes the last durability point, and
-//! mounting wrote nothing (`check.rs`). `docs/TESTING.md` describes the
-//! method and how to run it long.
+//! of the completed calls that includes the last durability point, the
+//! volume's snapshots are those of that state and read as they did when
+//! taken, and mounting wrote nothing (`check.rs`). `docs/TESTING.md`
+//! describes the method and how to run it long.
 //!
 //! Entry points: [`run`] (used by the tests and meant for a future
 //! `tux3 crashtest`), [`run_with`], [`workloads`]. A test can put a

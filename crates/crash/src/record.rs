@@ -7,10 +7,19 @@
 //!
 //! Positions are counted from the device's counters (each logged write is
 //! one block, each flush one entry), so no copy of the log is needed per call.
+//!
+//! Volume snapshots: after every call the recorder also keeps the names of
+//! the snapshots the volume lists (those being deleted left out), and for
+//! each snapshot, when it first appears, the namespace of the live volume
+//! right after the call that took it — what the snapshot must hold ever
+//! after. It reads the snapshot back then and fails the workload if it
+//! differs. A workload may take snapshots before the recording starts
+//! ([`Recorder::with_setup`]): the crash states then all have them.
 
 use super::snapshot::Snapshot;
 use crate::faults::{Fault, FaultyDevice};
 use crate::hold::HoldFlush;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tux3::api::Fs;
@@ -58,6 +67,117 @@ pub struct Recording {
     pub snaps: Vec<Snapshot>,
     pub fingerprints: Vec<u128>,
     pub open: OpenOptions,
+    /// `snapsets[i]`: the volume's snapshots (names, those being deleted
+    /// left out) at `snaps[i]`. Empty for a recording that never had one.
+    pub snapsets: Vec<SnapNames>,
+    /// What each snapshot holds: the live namespace when it was taken.
+    pub snap_contents: BTreeMap<Vec<u8>, Snapshot>,
+}
+
+impl Recording {
+    /// The snapshots listed at `snaps[j]`.
+    pub fn snapset(&self, j: usize) -> &BTreeSet<Vec<u8>> {
+        static NONE: BTreeSet<Vec<u8>> = BTreeSet::new();
+        self.snapsets.get(j).map_or(&NONE, |s| s.as_ref())
+    }
+}
+
+/// Names of a volume's snapshots (those being deleted left out).
+pub type SnapNames = Arc<BTreeSet<Vec<u8>>>;
+
+/// The snapshots `fs` lists, oldest first, those being deleted left out.
+pub fn snapshot_names(fs: &Fs) -> Result<Vec<Vec<u8>>> {
+    Ok(fs
+        .snapshot_list()?
+        .into_iter()
+        .filter(|s| !s.deleting)
+        .map(|s| s.name)
+        .collect())
+}
+
+/// The namespace snapshot `name` of the volume on `dev` holds, read
+/// through a read-only mount of it (which writes nothing).
+pub fn read_snapshot(dev: &Arc<dyn Device>, name: &[u8]) -> Result<Snapshot> {
+    let opts = OpenOptions {
+        read_only: true,
+        snapshot: Some(name.to_vec()),
+        commit_interval: None,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev.clone(), opts)?;
+    let snap = Snapshot::take(&fs)?;
+    fs.close()?;
+    Ok(snap)
+}
+
+/// Note the snapshots `fs` lists after a call that left the namespace
+/// `after`: a name not seen before was taken by that call, so it must read
+/// as `after` (read back on `dev`, which must see no write) and does ever
+/// after. Returns the names, `last` again when they did not change.
+fn note_snapshots(
+    fs: &Fs,
+    dev: &Arc<dyn Device>,
+    counted: &RecordingDevice,
+    contents: &mut BTreeMap<Vec<u8>, Snapshot>,
+    after: &Snapshot,
+    last: Option<&SnapNames>,
+) -> Result<SnapNames> {
+    let names: BTreeSet<Vec<u8>> = snapshot_names(fs)?.into_iter().collect();
+    for name in &names {
+        if contents.contains_key(name) {
+            continue;
+        }
+        let at = log_pos(counted);
+        let got = read_snapshot(dev, name)?;
+        if log_pos(counted) != at {
+            return Err(Error::BadImage(format!(
+                "reading snapshot {} wrote to the device",
+                String::from_utf8_lossy(name)
+            )));
+        }
+        if got != *after {
+            return Err(Error::BadImage(format!(
+                "snapshot {} does not read as the volume when it was taken: {}",
+                String::from_utf8_lossy(name),
+                got.diff(after, 6).join("; ")
+            )));
+        }
+        contents.insert(name.clone(), after.clone());
+    }
+    Ok(match last {
+        Some(l) if **l == names => l.clone(),
+        _ => Arc::new(names),
+    })
+}
+
+/// The volume before recording starts ([`Recorder::with_setup`]): its
+/// calls are not recorded, no crash falls among them.
+pub struct Setup<'a> {
+    fs: &'a Fs,
+    dev: Arc<dyn Device>,
+    counted: Arc<RecordingDevice>,
+    contents: BTreeMap<Vec<u8>, Snapshot>,
+}
+
+impl Setup<'_> {
+    pub fn fs(&self) -> &Fs {
+        self.fs
+    }
+
+    /// Take snapshot `name` and note what it holds.
+    pub fn snapshot_create(&mut self, name: &str) -> Result<()> {
+        self.fs.snapshot_create(name.as_bytes())?;
+        let after = Snapshot::take(self.fs)?;
+        note_snapshots(
+            self.fs,
+            &self.dev,
+            &self.counted,
+            &mut self.contents,
+            &after,
+            None,
+        )?;
+        Ok(())
+    }
 }
 
 /// Runs a workload and records it.
@@ -75,6 +195,8 @@ pub struct Recorder {
     open: OpenOptions,
     ops: Vec<OpRecord>,
     snaps: Vec<Snapshot>,
+    snapsets: Vec<SnapNames>,
+    snap_contents: BTreeMap<Vec<u8>, Snapshot>,
 }
 
 impl Recorder {
@@ -82,14 +204,48 @@ impl Recorder {
     /// `fault` sits between the volume and the recording (test-only
     /// breakage the harness must catch; [`Fault::None`] for real runs).
     pub fn new(block_size: u32, blocks: u64, open: OpenOptions, fault: Fault) -> Result<Recorder> {
+        Recorder::with_setup(block_size, blocks, open, fault, |_| Ok(()))
+    }
+
+    /// [`Recorder::new`], with `setup` run on the volume (and the volume
+    /// closed) before the recording starts: the crash images start from
+    /// what it left.
+    pub fn with_setup(
+        block_size: u32,
+        blocks: u64,
+        open: OpenOptions,
+        fault: Fault,
+        setup: impl FnOnce(&mut Setup<'_>) -> Result<()>,
+    ) -> Result<Recorder> {
         let mem = Arc::new(MemDevice::new(block_size, blocks));
         Fs::format(mem.clone(), &FormatOptions::default())?;
+        let snap_contents = {
+            let counted = Arc::new(RecordingDevice::new(mem.clone()));
+            let dev: Arc<dyn Device> = counted.clone();
+            let fs = Fs::open(dev.clone(), open.clone())?;
+            let mut s = Setup {
+                fs: &fs,
+                dev,
+                counted: counted.clone(),
+                contents: BTreeMap::new(),
+            };
+            setup(&mut s)?;
+            let contents = s.contents;
+            fs.close()?;
+            contents
+        };
         let base = mem.image();
         let dev = Arc::new(RecordingDevice::new(mem.clone()));
         let hold = fault.wrap(dev.clone());
         let fs_dev: Arc<dyn Device> = hold.clone();
         let fs = Fs::open(fs_dev.clone(), open.clone())?;
         let snap = Snapshot::take(&fs)?;
+        let names: BTreeSet<Vec<u8>> = snapshot_names(&fs)?.into_iter().collect();
+        if names.iter().ne(snap_contents.keys()) {
+            return Err(Error::BadImage(
+                "the snapshots listed after the setup are not those it took".into(),
+            ));
+        }
         Ok(Recorder {
             mem,
             dev,
@@ -100,7 +256,28 @@ impl Recorder {
             open,
             ops: Vec::new(),
             snaps: vec![snap],
+            snapsets: vec![Arc::new(names)],
+            snap_contents,
         })
+    }
+
+    /// The snapshots listed after the call that left `after` (see
+    /// [`note_snapshots`]).
+    fn note(&mut self, after: &Snapshot) -> Result<SnapNames> {
+        let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
+        note_snapshots(
+            fs,
+            &self.fs_dev,
+            &self.dev,
+            &mut self.snap_contents,
+            after,
+            self.snapsets.last(),
+        )
+    }
+
+    /// Snapshots the volume lists now (those being deleted left out).
+    pub fn snapshots_alive(&self) -> usize {
+        self.snapsets.last().map_or(0, |s| s.len())
     }
 
     /// Length of the device op log so far.
@@ -231,6 +408,7 @@ impl Recorder {
         let ((start_b, f0_b), (ra, end_a, f_a), (rb, end_b, f_b)) = outcome?;
         let full = self.deltas() != d0;
         let snap = snapshot_after(self.fs()?, &self.dev, self.pos(), "two fsyncs in flight")?;
+        let names = self.note(&snap)?;
         // Each call's flushes are those the device saw while it ran (the
         // second one's window holds the first one's held flush too).
         let mut calls = [
@@ -250,6 +428,7 @@ impl Recorder {
                 full,
             });
             self.snaps.push(snap.clone());
+            self.snapsets.push(names.clone());
         }
         Ok(())
     }
@@ -264,6 +443,7 @@ impl Recorder {
         (flushes, full): (u64, bool),
     ) -> Result<()> {
         let snap = snapshot_after(self.fs()?, &self.dev, end, &desc)?;
+        let names = self.note(&snap)?;
         self.ops.push(OpRecord {
             desc,
             start,
@@ -274,6 +454,7 @@ impl Recorder {
             full,
         });
         self.snaps.push(snap);
+        self.snapsets.push(names);
         Ok(())
     }
 
@@ -293,6 +474,7 @@ impl Recorder {
         during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
     ) -> Result<()> {
         let before = Snapshot::take(self.fs()?)?;
+        let names = self.note(&before)?;
         let (start, f0) = (self.pos(), self.flushes());
         let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
         let mut inner = Interleaved {
@@ -330,6 +512,10 @@ impl Recorder {
             full: true,
         });
         self.snaps.push(before);
+        // No call during the commit takes or deletes a snapshot.
+        for _ in 0..=snaps.len() {
+            self.snapsets.push(names.clone());
+        }
         self.ops.extend(ops);
         self.snaps.extend(snaps);
         r.map_err(|e| Error::BadImage(format!("sync failed: {e}")))
@@ -399,8 +585,9 @@ impl Recorder {
     /// Close the volume (a durability point) and return the recording.
     pub fn finish(mut self) -> Result<Recording> {
         let (start, f0) = (self.pos(), self.flushes());
+        let snap = Snapshot::take(self.fs()?)?;
+        let names = self.note(&snap)?;
         let fs = self.fs.take().ok_or_else(not_mounted)?;
-        let snap = Snapshot::take(&fs)?;
         fs.close()?;
         let end = self.pos();
         self.ops.push(OpRecord {
@@ -413,6 +600,7 @@ impl Recorder {
             full: true,
         });
         self.snaps.push(snap);
+        self.snapsets.push(names);
         let log = self.dev.take_ops();
         // The log must reproduce the device exactly.
         let mut check = self.base.clone();
@@ -431,6 +619,8 @@ impl Recorder {
             snaps: self.snaps,
             fingerprints,
             open: self.open,
+            snapsets: self.snapsets,
+            snap_contents: self.snap_contents,
         })
     }
 }

@@ -1,7 +1,8 @@
 //! Unit tests of the crash harness's parts: epoch cutting, state generation
 //! and deduplication, image building, budget selection, and the promise
 //! checks (a lost sync must be reported as a durability violation, a state
-//! from the middle of a call as an atomicity/ordering one).
+//! from the middle of a call as an atomicity/ordering one, a snapshot
+//! there that should be gone or one changed as a snapshot one).
 
 use super::check::{self, Ordering, Promise};
 use super::states::{self, Generator};
@@ -151,4 +152,38 @@ fn a_lost_fast_fsync_is_a_durability_violation() {
     assert_eq!(why.0, Promise::Durability, "{why:?}");
     // ...while the state right after it is fine.
     assert!(check::compare(&rec.snaps[k], &rec, w, Ordering::FsyncMayLead).is_none());
+}
+
+#[test]
+fn the_checks_catch_a_lost_or_changed_snapshot() {
+    let mut rec = workloads::record("many_snapshots", 1, Fault::None).unwrap();
+    let eps = states::epochs(&rec.log);
+    let last = eps.last().unwrap();
+    let w = check::window(&rec, last.start, last.end);
+    let mut full = rec.base.clone();
+    tux3::device::recording::apply(&rec.log, &mut full, rec.block_size);
+    let run = |rec: &super::record::Recording| {
+        let image = full.clone();
+        check::check(image, |i: &[u8]| i == &full[..], rec, w, Ordering::Strict)
+    };
+    assert!(run(&rec).is_empty(), "{:?}", run(&rec));
+    let names: Vec<Vec<u8>> = rec.snapset(w.hi).iter().cloned().collect();
+    assert!(names.len() >= 100, "{} snapshots at the end", names.len());
+    // A snapshot the recording says was deleted is still there.
+    let mut fewer = (*rec.snapsets[w.hi]).clone();
+    fewer.remove(&names[0]);
+    let kept = std::mem::replace(&mut rec.snapsets[w.hi], std::sync::Arc::new(fewer));
+    let broken = run(&rec);
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert_eq!(broken[0].0, Promise::Snapshots, "{broken:?}");
+    rec.snapsets[w.hi] = kept;
+    // Every snapshot holds other than the volume did when it was taken
+    // (only its root): whichever the check reads, it says so.
+    for held in rec.snap_contents.values_mut() {
+        held.entries.retain(|p, _| p == b"/");
+    }
+    let broken = run(&rec);
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert_eq!(broken[0].0, Promise::Snapshots, "{broken:?}");
+    assert!(broken[0].1.contains("holds other than"), "{broken:?}");
 }

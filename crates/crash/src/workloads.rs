@@ -4,7 +4,7 @@
 //! `unify_log_blocks` small to force unifies). Data written is a pattern of
 //! the seed and the call, so every version of a file differs.
 
-use super::record::{Recorder, Recording};
+use super::record::{Recorder, Recording, Setup};
 use super::{Fault, Rng};
 use tux3::error::{Error, Result};
 use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
@@ -26,6 +26,7 @@ pub const NAMES: &[&str] = &[
     "names_fsync",
     "snapshots",
     "fsync_pipeline",
+    "many_snapshots",
 ];
 
 const BS: u32 = 4096;
@@ -45,6 +46,9 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "random_mix" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
         "remount" => Recorder::new(BS, 512, opts(128 << 10, 6), fault)?,
         "snapshots" => Recorder::new(BS, 1024, opts(256 << 10, 4), fault)?,
+        "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
+            many_snapshots_setup(s, &mut rng)
+        })?,
         _ => Recorder::new(BS, 512, opts(1 << 20, 256), fault)?,
     };
     match name {
@@ -60,6 +64,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "names_fsync" => names::names_fsync(&mut rec, &mut rng)?,
         "snapshots" => snapshots(&mut rec, &mut rng)?,
         "fsync_pipeline" => pipeline::fsync_pipeline(&mut rec, &mut rng)?,
+        "many_snapshots" => many_snapshots(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()
@@ -546,6 +551,110 @@ fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Snapshots the `many_snapshots` workload keeps at every call.
+const MANY: usize = 100;
+
+/// Before the recording: `2 * MANY + 4` snapshots, each after a write of
+/// one of ten small files (some unlinked again), so each holds blocks of
+/// its own.
+fn many_snapshots_setup(s: &mut Setup<'_>, rng: &mut Rng) -> Result<()> {
+    for i in 0..2 * MANY + 4 {
+        let name = format!("m{}", rng.below(10));
+        let data = fill(rng.next(), 1 + rng.below(6000) as usize);
+        let fs = s.fs();
+        let ino = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?.ino,
+        };
+        fs.write(ino, 0, &data)?;
+        if rng.below(5) == 0 {
+            fs.unlink(ROOT_INO, name.as_bytes())?;
+        }
+        s.snapshot_create(&format!("base{i}"))?;
+    }
+    Ok(())
+}
+
+/// The `snapshots` workload's calls with at least `MANY` snapshots alive
+/// at every call (taken before the recording starts; one is deleted only
+/// while more are alive): creates, deletes (reclaim among the dead
+/// extents many snapshots hold), rollbacks, renames and crashes; then the
+/// oldest deleted one by one down to `MANY`, a write between, with no
+/// unify (only a snapshot or 1,024 log blocks unify): the snapshot table
+/// loses whole leaves the last unify wrote (fsck took their blocks for
+/// leaked before 4ecfcc4). The harness reads snapshots back in every
+/// crash state.
+fn many_snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
+    let mut alive: Vec<String> = (0..2 * MANY + 4).map(|i| format!("base{i}")).collect();
+    for step in 0..36u64 {
+        let name = format!("m{}", rng.below(10));
+        let data = fill(rng.next(), 1 + rng.below(12_000) as usize);
+        create_write(rec, &name, &data)?;
+        match rng.below(6) {
+            0 => {
+                rec.op(format!("unlink /{name}"), false, |fs| {
+                    fs.unlink(ROOT_INO, name.as_bytes())
+                })?;
+            }
+            1 => {
+                let to = format!("m{}", rng.below(10));
+                let flags = RenameFlags::default();
+                rec.op(format!("rename /{name} -> /{to}"), false, |fs| {
+                    fs.rename(ROOT_INO, name.as_bytes(), ROOT_INO, to.as_bytes(), flags)
+                })?;
+            }
+            _ => {}
+        }
+        match rng.below(7) {
+            0 | 1 => {
+                let snap = format!("snap{step}");
+                rec.op(format!("snapshot create {snap}"), true, |fs| {
+                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
+                })?;
+                alive.push(snap);
+            }
+            2 | 3 if alive.len() > MANY => {
+                let snap = alive.remove(rng.below(alive.len() as u64) as usize);
+                rec.op(format!("snapshot delete {snap}"), true, |fs| {
+                    fs.snapshot_delete(snap.as_bytes())
+                })?;
+            }
+            4 if rng.below(3) == 0 => {
+                let snap = alive[rng.below(alive.len() as u64) as usize].clone();
+                rec.op(format!("snapshot rollback {snap}"), true, |fs| {
+                    fs.snapshot_rollback(snap.as_bytes())
+                })?;
+            }
+            5 => rec.op("sync", true, |fs| fs.sync())?,
+            _ => {}
+        }
+        if rec.snapshots_alive() < MANY {
+            return Err(Error::BadImage(format!(
+                "many_snapshots: {} snapshots alive after step {step}",
+                rec.snapshots_alive()
+            )));
+        }
+        if step % 12 == 11 {
+            rec.crash_and_remount()?;
+        }
+    }
+    while alive.len() > MANY {
+        let snap = alive.remove(0);
+        rec.op(format!("snapshot delete {snap}"), true, |fs| {
+            fs.snapshot_delete(snap.as_bytes())
+        })?;
+        let name = format!("m{}", rng.below(10));
+        let data = fill(rng.next(), 1 + rng.below(12_000) as usize);
+        create_write(rec, &name, &data)?;
+    }
+    if rec.snapshots_alive() < MANY {
+        return Err(Error::BadImage(
+            "many_snapshots: too few snapshots at the end".into(),
+        ));
+    }
+    rec.crash_and_remount()
 }
 
 /// Crashes and clean closes inside the recording: the volume is mounted

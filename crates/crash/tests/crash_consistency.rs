@@ -2,9 +2,10 @@
 //! (`tux3_crash`), with budgets summing to more than 10,000 distinct
 //! crash states, must break no promise: after any crash, mount and fsck
 //! succeed, everything a completed sync/fsync covered is there, the state
-//! is that after a prefix of the completed calls, and mounting writes
-//! nothing. `long_crash_run` (ignored) runs until `TUX3_CRASH_STATES` states
-//! are checked; docs/TESTING.md has the command.
+//! is that after a prefix of the completed calls (its snapshots too, each
+//! reading as when it was taken), and mounting writes nothing.
+//! `long_crash_run` (ignored) runs until `TUX3_CRASH_STATES` states are
+//! checked; docs/TESTING.md has the command.
 //!
 //! Two violations are known and reported, not failed on (see `known`):
 //! both where fsck reports damage at the end of the log that a crash
@@ -188,6 +189,13 @@ fn snapshots() {
     // Seed 1 and 2 take and delete snapshots at different steps.
     check("snapshots", 1, 1500, &opts());
     check("snapshots", 2, 1500, &opts());
+}
+
+#[test]
+fn many_snapshots() {
+    // At least 100 snapshots alive at every crash point, some read back in
+    // each state.
+    check("many_snapshots", 1, 1500, &opts());
 }
 
 #[test]
