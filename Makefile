@@ -65,7 +65,10 @@ clean:
 
 # Benchmarks against ext4, XFS, Btrfs, fuse2fs and tmpfs on loop devices (root);
 # results in bench/results/, report in docs/BENCHMARKS.md. BENCH_ARGS e.g. --fs tux3,ext4
+# Send and receive against Btrfs first (bench/sendrecv.py writes bench/sendrecv.md,
+# which the report copies); SENDRECV_ARGS e.g. --quick or --cases full-tree,incr
 bench: build
+	bench/sendrecv.py $(SENDRECV_ARGS)
 	bench/run $(BENCH_ARGS)
 
 bench-quick: build

@@ -749,6 +749,11 @@ def write(res, path, plotdir, plots):
     if e and floor:
         L += ["", "### What an fsync costs the engine on this device", "", floor.strip()]
     L += [""] + snapshot_section(res.get("snapshots"), engine_snapshot_text())
+    sendrecv = hand_measured("sendrecv.md")
+    L += ["## Send and receive", "",
+          (sendrecv.strip() if sendrecv else
+           "Not measured yet: `bench/sendrecv.py` (run by `make bench`) writes "
+           "`bench/sendrecv.md`, which this section copies."), ""]
     L += ["## Not run, errors and notes", ""]
     notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]
     notes += ["- %s / %s / %s: %s" % (r["fs"], r["workload"], r["param"], r["error"])
