@@ -6,7 +6,8 @@
 //! surface — [`tux3::Fs`] (engine API), [`tux3::open_path`] and
 //! [`tux3::device`] (opening and creating images) — the offline tools
 //! ([`tux3_tools`]: fsck, dump, graph) and the FUSE adapter
-//! ([`tux3_fuse`]: `mount`, and the ioctls of `sync` and `snapshot`), and clap_mangen
+//! ([`tux3_fuse`]: `mount`, and the ioctls of `sync` and `snapshot`), the
+//! send streams ([`tux3_tools::stream`]: `send`, `receive`), and clap_mangen
 //! (`man`: the manual pages).
 
 // Library code returns errors; it never unwraps (tests may).
@@ -28,6 +29,8 @@ mod mkfs;
 pub mod mkfs_helper;
 pub mod mount;
 mod mount_opts;
+mod receive;
+mod send;
 mod snapshot;
 mod sync;
 pub mod umount;
@@ -81,6 +84,10 @@ pub enum Command {
     /// Create, list and delete snapshots of a volume (mounted or not)
     #[command(long_about = snapshot::LONG_ABOUT)]
     Snapshot(snapshot::SnapshotArgs),
+    /// Write a snapshot (whole, or what changed since an older one) to standard output
+    Send(send::SendArgs),
+    /// Create a snapshot on a volume from a stream tux3 send wrote
+    Receive(receive::ReceiveArgs),
     /// Write the manual pages (section 8) into a directory
     #[command(hide = true)]
     Man(man::ManArgs),
@@ -101,6 +108,8 @@ impl Command {
             Command::Sync(_) => "sync",
             Command::Umount(_) => "umount",
             Command::Snapshot(a) => a.action.command_name(),
+            Command::Send(_) => "send",
+            Command::Receive(_) => "receive",
             Command::Man(_) => "man",
         }
     }
@@ -182,6 +191,8 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Sync(a) => sync::run(&a),
         Command::Umount(a) => umount::run(&a),
         Command::Snapshot(a) => snapshot::run(&a),
+        Command::Send(a) => send::run(&a),
+        Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),
     }
 }

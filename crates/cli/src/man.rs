@@ -56,6 +56,7 @@ pub fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
         let extra = match sub.get_name() {
             "mount" => mount_sections(),
             "fsck" => vec![exit_status()],
+            "send" | "receive" => vec![exit_status_of(super::send::EXIT_CODES)],
             _ => Vec::new(),
         };
         pages.push((sub.clone(), extra));
@@ -205,7 +206,12 @@ fn mount_sections() -> Sections {
 
 /// fsck(8)'s exit codes.
 fn exit_status() -> (&'static str, Vec<(String, String)>) {
-    let entries = EXIT_CODES
+    exit_status_of(EXIT_CODES)
+}
+
+/// An EXIT STATUS section listing `codes`.
+fn exit_status_of(codes: &[(u8, &str)]) -> (&'static str, Vec<(String, String)>) {
+    let entries = codes
         .iter()
         .map(|(code, meaning)| (code.to_string(), meaning.to_string()))
         .collect();

@@ -337,7 +337,7 @@ fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError>
 }
 
 /// Where the work is done.
-enum Target {
+pub(crate) enum Target {
     /// On a tux3 mount: a descriptor of the path, for the ioctls, and the
     /// mount's source (its image or device).
     Mount(File, PathBuf),
@@ -346,7 +346,7 @@ enum Target {
 }
 
 /// Decide what `target` is: a path on a tux3 mount, or an image.
-fn locate(target: &Path) -> Result<Target, CliError> {
+pub(crate) fn locate(target: &Path) -> Result<Target, CliError> {
     let meta = std::fs::metadata(target).map_err(|e| CliError::at(target.display(), e))?;
     // A mount point that cannot be reached (its server died) is skipped.
     let on_mount = tux3_mount_table()

@@ -465,8 +465,17 @@ fn a_stream_cut_anywhere_resumes_to_the_same_tree() {
     }
 }
 
+/// How many of each kind of interesting change happened.
+#[derive(Default, Debug)]
+struct Seen {
+    over: u32,
+    across: u32,
+    exchanges: u32,
+    dir_file_swaps: u32,
+}
+
 /// One random namespace or data change; whether it happened.
-fn random_change(fs: &Fs, rng: &mut Rng, dirs: &mut Vec<u64>) -> bool {
+fn random_change(fs: &Fs, rng: &mut Rng, dirs: &mut Vec<u64>, seen: &mut Seen) -> bool {
     const NAMES: [&[u8]; 6] = [b"a", b"b", b"c", b"d", b"e", b"f"];
     let dir = dirs[rng.below(dirs.len() as u64) as usize];
     let name = NAMES[rng.below(NAMES.len() as u64) as usize];
@@ -482,7 +491,18 @@ fn random_change(fs: &Fs, rng: &mut Rng, dirs: &mut Vec<u64>) -> bool {
                 noreplace: false,
                 exchange: rng.below(4) == 0,
             };
-            fs.rename(dir, name, to, newname, flags)
+            let (from, over) = (fs.lookup(dir, name), fs.lookup(to, newname));
+            let r = fs.rename(dir, name, to, newname, flags);
+            if r.is_ok() {
+                if let (Ok(a), Ok(b)) = (&from, &over) {
+                    seen.over += 1;
+                    let dirs = [a.kind, b.kind].iter().filter(|k| **k == FileType::Directory).count();
+                    seen.exchanges += flags.exchange as u32;
+                    seen.dir_file_swaps += (flags.exchange && dirs == 1) as u32;
+                }
+                seen.across += (dir != to) as u32;
+            }
+            r
         }
         10..=11 => fs.unlink(dir, name),
         12..=13 => fs.rmdir(dir, name),
@@ -521,10 +541,11 @@ fn ten_thousand_random_namespace_changes_arrive_exactly() {
     let mut dirs = vec![ROOT_INO];
     let mut done = 0;
     let mut base: Option<String> = None;
+    let mut seen = Seen::default();
     for round in 0..12 {
         let mut n = 0;
         while n < 1000 {
-            if random_change(&fs, &mut rng, &mut dirs) {
+            if random_change(&fs, &mut rng, &mut dirs, &mut seen) {
                 n += 1;
             }
         }
@@ -537,6 +558,11 @@ fn ten_thousand_random_namespace_changes_arrive_exactly() {
         base = Some(name);
     }
     assert!(done >= 10_000);
+    // The mix the stream has to get right happened, many times over.
+    assert!(
+        seen.over > 300 && seen.across > 1000 && seen.exchanges > 100 && seen.dir_file_swaps > 20,
+        "{seen:?}"
+    );
     rfs.close().unwrap();
     let report = tux3_tools::fsck::check(dst.clone(), &Default::default()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);

@@ -1,0 +1,130 @@
+//! `tux3 receive TARGET`: read a send stream from standard input and
+//! create the snapshot it carries on TARGET, an unmounted image or block
+//! device; `--resume-token` prints where a receive that was cut off
+//! stopped, `--abort` abandons it. A path on a tux3 mount is refused with
+//! what to do instead: the live volume must be made the stream's base and
+//! then changed by the receive alone, which a mount in use cannot offer.
+//!
+//! Calls the stream's receiver ([`tux3_tools::stream::receive`]), the
+//! engine API ([`tux3::Fs`]), and `send.rs`'s exit codes and progress bar.
+
+use super::image::image_error;
+use super::mount::lock_volume;
+use super::send::{exit_codes_help, progress_bar, stream_failure, EXIT_OK, EXIT_OPERATIONAL, EXIT_REFUSED};
+use super::snapshot::{locate, Target};
+use super::CliError;
+use clap::Args;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use tux3::types::OpenOptions;
+use tux3::{open_path, Fs};
+use tux3_tools::stream::receive::{abort, receive, ReceiveOptions};
+use tux3_tools::stream::resume;
+
+const LONG_ABOUT: &str = "Read a send stream (from tux3 send) on standard input and create the \
+     snapshot it carries on TARGET, an unmounted image file or block device. The live volume \
+     becomes the snapshot's image too. A full stream needs an empty volume (as mkfs makes \
+     it); an incremental one needs its base snapshot, and first makes the live volume that \
+     snapshot again, dropping changes made to it since.\n\nA receive cut off (a broken pipe, \
+     a damaged record, a crash of either side) keeps what arrived and no snapshot: `tux3 \
+     receive --resume-token TARGET` prints a token, and `tux3 send --resume TOKEN ...` sends \
+     the rest; sending the whole stream again works too. `--abort` abandons it instead.\n\n\
+     Into a mounted volume: unmount it, receive into its image, mount it again.\n\nA progress \
+     bar goes to standard error when it is a terminal; nothing is printed on success \
+     otherwise.";
+
+/// Arguments of `tux3 receive`.
+#[derive(Args, Debug)]
+#[command(long_about = LONG_ABOUT, after_help = exit_codes_help())]
+pub struct ReceiveArgs {
+    /// Print the token of the receive in progress (for tux3 send --resume) and exit
+    #[arg(long, conflicts_with = "abort")]
+    pub resume_token: bool,
+    /// Abandon the receive in progress: the live volume goes back to its base (an empty root for a full stream)
+    #[arg(long)]
+    pub abort: bool,
+    /// An unmounted image file or block device
+    pub target: PathBuf,
+}
+
+fn open(target: &Path, writable: bool) -> Result<(Fs, std::fs::File), CliError> {
+    if let Target::Mount(..) = locate(target)? {
+        return Err(CliError::new(format!(
+            "{}: is on a tux3 mount; receiving into a mounted volume is not supported: unmount \
+             it (tux3 umount), receive into its image, and mount it again",
+            target.display()
+        ))
+        .with_exit(EXIT_REFUSED));
+    }
+    let lock = lock_volume(target, !writable).map_err(|e| CliError::new(e).with_exit(EXIT_OPERATIONAL))?;
+    let dev = open_path(target, writable).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))?;
+    // A receive writes each block once and reads none back: clean pages
+    // kept for reads would only take fresh memory (each page zeroed by the
+    // kernel on first touch) for the whole stream.
+    let opts = OpenOptions {
+        read_only: !writable,
+        clean_limit: 8 << 20,
+        dirty_limit: 64 << 20,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev, opts).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))?;
+    Ok((fs, lock))
+}
+
+fn close(target: &Path, fs: Fs) -> Result<(), CliError> {
+    fs.close()
+        .map_err(|e| CliError::at(format!("{}: close", target.display()), e).with_exit(EXIT_OPERATIONAL))
+}
+
+pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
+    let t = &a.target;
+    if a.resume_token {
+        let (fs, _lock) = open(t, false)?;
+        let token = resume::stored(&fs).map_err(|e| stream_failure(t, e))?;
+        close(t, fs)?;
+        let Some(token) = token else {
+            return Err(
+                CliError::new(format!("{}: no receive is in progress", t.display())).with_exit(EXIT_REFUSED),
+            );
+        };
+        let mut out = io::stdout();
+        writeln!(out, "{}", token.encode()).map_err(super::stdout_error)?;
+        return Ok(EXIT_OK);
+    }
+    let (fs, _lock) = open(t, true)?;
+    if a.abort {
+        let had = abort(&fs).map_err(|e| stream_failure(t, e));
+        close(t, fs)?;
+        if had?.is_none() {
+            return Err(
+                CliError::new(format!("{}: no receive is in progress", t.display())).with_exit(EXIT_REFUSED),
+            );
+        }
+        return Ok(EXIT_OK);
+    }
+    let bar = progress_bar("received");
+    let stdin = io::stdin();
+    let inp = io::BufReader::with_capacity(1 << 20, stdin.lock());
+    let r = receive(&fs, inp, &ReceiveOptions::default(), &mut |bytes| {
+        if let Some(b) = &bar {
+            b.set_position(bytes);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    // Closing commits what a failed receive applied (its token covers it).
+    let closed = close(t, fs);
+    r.map_err(|e| {
+        let mut err = stream_failure(t, e);
+        if err.exit == super::send::EXIT_DAMAGED {
+            err.message.push_str(&format!(
+                "; what arrived is kept: tux3 receive --resume-token {} prints where to resume",
+                t.display()
+            ));
+        }
+        err
+    })?;
+    closed?;
+    Ok(EXIT_OK)
+}
