@@ -26,6 +26,7 @@
 mod check;
 mod faults;
 mod hold;
+mod receive;
 mod record;
 mod snapshot;
 mod states;
@@ -35,6 +36,7 @@ mod workloads;
 
 pub use check::{Ordering, Promise};
 pub use faults::{Fault, FaultyDevice};
+pub use receive::{run_receive, ReceiveReport};
 
 use record::Recording;
 use states::{Epoch, State};
