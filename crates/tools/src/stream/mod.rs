@@ -16,6 +16,7 @@
 //! keeps a cut receive's place. The format's files call only the
 //! engine's value types and `crc32c`.
 
+pub mod ahead;
 mod frame;
 pub mod plan;
 pub mod receive;

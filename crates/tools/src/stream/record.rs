@@ -111,6 +111,9 @@ pub enum Record {
     },
 }
 
+/// `Begin`'s flag: the stream is incremental (the base fields count).
+pub const BEGIN_INCREMENTAL: u32 = 1;
+
 /// Record kinds, as the byte at offset 4 of a record gives them.
 pub mod kind {
     pub const BEGIN: u8 = 1;
@@ -171,6 +174,7 @@ impl Record {
                 let (bv, bi) = b.base.map_or((0, 0), |o| (o.volume, o.id));
                 p.u64(b.source.volume).u64(b.source.id).u64(bv).u64(bi);
                 p.u64(b.resume_from).u64(b.staging_ino).u32(b.block_size);
+                p.u32(b.base.is_some() as u32);
                 p.name(&b.name).name(&b.staging_name);
                 kind::BEGIN
             }
@@ -258,13 +262,17 @@ impl Record {
             kind::BEGIN => {
                 let (sv, si, bv, bi) = (g.u64()?, g.u64()?, g.u64()?, g.u64()?);
                 let (resume_from, staging_ino, block_size) = (g.u64()?, g.u64()?, g.u32()?);
+                let flags = g.u32()?;
+                if flags & !BEGIN_INCREMENTAL != 0 {
+                    return Err(format!("Begin: unknown flags {flags:#x}"));
+                }
                 let (name, staging_name) = (g.name()?, g.name()?);
                 if resume_from == 0 {
                     return Err("Begin: resume_from is 0".into());
                 }
                 Record::Begin(Begin {
                     source: SnapOrigin { volume: sv, id: si },
-                    base: (bv, bi).ne(&(0, 0)).then_some(SnapOrigin { volume: bv, id: bi }),
+                    base: (flags & BEGIN_INCREMENTAL != 0).then_some(SnapOrigin { volume: bv, id: bi }),
                     resume_from,
                     staging_ino,
                     block_size,

@@ -9,7 +9,7 @@
 //!
 //! The token's text (what `tux3 receive --resume-token` prints and `tux3
 //! send --resume` takes) is `1-VOLUME-ID-BASEVOLUME-BASEID-NEXT-CRC`: the
-//! numbers in lower-case hex, `0-0` for the base of a full stream, and
+//! numbers in lower-case hex, `x-x` for the base of a full stream, and
 //! the CRC32C of everything before the last dash, so a token mistyped is
 //! refused rather than taken for another.
 //!
@@ -39,10 +39,12 @@ pub struct Token {
 impl Token {
     /// The token's text.
     pub fn encode(&self) -> String {
-        let (bv, bi) = self.base.map_or((0, 0), |b| (b.volume, b.id));
+        let base = self
+            .base
+            .map_or("x-x".to_string(), |b| format!("{:x}-{:x}", b.volume, b.id));
         let body = format!(
-            "1-{:x}-{:x}-{:x}-{:x}-{:x}",
-            self.source.volume, self.source.id, bv, bi, self.next
+            "1-{:x}-{:x}-{base}-{:x}",
+            self.source.volume, self.source.id, self.next
         );
         let crc = crc32c::crc32c(body.as_bytes());
         format!("{body}-{crc:08x}")
@@ -65,18 +67,24 @@ impl Token {
                 "resume token {text:?} is of a version this tux3 does not know"
             ));
         }
-        let n: Vec<u64> = parts[1..]
-            .iter()
-            .map(|p| u64::from_str_radix(p, 16))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| bad())?;
-        let [sv, si, bv, bi, next] = n[..] else {
+        let [_, sv, si, bv, bi, next] = parts[..] else {
             return Err(bad());
         };
+        let hex = |p: &str| u64::from_str_radix(p, 16).map_err(|_| bad());
+        let base = match (bv, bi) {
+            ("x", "x") => None,
+            _ => Some(SnapOrigin {
+                volume: hex(bv)?,
+                id: hex(bi)?,
+            }),
+        };
         Ok(Token {
-            source: SnapOrigin { volume: sv, id: si },
-            base: (bv, bi).ne(&(0, 0)).then_some(SnapOrigin { volume: bv, id: bi }),
-            next,
+            source: SnapOrigin {
+                volume: hex(sv)?,
+                id: hex(si)?,
+            },
+            base,
+            next: hex(next)?,
         })
     }
 }
@@ -129,6 +137,12 @@ mod tests {
         assert_eq!(Token::decode(&text), Ok(t));
         let full = Token { base: None, ..t };
         assert_eq!(Token::decode(&full.encode()), Ok(full));
+        // A base that is its volume's first snapshot (id 0) is still a base.
+        let first = Token {
+            base: Some(SnapOrigin { volume: 0, id: 0 }),
+            ..t
+        };
+        assert_eq!(Token::decode(&first.encode()), Ok(first));
         let typo = text.replacen("1092", "1093", 1);
         assert_ne!(typo, text);
         assert!(Token::decode(&typo).unwrap_err().contains("damaged"));

@@ -97,6 +97,8 @@ pub fn send(
     out: impl Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sent> {
+    // Reads in large requests where they run in block order (`ahead.rs`).
+    let dev: Arc<dyn Device> = Arc::new(super::ahead::ReadAhead::new(dev));
     let (be, _) = Backend::open(dev.clone(), true).map_err(StreamError::engine("opening the volume"))?;
     let all = {
         let live = Fs::open(
