@@ -210,6 +210,10 @@ fn a_full_stream_makes_the_same_tree() {
     let src = device(16384);
     let fs = open(&src);
     populate(&fs);
+    // An open file without a name is in no snapshot's tree.
+    let orphan = file(&fs, ROOT_INO, "orphan", b"gone");
+    fs.open_handle(orphan).unwrap();
+    fs.unlink(ROOT_INO, b"orphan").unwrap();
     let snap = fs.snapshot_create(b"s1").unwrap();
     let (bytes, sent) = stream(&src, "s1", None, None);
     assert_eq!(sent.bytes, bytes.len() as u64);
@@ -496,7 +500,10 @@ fn random_change(fs: &Fs, rng: &mut Rng, dirs: &mut Vec<u64>, seen: &mut Seen) -
             if r.is_ok() {
                 if let (Ok(a), Ok(b)) = (&from, &over) {
                     seen.over += 1;
-                    let dirs = [a.kind, b.kind].iter().filter(|k| **k == FileType::Directory).count();
+                    let dirs = [a.kind, b.kind]
+                        .iter()
+                        .filter(|k| **k == FileType::Directory)
+                        .count();
                     seen.exchanges += flags.exchange as u32;
                     seen.dir_file_swaps += (flags.exchange && dirs == 1) as u32;
                 }

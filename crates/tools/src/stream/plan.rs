@@ -12,8 +12,8 @@
 //! changed: its data is compared block by block like any other, which is
 //! exact, since the base holds its blocks and they cannot have been
 //! reused); a number whose type changed is a file gone and a file new. An
-//! inode without links (an open file unlinked when the snapshot was
-//! taken) is not part of a snapshot's tree and is left out on both sides.
+//! inode without links (an orphan: open when its last name went) is not
+//! part of a snapshot's tree and is left out on both sides.
 //!
 //! **Namespace.** The replica mirrors the source's inode numbers, so every
 //! operation names directories by number and no order of moves can lose
@@ -85,10 +85,10 @@ fn is_dir(a: &InodeAttrs) -> bool {
     FileType::from_mode(a.mode) == Some(FileType::Directory)
 }
 
-/// A record as part of a snapshot's tree: a non-directory without links
-/// is not.
+/// A record as part of a snapshot's tree: an inode without links (an
+/// orphan: open, and its last name or its directory removed) is not.
 fn linked(a: Option<InodeAttrs>) -> Option<InodeAttrs> {
-    a.filter(|a| a.nlink > 0 || is_dir(a))
+    a.filter(|a| a.nlink > 0)
 }
 
 /// Decode an inode-table value read by the comparison.
