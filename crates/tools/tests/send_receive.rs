@@ -278,6 +278,44 @@ fn an_incremental_stream_carries_only_the_change() {
     fs.snapshot_create(b"s4").unwrap();
     apply(&rfs, &stream(&src, "s4", Some("s3"), None).0).unwrap();
     same_snapshot(&src, &dst, "s4");
+    // A replica sends on: its snapshots keep their origin, so a third
+    // volume that has s1 from the source takes s2 from the replica.
+    rfs.close().unwrap();
+    let third = device(16384);
+    let tfs = open(&third);
+    apply(&tfs, &stream(&src, "s1", None, None).0).unwrap();
+    apply(&tfs, &stream(&dst, "s2", Some("s1"), None).0).unwrap();
+    same_snapshot(&src, &third, "s2");
+}
+
+#[test]
+fn an_abandoned_receive_leaves_the_volume_as_it_was() {
+    let src = device(8192);
+    let fs = open(&src);
+    populate(&fs);
+    fs.snapshot_create(b"s1").unwrap();
+    file(&fs, ROOT_INO, "more", &[5u8; 50_000]);
+    fs.unlink(ROOT_INO, b"fifo").unwrap();
+    fs.snapshot_create(b"s2").unwrap();
+    let dst = device(8192);
+    let rfs = open(&dst);
+    // A full receive cut off, abandoned: an empty root again.
+    let full = stream(&src, "s1", None, None).0;
+    apply(&rfs, &full[..full.len() / 2]).unwrap_err();
+    assert!(resume::stored(&rfs).unwrap().is_some());
+    assert!(tux3_tools::stream::receive::abort(&rfs).unwrap().is_some());
+    assert!(rfs.readdir(ROOT_INO, 0, 10).unwrap().is_empty());
+    assert!(rfs.listxattr(ROOT_INO).unwrap().is_empty());
+    assert!(tux3_tools::stream::receive::abort(&rfs).unwrap().is_none());
+    // An incremental one: the base's tree again.
+    apply(&rfs, &full).unwrap();
+    let incr = stream(&src, "s2", Some("s1"), None).0;
+    apply(&rfs, &incr[..incr.len() / 2]).unwrap_err();
+    tux3_tools::stream::receive::abort(&rfs).unwrap();
+    assert_eq!(describe(&rfs), describe(&open_snapshot(&dst, "s1")));
+    // And the stream is taken whole afterwards.
+    apply(&rfs, &incr).unwrap();
+    same_snapshot(&src, &dst, "s2");
 }
 
 #[test]
