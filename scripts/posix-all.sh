@@ -95,7 +95,8 @@ mount_volume() {
     timeout 60 "$TUX3" mkfs --size 1G "$img" >/dev/null
     mkdir -p "$mnt"
     : >"$work/server.log"
-    timeout 60 "$TUX3" mount -o "$1" "$img" "$mnt" 2>"$work/server.log"
+    # The server logs to the system log unless told a file (log=).
+    timeout 60 "$TUX3" mount -o "$1,log=$work/server.log" "$img" "$mnt" 2>>"$work/server.log"
 }
 
 # Unmount, wait for the server to commit and exit (umount returns before it

@@ -23,6 +23,7 @@ mod graph;
 mod host;
 mod image;
 mod import;
+mod log_sink;
 mod ls;
 mod man;
 mod mkfs;
@@ -199,15 +200,11 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
 
 /// Entry point of the `tux3` binary.
 /// Send the engine's warnings and errors (a background commit that failed,
-/// for one) to standard error, where a mount's daemon keeps it open;
-/// `RUST_LOG` (for example `tux3=debug`) selects more or less.
+/// for one) to standard error, or where a mount's server sends them once it
+/// has detached (`log_sink.rs`); `RUST_LOG` (for example `tux3=debug`)
+/// selects more or less.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    log_sink::init();
 }
 
 /// Parse a helper's command line (`mkfs.tux3`, `fsck.tux3`): `--help` and

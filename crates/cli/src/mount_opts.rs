@@ -37,6 +37,9 @@ pub struct MountOptions {
     /// `snapshot=NAME`: mount the named snapshot instead of the live
     /// volume, read-only (`OpenOptions::snapshot`).
     pub snapshot: Option<String>,
+    /// `log=FILE`: where the server's messages go once it has detached
+    /// (appended; default: the system log).
+    pub log: Option<PathBuf>,
 }
 
 /// Default of `commit=SECONDS`.
@@ -98,6 +101,7 @@ pub fn parse_options_over<S: AsRef<str>>(
         dir_leaf_limit: None,
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
         snapshot: None,
+        log: None,
     };
     let mut rw = false;
     // As given, for a rollback through the mount that mounts again.
@@ -264,6 +268,13 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
             }
             o.snapshot = Some(v.to_string());
         }
+        "log" => {
+            let v = need()?;
+            if v.is_empty() {
+                return Err("mount option log: needs a file name (log=FILE)".to_string());
+            }
+            o.log = Some(PathBuf::from(v));
+        }
         "threads" => {
             let v = need()?;
             match v.parse::<usize>() {
@@ -369,6 +380,14 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
         "snapshot=NAME",
         "Mount the snapshot NAME (see tux3 snapshot) instead of the live volume: read-only \
          (rw is refused), and possible while the live volume is mounted elsewhere.",
+    ),
+    (
+        "log=FILE",
+        "Append the server's messages (warnings, errors, and the note that FUSE over io_uring \
+         is switched off) to FILE instead of the system log. Without -f the server keeps none \
+         of its caller's descriptors: standard input, output and error go to /dev/null and \
+         its messages to the system log (/dev/log, facility daemon, as tux3[PID]) unless log= \
+         names a file; with -f they go to standard error unless log= names a file.",
     ),
     ("threads=N", "Request threads (default 4, at most 64)."),
     (

@@ -4,8 +4,10 @@
 //! (aborting the connection, then unmounting), and closes the volume with
 //! [`tux3::Fs::close`] once the session is over. (Deltas end by time in the
 //! engine's own commit thread: `OpenOptions::commit_interval`.) A mount
-//! says once on stderr when the kernel has FUSE over io_uring switched off,
-//! and how to switch it on.
+//! says once when the kernel has FUSE over io_uring switched off, and how
+//! to switch it on. Messages are `tracing` events: the program serving the
+//! mount decides where they go (the tux3 command: standard error, the
+//! system log or a file).
 //!
 //! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
 
@@ -14,7 +16,7 @@ use super::uring::{self, Rings};
 use super::{FuseOptions, Tux3Fuse};
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use std::ffi::CString;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::thread::JoinHandleExt;
@@ -29,10 +31,10 @@ use tux3::Fs;
 const END_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 const WAKE_SIGNAL: libc::c_int = libc::SIGUSR1;
 
-/// Write one line to standard error, ignoring failures (a daemon's stderr
-/// may be gone).
+/// A message of the server (a warning: something did not go as asked), as
+/// a `tracing` event.
 pub(crate) fn log(msg: &str) {
-    let _ = writeln!(io::stderr(), "tux3 mount: {msg}");
+    tracing::warn!("{msg}");
 }
 
 fn signal_set() -> libc::sigset_t {
@@ -70,6 +72,8 @@ pub struct Mounted {
     rings: Option<Rings>,
     /// The idle pollers (`-o idle_poll`).
     idle: Option<IdlePoll>,
+    /// Run once the mount has ended, before the volume is closed.
+    ended: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// Mount `fs` at `mountpoint`. Returns once the mount is live; the requests
@@ -129,6 +133,7 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
         mountpoint,
         rings,
         idle,
+        ended: None,
     })
 }
 
@@ -229,6 +234,13 @@ impl Mounted {
         &self.mountpoint
     }
 
+    /// Run `f` once the mount has ended (unmounted, the requests served),
+    /// before the volume is closed: the tux3 command lets go of its mark
+    /// of a live mount there, so a new mount knows to wait for the close.
+    pub fn when_ended(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.ended = Some(Box::new(f));
+    }
+
     /// Serve requests until the volume is unmounted (`umount`, `fusermount3
     /// -u`, or SIGTERM/SIGINT/SIGHUP, which unmount it), then close the
     /// volume, committing everything. The error is a message for the user.
@@ -249,6 +261,9 @@ impl Mounted {
             libc::pthread_kill(signals.as_pthread_t(), WAKE_SIGNAL);
         }
         let _ = signals.join();
+        if let Some(f) = self.ended.take() {
+            f();
+        }
 
         let closed = match Arc::try_unwrap(self.fs) {
             Ok(fs) => fs.close().map_err(|e| format!("closing the volume: {e}")),

@@ -2,7 +2,8 @@
 //! mount: skip without root or /dev/fuse (fail instead when
 //! TUX3_REQUIRE_MOUNT=1, as CI sets it), poll with deadlines (never sleep
 //! as synchronisation), and a guard that unmounts (lazily as a last resort)
-//! on every path. Server stderr goes to a file, never a pipe.
+//! on every path. The commands' stderr goes to a file, and so do the
+//! messages of a server mounted through [`Fixture::mount`] (`-o log=`).
 #![allow(dead_code)]
 
 use std::ffi::CString;
@@ -113,8 +114,8 @@ impl Fixture {
         Fixture { dir, img, mnt, log }
     }
 
-    /// Stderr of the commands and of the server (a file: the server keeps it
-    /// open, so it must not be a pipe we wait on).
+    /// Stderr of the commands, of a foreground server, and the log of a
+    /// background one (`-o log=`).
     pub fn log_file(&self) -> fs::File {
         fs::OpenOptions::new()
             .create(true)
@@ -133,10 +134,13 @@ impl Fixture {
     }
 
     /// `tux3 mount [opts] SOURCE MNT` in daemon mode, SOURCE being the
-    /// image or a block device holding it: live when it returns.
+    /// image or a block device holding it, its messages in the log file:
+    /// live when it returns.
     pub fn mount_from(&self, source: &Path, opts: &[&str]) -> Mounted<'_> {
+        let log = format!("log={}", self.log.display());
         let st = Command::new(TUX3)
             .arg("mount")
+            .args(["-o", &log])
             .args(opts)
             .arg(source)
             .arg(&self.mnt)
