@@ -1,5 +1,7 @@
-//! Directories: mkdir, rmdir, unlink errnos, directory link counts, and
-//! readdir (getdents64), including reading while entries are removed.
+//! Directories: mkdir, rmdir, unlink errnos, directory link counts,
+//! readdir (getdents64), including reading while entries are removed, and
+//! directories held open after their last name went (rmdir, a rename over
+//! them, after an exchange moved them).
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,6 +23,9 @@ pub const CASES: &[Case] = &[
     Case::new("dirs/nlink_counts", nlink_counts),
     Case::new("dirs/readdir_all", readdir_all),
     Case::new("dirs/readdir_while_removing", readdir_while_removing),
+    Case::new("dirs/rmdir_open_dir", rmdir_open_dir),
+    Case::new("dirs/rename_over_open_dir", rename_over_open_dir),
+    Case::new("dirs/exchange_open_dir", exchange_open_dir),
 ];
 
 fn mkdir_basic(c: &Ctx) -> Res {
@@ -299,4 +304,119 @@ fn readdir_while_removing(c: &Ctx) -> Res {
     let early = (0..N).filter(|i| i % 4 == 2 && deleted.contains(i)).count();
     check!(early > 0, "no entry was deleted before being returned");
     Ok(())
+}
+
+/// Make directory `name` with the extended attribute `user.k` = `v` (where
+/// the filesystem has user attributes: the bool) and open it.
+fn open_new_dir(c: &Ctx, name: &str) -> Result<(sys::Fd, bool), Fail> {
+    let p = c.p(name);
+    ok("mkdir", sys::mkdir(&p, 0o755))?;
+    let xattr = match sys::setxattr(&p, "user.k", b"v", 0) {
+        Ok(()) => true,
+        Err(e) if e.0 == libc::EOPNOTSUPP => false,
+        Err(e) => return Err(Fail::Fail(format!("setxattr user.k: unexpected {e}"))),
+    };
+    let fd = ok("open dir", sys::open(&p, libc::O_RDONLY | libc::O_DIRECTORY, 0))?;
+    Ok((fd, xattr))
+}
+
+/// A directory open on `fd` whose last name is gone (`what`) still answers
+/// through the descriptor, as an unlinked open file does: fstat (link
+/// count 0), fchmod, fchown, futimens, fgetxattr and fsetxattr work; reading it finds no
+/// entry (getdents64: ENOENT, the kernel's answer for a removed directory).
+fn check_removed_dir(fd: &sys::Fd, xattr: bool, what: &str) -> Res {
+    let st = ok(&format!("fstat ({what})"), sys::fstat(fd))?;
+    check_type(what, &st, libc::S_IFDIR)?;
+    check_eq!(st.st_nlink, 0, format!("nlink ({what})"));
+    ok(&format!("fchmod ({what})"), sys::fchmod(fd, 0o701))?;
+    let st = ok("fstat after fchmod", sys::fstat(fd))?;
+    check_eq!(st.st_mode & 0o7777, 0o701, format!("mode after fchmod ({what})"));
+    if sys::is_root() {
+        ok(&format!("fchown ({what})"), sys::fchown(fd, 4321, 8765))?;
+        let st = ok("fstat after fchown", sys::fstat(fd))?;
+        check_eq!(
+            (st.st_uid, st.st_gid),
+            (4321, 8765),
+            format!("owner after fchown ({what})")
+        );
+    }
+    ok(
+        &format!("futimens ({what})"),
+        sys::futimens(fd, sys::ts(1_000_000, 5), sys::ts(2_000_000, 7)),
+    )?;
+    let st = ok("fstat after futimens", sys::fstat(fd))?;
+    check_eq!(
+        (atime(&st), mtime(&st)),
+        ((1_000_000, 5), (2_000_000, 7)),
+        format!("times after futimens ({what})")
+    );
+    if xattr {
+        check_eq!(
+            ok(&format!("fgetxattr ({what})"), sys::fgetxattr(fd, "user.k", 16))?,
+            b"v".to_vec(),
+            format!("user.k ({what})")
+        );
+        ok(
+            &format!("fsetxattr ({what})"),
+            sys::fsetxattr(fd, "user.k", b"w", 0),
+        )?;
+        check_eq!(
+            ok("fgetxattr after fsetxattr", sys::fgetxattr(fd, "user.k", 16))?,
+            b"w".to_vec(),
+            format!("user.k after fsetxattr ({what})")
+        );
+    }
+    want_err(
+        &format!("getdents64 ({what})"),
+        sys::getdents(fd, 512),
+        libc::ENOENT,
+    )?;
+    Ok(())
+}
+
+fn rmdir_open_dir(c: &Ctx) -> Res {
+    let (fd, xattr) = open_new_dir(c, "d")?;
+    ok("rmdir", sys::rmdir(&c.p("d")))?;
+    want_err("name gone", sys::lstat(&c.p("d")), libc::ENOENT)?;
+    check_removed_dir(&fd, xattr, "after rmdir")
+}
+
+fn rename_over_open_dir(c: &Ctx) -> Res {
+    // Replaced by a directory of the same parent, and of another one.
+    let (same, xattr) = open_new_dir(c, "d")?;
+    let (other, _) = open_new_dir(c, "d2")?;
+    ok("mkdir e", sys::mkdir(&c.p("e"), 0o755))?;
+    ok("mkdir p", sys::mkdir(&c.p("p"), 0o755))?;
+    ok("mkdir p/e", sys::mkdir(&c.p("p/e"), 0o755))?;
+    let e = ok("stat e", sys::stat(&c.p("e")))?.st_ino;
+    ok("rename e over d", sys::rename(&c.p("e"), &c.p("d")))?;
+    check_eq!(ok("stat d", sys::stat(&c.p("d")))?.st_ino, e, "inode named d");
+    check_removed_dir(&same, xattr, "replaced by a rename in its directory")?;
+    ok("rename p/e over d2", sys::rename(&c.p("p/e"), &c.p("d2")))?;
+    check_removed_dir(&other, xattr, "replaced by a rename from another directory")
+}
+
+fn exchange_open_dir(c: &Ctx) -> Res {
+    let (fd, xattr) = open_new_dir(c, "a")?;
+    put(&c.p("a/f"), b"")?;
+    ok("mkdir b", sys::mkdir(&c.p("b"), 0o755))?;
+    let ino = ok("fstat", sys::fstat(&fd))?.st_ino;
+    ok(
+        "exchange a and b",
+        sys::renameat2(&c.p("a"), &c.p("b"), sys::RENAME_EXCHANGE),
+    )?;
+    // The exchange moved it: it lives on under the other name.
+    let st = ok("fstat after exchange", sys::fstat(&fd))?;
+    check_eq!(st.st_nlink, 2, "nlink after exchange");
+    check_eq!(ok("stat b", sys::stat(&c.p("b")))?.st_ino, ino, "inode named b");
+    let mut names = ok("getdents64 after exchange", sys::getdents(&fd, 512))?;
+    names.sort();
+    check_eq!(
+        names,
+        vec![b".".to_vec(), b"..".to_vec(), b"f".to_vec()],
+        "entries after exchange"
+    );
+    ok("unlink b/f", sys::unlink(&c.p("b/f")))?;
+    ok("rmdir b", sys::rmdir(&c.p("b")))?;
+    check_removed_dir(&fd, xattr, "exchanged, then removed")
 }

@@ -190,6 +190,20 @@ pub fn chown(p: &Path, uid: u32, gid: u32) -> SysR<()> {
     cvt(unsafe { libc::chown(c.as_ptr(), uid, gid) }).map(drop)
 }
 
+pub fn fchmod(fd: &Fd, mode: mode_t) -> SysR<()> {
+    cvt(unsafe { libc::fchmod(fd.0, mode) }).map(drop)
+}
+
+pub fn fchown(fd: &Fd, uid: u32, gid: u32) -> SysR<()> {
+    cvt(unsafe { libc::fchown(fd.0, uid, gid) }).map(drop)
+}
+
+/// futimens(fd, [atime, mtime]).
+pub fn futimens(fd: &Fd, atime: libc::timespec, mtime: libc::timespec) -> SysR<()> {
+    let times = [atime, mtime];
+    cvt(unsafe { libc::futimens(fd.0, times.as_ptr()) }).map(drop)
+}
+
 pub fn truncate(p: &Path, len: i64) -> SysR<()> {
     let c = cstr(p);
     cvt(unsafe { libc::truncate(c.as_ptr(), len) }).map(drop)
@@ -260,6 +274,21 @@ pub fn getxattr(p: &Path, name: &str, cap: usize) -> SysR<(usize, Vec<u8>)> {
     let len = cvt_l(unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), ptr, cap) })?;
     buf.truncate(len.min(cap));
     Ok((len, buf))
+}
+
+pub fn fsetxattr(fd: &Fd, name: &str, val: &[u8], flags: c_int) -> SysR<()> {
+    let n = CString::new(name).unwrap();
+    let v: *const c_void = val.as_ptr().cast();
+    cvt(unsafe { libc::fsetxattr(fd.0, n.as_ptr(), v, val.len(), flags) }).map(drop)
+}
+
+/// fgetxattr with a buffer of `cap` bytes.
+pub fn fgetxattr(fd: &Fd, name: &str, cap: usize) -> SysR<Vec<u8>> {
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; cap];
+    let len = cvt_l(unsafe { libc::fgetxattr(fd.0, n.as_ptr(), buf.as_mut_ptr().cast(), cap) })?;
+    buf.truncate(len.min(cap));
+    Ok(buf)
 }
 
 pub fn listxattr(p: &Path, cap: usize) -> SysR<(usize, Vec<u8>)> {

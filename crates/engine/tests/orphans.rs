@@ -422,13 +422,31 @@ fn a_lookup_that_holds_keeps_an_unlinked_file_until_released() {
             "freed at its last handle"
         );
     }
-    // A directory gets no handle: its rmdir frees it at once.
+    // A directory too: removed, it stays until its handle goes.
     let sub = fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap().ino;
     assert_eq!(fs.lookup_held(d, b"sub").unwrap().ino, sub);
     fs.rmdir(d, b"sub").unwrap();
+    assert_eq!(fs.getattr(sub).unwrap().nlink, 0, "removed and held");
+    fs.release_handle(sub).unwrap();
     assert!(matches!(fs.getattr(sub), Err(Error::Posix(Errno::ENOENT))));
     fs.close().unwrap();
     assert!(fsck(&mem).problems.is_empty());
+}
+
+/// Remove directory `ino`, named `e` in `d`, check it stays (held), then
+/// release the handle and check it is freed.
+fn held_until_released_dir(fs: &Fs, d: u64, ino: u64) {
+    fs.rmdir(d, b"e").unwrap();
+    assert_eq!(
+        fs.getattr(ino).unwrap().nlink,
+        0,
+        "directory {ino}: removed and held"
+    );
+    fs.release_handle(ino).unwrap();
+    assert!(
+        matches!(fs.getattr(ino), Err(Error::Posix(Errno::ENOENT))),
+        "directory {ino}: freed at its last handle, so it had exactly one"
+    );
 }
 
 /// Unlink every name `names` of `ino` in `d`, check the file stays (held),
@@ -474,11 +492,16 @@ fn operations_that_hold_take_one_handle_on_what_they_make_or_find() {
     fs.unlink(d, b"q").unwrap();
     assert!(matches!(fs.getattr(p.ino), Err(Error::Posix(Errno::ENOENT))));
 
-    // A directory gets no handle: its rmdir frees it at once.
+    // A directory too: one handle from each operation that holds.
     let sub = fs.mknod_held(d, b"sub", libc::S_IFDIR | 0o755, 0, 0, 0).unwrap();
     fs.getattr_held(sub.ino).unwrap();
     fs.rmdir(d, b"sub").unwrap();
+    fs.release_handle(sub.ino).unwrap();
+    assert_eq!(fs.getattr(sub.ino).unwrap().nlink, 0, "removed, one handle left");
+    fs.release_handle(sub.ino).unwrap();
     assert!(matches!(fs.getattr(sub.ino), Err(Error::Posix(Errno::ENOENT))));
+    let e = fs.mkdir_held(d, b"e", 0o755, 0, 0).unwrap();
+    held_until_released_dir(&fs, d, e.ino);
 
     // getattr_held, on a file loaded by it and on one already cached.
     for name in [&b"cold"[..], b"warm"] {

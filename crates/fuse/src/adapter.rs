@@ -220,13 +220,14 @@ impl Tux3Fuse {
     /// An entry the kernel is about to learn (from a lookup, mknod, mkdir,
     /// symlink, link or readdirplus). The kernel counts one lookup of it
     /// per such reply and gives them back with FORGET
-    /// ([`Tux3Fuse::forget`]). A non-directory is held by that count, as an
-    /// engine handle: an unlinked file the kernel still knows (open,
-    /// mapped, or just cached) stays an orphan until the kernel forgets it,
-    /// so no OPEN or RELEASE round trip is needed for that. The handle is
-    /// taken by the engine operation itself (`lookup_held`, `mknod_held`,
-    /// `symlink_held`, `link_held`, `getattr_held`), in the same step, so
-    /// nothing frees the file between the operation and the handle, and
+    /// ([`Tux3Fuse::forget`]). An inode is held by that count, as an
+    /// engine handle: an unlinked file or a removed directory the kernel
+    /// still knows (open, mapped, or just cached) stays an orphan until the
+    /// kernel forgets it, so no OPEN or RELEASE round trip is needed for
+    /// that. The handle is taken by the engine operation itself
+    /// (`lookup_held`, `mknod_held`, `mkdir_held`, `symlink_held`,
+    /// `link_held`, `getattr_held`), in the same step, so nothing frees
+    /// the inode between the operation and the handle, and
     /// before the reply, so the FORGET can never come first; a reply the
     /// kernel never gets leaves the count one too high, which only keeps an
     /// orphan until unmount. What is left here: a directory's parent,
@@ -370,8 +371,12 @@ impl Tux3Fuse {
                 }
             };
             if add(&attr, next, name) {
-                if !dots && attr.kind != FileType::Directory {
-                    self.forget(attr.ino, 1);
+                // No room: the handle goes back (the kernel never learnt
+                // of it, and the parent it knows of a directory stays).
+                if !dots {
+                    if let Err(e) = self.fs.release_handles(attr.ino, 1) {
+                        super::log(&format!("releasing inode {}: {e}", attr.ino));
+                    }
                 }
                 return true;
             }

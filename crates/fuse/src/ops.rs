@@ -155,7 +155,10 @@ impl Filesystem for Tux3Fuse {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let r = self
             .owner(req.uid(), req.gid(), parent.0)
-            .and_then(|(uid, gid, sgid)| self.fs.mkdir(parent.0, name.as_bytes(), mode | sgid, uid, gid));
+            .and_then(|(uid, gid, sgid)| {
+                self.fs
+                    .mkdir_held(parent.0, name.as_bytes(), mode | sgid, uid, gid)
+            });
         self.entry(parent.0, r, reply);
     }
 

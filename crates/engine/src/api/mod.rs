@@ -266,8 +266,8 @@ impl Fs {
         self.mknod_as(parent, name, mode, rdev, uid, gid, false)
     }
 
-    /// [`Fs::mknod`] (a directory too), and a handle taken on the new node
-    /// unless it is a directory, in one step (as [`Fs::lookup_held`]): no
+    /// [`Fs::mknod`] (a directory too), and a handle taken on the new
+    /// node, in one step (as [`Fs::lookup_held`]): no
     /// lookup, unlink and release by others can free it first.
     pub fn mknod_held(
         &self,
@@ -304,6 +304,12 @@ impl Fs {
     /// Create a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
         self.mknod(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, uid, gid)
+    }
+
+    /// [`Fs::mkdir`] and a handle on the new directory, in one step (as
+    /// [`Fs::mknod_held`]).
+    pub fn mkdir_held(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.mknod_held(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, uid, gid)
     }
 
     /// Create a symbolic link to `target`.
@@ -787,11 +793,10 @@ impl Fs {
     }
 }
 
-/// `attr`, with a handle taken on it if `hold` and it is not a directory:
-/// the end of a `*_held` operation on the exclusive path, in the same hold
-/// as the rest.
+/// `attr`, with a handle taken on it if `hold`: the end of a `*_held`
+/// operation on the exclusive path, in the same hold as the rest.
 fn held(v: &mut Volume, attr: Attr, hold: bool) -> Result<Attr> {
-    if hold && attr.kind != FileType::Directory {
+    if hold {
         v.open_handle(attr.ino)?;
     }
     Ok(attr)

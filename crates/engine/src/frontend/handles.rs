@@ -1,9 +1,11 @@
 //! Frontend layer: handles and orphans. A handle is a reference someone
-//! outside the engine holds on an inode: an open file, or (through the FUSE
-//! mount) each lookup the kernel has not yet forgotten. An inode whose last
-//! name is removed while a handle is held stays alive until the last handle
-//! is released, so reads and writes through open file descriptors keep working,
-//! as POSIX requires. Such an orphan is on the backend's orphan list
+//! outside the engine holds on an inode: an open file or directory, or
+//! (through the FUSE mount) each lookup the kernel has not yet forgotten.
+//! An inode whose last name is removed while a handle is held stays alive
+//! until the last handle is released, so reads and writes through open file
+//! descriptors keep working, as POSIX requires. A directory too (its name
+//! gone by rmdir or a rename over it): it is empty, nothing can be made in
+//! it, and its attributes and extended attributes still answer. Such an orphan is on the backend's orphan list
 //! (`be.orphans`), which the log makes durable (`Orphan` records, re-logged
 //! by each unify): after a crash the next writable open frees what the list
 //! holds ([`Volume::free_replayed_orphans`]); a clean close frees them too.
@@ -91,14 +93,16 @@ impl Volume {
 
     /// Free the orphans replay found: nobody can hold them open after a
     /// mount. They join the first delta (one `Drop` each); until it commits
-    /// they stay on the durable list. An entry that is not a non-directory
-    /// with link count 0 (only damage makes one) is not freed but leaves the
-    /// list; fsck reports it.
+    /// they stay on the durable list. An entry that is not an inode with
+    /// link count 0, or is a directory with entries (only damage makes
+    /// either), is not freed but leaves the list; fsck reports it.
     pub(super) fn free_replayed_orphans(&mut self) -> Result<()> {
         let listed: Vec<Ino> = self.be.orphans.iter().copied().collect();
         for ino in listed {
             let orphan = match self.inode(ino) {
-                Ok(i) => i.attrs.nlink == 0 && !i.is_dir(),
+                Ok(i) if i.attrs.nlink != 0 => false,
+                Ok(i) if i.is_dir() => self.is_empty_dir(ino)?,
+                Ok(_) => true,
                 Err(Error::Posix(Errno::ENOENT)) => false,
                 Err(e) => return Err(e),
             };

@@ -139,7 +139,7 @@ impl Volume {
         Ok(())
     }
 
-    fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
+    pub(super) fn is_empty_dir(&mut self, ino: Ino) -> Result<bool> {
         self.in_dir(ino, has_no_entries)
     }
 
@@ -182,7 +182,7 @@ impl Volume {
         gid: u32,
         number: Option<Ino>,
     ) -> Result<Ino> {
-        self.dir(parent)?;
+        live_dir(self.dir(parent)?)?;
         check_name(name)?;
         let Lookup::Absent { free } = self.probe(parent, name)? else {
             return err(Errno::EEXIST);
@@ -236,7 +236,7 @@ impl Volume {
 
     pub fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
         self.inode(ino)?;
-        self.dir(newparent)?;
+        live_dir(self.dir(newparent)?)?;
         check_name(newname)?;
         let Lookup::Absent { free } = self.probe(newparent, newname)? else {
             return err(Errno::EEXIST);
@@ -288,27 +288,45 @@ impl Volume {
         self.books.get_mut().ns_touched.extend([parent, e.ino]);
         self.remove_entry(parent, &e.spot, e.ino)?;
         self.dir(parent)?.attrs.nlink -= 1;
-        self.free_inode(e.ino)
+        self.drop_dir(e.ino)
     }
 
-    /// One name of `ino` is gone: drop its link count, free it at zero.
+    /// One name of `ino` is gone: drop its link count; at zero it becomes
+    /// an orphan or is freed ([`Volume::unnamed`]).
     fn drop_link(&mut self, ino: Ino) -> Result<()> {
         let i = self.inode(ino)?;
         i.attrs.nlink = i.attrs.nlink.saturating_sub(1);
         i.attrs.ctime = Timespec::now();
         if i.attrs.nlink == 0 {
-            if self.is_open(ino) {
-                // On the durable orphan list in the same delta that writes
-                // the link count 0, so a crash never leaves it unlisted.
-                self.be.orphans.insert(ino);
-                self.be.records.push(Record::Orphan { ino });
-                self.touch(ino);
-                return Ok(());
-            }
-            return self.free_inode(ino);
+            return self.unnamed(ino);
         }
         self.touch(ino);
         Ok(())
+    }
+
+    /// The name of directory `ino` (empty) is gone, by rmdir or a rename
+    /// over it: its link count drops to 0 and it goes as a file's last
+    /// name does ([`Volume::unnamed`]).
+    fn drop_dir(&mut self, ino: Ino) -> Result<()> {
+        let i = self.dir(ino)?;
+        i.attrs.nlink = 0;
+        i.attrs.ctime = Timespec::now();
+        self.unnamed(ino)
+    }
+
+    /// `ino` has no name left (link count 0). Held by a handle (an open
+    /// file or directory, or one the kernel knows), it becomes an orphan,
+    /// freed at its last handle; otherwise it is freed now.
+    fn unnamed(&mut self, ino: Ino) -> Result<()> {
+        if self.is_open(ino) {
+            // On the durable orphan list in the same delta that writes the
+            // link count 0, so a crash never leaves it unlisted.
+            self.be.orphans.insert(ino);
+            self.be.records.push(Record::Orphan { ino });
+            self.touch(ino);
+            return Ok(());
+        }
+        self.free_inode(ino)
     }
 
     /// Free an inode: its tree's blocks, its data, its inode-table record.
@@ -407,7 +425,7 @@ impl Volume {
         if name.len() > NAME_MAX {
             return err(Errno::ENAMETOOLONG);
         }
-        self.dir(newparent)?;
+        live_dir(self.dir(newparent)?)?;
         check_name(newname)?;
         // The order of checks follows Linux's renameat2.
         let src = self.find(parent, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
@@ -491,7 +509,7 @@ impl Volume {
             self.remove_entry(newparent, &t.spot, t.ino)?;
             if t.kind == FileType::Directory {
                 self.dir(newparent)?.attrs.nlink -= 1;
-                self.free_inode(t.ino)?;
+                self.drop_dir(t.ino)?;
             } else {
                 self.drop_link(t.ino)?;
             }
@@ -530,6 +548,16 @@ impl Volume {
     pub fn readdir(&mut self, ino: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
         self.in_dir(ino, |d, dev| readdir_of(d, dev, pos, max))
     }
+}
+
+/// ENOENT for directory `d` if its last name is gone (an orphan kept by a
+/// handle): nothing is made or moved into it, as in Linux, so an orphan
+/// directory stays empty and freeing it frees no name.
+fn live_dir(d: &Inode) -> Result<()> {
+    if d.attrs.nlink == 0 {
+        return err(Errno::ENOENT);
+    }
+    Ok(())
 }
 
 /// A new inode `ino` of type `kind` made in `parent`, changed in `delta`.

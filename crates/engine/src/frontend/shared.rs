@@ -133,23 +133,24 @@ impl Volume {
         }
     }
 
-    /// With `hold`, a handle is taken on `ino` (not a directory) while it
-    /// is locked, as by [`Volume::lookup_shared`].
+    /// With `hold`, a handle is taken on `ino` while it is locked, as by
+    /// [`Volume::lookup_shared`].
     pub fn getattr_shared(&self, ino: Ino, hold: bool) -> Option<Result<Attr>> {
         let i = or_fail!(self.inode_shared(ino));
         if hold {
-            self.hold_locked(ino, i.kind());
+            self.hold_locked(ino);
         }
         Some(Ok(i.attr(self.be.bs as u32)))
     }
 
-    /// A handle on inode `ino` of type `kind` unless it is a directory:
-    /// the handle of a kernel lookup ([`Volume::open_handle_shared`]). The
-    /// caller holds the inode locked, or no name reaches it yet.
-    pub(super) fn hold_locked(&self, ino: Ino, kind: FileType) {
-        if kind != FileType::Directory {
-            *self.handles.of(ino).entry(ino).or_insert(0) += 1;
-        }
+    /// A handle on inode `ino`: the handle of a kernel lookup
+    /// ([`Volume::open_handle_shared`]). Directories are held as files
+    /// are: one whose name goes while the kernel holds it (open, or
+    /// cached) stays as an orphan, so `fstat`, `fchmod` and the like keep
+    /// working on it. The caller holds the inode locked, or no name
+    /// reaches it yet.
+    pub(super) fn hold_locked(&self, ino: Ino) {
+        *self.handles.of(ino).entry(ino).or_insert(0) += 1;
     }
 
     /// The attributes of the inode `name` names in `parent`; or (`Err`)
@@ -160,9 +161,9 @@ impl Volume {
     /// it let go; an inode freed in between (a rename replaced the name,
     /// or an unlink removed it) sends the lookup round again: a name a
     /// rename replaces never goes missing.
-    /// With `hold`, a handle is taken on what is found (not a directory)
-    /// while it is locked, as [`Volume::open_handle_shared`] takes one: a
-    /// rename or unlink cannot free it between the lookup and the handle.
+    /// With `hold`, a handle is taken on what is found while it is locked,
+    /// as [`Volume::open_handle_shared`] takes one: a rename, unlink or
+    /// rmdir cannot free it between the lookup and the handle.
     pub fn lookup_shared(&self, parent: Ino, name: &[u8], hold: bool, staged: &Staged) -> MayLoad<Attr> {
         for _ in 0..3 {
             let found = {
@@ -178,7 +179,7 @@ impl Volume {
             match self.inode_or_cold(ino) {
                 Ok(Warm::Ready(i)) => {
                     if hold {
-                        self.hold_locked(ino, i.kind());
+                        self.hold_locked(ino);
                     }
                     return Some(Ok(Ok(i.attr(self.be.bs as u32))));
                 }

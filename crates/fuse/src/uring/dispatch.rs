@@ -319,7 +319,7 @@ impl Tux3Fuse {
             op::MKDIR => {
                 let a: MkdirIn = read(op_in)?;
                 let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(self.found(ino, self.fs.mkdir(ino, name()?, a.mode | sgid, uid, gid)?))
+                Answer::Entry(self.found(ino, self.fs.mkdir_held(ino, name()?, a.mode | sgid, uid, gid)?))
             }
             op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
             op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,

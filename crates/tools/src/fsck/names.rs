@@ -5,7 +5,8 @@
 //! (non-directories: one per entry; directories: 2 + subdirectories).
 //! An unnamed inode with link count 0 is fine if the log's orphan list holds
 //! it (a writable mount frees it); every listed orphan must be an existing,
-//! unnamed non-directory with link count 0.
+//! unnamed inode with link count 0, and a listed directory (removed while
+//! held open) must hold no entries.
 //!
 //! Works on what `scan` collected; reads nothing. The walk from the root is
 //! iterative with a visited set, so cycles in a damaged namespace end.
@@ -146,8 +147,18 @@ pub(super) fn check(
                     );
                 }
             }
+            // A directory removed while held: an orphan, unnamed and empty.
+            let orphan = orphans.contains(&ino) && list.is_empty() && a.nlink == 0;
             let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
-            if c.dirs && u64::from(a.nlink) != want {
+            if orphan {
+                let held = entries.iter().filter(|e| e.dir == ino).count();
+                if held > 0 {
+                    f.problem(
+                        "orphan list",
+                        format!("inode {ino}: directory on the orphan list holds {held} entries"),
+                    );
+                }
+            } else if c.dirs && u64::from(a.nlink) != want {
                 link_problem(f, ino, a.nlink, want);
             }
         } else if c.dirs && c.itable {
@@ -203,8 +214,10 @@ pub(super) fn check(
     }
     for &ino in inodes.keys() {
         let Some(list) = names_of.get(&ino) else {
-            // Unnamed: reported above (orphan) or the root.
-            if is_dir(ino) && ino != ROOT_INO {
+            // Unnamed: reported above (orphan) or the root; a listed
+            // orphan directory is checked above.
+            let listed = orphans.contains(&ino) && inodes[&ino].nlink == 0;
+            if is_dir(ino) && ino != ROOT_INO && !listed {
                 f.problem(
                     "orphan",
                     format!("inode {ino}: directory not named by any entry (unreachable)"),
@@ -229,8 +242,8 @@ pub(super) fn check(
     }
 }
 
-/// Every inode on the orphan list exists, is no directory and has link
-/// count 0 (whether it is unnamed is checked with the names above).
+/// Every inode on the orphan list exists and has link count 0 (whether it
+/// is unnamed, and a directory empty, is checked with the names above).
 fn check_orphan_list(
     inodes: &BTreeMap<u64, InodeAttrs>,
     orphans: &BTreeSet<u64>,
@@ -241,7 +254,6 @@ fn check_orphan_list(
         let line = match inodes.get(&ino) {
             None if itable => "is not in the inode table".to_string(),
             None => continue,
-            Some(a) if kind_of(a) == Some(FileType::Directory) => "is a directory".to_string(),
             Some(a) if a.nlink != 0 => format!("has link count {}", a.nlink),
             Some(_) => continue,
         };

@@ -233,15 +233,18 @@ mod tests {
             },
             Record::Unlink {
                 parent: 1,
+                ino: 16,
                 name: b"m".to_vec(),
             },
             Record::Rmdir {
                 parent: 1,
+                ino: 18,
                 name: b"d".to_vec(),
             },
             Record::Rename {
                 parent: 1,
                 newparent: 17,
+                ino: 19,
                 name: b"a".to_vec(),
                 newname: b"b".to_vec(),
             },

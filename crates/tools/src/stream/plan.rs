@@ -250,6 +250,7 @@ pub fn plan(
             ops.push(Record::Rename {
                 parent: e.dir,
                 newparent: staging_ino,
+                ino: e.ino,
                 name: e.name.clone(),
                 newname: stage(e.ino),
             });
@@ -260,6 +261,7 @@ pub fn plan(
         } else {
             ops.push(Record::Unlink {
                 parent: e.dir,
+                ino: e.ino,
                 name: e.name.clone(),
             });
         }
@@ -269,6 +271,7 @@ pub fn plan(
         staged.remove(&ino);
         ops.push(Record::Rmdir {
             parent: staging_ino,
+            ino,
             name: stage(ino),
         });
     }
@@ -309,6 +312,7 @@ pub fn plan(
                 ops.push(Record::Rename {
                     parent: staging_ino,
                     newparent: e.dir,
+                    ino: e.ino,
                     name: stage(e.ino),
                     newname: e.name.clone(),
                 });
@@ -334,12 +338,14 @@ pub fn plan(
     for ino in staged.iter().filter(|i| !placed.contains(i)) {
         ops.push(Record::Unlink {
             parent: staging_ino,
+            ino: *ino,
             name: stage(*ino),
         });
     }
     if staging_made {
         ops.push(Record::Rmdir {
             parent: ROOT_INO,
+            ino: staging_ino,
             name: staging_name.clone(),
         });
     }

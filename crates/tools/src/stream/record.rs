@@ -67,20 +67,24 @@ pub enum Record {
         parent: u64,
         name: Vec<u8>,
     },
-    /// Remove the non-directory entry `parent/name`.
+    /// Remove the non-directory entry `parent/name`, which names `ino`.
     Unlink {
         parent: u64,
+        ino: u64,
         name: Vec<u8>,
     },
-    /// Remove the empty directory `parent/name`.
+    /// Remove the empty directory `parent/name`, which is `ino`.
     Rmdir {
         parent: u64,
+        ino: u64,
         name: Vec<u8>,
     },
-    /// Move `parent/name` to `newparent/newname` (which is free).
+    /// Move `parent/name`, which names `ino`, to `newparent/newname`
+    /// (which is free).
     Rename {
         parent: u64,
         newparent: u64,
+        ino: u64,
         name: Vec<u8>,
         newname: Vec<u8>,
     },
@@ -201,21 +205,22 @@ impl Record {
                 p.u64(*ino).u64(*parent).bytes(name);
                 kind::LINK
             }
-            Record::Unlink { parent, name } => {
-                p.u64(*parent).bytes(name);
+            Record::Unlink { parent, ino, name } => {
+                p.u64(*parent).u64(*ino).bytes(name);
                 kind::UNLINK
             }
-            Record::Rmdir { parent, name } => {
-                p.u64(*parent).bytes(name);
+            Record::Rmdir { parent, ino, name } => {
+                p.u64(*parent).u64(*ino).bytes(name);
                 kind::RMDIR
             }
             Record::Rename {
                 parent,
                 newparent,
+                ino,
                 name,
                 newname,
             } => {
-                p.u64(*parent).u64(*newparent).name(name).bytes(newname);
+                p.u64(*parent).u64(*newparent).u64(*ino).name(name).bytes(newname);
                 kind::RENAME
             }
             Record::Write { ino, offset, data } => {
@@ -299,15 +304,18 @@ impl Record {
             },
             kind::UNLINK => Record::Unlink {
                 parent: g.u64()?,
+                ino: g.u64()?,
                 name: g.rest_name()?,
             },
             kind::RMDIR => Record::Rmdir {
                 parent: g.u64()?,
+                ino: g.u64()?,
                 name: g.rest_name()?,
             },
             kind::RENAME => Record::Rename {
                 parent: g.u64()?,
                 newparent: g.u64()?,
+                ino: g.u64()?,
                 name: g.name()?,
                 newname: g.rest_name()?,
             },

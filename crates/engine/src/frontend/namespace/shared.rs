@@ -34,7 +34,7 @@
 //! Calls the cache, structures (directory trees) and log (`Orphan`, `Drop`
 //! records, handed to the backend at settle).
 
-use super::{check_name, fresh_inode, has_no_entries, load_tree, probe_in};
+use super::{check_name, fresh_inode, has_no_entries, live_dir, load_tree, probe_in};
 use crate::cache::{Inode, InodeGuard};
 use crate::error::{err, Errno, Result};
 use crate::frontend::load::{ColdNode, MayLoad, Staged, Warm};
@@ -94,8 +94,8 @@ impl Volume {
     /// [`Volume::mknod`] (any type but a symlink) under the shared guard;
     /// `Err`: the node of the directory's tree to read first, for the API
     /// to read without the guard before it asks again with `staged`.
-    /// With `hold`, a handle is taken on the new inode (not a directory)
-    /// while the directory is still locked, so nothing can free it first.
+    /// With `hold`, a handle is taken on the new inode while the directory
+    /// is still locked, so nothing can free it first.
     #[allow(clippy::too_many_arguments)]
     pub fn mknod_shared(
         &self,
@@ -130,7 +130,7 @@ impl Volume {
         or_fail!(d.tree.insert_at(dev, &free, dirent::encode(ino, kind, name)));
         if hold {
             // (The name is in, but nobody finds it before `d` is let go.)
-            self.hold_locked(ino, kind);
+            self.hold_locked(ino);
         }
         let now = Timespec::now();
         d.attrs.mtime = now;
@@ -151,13 +151,14 @@ impl Volume {
     /// Directory `dir` locked, where `name` (checked) is not: with the
     /// free position a new entry of that name takes (`None`: every one of
     /// its hash is taken). ENOTDIR, a bad name or EEXIST otherwise (ENOENT
-    /// for no such directory); `Err`: a node of its tree not in memory nor
-    /// `staged`.
+    /// for no such directory, or one whose last name is gone); `Err`: a
+    /// node of its tree not in memory nor `staged`.
     fn absent_in(&self, dir: Ino, name: &[u8], staged: &Staged) -> Option<Result<Located<Option<Spot>>>> {
         let mut d = or_fail!(self.inode_shared(dir));
         if !d.is_dir() {
             return Some(err(Errno::ENOTDIR));
         }
+        or_fail!(live_dir(&d));
         or_fail!(check_name(name));
         match or_cold!(or_fail!(
             self.staged(d.dir_ino(), staged, |dev| probe_in(&mut d, dev, name))
@@ -296,7 +297,7 @@ impl Volume {
         i.attrs.ctime = now;
         self.touch_locked(&mut i);
         if hold {
-            self.hold_locked(ino, kind);
+            self.hold_locked(ino);
         }
         {
             let mut books = self.books.lock();
@@ -352,7 +353,8 @@ impl Volume {
         }
         drop(d);
         c.attrs.ctime = now;
-        Some(Named::Done(self.free_shared(c)))
+        c.attrs.nlink = 0;
+        Some(Named::Done(self.unnamed_shared(c)))
     }
 
     /// [`Volume::rename`] under the shared guard, for a source that is
@@ -403,6 +405,7 @@ impl Volume {
         if !b.as_ref().is_none_or(|b| b.is_dir()) {
             return Some(Named::Done(err(Errno::ENOTDIR)));
         }
+        or_done!(live_dir(b.as_deref().unwrap_or(&a)));
         or_done!(check_name(newname));
         let found = or_named_cold!(or_done!(
             self.staged(a.dir_ino(), staged, |dev| probe_in(&mut a, dev, name))
@@ -522,16 +525,22 @@ impl Volume {
     }
 
     /// One name of `i` (held, not a directory) is gone: drop its link
-    /// count; at zero it becomes an orphan if a handle holds it, else it
-    /// is freed.
+    /// count; at zero it goes ([`Volume::unnamed_shared`]).
     fn drop_link_shared(&self, mut i: InodeGuard, now: Timespec) -> Result<()> {
-        let ino = i.ino;
         i.attrs.nlink = i.attrs.nlink.saturating_sub(1);
         i.attrs.ctime = now;
         if i.attrs.nlink > 0 {
             self.touch_locked(&mut i);
             return Ok(());
         }
+        self.unnamed_shared(i)
+    }
+
+    /// `i` (held) has no name left (link count 0): it becomes an orphan if
+    /// a handle holds it (an open file or directory, or one the kernel
+    /// knows), else it is freed.
+    fn unnamed_shared(&self, mut i: InodeGuard) -> Result<()> {
+        let ino = i.ino;
         // (Handles are taken and released under the inode's lock, which
         // this holds: the answer stays true.)
         if self.is_open(ino) {
