@@ -245,6 +245,7 @@ mod tests {
                 parent: 1,
                 newparent: 17,
                 ino: 19,
+                is_dir: true,
                 name: b"a".to_vec(),
                 newname: b"b".to_vec(),
             },

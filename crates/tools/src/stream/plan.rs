@@ -251,6 +251,7 @@ pub fn plan(
                 parent: e.dir,
                 newparent: staging_ino,
                 ino: e.ino,
+                is_dir: e.is_dir,
                 name: e.name.clone(),
                 newname: stage(e.ino),
             });
@@ -313,6 +314,7 @@ pub fn plan(
                     parent: staging_ino,
                     newparent: e.dir,
                     ino: e.ino,
+                    is_dir: e.is_dir,
                     name: stage(e.ino),
                     newname: e.name.clone(),
                 });

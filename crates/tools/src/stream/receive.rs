@@ -32,7 +32,7 @@
 use super::resume::{self, Token, TOKEN_XATTR};
 use super::{Attrs, Begin, Reader, Record, Result, StreamError};
 use std::io::Read;
-use tux3::types::{RenameFlags, SetAttr, SnapshotInfo, XattrMode, ROOT_INO};
+use tux3::types::{FileType, RenameFlags, SetAttr, SnapshotInfo, XattrMode, ROOT_INO};
 use tux3::{Errno, Fs};
 
 /// How often a receive commits its progress.
@@ -90,11 +90,11 @@ pub fn receive(
             })
         }
     };
-    let token = prepare(fs, &begin)?;
+    let (token, resumed) = prepare(fs, &begin)?;
     let mut a = Apply {
         fs,
         token,
-        tolerant: begin.resume_from > 1 || token.next > 1,
+        tolerant: resumed,
         since_bytes: 0,
         since_records: 0,
         records: 0,
@@ -115,8 +115,8 @@ pub fn receive(
 }
 
 /// Check `Begin` against the target and get it ready: the token of the
-/// receive from there on.
-fn prepare(fs: &Fs, b: &Begin) -> Result<Token> {
+/// receive from there on, and whether it resumes one that stopped.
+fn prepare(fs: &Fs, b: &Begin) -> Result<(Token, bool)> {
     let held = resume::stored(fs)?;
     let want = Token {
         source: b.source,
@@ -141,7 +141,7 @@ fn prepare(fs: &Fs, b: &Begin) -> Result<Token> {
                 t.encode()
             )));
         }
-        return Ok(t);
+        return Ok((t, true));
     }
     if b.resume_from > 1 {
         return Err(StreamError::Refused(format!(
@@ -200,7 +200,7 @@ fn prepare(fs: &Fs, b: &Begin) -> Result<Token> {
     resume::store(fs, &want)?;
     fs.sync()
         .map_err(StreamError::engine("committing the start of the receive"))?;
-    Ok(want)
+    Ok((want, false))
 }
 
 /// Applies records.
@@ -290,14 +290,51 @@ impl Apply<'_> {
         self.fs.set_btime(ino, a.btime)
     }
 
-    /// Whether `parent/name` names `ino` now.
-    fn names(&self, parent: u64, name: &[u8], ino: u64) -> bool {
-        self.fs.lookup(parent, name).is_ok_and(|a| a.ino == ino)
+    /// Whether `parent/name` names `ino`, a directory or not as `dir` says.
+    fn names(&self, parent: u64, name: &[u8], ino: u64, dir: bool) -> bool {
+        self.fs
+            .lookup(parent, name)
+            .is_ok_and(|a| a.ino == ino && (a.kind == FileType::Directory) == dir)
+    }
+
+    fn exists(&self, ino: u64) -> bool {
+        self.fs.getattr(ino).is_ok()
+    }
+
+    /// A resumed receive: whether `rec` has nothing to do, because what
+    /// it would change is not there (it was applied before, and maybe
+    /// undone by a later record) or what it would make is.
+    fn done_already(&self, rec: &Record) -> bool {
+        match rec {
+            Record::Create { ino, .. } => self.exists(*ino),
+            Record::Link { ino, parent, name } => {
+                let file = self.fs.getattr(*ino).is_ok_and(|a| a.kind != FileType::Directory);
+                !file || self.fs.lookup(*parent, name).is_ok()
+            }
+            Record::Unlink { parent, ino, name } => !self.names(*parent, name, *ino, false),
+            Record::Rmdir { parent, ino, name } => !self.names(*parent, name, *ino, true),
+            Record::Rename {
+                parent,
+                ino,
+                is_dir,
+                name,
+                ..
+            } => !self.names(*parent, name, *ino, *is_dir),
+            Record::Write { ino, .. }
+            | Record::Truncate { ino, .. }
+            | Record::SetXattr { ino, .. }
+            | Record::RemoveXattr { ino, .. }
+            | Record::Attr { ino, .. } => !self.exists(*ino),
+            Record::Begin(_) | Record::End(_) => false,
+        }
     }
 
     fn apply(&mut self, seq: u64, rec: &Record) -> Result<()> {
         let fs = self.fs;
         let t = self.tolerant;
+        if t && self.done_already(rec) {
+            return Ok(());
+        }
         let r = match rec {
             Record::Create {
                 parent,
@@ -316,43 +353,32 @@ impl Apply<'_> {
                 match make() {
                     Err(e) if e.errno() == Errno::EBUSY => {
                         // The number was freed in this session (a file of
-                        // another type had it): commit, and it may be reused.
+                        // another type had it): once that is durable, it
+                        // may be given out again.
                         self.checkpoint()?;
+                        fs.sync()
+                            .map_err(StreamError::engine(format!("committing before record {seq}")))?;
                         fs.forget_freed_numbers();
                         make().map(|_| ())
                     }
-                    Err(e) if t && e.errno() == Errno::EEXIST && self.names(*parent, name, *ino) => Ok(()),
                     r => r.map(|_| ()),
                 }
             }
-            Record::Link { ino, parent, name } => match fs.link(*ino, *parent, name) {
-                Err(e) if t && e.errno() == Errno::EEXIST && self.names(*parent, name, *ino) => Ok(()),
-                r => r.map(|_| ()),
-            },
-            Record::Unlink { parent, name } => match fs.unlink(*parent, name) {
-                Err(e) if t && e.errno() == Errno::ENOENT => Ok(()),
-                r => r,
-            },
-            Record::Rmdir { parent, name } => match fs.rmdir(*parent, name) {
-                Err(e) if t && e.errno() == Errno::ENOENT => Ok(()),
-                r => r,
-            },
+            Record::Link { ino, parent, name } => fs.link(*ino, *parent, name).map(|_| ()),
+            Record::Unlink { parent, name, .. } => fs.unlink(*parent, name),
+            Record::Rmdir { parent, name, .. } => fs.rmdir(*parent, name),
             Record::Rename {
                 parent,
                 newparent,
                 name,
                 newname,
+                ..
             } => {
                 let flags = RenameFlags {
                     noreplace: true,
                     exchange: false,
                 };
-                match fs.rename(*parent, name, *newparent, newname, flags) {
-                    Err(e) if t && e.errno() == Errno::ENOENT && fs.lookup(*newparent, newname).is_ok() => {
-                        Ok(())
-                    }
-                    r => r,
-                }
+                fs.rename(*parent, name, *newparent, newname, flags)
             }
             Record::Write { ino, offset, data } => fs.write(*ino, *offset, data).map(|_| ()),
             Record::Truncate { ino, size } => {
@@ -397,13 +423,14 @@ fn describe(r: &Record) -> String {
             format!("create inode {ino} as {}/{}", parent, n(name))
         }
         Record::Link { ino, parent, name } => format!("link inode {ino} as {parent}/{}", n(name)),
-        Record::Unlink { parent, name } => format!("unlink {parent}/{}", n(name)),
-        Record::Rmdir { parent, name } => format!("rmdir {parent}/{}", n(name)),
+        Record::Unlink { parent, ino, name } => format!("unlink {parent}/{} (inode {ino})", n(name)),
+        Record::Rmdir { parent, ino, name } => format!("rmdir {parent}/{} (inode {ino})", n(name)),
         Record::Rename {
             parent,
             newparent,
             name,
             newname,
+            ..
         } => format!("rename {parent}/{} to {newparent}/{}", n(name), n(newname)),
         Record::Write { ino, offset, data } => {
             format!("write {} bytes at {offset} of inode {ino}", data.len())

@@ -79,12 +79,13 @@ pub enum Record {
         ino: u64,
         name: Vec<u8>,
     },
-    /// Move `parent/name`, which names `ino`, to `newparent/newname`
-    /// (which is free).
+    /// Move `parent/name`, which names `ino` (a directory if `is_dir`),
+    /// to `newparent/newname` (which is free).
     Rename {
         parent: u64,
         newparent: u64,
         ino: u64,
+        is_dir: bool,
         name: Vec<u8>,
         newname: Vec<u8>,
     },
@@ -217,10 +218,12 @@ impl Record {
                 parent,
                 newparent,
                 ino,
+                is_dir,
                 name,
                 newname,
             } => {
-                p.u64(*parent).u64(*newparent).u64(*ino).name(name).bytes(newname);
+                p.u64(*parent).u64(*newparent).u64(*ino).u8(*is_dir as u8);
+                p.name(name).bytes(newname);
                 kind::RENAME
             }
             Record::Write { ino, offset, data } => {
@@ -316,6 +319,11 @@ impl Record {
                 parent: g.u64()?,
                 newparent: g.u64()?,
                 ino: g.u64()?,
+                is_dir: match g.take(1)?[0] {
+                    0 => false,
+                    1 => true,
+                    b => return Err(format!("Rename: is_dir {b} is neither 0 nor 1")),
+                },
                 name: g.name()?,
                 newname: g.rest_name()?,
             },
