@@ -168,6 +168,7 @@ pub fn run_receive(seed: u64, budget: usize) -> Result<ReceiveReport> {
     let checkpoints = ReceiveOptions {
         checkpoint_bytes: 64 << 10,
         checkpoint_records: 12,
+        ..ReceiveOptions::default()
     };
     receive(&fs, &full[..], &ReceiveOptions::default(), &mut |_| {}).map_err(to_err)?;
     fs.close()?;
