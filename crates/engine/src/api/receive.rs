@@ -41,6 +41,21 @@ impl Fs {
         self.vol().set_btime(ino, btime)
     }
 
+    /// Make symlink `ino` point to `target` (EINVAL if it is no symlink),
+    /// in place: a replica's symlink whose number the source gave to
+    /// another symlink.
+    pub fn set_symlink_target(&self, ino: Ino, target: &[u8]) -> Result<()> {
+        self.warm(ino);
+        self.vol().set_symlink_target(ino, target)
+    }
+
+    /// Set the device number of character or block device `ino` (EINVAL
+    /// for any other type).
+    pub fn set_rdev(&self, ino: Ino, rdev: u64) -> Result<()> {
+        self.warm(ino);
+        self.vol().set_rdev(ino, rdev)
+    }
+
     /// Let the numbers freed since open be given out again by
     /// [`Fs::create_numbered`]. Only for a volume no FUSE kernel serves
     /// (the kernel may still know an old inode by its number), and only

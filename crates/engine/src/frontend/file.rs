@@ -345,7 +345,7 @@ impl Volume {
 
     /// Set the size of a regular file: drop data beyond it (F1, asserted
     /// at the end) or extend with a hole.
-    fn truncate(&mut self, ino: Ino, size: u64) -> Result<()> {
+    pub(super) fn truncate(&mut self, ino: Ino, size: u64) -> Result<()> {
         let bs = self.bs();
         if size > max_file_size(bs) {
             return err(Errno::EFBIG);

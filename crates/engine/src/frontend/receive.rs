@@ -3,7 +3,8 @@
 //! it, so that a replica mirrors its source's inode numbers (a send
 //! stream names inodes by number, and an incremental stream or a resumed
 //! one needs no map from the source's numbers to the replica's), with
-//! the source's birth time (and that time set again later); and forgetting the numbers freed in this
+//! the source's birth time (and that time set again later), a symlink's
+//! target and a device's number changed in place; and forgetting the numbers freed in this
 //! session, so that a number the source freed and gave out again can be
 //! given out again here.
 //!
@@ -77,6 +78,32 @@ impl Volume {
         self.inode(ino)?;
         self.begin_change(1)?;
         self.inode(ino)?.attrs.btime = btime;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Make symlink `ino` point to `target` (a number freed and given out
+    /// again to another symlink: its replica is this one, changed).
+    pub fn set_symlink_target(&mut self, ino: Ino, target: &[u8]) -> Result<()> {
+        super::namespace::check_target(target)?;
+        if self.inode(ino)?.kind() != FileType::Symlink {
+            return err(Errno::EINVAL);
+        }
+        self.begin_change(3)?;
+        self.truncate(ino, 0)?;
+        self.copy_to_pages(ino, 0, target)?;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Set the device number of character or block device `ino`.
+    pub fn set_rdev(&mut self, ino: Ino, rdev: u64) -> Result<()> {
+        let kind = self.inode(ino)?.kind();
+        if !matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
+            return err(Errno::EINVAL);
+        }
+        self.begin_change(1)?;
+        self.inode(ino)?.attrs.rdev = rdev;
         self.touch(ino);
         Ok(())
     }
