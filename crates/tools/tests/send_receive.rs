@@ -626,3 +626,40 @@ fn ten_thousand_random_namespace_changes_arrive_exactly() {
     let report = tux3_tools::fsck::check(dst.clone(), &Default::default()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+#[test]
+fn numbers_given_out_again_to_files_of_the_same_kind_arrive() {
+    let src = device(8192);
+    let fs = open(&src);
+    let l = fs.symlink(ROOT_INO, b"l", b"first", 0, 0).unwrap().ino;
+    let c = fs
+        .mknod(ROOT_INO, b"c", libc::S_IFCHR | 0o600, 0x0101, 0, 0)
+        .unwrap()
+        .ino;
+    let f = file(&fs, ROOT_INO, "f", &[1u8; 10_000]);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.snapshot_create(b"s1").unwrap();
+    for n in [&b"l"[..], b"c", b"f"] {
+        fs.unlink(ROOT_INO, n).unwrap();
+    }
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    // A new session hands the freed numbers out again.
+    fs.close().unwrap();
+    let fs = open(&src);
+    let l2 = fs.symlink(ROOT_INO, b"l", b"second, longer", 0, 0).unwrap().ino;
+    let c2 = fs
+        .mknod(ROOT_INO, b"c", libc::S_IFCHR | 0o600, 0x0202, 0, 0)
+        .unwrap()
+        .ino;
+    let f2 = file(&fs, ROOT_INO, "f", &[2u8; 5_000]);
+    // A number a directory had, now a file's (and the reverse).
+    let d2 = fs.create(ROOT_INO, b"d", 0o644, 0, 0).unwrap().ino;
+    assert_eq!((l2, c2, f2, d2), (l, c, f, d), "the numbers were given out again");
+    fs.snapshot_create(b"s2").unwrap();
+    let dst = device(8192);
+    let rfs = open(&dst);
+    apply(&rfs, &stream(&src, "s1", None, None).0).unwrap();
+    apply(&rfs, &stream(&src, "s2", Some("s1"), None).0).unwrap();
+    same_snapshot(&src, &dst, "s2");
+    same_snapshot(&src, &dst, "s1");
+}

@@ -265,6 +265,11 @@ mod tests {
                 name: b"user.a".to_vec(),
             },
             Record::Attr { ino: 16, attrs },
+            Record::Symlink {
+                ino: 20,
+                target: b"/t".to_vec(),
+            },
+            Record::Rdev { ino: 21, rdev: 0x0801 },
             Record::End(attrs),
         ]
     }

@@ -334,7 +334,9 @@ impl Apply<'_> {
             | Record::Truncate { ino, .. }
             | Record::SetXattr { ino, .. }
             | Record::RemoveXattr { ino, .. }
-            | Record::Attr { ino, .. } => !self.exists(*ino),
+            | Record::Attr { ino, .. }
+            | Record::Symlink { ino, .. }
+            | Record::Rdev { ino, .. } => !self.exists(*ino),
             Record::Begin(_) | Record::End(_) => false,
         }
     }
@@ -412,6 +414,8 @@ impl Apply<'_> {
                 r => r,
             },
             Record::Attr { ino, attrs } => self.set_attrs(*ino, attrs),
+            Record::Symlink { ino, target } => fs.set_symlink_target(*ino, target),
+            Record::Rdev { ino, rdev } => fs.set_rdev(*ino, *rdev),
             Record::Begin(_) | Record::End(_) => Ok(()),
         };
         r.map_err(|e| StreamError::Engine {
@@ -449,6 +453,8 @@ fn describe(r: &Record) -> String {
         Record::SetXattr { ino, name, .. } => format!("set xattr {} of inode {ino}", n(name)),
         Record::RemoveXattr { ino, name } => format!("remove xattr {} of inode {ino}", n(name)),
         Record::Attr { ino, .. } => format!("set the attributes of inode {ino}"),
+        Record::Symlink { ino, .. } => format!("set the target of symlink {ino}"),
+        Record::Rdev { ino, rdev } => format!("set the device number of inode {ino} to {rdev:#x}"),
     }
 }
 

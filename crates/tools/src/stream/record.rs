@@ -114,6 +114,16 @@ pub enum Record {
         ino: u64,
         attrs: Attrs,
     },
+    /// Symlink `ino` (of the base) points to `target` now.
+    Symlink {
+        ino: u64,
+        target: Vec<u8>,
+    },
+    /// Device `ino` (of the base) has device number `rdev` now.
+    Rdev {
+        ino: u64,
+        rdev: u64,
+    },
 }
 
 /// `Begin`'s flag: the stream is incremental (the base fields count).
@@ -133,6 +143,8 @@ pub mod kind {
     pub const SET_XATTR: u8 = 10;
     pub const REMOVE_XATTR: u8 = 11;
     pub const ATTR: u8 = 12;
+    pub const SYMLINK: u8 = 13;
+    pub const RDEV: u8 = 14;
 }
 
 /// Little-endian field writer.
@@ -246,6 +258,14 @@ impl Record {
                 p.u64(*ino).attrs(attrs);
                 kind::ATTR
             }
+            Record::Symlink { ino, target } => {
+                p.u64(*ino).bytes(target);
+                kind::SYMLINK
+            }
+            Record::Rdev { ino, rdev } => {
+                p.u64(*ino).u64(*rdev);
+                kind::RDEV
+            }
         };
         (k, p.0)
     }
@@ -351,6 +371,18 @@ impl Record {
             kind::ATTR => Record::Attr {
                 ino: g.u64()?,
                 attrs: g.attrs()?,
+            },
+            kind::SYMLINK => {
+                let ino = g.u64()?;
+                let target = g.rest().to_vec();
+                if target.is_empty() || target.len() > 4095 {
+                    return Err(format!("Symlink: target of {} bytes", target.len()));
+                }
+                Record::Symlink { ino, target }
+            }
+            kind::RDEV => Record::Rdev {
+                ino: g.u64()?,
+                rdev: g.u64()?,
             },
             other => return Err(format!("unknown record kind {other}")),
         };

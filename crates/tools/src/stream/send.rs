@@ -255,6 +255,14 @@ impl<W: Write> Contents<'_, W> {
         match FileType::from_mode(c.snap.mode) {
             Some(FileType::Regular) => self.data(c)?,
             Some(FileType::Symlink) => self.symlink(c)?,
+            Some(FileType::CharDevice | FileType::BlockDevice) => {
+                if c.base.as_ref().is_some_and(|a| a.rdev != c.snap.rdev) {
+                    self.w.put(&Record::Rdev {
+                        ino: c.ino,
+                        rdev: c.snap.rdev,
+                    })?;
+                }
+            }
             _ => {}
         }
         self.w.put(&Record::Attr {
@@ -279,24 +287,13 @@ impl<W: Write> Contents<'_, W> {
         }
         if !self.w.wants_next() {
             self.w.skip();
-        } else {
-            let target = self
-                .fs
-                .readlink(c.ino)
-                .map_err(StreamError::engine(format!("reading symlink {}", c.ino)))?;
-            self.w.put(&Record::Write {
-                ino: c.ino,
-                offset: 0,
-                data: target,
-            })?;
+            return Ok(());
         }
-        if a.size > c.snap.size {
-            self.w.put(&Record::Truncate {
-                ino: c.ino,
-                size: c.snap.size,
-            })?;
-        }
-        Ok(())
+        let target = self
+            .fs
+            .readlink(c.ino)
+            .map_err(StreamError::engine(format!("reading symlink {}", c.ino)))?;
+        self.w.put(&Record::Symlink { ino: c.ino, target })
     }
 
     /// A regular file's data: the blocks at addresses the base does not
