@@ -269,7 +269,10 @@ mod tests {
                 ino: 20,
                 target: b"/t".to_vec(),
             },
-            Record::Rdev { ino: 21, rdev: 0x0801 },
+            Record::Rdev {
+                ino: 21,
+                rdev: 0x0801,
+            },
             Record::End(attrs),
         ]
     }

@@ -255,13 +255,13 @@ impl<W: Write> Contents<'_, W> {
         match FileType::from_mode(c.snap.mode) {
             Some(FileType::Regular) => self.data(c)?,
             Some(FileType::Symlink) => self.symlink(c)?,
-            Some(FileType::CharDevice | FileType::BlockDevice) => {
-                if c.base.as_ref().is_some_and(|a| a.rdev != c.snap.rdev) {
-                    self.w.put(&Record::Rdev {
-                        ino: c.ino,
-                        rdev: c.snap.rdev,
-                    })?;
-                }
+            Some(FileType::CharDevice | FileType::BlockDevice)
+                if c.base.as_ref().is_some_and(|a| a.rdev != c.snap.rdev) =>
+            {
+                self.w.put(&Record::Rdev {
+                    ino: c.ino,
+                    rdev: c.snap.rdev,
+                })?;
             }
             _ => {}
         }
