@@ -65,6 +65,9 @@ fn open(target: &Path, writable: bool) -> Result<(Fs, std::fs::File), CliError> 
         read_only: !writable,
         clean_limit: 8 << 20,
         dirty_limit: 64 << 20,
+        // A committer of its own: a checkpoint starts a commit and the
+        // stream goes on while it writes.
+        commit_interval: writable.then(|| std::time::Duration::from_secs(5)),
         ..OpenOptions::default()
     };
     let fs = Fs::open(dev, opts).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))?;
@@ -104,6 +107,7 @@ pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
     }
     let bar = progress_bar("received");
     let stdin = io::stdin();
+    super::send::grow_pipe(libc::STDIN_FILENO);
     let inp = io::BufReader::with_capacity(1 << 20, stdin.lock());
     let r = receive(&fs, inp, &ReceiveOptions::default(), &mut |bytes| {
         if let Some(b) = &bar {

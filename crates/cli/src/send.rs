@@ -160,6 +160,7 @@ pub fn run(a: &SendArgs) -> Result<u8, CliError> {
     };
     let bar = progress_bar("sent");
     let stdout = io::stdout();
+    grow_pipe(libc::STDOUT_FILENO);
     let out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let r = send(dev, &opts, out, &mut |bytes| {
         if let Some(b) = &bar {
@@ -171,4 +172,18 @@ pub fn run(a: &SendArgs) -> Result<u8, CliError> {
     }
     r.map_err(|e| stream_failure(t, e))?;
     Ok(EXIT_OK)
+}
+
+/// Bytes a pipe between send and receive should hold: with Linux's 64 KiB
+/// default, every 256 KiB record waits on the other side several times.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
+/// Make `fd` hold [`PIPE_BYTES`] if it is a pipe (nothing otherwise, nor
+/// when the system's limit is lower: the stream works at any size).
+pub(crate) fn grow_pipe(fd: libc::c_int) {
+    // SAFETY: F_SETPIPE_SZ takes an int and fails harmlessly (EBADF,
+    // EINVAL on a non-pipe, EPERM over the limit) on any descriptor.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES);
+    }
 }

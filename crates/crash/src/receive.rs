@@ -4,7 +4,9 @@
 //! replaced by a file, unlinks and rewrites; a target receives the first
 //! whole, then the second as an incremental stream, on a recording device
 //! with checkpoints every few records, so the receive commits its
-//! progress (and its resume token) many times.
+//! progress (and its resume token) many times: by a sync at each
+//! checkpoint, or (as `tux3 receive` does) by a commit thread the
+//! checkpoint only wakes, while the receive goes on.
 //!
 //! Each crash state of that recording (`states.rs`, as for the
 //! workloads) must:
@@ -145,7 +147,10 @@ fn to_err(e: tux3_tools::stream::StreamError) -> tux3::error::Error {
 }
 
 /// Run the check with `seed`, looking at most at `budget` crash states.
-pub fn run_receive(seed: u64, budget: usize) -> Result<ReceiveReport> {
+/// With `background`, the target has a commit thread (as `tux3 receive`
+/// opens it): a checkpoint only starts a commit and the receive goes on
+/// meanwhile; without, each checkpoint is a sync.
+pub fn run_receive(seed: u64, budget: usize, background: bool) -> Result<ReceiveReport> {
     let mut rng = Rng::new(seed ^ 0x5e4d_0e1e);
     // The source and its two snapshots.
     let src: Arc<dyn Device> = Arc::new(MemDevice::new(BS, BLOCKS));
@@ -177,7 +182,12 @@ pub fn run_receive(seed: u64, budget: usize) -> Result<ReceiveReport> {
         BS,
         base.clone(),
     ))));
-    let fs = Fs::open(rec.clone(), opts())?;
+    let recv_opts = OpenOptions {
+        // Only the checkpoints wake the commit thread.
+        commit_interval: background.then(|| std::time::Duration::from_secs(3600)),
+        ..opts()
+    };
+    let fs = Fs::open(rec.clone(), recv_opts)?;
     receive(&fs, &incr[..], &checkpoints, &mut |_| {}).map_err(to_err)?;
     fs.close()?;
     let log = rec.take_ops();

@@ -63,4 +63,20 @@ impl Fs {
     pub fn forget_freed_numbers(&self) {
         self.vol().forget_freed_numbers();
     }
+
+    /// Start a commit of everything done so far without waiting for it:
+    /// the background committer's turn (a volume opened with a
+    /// `commit_interval`). Returns false, and does nothing, on a volume
+    /// without one: then only [`Fs::sync`] or the dirty limit commits.
+    /// What a later commit makes durable always includes what this one
+    /// would have: operations join deltas in the order they were made.
+    pub fn commit_soon(&self) -> bool {
+        match &self.wake_committer {
+            Some(wake) => {
+                let _ = wake.try_send(());
+                true
+            }
+            None => false,
+        }
+    }
 }

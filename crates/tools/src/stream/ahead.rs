@@ -54,6 +54,9 @@ pub struct ReadAhead {
     state: Mutex<State>,
     ask: Option<Sender<(u64, u64)>>,
     got: Receiver<Window>,
+    /// Buffers of windows done with, back to the thread to read into
+    /// again (fresh memory is zeroed twice: by the kernel and by us).
+    spent: Sender<Vec<u8>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -61,13 +64,16 @@ impl ReadAhead {
     pub fn new(inner: Arc<dyn Device>) -> ReadAhead {
         let (ask, asked) = bounded::<(u64, u64)>(1);
         let (give, got) = bounded::<Window>(1);
+        let (spent, reuse) = bounded::<Vec<u8>>(4);
         let reader = inner.clone();
         let bs = u64::from(inner.block_size());
         let thread = std::thread::Builder::new()
             .name("tux3-send-ahead".into())
             .spawn(move || {
                 for (start, len) in asked.iter() {
-                    let mut buf = vec![0u8; (len * bs) as usize];
+                    let want = (len * bs) as usize;
+                    let mut buf = reuse.try_recv().unwrap_or_default();
+                    buf.resize(want, 0);
                     let data = reader.read(start, &mut buf).map(|_| buf);
                     if give.send(Window { start, data }).is_err() {
                         return;
@@ -86,6 +92,7 @@ impl ReadAhead {
             }),
             ask: thread.as_ref().map(|_| ask),
             got,
+            spent,
             thread,
         }
     }
@@ -100,6 +107,13 @@ impl ReadAhead {
         let at = ((block - w.start) * self.bs) as usize;
         buf.copy_from_slice(&data[at..at + buf.len()]);
         true
+    }
+
+    /// Make `w` the window served, giving the last one's buffer back.
+    fn replace(&self, st: &mut State, w: Window) {
+        if let Some(Window { data: Ok(old), .. }) = st.cur.replace(w) {
+            let _ = self.spent.try_send(old);
+        }
     }
 
     /// Ask the thread for the window after `end`, unless it is asked already.
@@ -144,7 +158,7 @@ impl Device for ReadAhead {
                     .map_err(|_| std::io::Error::other("read-ahead thread ended"))?;
                 let end = w.start + w.len(self.bs);
                 let served = self.serve(&w, block, buf);
-                st.cur = Some(w);
+                self.replace(&mut st, w);
                 if served {
                     st.size = (st.size * 2).min(MAX_WINDOW);
                     self.ahead(&mut st, end);
@@ -158,18 +172,21 @@ impl Device for ReadAhead {
         }
         // Sequential, and not read ahead: read a window from here now
         // (a pending read elsewhere is waited out first, then dropped).
+        let mut data = Vec::new();
         if st.pending.take().is_some() {
-            let _ = self.got.recv();
+            if let Ok(Window { data: Ok(d), .. }) = self.got.recv() {
+                data = d;
+            }
         }
         let len = st.size.max(n).min(self.inner.block_count().saturating_sub(block));
-        let mut data = vec![0u8; (len * self.bs) as usize];
+        data.resize((len * self.bs) as usize, 0);
         self.inner.read(block, &mut data)?;
         let w = Window {
             start: block,
             data: Ok(data),
         };
         let served = self.serve(&w, block, buf);
-        st.cur = Some(w);
+        self.replace(&mut st, w);
         st.size = (st.size * 2).min(MAX_WINDOW);
         self.ahead(&mut st, block + len);
         if served {

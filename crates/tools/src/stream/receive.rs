@@ -259,13 +259,18 @@ impl Apply<'_> {
         }
     }
 
-    /// Commit what was applied with the token that says so.
+    /// Commit what was applied with the token that says so. With a
+    /// background committer the commit is only started: the token joins
+    /// the delta after the changes it covers, so any commit that holds it
+    /// holds them, and the stream goes on while the commit writes.
     fn checkpoint(&mut self) -> Result<()> {
         resume::store(self.fs, &self.token)?;
-        self.fs.sync().map_err(StreamError::engine(format!(
-            "committing up to record {}",
-            self.token.next
-        )))?;
+        if !self.fs.commit_soon() {
+            self.fs.sync().map_err(StreamError::engine(format!(
+                "committing up to record {}",
+                self.token.next
+            )))?;
+        }
         self.since_bytes = 0;
         self.since_records = 0;
         Ok(())
