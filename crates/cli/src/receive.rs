@@ -14,7 +14,7 @@ use super::send::{exit_codes_help, progress_bar, stream_failure, EXIT_OK, EXIT_O
 use super::snapshot::{locate, Target};
 use super::CliError;
 use clap::Args;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use tux3::types::OpenOptions;
 use tux3::{open_path, Fs};
@@ -81,6 +81,12 @@ fn close(target: &Path, fs: Fs) -> Result<(), CliError> {
 
 pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
     let t = &a.target;
+    if !a.resume_token && !a.abort && io::stdin().is_terminal() {
+        return Err(CliError::new(
+            "standard input is a terminal: give it a stream (tux3 send ... | tux3 receive TARGET)",
+        )
+        .with_exit(2));
+    }
     if a.resume_token {
         let (fs, _lock) = open(t, false)?;
         let token = resume::stored(&fs).map_err(|e| stream_failure(t, e))?;
