@@ -437,3 +437,28 @@ fn an_empty_table_holds_no_block() {
     };
     assert_eq!(run(true), run(false));
 }
+
+#[test]
+fn a_rollback_to_an_unchanged_snapshot_reads_nothing() {
+    let dev = volume(8192);
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    for i in 0..300 {
+        write_file(&fs, &format!("f{i}"), &pattern(i as u8, 9000));
+    }
+    fs.snapshot_create(b"s").unwrap();
+    let before = files(&fs);
+    fs.close().unwrap();
+    let fs = Fs::open(dev.clone(), opts()).unwrap();
+    let reads = dev.counters().blocks_read;
+    fs.snapshot_rollback(b"s").unwrap();
+    // No walk of either image: at most what a unify reads.
+    let read = dev.counters().blocks_read - reads;
+    assert!(read < 20, "{read} blocks read");
+    assert_eq!(files(&fs), before);
+    // A change since makes it a real rollback again.
+    write_file(&fs, "f1", b"changed");
+    fs.snapshot_rollback(b"s").unwrap();
+    assert_eq!(files(&fs), before);
+    fs.close().unwrap();
+    fsck_clean(&dev);
+}

@@ -121,8 +121,10 @@ impl Volume {
     /// snapshot holds it), every block the snapshot holds and the live
     /// image does not leaves the dead list, and the inode table becomes the
     /// snapshot's; the second unify writes it all, so a crash leaves one
-    /// image or the other. Reads both images whole. EBUSY while a handle is
-    /// held (an open file, or the kernel's lookups through a mount).
+    /// image or the other. Reads both images whole, unless the live image
+    /// is the snapshot's (nothing changed since it was taken): then only
+    /// the first unify. EBUSY while a handle is held (an open file, or the
+    /// kernel's lookups through a mount).
     pub fn snapshot_rollback(&mut self, name: &[u8]) -> Result<()> {
         use crate::backend::snapshot::{image_blocks, merged, subtract};
         if self.be.read_only {
@@ -135,6 +137,12 @@ impl Volume {
             return err(Errno::EBUSY);
         }
         self.commit(true)?;
+        // Unchanged since the snapshot was taken (its unify's inode table
+        // is the live one: any change would have written a new root):
+        // nothing to do, and nothing read.
+        if self.be.sb.itable == target {
+            return Ok(());
+        }
         let dev = self.be.dev.clone();
         let (live, _) = image_blocks(dev.as_ref(), self.be.sb.itable)?;
         let (snap, orphans) = image_blocks(dev.as_ref(), target)?;
