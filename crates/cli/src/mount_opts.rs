@@ -424,8 +424,9 @@ pub fn options_help() -> String {
     about = "Mount a tux3 volume: the helper mount(8) runs for filesystems of type tux3",
     long_about = "Mount a tux3 volume through FUSE: the helper mount(8) runs for `mount -t tux3 \
                   SPEC DIR` and /etc/fstab lines of type tux3. It runs the same code as `tux3 \
-                  mount`: it returns once the mount is live and leaves a server process that \
-                  ends at umount. Mounted by root, every user gets in under the kernel's \
+                  mount`: it returns once the mount is live, saying nothing, and leaves a \
+                  server process that ends at umount and logs to the system log (or to \
+                  -o log=FILE). Mounted by root, every user gets in under the kernel's \
                   permission checks.\n\nExit status: 0 mounted, 1 bad invocation or options, \
                   32 mount failure (as mount(8) expects).",
     after_long_help = options_help(),
