@@ -6,7 +6,7 @@
 
 use super::Fs;
 use crate::error::Result;
-use crate::types::{Attr, Ino, Timespec};
+use crate::types::{Attr, Ino, SnapOrigin, SnapshotInfo, Timespec};
 
 impl Fs {
     /// Create `parent/name` as inode number `ino`: `mode` carries the
@@ -54,6 +54,23 @@ impl Fs {
     pub fn set_rdev(&self, ino: Ino, rdev: u64) -> Result<()> {
         self.warm(ino);
         self.vol().set_rdev(ino, rdev)
+    }
+
+    /// Take the received snapshot `name`, recording `origin` (as
+    /// [`Fs::snapshot_create_received`]), and remove the root's xattr
+    /// `token` (the receive's own state) in the same unify, with no
+    /// commit between: a crash leaves both or neither.
+    pub fn snapshot_create_received_clearing(
+        &self,
+        name: &[u8],
+        origin: SnapOrigin,
+        token: &[u8],
+    ) -> Result<SnapshotInfo> {
+        self.shared
+            .with_commit_lock(|| self.vol().take_received_snapshot(name, origin, token))?;
+        self.shared_vol()
+            .snapshot_info(name)
+            .ok_or(crate::error::Error::Posix(crate::error::Errno::EIO))
     }
 
     /// Let the numbers freed since open be given out again by

@@ -108,6 +108,22 @@ impl Volume {
         Ok(())
     }
 
+    /// Remove the root's xattr `token` (if there; the root's ctime stays
+    /// what it was) and ask for snapshot `name` of origin `origin`, then
+    /// unify: the caller holds the commit lock, so the removal is durable
+    /// only with the snapshot.
+    pub fn take_received_snapshot(&mut self, name: &[u8], origin: SnapOrigin, token: &[u8]) -> Result<()> {
+        let root = crate::types::ROOT_INO;
+        let ctime = self.inode(root)?.attrs.ctime;
+        match self.removexattr(root, token) {
+            Err(e) if e.errno() == Errno::ENODATA => {}
+            r => r?,
+        }
+        self.inode(root)?.attrs.ctime = ctime;
+        self.snapshot_request(name, Some(origin))?;
+        self.commit(true)
+    }
+
     /// Let numbers freed in this session be given out again by
     /// [`Volume::create_numbered`]. Only for a volume no FUSE kernel
     /// serves (it may still know an old inode by its number), and only

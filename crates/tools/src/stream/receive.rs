@@ -277,10 +277,13 @@ impl Apply<'_> {
     }
 
     fn finish(&mut self, begin: &Begin, root: &Attrs) -> Result<SnapshotInfo> {
-        resume::clear(self.fs)?;
         self.set_attrs(ROOT_INO, root)
             .map_err(StreamError::engine("setting the root directory's attributes"))?;
-        let made = self.fs.snapshot_create_received(&begin.name, begin.source);
+        // The token goes in the unify that takes the snapshot, no commit
+        // between (one could make its removal durable alone).
+        let made = self
+            .fs
+            .snapshot_create_received_clearing(&begin.name, begin.source, TOKEN_XATTR);
         made.map_err(|e| match e.errno() {
             Errno::EEXIST => StreamError::Refused(format!(
                 "the name of snapshot {} was taken here meanwhile",
