@@ -1,9 +1,13 @@
 //! `tux3 receive TARGET`: read a send stream from standard input and
 //! create the snapshot it carries on TARGET, an unmounted image or block
-//! device; `--resume-token` prints where a receive that was cut off
-//! stopped, `--abort` abandons it. A path on a tux3 mount is refused with
-//! what to do instead: the live volume must be made the stream's base and
-//! then changed by the receive alone, which a mount in use cannot offer.
+//! device, or a path on a tux3 mount; `--resume-token` prints where a
+//! receive that was cut off stopped, `--abort` abandons it. The live
+//! volume must be made the stream's base and then changed by the receive
+//! alone, which a mount in use cannot offer: a mounted volume is
+//! unmounted for the receive (refused while files are open on it) and
+//! mounted again with its options after it, as a rollback through a mount
+//! is (`snapshot.rs`, `with_unmounted`). Its token is read from the
+//! mount's image, read-only, beside the server.
 //!
 //! Calls the stream's receiver ([`tux3_tools::stream::receive`]), the
 //! engine API ([`tux3::Fs`]), and `send.rs`'s exit codes and progress bar.
@@ -11,7 +15,7 @@
 use super::image::image_error;
 use super::mount::lock_volume;
 use super::send::{exit_codes_help, progress_bar, stream_failure, EXIT_OK, EXIT_OPERATIONAL, EXIT_REFUSED};
-use super::snapshot::{locate, Target};
+use super::snapshot::{locate, with_unmounted, Target};
 use super::CliError;
 use clap::Args;
 use std::io::{self, IsTerminal, Write};
@@ -22,14 +26,17 @@ use tux3_tools::stream::receive::{abort, receive, ReceiveOptions};
 use tux3_tools::stream::resume;
 
 const LONG_ABOUT: &str = "Read a send stream (from tux3 send) on standard input and create the \
-     snapshot it carries on TARGET, an unmounted image file or block device. The live volume \
+     snapshot it carries on TARGET, an unmounted image file or block device or a path on a \
+     tux3 mount. The live volume \
      becomes the snapshot's image too. A full stream needs an empty volume (as mkfs makes \
      it); an incremental one needs its base snapshot, and first makes the live volume that \
      snapshot again, dropping changes made to it since.\n\nA receive cut off (a broken pipe, \
      a damaged record, a crash of either side) keeps what arrived and no snapshot: `tux3 \
      receive --resume-token TARGET` prints a token, and `tux3 send --resume TOKEN ...` sends \
      the rest; sending the whole stream again works too. `--abort` abandons it instead.\n\n\
-     Into a mounted volume: unmount it, receive into its image, mount it again.\n\nA progress \
+     Into a mounted volume: it is unmounted for the receive (refused while files are open on \
+     it) and mounted again with the same options afterwards, whether the receive finished or \
+     not.\n\nA progress \
      bar goes to standard error when it is a terminal; nothing is printed on success \
      otherwise.";
 
@@ -43,20 +50,18 @@ pub struct ReceiveArgs {
     /// Abandon the receive in progress: the live volume goes back to its base (an empty root for a full stream)
     #[arg(long)]
     pub abort: bool,
-    /// An unmounted image file or block device
+    /// An unmounted image file or block device, or a path on a tux3 mount
     pub target: PathBuf,
 }
 
 fn open(target: &Path, writable: bool) -> Result<(Fs, std::fs::File), CliError> {
-    if let Target::Mount(..) = locate(target)? {
-        return Err(CliError::new(format!(
-            "{}: is on a tux3 mount; receiving into a mounted volume is not supported: unmount \
-             it (tux3 umount), receive into its image, and mount it again",
-            target.display()
-        ))
-        .with_exit(EXIT_REFUSED));
-    }
     let lock = lock_volume(target, !writable).map_err(|e| CliError::new(e).with_exit(EXIT_OPERATIONAL))?;
+    Ok((open_unlocked(target, writable)?, lock))
+}
+
+/// The volume at `target`, without its lock (the caller holds it, or only
+/// reads beside a mount's server).
+fn open_unlocked(target: &Path, writable: bool) -> Result<Fs, CliError> {
     let dev = open_path(target, writable).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))?;
     // A receive writes each block once and reads none back: clean pages
     // kept for reads would only take fresh memory (each page zeroed by the
@@ -70,8 +75,7 @@ fn open(target: &Path, writable: bool) -> Result<(Fs, std::fs::File), CliError> 
         commit_interval: writable.then(|| std::time::Duration::from_secs(5)),
         ..OpenOptions::default()
     };
-    let fs = Fs::open(dev, opts).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))?;
-    Ok((fs, lock))
+    Fs::open(dev, opts).map_err(|e| image_error(target, e).with_exit(EXIT_OPERATIONAL))
 }
 
 fn close(target: &Path, fs: Fs) -> Result<(), CliError> {
@@ -87,20 +91,44 @@ pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
         )
         .with_exit(2));
     }
-    if a.resume_token {
-        let (fs, _lock) = open(t, false)?;
-        let token = resume::stored(&fs).map_err(|e| stream_failure(t, e))?;
-        close(t, fs)?;
-        let Some(token) = token else {
-            return Err(
-                CliError::new(format!("{}: no receive is in progress", t.display())).with_exit(EXIT_REFUSED),
-            );
-        };
-        let mut out = io::stdout();
-        writeln!(out, "{}", token.encode()).map_err(super::stdout_error)?;
-        return Ok(EXIT_OK);
+    match locate(t)? {
+        Target::Mount(_, source) if a.resume_token => print_token(t, &source, false),
+        Target::Mount(f, _) => {
+            with_unmounted(t, f, "receive", &mut |image| on_image(a, t, image))?;
+            Ok(EXIT_OK)
+        }
+        Target::Image if a.resume_token => print_token(t, t, true),
+        Target::Image => on_image(a, t, t).map(|()| EXIT_OK),
     }
-    let (fs, _lock) = open(t, true)?;
+}
+
+/// Print the token of the receive in progress on `image` (`t` in
+/// messages); `locked`: take the volume's lock (not beside a mount's
+/// server, which holds it: a receive never runs on a mounted volume, so
+/// what the image says is what a receive left).
+fn print_token(t: &Path, image: &Path, locked: bool) -> Result<u8, CliError> {
+    let (fs, _lock) = if locked {
+        let (fs, lock) = open(image, false)?;
+        (fs, Some(lock))
+    } else {
+        (open_unlocked(image, false)?, None)
+    };
+    let token = resume::stored(&fs).map_err(|e| stream_failure(t, e))?;
+    close(t, fs)?;
+    let Some(token) = token else {
+        return Err(
+            CliError::new(format!("{}: no receive is in progress", t.display())).with_exit(EXIT_REFUSED),
+        );
+    };
+    let mut out = io::stdout();
+    writeln!(out, "{}", token.encode()).map_err(super::stdout_error)?;
+    Ok(EXIT_OK)
+}
+
+/// Receive (or `--abort`) on the unmounted volume at `image`; `t` names
+/// it in messages.
+fn on_image(a: &ReceiveArgs, t: &Path, image: &Path) -> Result<(), CliError> {
+    let (fs, _lock) = open(image, true)?;
     if a.abort {
         let had = abort(&fs).map_err(|e| stream_failure(t, e));
         close(t, fs)?;
@@ -109,7 +137,7 @@ pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
                 CliError::new(format!("{}: no receive is in progress", t.display())).with_exit(EXIT_REFUSED),
             );
         }
-        return Ok(EXIT_OK);
+        return Ok(());
     }
     let bar = progress_bar("received");
     let stdin = io::stdin();
@@ -135,6 +163,5 @@ pub fn run(a: &ReceiveArgs) -> Result<u8, CliError> {
         }
         err
     })?;
-    closed?;
-    Ok(EXIT_OK)
+    closed
 }

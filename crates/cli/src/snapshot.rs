@@ -263,27 +263,48 @@ fn rollback_image(target: &Path, image: &Path, name: &[u8]) -> Result<(), CliErr
     close(image, fs)
 }
 
-/// Roll a mounted volume back, as `zfs rollback` does: ask the server how
-/// it was mounted, unmount (refused while files are open on it: they would
-/// point into the other image), roll the image back, mount it again with
-/// the same options. If the rollback fails, the volume is mounted again as
-/// it was.
+/// Roll a mounted volume back, as `zfs rollback` does: unmount it, roll
+/// the image back, mount it again ([`with_unmounted`]).
 fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError> {
+    let all = list_ioctl(&f).map_err(|e| failure(target, Op::List, None, e.into()))?;
+    if !all.iter().any(|s| !s.deleting && s.name == name) {
+        return Err(CliError::new(format!(
+            "{}: no snapshot {}",
+            target.display(),
+            quoted(name)
+        )));
+    }
+    with_unmounted(target, f, "roll back", &mut |image| {
+        rollback_image(target, image, name)
+    })
+}
+
+/// Do `work` on the image of the tux3 mount that `f` (a path on it,
+/// `target` in messages) is on, unmounted: ask the server how it was
+/// mounted, unmount (refused while files are open on it: they would point
+/// into the other image), call `work` with the image's path, and mount it
+/// again with the same options, whether `work` succeeded or not. `what`
+/// names the work in messages ("roll back", "receive").
+pub(crate) fn with_unmounted(
+    target: &Path,
+    f: File,
+    what: &str,
+    work: &mut dyn FnMut(&Path) -> Result<(), CliError>,
+) -> Result<(), CliError> {
     let t = target.display();
     let mut info = [0u8; MOUNT_INFO_LEN];
     // SAFETY: the command's size is that of `info`, which the kernel
     // fills; it outlives the call.
     if unsafe { libc::ioctl(f.as_raw_fd(), IOC_MOUNT_INFO as _, info.as_mut_ptr()) } != 0 {
         let e = io::Error::last_os_error();
-        return Err(failure(target, Op::Rollback, Some(name), e.into()));
+        return Err(CliError::at(
+            format!("{t}: asking its server how it was mounted"),
+            e,
+        ));
     }
     let mut parts = info.split(|&b| b == 0);
     let source = PathBuf::from(std::ffi::OsStr::from_bytes(parts.next().unwrap_or_default()));
     let options = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
-    let all = list_ioctl(&f).map_err(|e| failure(target, Op::List, None, e.into()))?;
-    if !all.iter().any(|s| !s.deleting && s.name == name) {
-        return Err(CliError::new(format!("{t}: no snapshot {}", quoted(name))));
-    }
     let meta = f.metadata().map_err(|e| CliError::at(&t, e))?;
     let mountpoint = tux3_mount_table()
         .unwrap_or_default()
@@ -295,13 +316,13 @@ fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError>
     super::umount::umount_now(
         &mountpoint,
         0,
-        "files are open on it, which would point into the other image; close them and roll back again",
+        &format!("files are open on it, which would point into the other image; close them and {what} again"),
     )?;
     // The server closes the volume once it is unmounted; wait for it.
     super::umount::wait_released(&source, std::time::Duration::from_secs(1), &|m: &str| {
-        eprintln!("tux3 snapshot rollback: {m}")
+        eprintln!("tux3 {what}: {m}")
     });
-    let rolled = rollback_image(target, &source, name);
+    let done = work(&source);
     let mut mount = std::process::Command::new(std::env::current_exe().map_err(|e| CliError::at("tux3", e))?);
     mount.arg("mount");
     if !options.is_empty() {
@@ -317,12 +338,12 @@ fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError>
         .stderr(std::process::Stdio::null())
         .status();
     match status {
-        Ok(s) if s.success() => rolled,
+        Ok(s) if s.success() => done,
         _ => Err(CliError::new(format!(
             "{}: {}; mounting it again failed: run tux3 mount{} {} {}",
             t,
-            match &rolled {
-                Ok(()) => "rolled back".to_string(),
+            match &done {
+                Ok(()) => format!("{what}: done"),
                 Err(e) => e.message.clone(),
             },
             if options.is_empty() {
@@ -332,7 +353,8 @@ fn rollback_mounted(target: &Path, f: File, name: &[u8]) -> Result<(), CliError>
             },
             source.display(),
             mountpoint.display()
-        ))),
+        ))
+        .with_exit(done.as_ref().err().map_or(1, |e| e.exit))),
     }
 }
 
@@ -494,7 +516,6 @@ enum Op {
     Create,
     Delete,
     List,
-    Rollback,
 }
 
 /// An engine error or one an ioctl returned.
@@ -530,14 +551,11 @@ fn failure(target: &Path, op: Op, name: Option<&[u8]>, e: Failure) -> CliError {
         Op::Create => "create",
         Op::Delete => "delete",
         Op::List => "list",
-        Op::Rollback => "roll back to",
     };
     let msg = match (e.errno, op) {
         (Some(libc::EEXIST), Op::Create) => format!("{t}: snapshot {n} already exists"),
         (Some(libc::ENOENT), Op::Delete) => format!("{t}: no snapshot {n}"),
-        (Some(libc::EINVAL), Op::Create | Op::Delete | Op::Rollback) => {
-            return bad_name(target, name.unwrap_or_default())
-        }
+        (Some(libc::EINVAL), Op::Create | Op::Delete) => return bad_name(target, name.unwrap_or_default()),
         (Some(libc::EROFS), _) => format!("{t}: read-only, cannot {verb} snapshot {n}"),
         (Some(libc::ENOSPC), Op::Create) => format!("{t}: no space left for snapshot {n}"),
         (Some(libc::EPERM | libc::EACCES), _) => {

@@ -139,23 +139,36 @@ fn table_nodes_reclaim_emptied_are_held_until_the_next_unify() {
     let dev = many_snapshots_deleted(200);
     // Reclaim took leaves out of the table since the last unify: the last
     // unify's image still holds them, so they are not leaks.
-    let (be, _) = Backend::open(dev.clone(), true).unwrap();
+    let (mut be, _) = Backend::open(dev.clone(), true).unwrap();
     assert!(
         !be.snaps.tree.freed.is_empty(),
         "the case needs leaves reclaim emptied"
     );
+    // The table is empty now: the unify frees the nodes left in it too.
+    assert!(be.snaps.records.is_empty() && be.snaps.dead.is_empty());
+    let mut left = 0u64;
+    be.snaps
+        .tree
+        .visit(dev.as_ref(), &mut |addr, _, _, _| {
+            left += u64::from(addr != 0);
+            Ok(())
+        })
+        .unwrap();
     drop(be);
     let report = tux3_tools::fsck::check(dev.clone(), &Default::default()).unwrap();
     assert_eq!(report.problems, Vec::<String>::new());
     assert_eq!(report.leaked.blocks, 0);
     assert!(report.unify_frees > 0);
-    // The next unify frees them, and exactly what fsck said it would.
+    // The next unify frees them, exactly what fsck said it would, and
+    // the empty table's last nodes.
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     fs.unify().unwrap();
     fs.close().unwrap();
     let after = tux3_tools::fsck::check(dev.clone(), &Default::default()).unwrap();
     assert_eq!(after.problems, Vec::<String>::new());
-    assert_eq!(after.blocks_used, report.blocks_used - report.unify_frees);
+    assert_eq!(after.blocks_used, report.blocks_used - report.unify_frees - left);
+    let (be, _) = Backend::open(dev.clone(), true).unwrap();
+    assert_eq!(be.sb.snapshots.addr, 0);
 }
 
 #[test]
