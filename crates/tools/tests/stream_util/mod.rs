@@ -101,7 +101,9 @@ pub fn inode(fs: &Fs, a: &tux3::Attr) -> String {
     match a.kind {
         FileType::Regular => {
             let all = fs.read(a.ino, 0, a.size as usize).unwrap();
-            let sum = all.iter().fold(0u64, |s, &b| s.wrapping_mul(31).wrapping_add(b as u64));
+            let sum = all
+                .iter()
+                .fold(0u64, |s, &b| s.wrapping_mul(31).wrapping_add(b as u64));
             data.push_str(&format!(" content {sum:x}"));
             // Data and holes, as SEEK_DATA/SEEK_HOLE give them.
             let mut at = 0;
