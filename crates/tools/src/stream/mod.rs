@@ -18,6 +18,7 @@
 
 pub mod ahead;
 mod frame;
+pub mod full;
 pub mod plan;
 pub mod receive;
 mod record;

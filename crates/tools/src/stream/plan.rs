@@ -107,6 +107,24 @@ fn last_ino(dev: &dyn Device, root: Root) -> Result<u64> {
     Ok(t.prev(dev, u64::MAX)?.map_or(0, |(k, _)| k))
 }
 
+/// The staging directory: a number past both inode tables, a name
+/// neither root holds (`taken` says whether one does).
+pub fn staging(
+    dev: &dyn Device,
+    base: Option<Root>,
+    snap: Root,
+    taken: &mut dyn FnMut(&[u8]) -> Result<bool>,
+) -> Result<(u64, Vec<u8>)> {
+    let mut name = b".tux3-receive".to_vec();
+    let mut n = 0;
+    while taken(&name)? {
+        n += 1;
+        name = format!(".tux3-receive-{n}").into_bytes();
+    }
+    let last = last_ino(dev, base.unwrap_or_default())?.max(last_ino(dev, snap)?);
+    Ok((last.max(15) + 1, name))
+}
+
 /// Entries of directory `ino` that differ between roots `a` and `b`: (gone, new).
 fn dir_changes(dev: &dyn Device, ino: u64, a: Root, b: Root) -> Result<(Vec<Entry>, Vec<Entry>)> {
     let (mut gone, mut new) = (Vec::new(), Vec::new());
@@ -197,14 +215,7 @@ pub fn plan(
     gone.retain(|e| !both.contains(e));
     new.retain(|e| !both.contains(e));
 
-    // The staging directory: a name neither root holds, a number past both tables.
-    let mut staging_name = b".tux3-receive".to_vec();
-    let mut n = 0;
-    while taken(&staging_name)? {
-        n += 1;
-        staging_name = format!(".tux3-receive-{n}").into_bytes();
-    }
-    let staging_ino = last_ino(dev, ra)?.max(last_ino(dev, snap)?).max(15) + 1;
+    let (staging_ino, staging_name) = staging(dev, base, snap, taken)?;
     let stage = |ino: u64| ino.to_string().into_bytes();
 
     let mut new_count: HashMap<u64, u32> = HashMap::new();

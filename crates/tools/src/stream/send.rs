@@ -157,9 +157,17 @@ pub fn send(
         }
         Ok(false)
     };
-    let plan = plan::plan(dev.as_ref(), base_root, snap_root, &mut taken).map_err(StreamError::engine(
-        format!("comparing snapshot {}", quoted(&snap.name)),
-    ))?;
+    let comparing = || StreamError::engine(format!("comparing snapshot {}", quoted(&snap.name)));
+    // A full stream is read off the snapshot as it goes (`full.rs`); an
+    // incremental one is planned from what differs first.
+    let plan = match base_root {
+        Some(_) => Some(plan::plan(dev.as_ref(), base_root, snap_root, &mut taken).map_err(comparing())?),
+        None => None,
+    };
+    let staging = match &plan {
+        Some(p) => p.staging.clone(),
+        None => plan::staging(dev.as_ref(), None, snap_root, &mut taken).map_err(comparing())?,
+    };
 
     let resume_from = token.map_or(1, |t| t.next.max(1));
     let mut w = Writer::new(out, resume_from)?;
@@ -168,11 +176,14 @@ pub fn send(
         source: snap.origin,
         base: base.as_ref().map(|b| b.origin),
         resume_from,
-        staging_ino: plan.staging.0,
+        staging_ino: staging.0,
         block_size: dev.block_size(),
         name: snap.name.clone(),
-        staging_name: plan.staging.1.clone(),
+        staging_name: staging.1,
     }))?;
+    let Some(plan) = plan else {
+        return full_stream(dev.as_ref(), &be, &fs, snap_root, w, progress);
+    };
     for mut r in plan.namespace {
         if !w.wants_next() {
             w.skip();
@@ -209,6 +220,47 @@ pub fn send(
     sent.records = w.next_seq();
     sent.bytes = w.bytes;
     Ok(sent)
+}
+
+/// The rest of a full stream after `Begin`.
+fn full_stream<W: Write>(
+    dev: &dyn Device,
+    be: &Backend,
+    fs: &Fs,
+    snap_root: tux3::structures::superblock::Root,
+    mut w: Writer<W>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Sent> {
+    super::full::namespace(fs, &mut w, progress)?;
+    let mut gen = Contents {
+        dev,
+        be,
+        fs,
+        w: &mut w,
+        data_bytes: 0,
+    };
+    let mut root = None;
+    super::full::inodes(dev, snap_root, &mut |c| {
+        if c.ino == ROOT_INO {
+            root = Some(attrs_of(&c.snap));
+        }
+        gen.inode(&c)?;
+        progress(gen.w.bytes);
+        Ok(())
+    })?;
+    let data_bytes = gen.data_bytes;
+    let root = root.ok_or_else(|| StreamError::Engine {
+        what: "reading the snapshot".into(),
+        err: tux3::Error::corrupt(snap_root.addr, "the snapshot has no root directory"),
+    })?;
+    w.put(&Record::End(root))?;
+    w.flush()?;
+    progress(w.bytes);
+    Ok(Sent {
+        records: w.next_seq(),
+        bytes: w.bytes,
+        data_bytes,
+    })
 }
 
 /// Mode, owner and times of a record.
