@@ -3,13 +3,15 @@
 //! it, so that a replica mirrors its source's inode numbers (a send
 //! stream names inodes by number, and an incremental stream or a resumed
 //! one needs no map from the source's numbers to the replica's), with
-//! the source's birth time (and that time set again later), a symlink's
-//! target and a device's number changed in place; and forgetting the numbers freed in this
-//! session, so that a number the source freed and gave out again can be
-//! given out again here.
+//! the source's birth time (and that time set again later); a symlink's
+//! target and a device's number changed in place; the numbers freed in
+//! this session forgotten, so that a number the source freed and gave out
+//! again can be given out again here; and the received snapshot taken
+//! with the receive's token removed in the same unify.
 //!
-//! Calls the namespace operations (`namespace.rs`: the common part of
-//! every create) and the inode table.
+//! Calls the namespace, file, xattr and snapshot operations (`namespace.rs`:
+//! the common part of every create; `file.rs`: truncate) and the inode
+//! table.
 
 use super::Volume;
 use crate::backend::FIRST_INO;
