@@ -1,8 +1,11 @@
 //! API layer: the operations a receiver of a replicated snapshot needs
 //! beyond the POSIX ones (`tux3 receive`, crates/tools/src/stream): create
 //! an inode under the number the source gave it, with the source's birth
-//! time (and set it again), and let numbers freed in this session be given out again. The
-//! frontend does the work (`frontend/receive.rs`).
+//! time (and set that again); change a symlink's target or a device's
+//! number in place; let numbers freed in this session be given out again;
+//! start a commit without waiting; take the received snapshot with the
+//! receive's token removed in the same unify. The frontend does the work
+//! (`frontend/receive.rs`).
 
 use super::Fs;
 use crate::error::Result;
