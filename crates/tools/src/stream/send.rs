@@ -29,7 +29,8 @@ use std::io::Write;
 use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::Device;
-use tux3::structures::extent::Extent;
+use tux3::structures::btree::TreeKind;
+use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
 use tux3::types::{FileType, OpenOptions, SnapOrigin, SnapshotInfo, ROOT_INO};
 use tux3::Fs;
@@ -348,22 +349,68 @@ impl<W: Write> Contents<'_, W> {
         self.w.put(&Record::Symlink { ino: c.ino, target })
     }
 
+    /// The extents of `ino` that differ between its base record `a` and
+    /// its snapshot record `b` — (the base's, the snapshot's), each in
+    /// logical order — read by comparing the two extent trees and skipping
+    /// the nodes both reach (`snapdiff::changed_entries`); `None` when a
+    /// record holds its map itself (then the maps are read whole: at most
+    /// a few extents).
+    fn differing_extents(
+        &self,
+        ino: u64,
+        a: &InodeAttrs,
+        b: &InodeAttrs,
+    ) -> Result<Option<(Vec<Extent>, Vec<Extent>)>> {
+        if !a.inline.is_empty() || !b.inline.is_empty() {
+            return Ok(None);
+        }
+        let what = || StreamError::engine(format!("comparing the extents of inode {ino}"));
+        let bounds = tux3::structures::bounds(self.dev);
+        let diff = crate::snapdiff::changed_entries(self.dev, ino, TreeKind::Extents, a.root, b.root)
+            .map_err(what())?;
+        let (mut before, mut now) = (Vec::new(), Vec::new());
+        for (key, (va, vb)) in diff {
+            for (v, out) in [(va, &mut before), (vb, &mut now)] {
+                if let Some(v) = v {
+                    out.push(extent::decode(key, &v, 0, &bounds).map_err(what())?);
+                }
+            }
+        }
+        Ok(Some((before, now)))
+    }
+
     /// A regular file's data: the blocks at addresses the base does not
     /// have at the same place, and its size.
     fn data(&mut self, c: &Changed) -> Result<()> {
         let bs = self.dev.block_size() as u64;
         let size = c.snap.size;
-        let now = self.extents(c.ino, &c.snap)?;
-        let before = match &c.base {
-            Some(a) => self.extents(c.ino, a)?,
-            None => Vec::new(),
-        };
         let last = size.div_ceil(bs);
-        // The first block the base held that is a hole now.
-        let lost = before.iter().find_map(|e| {
-            let end = (e.lblock + e.count).min(last);
-            gaps(&now, e.lblock, end).first().map(|g| g.0)
-        });
+        // The first block `before` maps that `now` leaves a hole.
+        let first_lost = |before: &[Extent], now: &[Extent]| {
+            before.iter().find_map(|e| {
+                let end = (e.lblock + e.count).min(last);
+                gaps(now, e.lblock, end).first().map(|g| g.0)
+            })
+        };
+        // Only the extents that differ, where the trees can say: what both
+        // map alike is the same data. A hole made where the base had data
+        // means sending all after it again: then every extent.
+        let differ = match &c.base {
+            Some(a) => self.differing_extents(c.ino, a, &c.snap)?,
+            None => None,
+        };
+        let (before, now, lost) = match differ {
+            Some((before, now)) if first_lost(&before, &now).is_none() => (before, now, None),
+            _ => {
+                let now = self.extents(c.ino, &c.snap)?;
+                let before = match &c.base {
+                    Some(a) => self.extents(c.ino, a)?,
+                    None => Vec::new(),
+                };
+                let lost = first_lost(&before, &now);
+                (before, now, lost)
+            }
+        };
         let mut cur = c.base.as_ref().map_or(0, |a| a.size);
         let keep = lost.map_or(size, |l| (l * bs).min(size));
         if cur > keep {
