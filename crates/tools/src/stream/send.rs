@@ -11,7 +11,9 @@
 //! A changed regular file's data is compared extent by extent: a block
 //! the snapshot maps to the same address as the base is the same block
 //! (a block the base holds is never freed or rewritten while the base
-//! exists), so only blocks at new addresses are sent. A file's holes stay
+//! exists), so only blocks at new addresses are sent; and the two extent
+//! trees are compared as the inode tables are, skipping the nodes both
+//! reach, so only the extents that differ are read. A file's holes stay
 //! holes; where a block the base held became a hole, the file is cut
 //! there first and everything after it sent again.
 //!
