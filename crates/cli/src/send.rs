@@ -148,7 +148,15 @@ pub fn run(a: &SendArgs) -> Result<u8, CliError> {
     // meanwhile; a mounted one is read beside its server (snapshots do
     // not change).
     let _lock = if image == *t {
-        Some(lock_volume(t, true).map_err(|e| CliError::new(e).with_exit(EXIT_OPERATIONAL))?)
+        let lock = lock_volume(t, true).map_err(|e| {
+            let hint = if e.contains("in use") || e.contains("busy") {
+                ": give a path on its mount instead"
+            } else {
+                ""
+            };
+            CliError::new(format!("{e}{hint}")).with_exit(EXIT_OPERATIONAL)
+        })?;
+        Some(lock)
     } else {
         None
     };
