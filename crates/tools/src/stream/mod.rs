@@ -11,10 +11,12 @@
 //!
 //! This file owns the format's constants and the errors of sending and
 //! receiving; `record.rs` the record kinds and their encoding, `frame.rs`
-//! the preamble, the framing and its checks. `plan.rs` works out what a
-//! stream holds, `send.rs` writes it, `receive.rs` applies it, `resume.rs`
-//! keeps a cut receive's place. The format's files call only the
-//! engine's value types and `crc32c`.
+//! the preamble, the framing and its checks. `plan.rs` works out what an
+//! incremental stream holds, `full.rs` reads a full one off the snapshot,
+//! `send.rs` writes either (through `ahead.rs`, which reads ahead on the
+//! device), `receive.rs` applies it, `resume.rs` keeps a cut receive's
+//! place. The format's files call only the engine's value types and
+//! `crc32c`.
 
 pub mod ahead;
 mod frame;
