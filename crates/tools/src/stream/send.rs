@@ -100,12 +100,16 @@ pub fn send(
     out: impl Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sent> {
-    // Reads in large requests where they run in block order (`ahead.rs`).
+    // The live volume's superblock, log and snapshot table are read
+    // straight from the device (a mount's server may be writing them);
+    // the snapshots, which never change, in large requests where they
+    // run in block order (`ahead.rs`).
+    let live_dev = dev.clone();
     let dev: Arc<dyn Device> = Arc::new(super::ahead::ReadAhead::new(dev));
-    let (be, _) = Backend::open(dev.clone(), true).map_err(StreamError::engine("opening the volume"))?;
+    let (be, _) = Backend::open(live_dev.clone(), true).map_err(StreamError::engine("opening the volume"))?;
     let all = {
         let live = Fs::open(
-            dev.clone(),
+            live_dev,
             OpenOptions {
                 read_only: true,
                 ..OpenOptions::default()
