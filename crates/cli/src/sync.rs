@@ -92,7 +92,7 @@ pub(crate) fn tux3_mount_table() -> io::Result<Vec<(PathBuf, PathBuf)>> {
 }
 
 /// Undo the octal escapes of `/proc/self/mounts` (`\040` for a space).
-fn unescape(field: &str) -> String {
+pub(crate) fn unescape(field: &str) -> String {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -13,7 +13,7 @@
 //! Calls [`super::mount::lock_volume`] and reads `/proc/self/mounts`.
 
 use super::mount::lock_volume;
-use super::sync::tux3_mount_table;
+use super::sync::{tux3_mount_table, unescape};
 use super::CliError;
 use clap::Args;
 use std::ffi::{CString, OsString};
@@ -157,15 +157,40 @@ pub(crate) fn unmount(path: &Path, lazy: bool, force: bool, say: &dyn Fn(&str)) 
     if force {
         flags |= libc::MNT_FORCE;
     }
+    let read_only = mounted_read_only(&mountpoint);
     umount_now(
         &mountpoint,
         flags,
         "files are open on it; -l detaches it now and lets the server finish once they are closed",
     )?;
-    if !lazy {
+    // A read-only mount (a snapshot beside the live volume) writes nothing
+    // to wait for, and the lock stays with the other mount of the volume.
+    let others = tux3_mount_table()
+        .unwrap_or_default()
+        .iter()
+        .any(|(src, _)| *src == source);
+    if !lazy && !(read_only && others) {
         wait_released(&source, WAIT_NOTE, say);
     }
     Ok(())
+}
+
+/// Whether the mount at `mountpoint` (the one on top) is read-only, by
+/// its options in /proc/self/mounts (false when they cannot be read).
+fn mounted_read_only(mountpoint: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    table
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let dir = PathBuf::from(unescape(f.nth(1)?));
+            let opts = f.nth(1)?;
+            (dir == mountpoint).then(|| opts.split(',').any(|o| o == "ro"))
+        })
+        .last()
+        .unwrap_or(false)
 }
 
 /// umount2(2) of `mountpoint` with `flags`; `busy` says what to do when

@@ -224,3 +224,50 @@ fn snapshot_through_io_uring() {
     };
     snapshot_beside_the_live_mount("uring");
 }
+
+/// `tux3 umount` of a snapshot mounted beside the live volume returns once
+/// it is unmounted: the live mount keeps the volume's lock, which the
+/// command used to wait for without end.
+#[test]
+fn umount_of_a_snapshot_beside_the_live_mount_returns() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&[]);
+    fs::write(fx.path("f"), b"content").unwrap();
+    assert_eq!(snapshot_ok(&[&"create", &fx.mnt, &"s1"]), "");
+    let fx2 = beside(&fx);
+    let s = fx2.mount(&["-o", "snapshot=s1"]);
+    let mut child = Command::new(TUX3)
+        .arg("umount")
+        .arg(&fx2.mnt)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tux3 umount");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for tux3 umount") {
+            break Some(st);
+        }
+        if start.elapsed() > DEADLINE {
+            // Not left behind polling for ever.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "tux3 umount did not return"
+    );
+    assert!(!is_mounted(&fx2.mnt));
+    assert!(is_mounted(&fx.mnt));
+    std::mem::forget(s);
+    assert_eq!(fs::read(fx.path("f")).unwrap(), b"content");
+    m.unmount();
+    fx.fsck();
+}
