@@ -169,7 +169,8 @@ pub(crate) fn unmount(path: &Path, lazy: bool, force: bool, say: &dyn Fn(&str)) 
         .unwrap_or_default()
         .iter()
         .any(|(src, _)| *src == source);
-    if !lazy && !(read_only && others) {
+    let nothing_to_wait_for = lazy || (read_only && others);
+    if !nothing_to_wait_for {
         wait_released(&source, WAIT_NOTE, say);
     }
     Ok(())
@@ -183,13 +184,14 @@ fn mounted_read_only(mountpoint: &Path) -> bool {
     };
     table
         .lines()
+        .rev()
         .filter_map(|l| {
             let mut f = l.split(' ');
             let dir = PathBuf::from(unescape(f.nth(1)?));
             let opts = f.nth(1)?;
             (dir == mountpoint).then(|| opts.split(',').any(|o| o == "ro"))
         })
-        .last()
+        .next()
         .unwrap_or(false)
 }
 
