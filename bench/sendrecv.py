@@ -17,13 +17,15 @@ dropped before every timed step. The cases:
                 read from the device; then the receive of that file
   incr-empty    an incremental send with no change, piped into receive
   resume        (tux3 only) a full receive of a KILL_MIB MiB file killed
-                with SIGKILL at KILLS random points; after each, `tux3
-                receive --resume-token` and `tux3 send --resume`; counts
-                resumes that went backwards or restarted from zero, and
-                checks the result byte for byte
+                with SIGKILL KILLS times, each once a random share of the
+                stream went to it; after each, `tux3 receive
+                --resume-token` and `tux3 send --resume`; counts resumes
+                that went backwards or restarted from zero, and checks the
+                result byte for byte
   many-snaps    (tux3 only) SNAPS snapshots created and deleted with a write
                 between them through the mount, then fsck: clean, and the
-                blocks in use back to what they were
+                blocks in use those of a fresh volume given the same writes
+                and no snapshot
 
 Usage: bench/sendrecv.py [--quick] [--fs tux3,btrfs] [--scratch DIR]
                          [--out bench/sendrecv.md] [--cases LIST]
@@ -69,9 +71,11 @@ def loop(path, size):
 
 
 def unloop(dev):
+    """Detach `dev` if this run attached it and has not detached it yet."""
+    if dev not in LOOPS:
+        return
+    LOOPS.remove(dev)
     run(["losetup", "-d", dev], timeout=30, check=False)
-    if dev in LOOPS:
-        LOOPS.remove(dev)
 
 
 def umount(mnt, tux3=None):
@@ -352,66 +356,77 @@ def token_next(tok):
     return int(tok.strip().split("-")[5], 16)
 
 
+def cut_receive(send_cmd, recv_cmd, nbytes, timeout):
+    """Run `send_cmd | recv_cmd` with this process in the middle, and kill
+    the receive with SIGKILL once `nbytes` of the stream went to it (None:
+    let it finish). Returns (bytes forwarded, the receive's exit status or
+    None when killed)."""
+    pa = subprocess.Popen(send_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    pb = subprocess.Popen(recv_cmd, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    sent, deadline = 0, time.monotonic() + timeout
+    try:
+        while nbytes is None or sent < nbytes:
+            want = 1 << 20 if nbytes is None else min(1 << 20, nbytes - sent)
+            chunk = pa.stdout.read(want)
+            if not chunk or time.monotonic() > deadline:
+                break
+            pb.stdin.write(chunk)
+            sent += len(chunk)
+        if nbytes is not None and sent >= nbytes:
+            os.kill(pb.pid, signal.SIGKILL)
+            pb.wait()
+            return sent, None
+        pb.stdin.close()
+        return sent, pb.wait(timeout=max(1, deadline - time.monotonic()))
+    except BrokenPipeError:
+        return sent, pb.wait(timeout=60)
+    finally:
+        for p in (pa, pb):
+            if p.poll() is None:
+                util.kill_group(p)
+                p.wait()
+
+
 def case_resume(fs, a, scratch):
-    """KILLS kills of one receive of a KILL_MIB MiB file."""
+    """KILLS kills of one receive of a KILL_MIB MiB file, each once a
+    random share of the stream (16 MiB at least: two checkpoints) went
+    to it, then resumed from the token the target holds."""
     src = os.path.join(scratch, "one")
     os.makedirs(src, exist_ok=True)
     fill_random(os.path.join(src, "big"), a.kill_mib * MIB)
     fs.mkfs_from(src, a.size)
     fs.mount()
     fs.snap("s1")
-    stream = os.path.join(scratch, "resume.stream")
-    with open(stream, "wb") as out:
-        subprocess.run(fs.send("s1"), stdout=out, check=True, timeout=a.timeout)
-    # How long an uncut receive takes, to spread the kills over it.
-    probe = loop(os.path.join(scratch, "t-probe.img"), a.size)
-    run([fs.tux3, "mkfs", probe], timeout=60)
-    with open(stream, "rb") as inp:
-        t0 = time.monotonic()
-        subprocess.run([fs.tux3, "receive", probe], stdin=inp, check=True, timeout=a.timeout)
-        whole = time.monotonic() - t0
-    unloop(probe)
     rng = random.Random(a.seed)
-    kills, backwards, zero, last = 0, 0, 0, 0
+    step = max(16 * MIB, 2 * a.kill_mib * MIB // a.kills)
+    kills, backwards, zero, last, moved = 0, 0, 0, 0, 0
     token = None
-    while kills < a.kills:
-        cmd = fs.send("s1") if token is None else [fs.tux3, "send", "--resume", token, fs.mnt, "s1"]
-        pa = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-        pb = subprocess.Popen(fs.receive(), stdin=pa.stdout, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-        pa.stdout.close()
-        delay = rng.uniform(0.005, max(0.01, 2.0 * whole / a.kills))
-        try:
-            pb.wait(timeout=delay)
-        except subprocess.TimeoutExpired:
-            os.kill(pb.pid, signal.SIGKILL)
-            pb.wait()
-            pa.kill()
-            pa.wait()
-            kills += 1
-            _, out, _ = run([fs.tux3, "receive", "--resume-token", fs.dst], timeout=60,
-                            check=False)
-            token = out.strip() or None
-            n = token_next(token) if token else 0
-            if token is None or n <= 1:
-                zero += 1
-            if n < last:
-                backwards += 1
-            last = n
-            continue
-        pa.wait()
-        if pb.returncode == 0:
+    t0 = time.monotonic()
+    while True:
+        cmd = fs.send("s1") if token is None else [fs.tux3, "send", "--resume", token, fs.mnt]
+        cut = rng.randint(16 * MIB, step) if kills < a.kills else None
+        sent, rc = cut_receive(cmd, fs.receive(), cut, a.timeout)
+        moved += sent
+        if rc is not None:
+            if rc != 0:
+                raise CmdError("the last receive ended with %d" % rc)
             break
-        raise CmdError("receive ended with %d before it was killed" % pb.returncode)
-    else:
-        cmd = [fs.tux3, "send", "--resume", token, fs.mnt, "s1"] if token else fs.send("s1")
-        pipe(cmd, fs.receive(), a.timeout)
+        kills += 1
+        _, out, _ = run([fs.tux3, "receive", "--resume-token", fs.dst], timeout=60, check=False)
+        token = out.strip() or None
+        n = token_next(token) if token else 0
+        if n <= 1:
+            zero += 1
+        if n < last:
+            backwards += 1
+        last = n
+    took = time.monotonic() - t0
     # Byte for byte: the received snapshot's file against the source's.
     same = digest(fs.tux3, fs.dst, "s1") == digest(fs.tux3, fs.src, "s1")
-    os.unlink(stream)
     return dict(case="resume", kills=kills, restarted_from_zero=zero, went_backwards=backwards,
-                identical=same, whole_receive_s=whole)
+                identical=same, seconds=took, stream_moved=moved)
 
 
 def digest(tux3, dev, snap):
@@ -433,38 +448,54 @@ def digest(tux3, dev, snap):
         os.rmdir(mnt)
 
 
-def case_many(fs, a, scratch):
-    """SNAPS snapshots made and deleted with a write before each."""
-    fs.fresh(a.size)
-    mnt = fs.mount()
-    run([fs.tux3, "sync", mnt], timeout=60)
-    umount(mnt, fs.tux3)
-    _, out, _ = run([fs.tux3, "fsck", fs.src], timeout=300)
-    used0 = used(out)
-    fs.mount()
+def writes_and_snapshots(fs, mnt, n, snapshots):
+    """`n` rounds of a write of one of 100 files, each followed by a
+    snapshot when `snapshots`; then every snapshot deleted and the files
+    removed. Returns the seconds the rounds took."""
     t0 = time.monotonic()
-    for i in range(a.snaps):
+    for i in range(n):
         with open(os.path.join(mnt, "f%d" % (i % 100)), "wb") as f:
             f.write(b"%d" % i * 500)
-        fs.snap("s%d" % i)
+        if snapshots:
+            fs.snap("s%d" % i)
     made = time.monotonic() - t0
-    for i in range(a.snaps):
-        run([fs.tux3, "snapshot", "delete", mnt, "s%d" % i], timeout=120, quiet=True)
+    if snapshots:
+        for i in range(n):
+            run([fs.tux3, "snapshot", "delete", mnt, "s%d" % i], timeout=120, quiet=True)
     for i in range(100):
         p = os.path.join(mnt, "f%d" % i)
         if os.path.exists(p):
             os.unlink(p)
-    took = time.monotonic() - t0
-    umount(mnt, fs.tux3)
-    # Reclaim goes on in the background of a mount; an offline open
-    # finishes it (tux3 snapshot list on the image reclaims what is left).
-    run([fs.tux3, "snapshot", "list", fs.src], timeout=600)
-    rc, out, _ = run([fs.tux3, "fsck", fs.src], timeout=600, check=False)
-    return dict(case="many-snaps", snapshots=a.snaps, seconds=took, create_s=made,
-                fsck_exit=rc, used_before=used0, used_after=used(out), fsck=out.strip()[-300:])
+    return made
 
 
-def used(fsck_out):
+def case_many(fs, a, scratch):
+    """SNAPS snapshots made and deleted with a write before each, then
+    fsck, against the same writes with no snapshot on a fresh volume."""
+    used = {}
+    for snapshots in (False, True):
+        fs.fresh(a.size)
+        mnt = fs.mount()
+        t0 = time.monotonic()
+        made = writes_and_snapshots(fs, mnt, a.snaps, snapshots)
+        took = time.monotonic() - t0
+        umount(mnt, fs.tux3)
+        # Reclaim goes on in the background of a mount; an offline open
+        # finishes it. Then a mount and unmount, so that both volumes end
+        # with a unify behind them alike (fsck counts what the next unify
+        # frees apart: `used` takes it off).
+        run([fs.tux3, "snapshot", "list", fs.src], timeout=600, quiet=True)
+        rc, out, _ = run([fs.tux3, "fsck", fs.src], timeout=600, check=False)
+        used[snapshots] = (used_blocks(out), rc, out.strip()[-300:])
+        if snapshots:
+            result = dict(case="many-snaps", snapshots=a.snaps, seconds=took, create_s=made)
+        fs.done()
+    result.update(fsck_exit=used[True][1], used_after=used[True][0], used_control=used[False][0],
+                  fsck=used[True][2])
+    return result
+
+
+def used_blocks(fsck_out):
     """Blocks in use less those the next unify frees, from fsck's summary."""
     import re
     m = re.search(r"(\d+) blocks used(?: \((\d+) of them)?", fsck_out)
@@ -513,14 +544,15 @@ def table(res, a, machine):
                 bits.append("%s blocks read, stream %s bytes" % (fmt(r["blocks_read"]),
                                                                   fmt(r["stream_bytes"])))
             if case == "resume":
-                bits = ["%d kills, %d restarted from zero, %d went backwards, identical: %s "
-                        "(uncut receive %.2f s)" % (r["kills"], r["restarted_from_zero"],
-                                                   r["went_backwards"], r["identical"],
-                                                   r["whole_receive_s"])]
+                bits = ["%d kills, %d restarted from zero, %d went backwards, identical: %s; "
+                        "%.1f s in all, %s MiB of stream moved" % (
+                            r["kills"], r["restarted_from_zero"], r["went_backwards"],
+                            r["identical"], r["seconds"], fmt(r["stream_moved"] // MIB))]
             if case == "many-snaps":
                 bits = ["%s snapshots made and deleted in %.0f s; fsck exit %d; blocks in use "
-                        "%s before, %s after" % (fmt(r["snapshots"]), r["seconds"], r["fsck_exit"],
-                                                 fmt(r["used_before"]), fmt(r["used_after"]))]
+                        "after: %s, after the same writes with no snapshot: %s" % (
+                            fmt(r["snapshots"]), r["seconds"], r["fsck_exit"],
+                            fmt(r["used_after"]), fmt(r["used_control"]))]
             return ", ".join(bits)
         ratio = "-"
         if t and b and t.get("seconds") and b.get("seconds") and not t.get("error") \

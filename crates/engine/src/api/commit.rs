@@ -74,6 +74,9 @@ pub(super) struct Shared {
     /// Writes waiting for the commit in flight under dirty pressure (for
     /// tests).
     pub(super) writes_waiting: AtomicUsize,
+    /// A commit was asked for without waiting (`Fs::commit_soon`): the
+    /// background committer's next wake-up commits even below its limits.
+    pub(super) commit_asked: AtomicBool,
 }
 
 #[derive(Default)]
@@ -126,6 +129,7 @@ impl Shared {
             syncs_waiting: AtomicUsize::new(0),
             holding_back: AtomicBool::new(false),
             delta_waits_for_fsyncs: AtomicBool::new(false),
+            commit_asked: AtomicBool::new(false),
             writes_waiting: AtomicUsize::new(0),
         }
     }
@@ -640,8 +644,10 @@ impl Worker {
                         default(wait) => true,
                     };
                     let Some(shared) = weak.upgrade() else { return };
-                    // A stale wake-up (the delta was committed meanwhile) is ignored.
-                    let early = {
+                    // A stale wake-up (the delta was committed meanwhile) is
+                    // ignored, unless a commit was asked for.
+                    let asked = shared.commit_asked.swap(false, std::sync::atomic::Ordering::AcqRel);
+                    let early = asked || {
                         let v = shared.shared_vol();
                         v.may_commit_early() || v.reclaiming() || v.wants_trim()
                     };

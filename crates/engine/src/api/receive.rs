@@ -93,6 +93,9 @@ impl Fs {
     pub fn commit_soon(&self) -> bool {
         match &self.wake_committer {
             Some(wake) => {
+                self.shared
+                    .commit_asked
+                    .store(true, std::sync::atomic::Ordering::Release);
                 let _ = wake.try_send(());
                 true
             }

@@ -54,7 +54,7 @@ pub struct ReceiveOptions {
 impl Default for ReceiveOptions {
     fn default() -> Self {
         ReceiveOptions {
-            checkpoint_bytes: 8 << 20,
+            checkpoint_bytes: 2 << 20,
             checkpoint_records: 20_000,
             checkpoint_at_error: true,
         }
