@@ -646,7 +646,9 @@ impl Worker {
                     let Some(shared) = weak.upgrade() else { return };
                     // A stale wake-up (the delta was committed meanwhile) is
                     // ignored, unless a commit was asked for.
-                    let asked = shared.commit_asked.swap(false, std::sync::atomic::Ordering::AcqRel);
+                    let asked = shared
+                        .commit_asked
+                        .swap(false, std::sync::atomic::Ordering::AcqRel);
                     let early = asked || {
                         let v = shared.shared_vol();
                         v.may_commit_early() || v.reclaiming() || v.wants_trim()
