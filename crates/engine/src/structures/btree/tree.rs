@@ -513,6 +513,7 @@ impl Tree {
         freed: &mut Vec<FreedNode>,
     ) -> Result<Root> {
         freed.append(&mut self.retired);
+        self.collapse_root(freed);
         if let Some(Slot::Mem(n)) = self.root.as_mut() {
             if let Node::Branch(b) = n.as_mut() {
                 let mut w = Redirect {
@@ -533,6 +534,29 @@ impl Tree {
             depth: if addr == 0 { 0 } else { self.depth },
         };
         Ok(self.unified)
+    }
+
+    /// Unify: a root branch left with one child (removals took the
+    /// others) gives way to that child, one level less, as often as that
+    /// holds; the branch's block (if it had one) goes to `freed`. So a
+    /// tree that shrank takes the blocks a tree grown only to its present
+    /// size would. Only at a unify: the log's leaf records of the deltas
+    /// after it name leaves by separator, whatever the depth above them.
+    fn collapse_root(&mut self, freed: &mut Vec<FreedNode>) {
+        while self.depth > 0 {
+            let Some(Slot::Mem(n)) = self.root.as_mut() else { return };
+            let Node::Branch(b) = n.as_mut() else { return };
+            if b.children.len() != 1 || b.leaves_dirty {
+                return;
+            }
+            let Some(child) = b.children.pop() else { return };
+            if b.addr != 0 {
+                freed.push((b.addr, b.birth));
+            }
+            self.root = Some(child.slot);
+            self.depth -= 1;
+            self.edited();
+        }
     }
 
     /// Nothing of the tree lives only in memory: the root the last unify
