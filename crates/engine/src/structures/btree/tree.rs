@@ -544,7 +544,9 @@ impl Tree {
     /// after it name leaves by separator, whatever the depth above them.
     fn collapse_root(&mut self, freed: &mut Vec<FreedNode>) {
         while self.depth > 0 {
-            let Some(Slot::Mem(n)) = self.root.as_mut() else { return };
+            let Some(Slot::Mem(n)) = self.root.as_mut() else {
+                return;
+            };
             let Node::Branch(b) = n.as_mut() else { return };
             if b.children.len() != 1 || b.leaves_dirty {
                 return;
@@ -554,7 +556,7 @@ impl Tree {
                 freed.push((b.addr, b.birth));
             }
             self.root = Some(child.slot);
-            self.depth -= 1;
+            self.depth = self.depth.saturating_sub(1);
             self.edited();
         }
     }
