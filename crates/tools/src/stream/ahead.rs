@@ -11,6 +11,9 @@
 //! snapshot holds never changes while the snapshot exists, so what was
 //! read ahead stays true; nothing is written through this device.
 //!
+//! [`ReadOnce`] keeps the single blocks the send's several opens of the
+//! volume each read (superblock, bitmap, log), so they are read once.
+//!
 //! Calls only the engine's `Device` trait.
 
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -194,6 +197,72 @@ impl Device for ReadAhead {
         } else {
             self.inner.read(block, buf)
         }
+    }
+
+    fn write(&self, _block: u64, _buf: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(libc::EROFS))
+    }
+
+    fn write_gather(&self, _reqs: &[Gather]) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(libc::EROFS))
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters()
+    }
+}
+
+/// The blocks a send reads one at a time, kept for the rest of it: the
+/// volume is opened more than once (the live volume for its snapshot
+/// list, each snapshot sent), and every open reads the superblock, the
+/// bitmap and the log again. Kept blocks are what the device held when
+/// first read: all the opens see the volume as of one moment, as one open
+/// would. Holds at most [`ONCE_MAX`] blocks; reads of several blocks pass
+/// through.
+pub struct ReadOnce {
+    inner: Arc<dyn Device>,
+    kept: Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+/// Most blocks [`ReadOnce`] keeps.
+pub const ONCE_MAX: usize = 4096;
+
+impl ReadOnce {
+    pub fn new(inner: Arc<dyn Device>) -> ReadOnce {
+        ReadOnce {
+            inner,
+            kept: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+}
+
+impl Device for ReadOnce {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+
+    fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if buf.len() != self.inner.block_size() as usize {
+            return self.inner.read(block, buf);
+        }
+        if let Some(b) = self.kept.lock().get(&block) {
+            buf.copy_from_slice(b);
+            return Ok(());
+        }
+        self.inner.read(block, buf)?;
+        let mut kept = self.kept.lock();
+        if kept.len() < ONCE_MAX {
+            kept.insert(block, buf.to_vec());
+        }
+        Ok(())
     }
 
     fn write(&self, _block: u64, _buf: &[u8]) -> std::io::Result<()> {

@@ -100,12 +100,13 @@ pub fn send(
     out: impl Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sent> {
-    // The live volume's superblock, log and snapshot table are read
-    // straight from the device (a mount's server may be writing them);
-    // the snapshots, which never change, in large requests where they
-    // run in block order (`ahead.rs`).
-    let live_dev = dev.clone();
-    let dev: Arc<dyn Device> = Arc::new(super::ahead::ReadAhead::new(dev));
+    // The live volume's superblock, log and snapshot table are read from
+    // the device once for all the opens below (`ReadOnce`: as of one
+    // moment, while a mount's server may be writing them), not through
+    // the read-ahead; the snapshots, which never change, in large requests
+    // where they run in block order (`ReadAhead`).
+    let live_dev: Arc<dyn Device> = Arc::new(super::ahead::ReadOnce::new(dev));
+    let dev: Arc<dyn Device> = Arc::new(super::ahead::ReadAhead::new(live_dev.clone()));
     let (be, _) = Backend::open(live_dev.clone(), true).map_err(StreamError::engine("opening the volume"))?;
     let all = {
         let live = Fs::open(
