@@ -347,4 +347,27 @@ mod tests {
         let reads = dev.counters().reads - before;
         assert!(reads < 30, "{reads} device reads for 4096 blocks in order");
     }
+
+    #[test]
+    fn a_block_read_again_comes_from_what_was_kept() {
+        let dev = device(64);
+        let once = ReadOnce::new(dev.clone());
+        let mut buf = vec![0u8; 4096];
+        let before = dev.counters().reads;
+        for _ in 0..3 {
+            once.read(9, &mut buf).unwrap();
+            assert_eq!(buf[0], 9);
+        }
+        assert_eq!(dev.counters().reads - before, 1);
+        // As of its first read, even once the device changed.
+        dev.write(9, &[99u8; 4096]).unwrap();
+        once.read(9, &mut buf).unwrap();
+        assert_eq!(buf[0], 9);
+        // Runs of blocks are read each time.
+        let mut two = vec![0u8; 8192];
+        once.read(20, &mut two).unwrap();
+        once.read(20, &mut two).unwrap();
+        assert_eq!(dev.counters().reads - before, 3);
+        assert_eq!((two[0], two[4096]), (20, 21));
+    }
 }
