@@ -105,6 +105,7 @@ pub fn receive(
         tolerant: resumed,
         since_bytes: 0,
         since_records: 0,
+        synced: false,
         records: 0,
     };
     let outcome = a.run(&mut r, &begin, opts, progress);
@@ -223,6 +224,9 @@ struct Apply<'a> {
     since_bytes: u64,
     since_records: u64,
     records: u64,
+    /// A checkpoint of this receive was made durable: the first one waits
+    /// for its commit, so a receive cut off soon after it keeps it.
+    synced: bool,
 }
 
 impl Apply<'_> {
@@ -260,12 +264,15 @@ impl Apply<'_> {
     }
 
     /// Commit what was applied with the token that says so. With a
-    /// background committer the commit is only started: the token joins
-    /// the delta after the changes it covers, so any commit that holds it
-    /// holds them, and the stream goes on while the commit writes.
+    /// background committer the commit is only started (but the first of
+    /// the receive is waited for, so a receive cut off again and again
+    /// still moves on): the token joins the delta after the changes it
+    /// covers, so any commit that holds it holds them, and the stream goes
+    /// on while the commit writes.
     fn checkpoint(&mut self) -> Result<()> {
         resume::store(self.fs, &self.token)?;
-        if !self.fs.commit_soon() {
+        if !self.synced || !self.fs.commit_soon() {
+            self.synced = true;
             self.fs.sync().map_err(StreamError::engine(format!(
                 "committing up to record {}",
                 self.token.next
