@@ -27,8 +27,8 @@ pub(crate) enum Owner {
     Dead { birth: u32 },
     /// A node of tree `tree` that the last unify's image still holds but
     /// the log took out of the tree (a snapshot-table node emptied by
-    /// reclaim, an inode-table branch left without children): the next
-    /// unify frees it.
+    /// reclaim, an inode-table branch left without children), or a node of
+    /// a snapshot table left empty: the next unify frees it.
     Retired { tree: u64 },
 }
 

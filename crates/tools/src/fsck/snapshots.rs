@@ -40,14 +40,21 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
     for e in &w.errors {
         f.error("snapshots", "snapshot table node", e);
     }
+    // An empty table (every snapshot gone, its space back) keeps its
+    // nodes only until the next unify, which writes no table at all.
+    let empty = be.snaps.records.is_empty() && be.snaps.dead.is_empty();
     for &(addr, level) in &w.nodes {
         if addr != 0 {
             refs.push(Ref {
                 start: addr,
                 count: 1,
-                owner: Owner::Node {
-                    tree: SNAP_INO,
-                    level,
+                owner: if empty {
+                    Owner::Retired { tree: SNAP_INO }
+                } else {
+                    Owner::Node {
+                        tree: SNAP_INO,
+                        level,
+                    }
                 },
             });
         }
