@@ -29,6 +29,10 @@ dropped before every timed step. The cases:
 
 Usage: bench/sendrecv.py [--quick] [--fs tux3,btrfs] [--scratch DIR]
                          [--out bench/sendrecv.md] [--cases LIST]
+                         [--runs N] [--snaps N]
+
+The timed cases run N times (3; --quick 1) on fresh volumes, and the
+report gives the median and every time measured.
 
 Writes the table to --out (bench/py/report.py copies bench/sendrecv.md into
 docs/BENCHMARKS.md) and prints it. Root only. Every mount and loop device it
@@ -542,6 +546,9 @@ def table(res, a, machine):
             if r.get("error"):
                 return "failed: " + r["error"][:120]
             bits = ["%.3f s" % r["seconds"]] if "seconds" in r else []
+            if r.get("runs", 1) > 1:
+                bits[0] += " (median of %d: %s)" % (r["runs"], ", ".join(
+                    "%.3f" % x for x in r["all_seconds"]))
             if "mb_s" in r:
                 bits.append("%.0f MB/s (%.2f× a cold read of the same files, %.0f MB/s)" % (
                     r["mb_s"], r["vs_read"], r["read_mb_s"]))
@@ -568,6 +575,24 @@ def table(res, a, machine):
     return "\n".join(L)
 
 
+def median_of(runs, fs, once):
+    """Run the case `runs` times (fresh volumes each time) and keep, for
+    each of its rows, the run with the median time; `runs` notes how many."""
+    got = []
+    for i in range(runs):
+        if i:
+            fs.done()
+        got.append(once())
+    out = []
+    for k in range(len(got[0])):
+        rows = sorted((g[k] for g in got), key=lambda r: r["seconds"])
+        row = dict(rows[len(rows) // 2])
+        row["runs"] = len(rows)
+        row["all_seconds"] = [round(r["seconds"], 3) for r in rows]
+        out.append(row)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -576,6 +601,10 @@ def main():
     ap.add_argument("--scratch", default=None)
     ap.add_argument("--out", default=os.path.join(HERE, "sendrecv.md"))
     ap.add_argument("--seed", type=int, default=46)
+    ap.add_argument("--snaps", type=int, default=None,
+                    help="snapshots of the many-snaps case (10,000; --quick 200)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="runs of each timed case, the median reported (--quick 1)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/sendrecv.py: must run as root (loop devices, mounts, drop_caches)")
@@ -584,7 +613,9 @@ def main():
     a.files = 5000 if a.quick else 100000
     a.kills = 10 if a.quick else 100
     a.kill_mib = 64 if a.quick else 1024
-    a.snaps = 200 if a.quick else 10000
+    a.snaps = a.snaps or (200 if a.quick else 10000)
+    if a.quick:
+        a.runs = 1
     a.size = (a.big_mib + 4096) * MIB
     a.timeout = 3600
     for tool in ("losetup", "mkfs.btrfs", "btrfs"):
@@ -611,15 +642,16 @@ def main():
                 say("%s: %s" % (name, case))
                 try:
                     if case == "full-tree":
-                        r = [case_full(fs, a, trees[case], case, tree_bytes(trees[case]))]
+                        r = median_of(a.runs, fs, lambda: [case_full(
+                            fs, a, trees[case], case, tree_bytes(trees[case]))])
                     elif case == "full-big":
                         if not os.path.isdir(big):
                             os.makedirs(big)
                             fill_random(os.path.join(big, "big"), a.big_mib * MIB)
-                        r = [case_full(fs, a, big, "full-big (%d MiB)" % a.big_mib,
-                                       a.big_mib * MIB)]
+                        r = median_of(a.runs, fs, lambda: [case_full(
+                            fs, a, big, "full-big (%d MiB)" % a.big_mib, a.big_mib * MIB)])
                     elif case == "incr":
-                        r = case_incr(fs, a, scratch)
+                        r = median_of(a.runs, fs, lambda: case_incr(fs, a, scratch))
                     elif case == "resume":
                         r = [case_resume(fs, a, scratch)]
                     else:
