@@ -296,5 +296,23 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.unify().unwrap();
     fs.close().unwrap();
     out.push(("unified", mem.image()));
+
+    // Snapshots: one taken here, one recorded as received (its origin in
+    // the table record), the live volume changed between them, one
+    // deleted in the log after the last unify (its reclaim there too).
+    let (mem, fs) = formatted();
+    populate(&fs, 0);
+    fs.snapshot_create(b"here").unwrap();
+    populate(&fs, 1);
+    let origin = tux3::types::SnapOrigin {
+        volume: 0x5eed_0f_0123,
+        id: 7,
+    };
+    fs.snapshot_create_received(b"received", origin).unwrap();
+    fs.unlink(ROOT_INO, b"link0").unwrap();
+    fs.snapshot_delete(b"here").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    out.push(("snapshots", mem.image()));
     out
 }
