@@ -22,6 +22,37 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use tux3::device::{CounterSnapshot, Device, Gather};
 
+/// The methods a read-only wrapper of `self.inner` shares: its geometry
+/// and counters are the inner device's, writes are refused (EROFS), a
+/// flush has nothing to do.
+macro_rules! read_only_over_inner {
+    () => {
+        fn block_size(&self) -> u32 {
+            self.inner.block_size()
+        }
+
+        fn block_count(&self) -> u64 {
+            self.inner.block_count()
+        }
+
+        fn write(&self, _block: u64, _buf: &[u8]) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::EROFS))
+        }
+
+        fn write_gather(&self, _reqs: &[Gather]) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::EROFS))
+        }
+
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn counters(&self) -> CounterSnapshot {
+            self.inner.counters()
+        }
+    };
+}
+
 /// Blocks of the first window of a sequential run.
 pub const MIN_WINDOW: u64 = 16;
 /// Most blocks a window holds (4 MiB of 4 KiB blocks).
@@ -133,13 +164,7 @@ impl ReadAhead {
 }
 
 impl Device for ReadAhead {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-
-    fn block_count(&self) -> u64 {
-        self.inner.block_count()
-    }
+    read_only_over_inner!();
 
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let n = buf.len() as u64 / self.bs;
@@ -198,22 +223,6 @@ impl Device for ReadAhead {
             self.inner.read(block, buf)
         }
     }
-
-    fn write(&self, _block: u64, _buf: &[u8]) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(libc::EROFS))
-    }
-
-    fn write_gather(&self, _reqs: &[Gather]) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(libc::EROFS))
-    }
-
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.inner.counters()
-    }
 }
 
 /// The blocks a send reads one at a time, kept for the rest of it: the
@@ -241,13 +250,7 @@ impl ReadOnce {
 }
 
 impl Device for ReadOnce {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-
-    fn block_count(&self) -> u64 {
-        self.inner.block_count()
-    }
+    read_only_over_inner!();
 
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         if buf.len() != self.inner.block_size() as usize {
@@ -263,22 +266,6 @@ impl Device for ReadOnce {
             kept.insert(block, buf.to_vec());
         }
         Ok(())
-    }
-
-    fn write(&self, _block: u64, _buf: &[u8]) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(libc::EROFS))
-    }
-
-    fn write_gather(&self, _reqs: &[Gather]) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(libc::EROFS))
-    }
-
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    fn counters(&self) -> CounterSnapshot {
-        self.inner.counters()
     }
 }
 
