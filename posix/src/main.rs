@@ -12,6 +12,7 @@ mod sys;
 #[macro_use]
 mod util;
 
+mod acl;
 mod attrs;
 mod dirs;
 mod links;
@@ -30,7 +31,7 @@ use std::process::ExitCode;
 use util::{Case, Ctx, Fail};
 
 fn all_cases() -> Vec<&'static Case> {
-    let groups: [&'static [Case]; 10] = [
+    let groups: [&'static [Case]; 11] = [
         open::CASES,
         dirs::CASES,
         rename::CASES,
@@ -40,6 +41,7 @@ fn all_cases() -> Vec<&'static Case> {
         sparse::CASES,
         mmap::CASES,
         xattr::CASES,
+        acl::CASES,
         misc::CASES,
     ];
     groups.iter().flat_map(|g| g.iter()).collect()

@@ -15,7 +15,8 @@ use std::fs::{self, File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use tux3::error::Error;
+use tux3::error::{Errno, Error};
+use tux3::frontend::acl::{ACL_ACCESS, ACL_DEFAULT};
 use tux3::types::{Ino, SetAttr, Timespec, XattrMode, ROOT_INO};
 use tux3::Fs;
 
@@ -88,6 +89,9 @@ fn time(sec: i64, nsec: i64) -> Timespec {
 /// The host's atime, mtime and ctime of `meta`, as a setattr.
 fn times_of(meta: &Metadata) -> SetAttr {
     SetAttr {
+        // A directory's default ACL narrows the mode a file is made with:
+        // the host's is put back (a symlink's is always 0777).
+        mode: (!meta.file_type().is_symlink()).then_some(meta.mode() & 0o7777),
         atime: Some(time(meta.atime(), meta.atime_nsec())),
         mtime: Some(time(meta.mtime(), meta.mtime_nsec())),
         ctime: Some(time(meta.ctime(), meta.ctime_nsec())),
@@ -155,6 +159,16 @@ impl Importer<'_> {
                 return Ok(());
             }
         };
+        // What the directory's default ACL gave and the host file has not
+        // is taken away again.
+        for acl in [ACL_ACCESS, ACL_DEFAULT] {
+            if !attrs.iter().any(|(n, _)| n == acl) {
+                match self.fs.removexattr(ino, acl) {
+                    Ok(()) | Err(Error::Posix(Errno::ENODATA)) => {}
+                    Err(e) => return Err(engine_err(host, "remove an inherited ACL", e)),
+                }
+            }
+        }
         for (name, value) in attrs {
             match self.fs.setxattr(ino, &name, &value, XattrMode::Any) {
                 Ok(()) => {}

@@ -46,6 +46,9 @@ pub struct Tux3Fuse {
     strips_privs: Arc<AtomicBool>,
     /// The kernel agreed at INIT to send requests through io_uring.
     uring: Arc<AtomicBool>,
+    /// The kernel enforces POSIX ACLs and leaves the umask to us
+    /// (`FUSE_POSIX_ACL`, `FUSE_DONT_MASK`). Set at INIT.
+    acls: Arc<AtomicBool>,
     /// Sends invalidations to the kernel; set once the session exists.
     notifier: Arc<OnceLock<Notifier>>,
     /// Whether listings carry attributes (io_uring only).
@@ -65,6 +68,7 @@ impl Tux3Fuse {
             parents: Arc::new(Mutex::new(HashMap::new())),
             strips_privs: Arc::new(AtomicBool::new(false)),
             uring: Arc::new(AtomicBool::new(false)),
+            acls: Arc::new(AtomicBool::new(false)),
             notifier: Arc::new(OnceLock::new()),
             listings: Arc::default(),
             idle: Arc::new(OnceLock::new()),
@@ -98,6 +102,24 @@ impl Tux3Fuse {
     }
 
     /// Record that the kernel takes requests through io_uring.
+    pub(super) fn set_acls(&self, on: bool) {
+        self.acls.store(on, Ordering::Relaxed);
+    }
+
+    /// The mode a file made in `parent` with `mode` gets before ACLs: with
+    /// ACLs on, the kernel leaves the caller's `umask` to us, and it applies
+    /// unless `parent` has a default ACL (then the engine masks the mode by
+    /// that instead). Without them the kernel has applied it already.
+    pub(super) fn create_mode(&self, parent: Ino, mode: u32, umask: u32) -> u32 {
+        if !self.acls.load(Ordering::Relaxed) {
+            return mode;
+        }
+        match self.fs.getxattr(parent, ACL_XATTRS[1]) {
+            Ok(_) => mode,
+            Err(_) => mode & !(umask & 0o777),
+        }
+    }
+
     pub(super) fn set_uring(&self, on: bool) {
         self.uring.store(on, Ordering::SeqCst);
     }
@@ -201,7 +223,7 @@ impl Tux3Fuse {
         // Without FUSE_POSIX_ACL the kernel passes ACLs through as plain
         // xattrs but never enforces them: refuse them rather than store
         // permissions nobody checks (cp -a then falls back to chmod).
-        if ACL_XATTRS.contains(&name) {
+        if ACL_XATTRS.contains(&name) && !self.acls.load(Ordering::Relaxed) {
             return Err(Error::Posix(Errno(libc::EOPNOTSUPP)));
         }
         self.fs.setxattr(ino, name, value, mode)

@@ -51,6 +51,13 @@ impl Filesystem for Tux3Fuse {
                 .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
                 .is_ok(),
         );
+        // POSIX ACLs, checked by the kernel (which needs
+        // default_permissions for that) and kept by the engine; the umask
+        // is then ours to apply (`Tux3Fuse::create_mode`).
+        if self.opts.default_permissions {
+            let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+            self.set_acls(config.add_capabilities(acl).is_ok());
+        }
         if self.opts.uring != Some(false) && uring::kernel_enabled() {
             self.set_uring(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok());
         }
@@ -139,10 +146,11 @@ impl Filesystem for Tux3Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let mode = self.create_mode(parent.0, mode, umask);
         let r = self
             .owner(req.uid(), req.gid(), parent.0)
             .and_then(|(uid, gid, _)| {
@@ -152,7 +160,8 @@ impl Filesystem for Tux3Fuse {
         self.entry(parent.0, r, reply);
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let mode = self.create_mode(parent.0, mode, umask);
         let r = self
             .owner(req.uid(), req.gid(), parent.0)
             .and_then(|(uid, gid, sgid)| {

@@ -199,6 +199,7 @@ pub(super) fn set_attrs(i: &mut Inode, set: &SetAttr, now: Timespec) {
     let a = &mut i.attrs;
     if let Some(m) = set.mode {
         a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+        super::acl::chmod(a, m);
     }
     if let Some(u) = set.uid {
         a.uid = u;

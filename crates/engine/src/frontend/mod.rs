@@ -22,6 +22,7 @@ macro_rules! or_fail {
     };
 }
 
+pub mod acl;
 mod evict;
 mod file;
 pub mod fsync;

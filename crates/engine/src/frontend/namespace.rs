@@ -198,7 +198,10 @@ impl Volume {
             Some(n) => self.claim_ino(n)?,
             None => self.alloc_ino(parent)?,
         };
-        let inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
+        let mut inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
+        if number.is_none() && kind != FileType::Symlink {
+            super::xattr::inherit_acl(&self.dir(parent)?.attrs, &mut inode);
+        }
         self.cache.insert(inode);
         self.touch(ino);
         self.add_entry(parent, name, ino, kind, free)?;

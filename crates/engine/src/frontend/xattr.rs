@@ -3,11 +3,16 @@
 //! bounded by `xattr_space` (ENOSPC beyond it, as ext4 does when they do not
 //! fit).
 //!
+//! The two POSIX ACL xattrs keep the rules of `acl.rs` (an access ACL
+//! sets the mode, and is not stored when the mode says it all).
+//!
 //! Calls the cache and structures (the inode record's xattr cost).
 
+use super::acl::{self, ACL_ACCESS, ACL_DEFAULT};
 use super::Volume;
+use crate::cache::Inode;
 use crate::error::{err, Errno, Result};
-use crate::structures::inode::xattr_cost;
+use crate::structures::inode::{xattr_cost, InodeAttrs};
 use crate::types::*;
 
 pub(super) fn check_xattr_name(name: &[u8]) -> Result<()> {
@@ -40,9 +45,24 @@ impl Volume {
         if i.attrs.xattr_bytes() - old_cost + xattr_cost(name, value) > space {
             return err(Errno::ENOSPC);
         }
+        if name == ACL_DEFAULT {
+            if i.kind() != FileType::Directory {
+                return err(Errno::EACCES);
+            }
+            acl::check_default(value)?;
+        }
+        if name == ACL_ACCESS {
+            // Parsed before any change: a bad ACL changes nothing.
+            acl::set_access(&mut i.attrs.clone(), value)?;
+        }
         self.begin_change(2)?;
         let i = self.inode(ino)?;
-        i.attrs.xattrs.insert(name.to_vec(), value.to_vec());
+        let store = name != ACL_ACCESS || acl::set_access(&mut i.attrs, value)?;
+        if store {
+            i.attrs.xattrs.insert(name.to_vec(), value.to_vec());
+        } else {
+            i.attrs.xattrs.remove(name);
+        }
         i.attrs.ctime = Timespec::now();
         self.touch(ino);
         Ok(())
@@ -63,5 +83,29 @@ impl Volume {
         i.attrs.ctime = Timespec::now();
         self.touch(ino);
         Ok(())
+    }
+}
+
+/// A new inode made in a directory with attributes `dir` takes the
+/// directory's default ACL (`acl.rs`), if it has one.
+pub(super) fn inherit_acl(dir: &InodeAttrs, inode: &mut Inode) {
+    let Some(default) = dir.xattrs.get(acl::ACL_DEFAULT) else {
+        return;
+    };
+    let a = &mut inode.attrs;
+    let is_dir = a.mode & libc::S_IFMT == libc::S_IFDIR;
+    if let Some(acl::Inherited {
+        mode,
+        access,
+        default,
+    }) = acl::inherit(default, a.mode, is_dir)
+    {
+        a.mode = mode;
+        if let Some(v) = access {
+            a.xattrs.insert(acl::ACL_ACCESS.to_vec(), v);
+        }
+        if let Some(v) = default {
+            a.xattrs.insert(acl::ACL_DEFAULT.to_vec(), v);
+        }
     }
 }

@@ -311,15 +311,17 @@ impl Tux3Fuse {
             op::MKNOD => {
                 let a: MknodIn = read(op_in)?;
                 let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
+                let mode = self.create_mode(ino, a.mode, a.umask);
                 let attr = self
                     .fs
-                    .mknod_held(ino, name()?, a.mode, u64::from(a.rdev), uid, gid)?;
+                    .mknod_held(ino, name()?, mode, u64::from(a.rdev), uid, gid)?;
                 Answer::Entry(self.found(ino, attr))
             }
             op::MKDIR => {
                 let a: MkdirIn = read(op_in)?;
                 let (uid, gid, sgid) = self.owner(h.uid, h.gid, ino)?;
-                Answer::Entry(self.found(ino, self.fs.mkdir_held(ino, name()?, a.mode | sgid, uid, gid)?))
+                let mode = self.create_mode(ino, a.mode, a.umask);
+                Answer::Entry(self.found(ino, self.fs.mkdir_held(ino, name()?, mode | sgid, uid, gid)?))
             }
             op::UNLINK => self.fs.unlink(ino, name()?).map(|()| Answer::Empty)?,
             op::RMDIR => self.fs.rmdir(ino, name()?).map(|()| Answer::Empty)?,

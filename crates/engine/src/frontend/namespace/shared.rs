@@ -123,7 +123,8 @@ impl Volume {
         if ino >= 1 << 48 {
             return Some(err(Errno::ENOSPC));
         }
-        let inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
+        let mut inode = fresh_inode(ino, parent, kind, mode, rdev, uid, gid, self.be.delta);
+        super::super::xattr::inherit_acl(&d.attrs, &mut inode);
         let attr = inode.attr(self.be.bs as u32);
         self.cache.insert_shared(inode);
         self.touched(ino);
