@@ -23,6 +23,7 @@ pub const CASES: &[Case] = &[
     Case::new("attrs/times_unlink", times_unlink),
     Case::new("attrs/times_creat", times_creat),
     Case::new("attrs/times_mkdir_rmdir", times_mkdir_rmdir),
+    Case::new("attrs/relatime_read", relatime_read),
 ];
 
 fn st(p: &std::path::Path) -> Result<libc::stat, Fail> {
@@ -394,5 +395,33 @@ fn times_mkdir_rmdir(c: &Ctx) -> Res {
         mtime(&sd) != OLD && ctime(&sd) > ctime(&bd),
         "parent times not updated by rmdir"
     );
+    Ok(())
+}
+
+/// The default `relatime`: a read moves an access time that is not after
+/// the last modification, and a second read leaves the new one. (The
+/// file's cached pages are dropped so the read reaches a FUSE server.)
+fn relatime_read(c: &Ctx) -> Res {
+    let f = c.p("f");
+    put(&f, b"data")?;
+    let old = sys::ts(OLD.0, OLD.1);
+    let later = sys::ts(OLD.0 + 1000, 0);
+    ok("utimensat", sys::utimens(&f, old, later))?;
+    // The read's access time must come out after the ctime utimensat set
+    // (else it is "not after the last change" and moves again).
+    tick_past(&[&f])?;
+    let read = || -> Res {
+        let fd = ok("open", sys::open(&f, libc::O_RDONLY, 0))?;
+        // SAFETY: a valid descriptor; advice only.
+        unsafe { libc::posix_fadvise(fd.0, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        check_eq!(ok("pread", sys::pread(&fd, 16, 0))?, b"data".to_vec(), "content");
+        Ok(())
+    };
+    read()?;
+    let first = atime(&ok("stat", sys::stat(&f))?);
+    check!(first > (OLD.0 + 1000, 0), "atime {first:?} did not move on a read");
+    read()?;
+    let second = atime(&ok("stat", sys::stat(&f))?);
+    check_eq!(second, first, "a second read moved a fresh atime");
     Ok(())
 }

@@ -10,6 +10,7 @@ use clap::{CommandFactory, Parser};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
+use tux3::types::AtimeRule;
 use tux3_fuse::FuseOptions;
 
 /// Most request threads `threads=N` accepts.
@@ -58,12 +59,6 @@ const IGNORED: &[&str] = &[
     "group",
     "_netdev",
     "nofail",
-    "relatime",
-    "norelatime",
-    "strictatime",
-    "nostrictatime",
-    "diratime",
-    "nodiratime",
     "lazytime",
     "nolazytime",
     "iversion",
@@ -177,6 +172,12 @@ const FLAGS: &[&str] = &[
     "nodev",
     "atime",
     "noatime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nostrictatime",
+    "diratime",
+    "nodiratime",
     "sync",
     "async",
     "dirsync",
@@ -218,7 +219,14 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
         "exec" | "noexec" => f.exec = Some(name == "exec"),
         "suid" | "nosuid" => f.suid = Some(name == "suid"),
         "dev" | "nodev" => f.dev = Some(name == "dev"),
-        "atime" | "noatime" => f.atime = Some(name == "atime"),
+        "atime" => f.atime = Some(true),
+        "noatime" => {
+            f.atime = Some(false);
+            f.atime_rule = AtimeRule::Never;
+        }
+        "relatime" | "nostrictatime" => f.atime_rule = AtimeRule::Relative,
+        "strictatime" | "norelatime" => f.atime_rule = AtimeRule::Strict,
+        "diratime" | "nodiratime" => f.diratime = name == "diratime",
         "sync" | "async" => f.sync = Some(name == "sync"),
         "dirsync" => f.dirsync = true,
         "fsync" => {
@@ -322,6 +330,18 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
          another user is always nosuid,nodev.",
     ),
     (
+        "relatime, strictatime, noatime",
+        "When reads and listings move access times: relatime (the default) when the access \
+         time is not after the last modification or change, or is a day old; strictatime \
+         (norelatime) at every read; noatime never. Reads the kernel serves from its page \
+         cache do not reach the server and move nothing. An update rides in the open delta \
+         and forces no commit.",
+    ),
+    (
+        "diratime, nodiratime",
+        "Whether listings move directories' access times (default diratime).",
+    ),
+    (
         "atime, noatime, sync, async, dirsync",
         "Kernel mount flags, passed through.",
     ),
@@ -399,8 +419,9 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
     ),
     (
         "defaults, auto, noauto, user, nouser, users, owner, group, _netdev, nofail, \
-         relatime, strictatime, lazytime, nodiratime, loop, x-*, comment=...",
-        "mount(8)'s own options: accepted and ignored.",
+         lazytime, loop, x-*, comment=...",
+        "mount(8)'s own options: accepted and ignored (lazytime: access times never force a \
+         commit anyway).",
     ),
 ];
 

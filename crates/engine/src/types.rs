@@ -210,6 +210,35 @@ impl RenameFlags {
     }
 }
 
+/// When a read or a listing moves a file's access time
+/// ([`crate::Fs::accessed`]), as the mount options `noatime`, `relatime`
+/// and `strictatime` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeRule {
+    /// Never.
+    Never,
+    /// When the access time is not after the last change of data or
+    /// attributes, or is a day old (the kernel's default).
+    #[default]
+    Relative,
+    /// At every access.
+    Strict,
+}
+
+impl AtimeRule {
+    /// Whether an access at `now` moves access time `atime` of a file
+    /// last modified at `mtime` and changed at `ctime`.
+    pub fn moves(self, atime: Timespec, mtime: Timespec, ctime: Timespec, now: Timespec) -> bool {
+        match self {
+            AtimeRule::Never => false,
+            AtimeRule::Strict => atime != now,
+            AtimeRule::Relative => {
+                atime <= mtime || atime <= ctime || now.sec.saturating_sub(atime.sec) >= 24 * 3600
+            }
+        }
+    }
+}
+
 /// How [`crate::Fs::setxattr`] treats an existing attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XattrMode {

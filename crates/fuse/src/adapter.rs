@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use tux3::error::{Errno, Error, Result};
-use tux3::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
+use tux3::types::{AtimeRule, Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
 use tux3::Fs;
 
 /// Directory entries fetched from the engine per `readdir` call; a reply
@@ -229,6 +229,28 @@ impl Tux3Fuse {
         self.fs.setxattr(ino, name, value, mode)
     }
 
+    /// Read from `ino` into `out`; the read moves its access time as the
+    /// mount's rule says.
+    pub(super) fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
+        let n = self.fs.read_into(ino, offset, out)?;
+        self.accessed(ino, false);
+        Ok(n)
+    }
+
+    /// A read of file `ino` or a listing of directory `ino` (`dir`) from
+    /// its start: move its access time if the mount's rule says so. An
+    /// access time the volume cannot take (full, read-only) stays as it was.
+    pub(super) fn accessed(&self, ino: Ino, dir: bool) {
+        let rule = if dir && !self.opts.diratime {
+            AtimeRule::Never
+        } else {
+            self.opts.atime_rule
+        };
+        if let Err(e) = self.fs.accessed(ino, rule) {
+            tracing::debug!("access time of inode {ino} not moved: {e}");
+        }
+    }
+
     /// The names of `ino`'s extended attributes, each ended by a NUL.
     pub(super) fn listxattr(&self, ino: Ino) -> Result<Vec<u8>> {
         let mut list = Vec::new();
@@ -338,6 +360,10 @@ impl Tux3Fuse {
         batch_len: usize,
         mut add: impl FnMut(Ino, u64, FileType, &[u8]) -> bool,
     ) -> Result<()> {
+        if offset == 0 {
+            // A listing from its start is one access of the directory.
+            self.accessed(ino, true);
+        }
         let dir = FileType::Directory;
         if offset < 1 && add(ino, 1, dir, b".") {
             return Ok(());

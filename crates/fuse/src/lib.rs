@@ -166,6 +166,13 @@ pub struct FuseOptions {
     pub suid: Option<bool>,
     pub dev: Option<bool>,
     pub atime: Option<bool>,
+    /// When reads and listings move access times (`relatime`, the
+    /// default; `noatime`; `strictatime`). The server moves them: the
+    /// kernel leaves a FUSE file's access time to it.
+    pub atime_rule: tux3::types::AtimeRule,
+    /// Whether listings move directories' access times (`nodiratime`:
+    /// not).
+    pub diratime: bool,
     pub sync: Option<bool>,
     pub dirsync: bool,
     /// The `-o` options the mount was made with, as given: what
@@ -193,6 +200,8 @@ impl FuseOptions {
             suid: root.then_some(true),
             dev: root.then_some(true),
             atime: None,
+            atime_rule: tux3::types::AtimeRule::Relative,
+            diratime: true,
             sync: None,
             dirsync: false,
         }

@@ -244,7 +244,7 @@ impl Filesystem for Tux3Fuse {
             if buf.len() < size {
                 buf.resize(size, 0);
             }
-            match self.fs.read_into(ino.0, offset, &mut buf[..size]) {
+            match self.read_into(ino.0, offset, &mut buf[..size]) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(errno(&e)),
             }

@@ -231,6 +231,21 @@ impl Fs {
         held(&mut v, attr, true)
     }
 
+    /// A read or listing of `ino` took place: its access time moves to now
+    /// if `rule` says so (true then). A cheap change the current delta
+    /// carries: it forces no commit of its own. Nothing on a read-only
+    /// volume.
+    pub fn accessed(&self, ino: Ino, rule: AtimeRule) -> Result<bool> {
+        if rule == AtimeRule::Never {
+            return Ok(false);
+        }
+        let now = Timespec::now();
+        if let Some(r) = self.shared_vol().accessed_shared(ino, rule, now) {
+            return r;
+        }
+        self.vol().accessed(ino, rule, now)
+    }
+
     /// Change attributes of `ino`; a size change truncates or extends.
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         self.setattr_stripping(ino, set, StripPrivs::Nothing)

@@ -400,6 +400,21 @@ impl Volume {
         Ok(())
     }
 
+    /// [`Volume::accessed_shared`] under the exclusive guard.
+    pub fn accessed(&mut self, ino: Ino, rule: AtimeRule, now: Timespec) -> Result<bool> {
+        if self.be.read_only {
+            return Ok(false);
+        }
+        let a = &self.inode(ino)?.attrs;
+        if !rule.moves(a.atime, a.mtime, a.ctime, now) {
+            return Ok(false);
+        }
+        self.begin_change(3)?;
+        self.inode(ino)?.attrs.atime = now;
+        self.touch(ino);
+        Ok(true)
+    }
+
     pub fn setattr(&mut self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let kind = self.inode(ino)?.kind();
         if set.size.is_some() {

@@ -376,6 +376,21 @@ impl Volume {
         }))
     }
 
+    /// A read or listing of `ino` at `now`: its access time moves if
+    /// `rule` says so (true then). The change rides in the current delta;
+    /// `None` when only the exclusive guard may take it.
+    pub fn accessed_shared(&self, ino: Ino, rule: AtimeRule, now: Timespec) -> Option<Result<bool>> {
+        let mut i = or_fail!(self.inode_shared(ino));
+        let a = &i.attrs;
+        if self.be.read_only || !rule.moves(a.atime, a.mtime, a.ctime, now) {
+            return Some(Ok(false));
+        }
+        or_fail!(self.reserve_shared(3)?);
+        i.attrs.atime = now;
+        self.touch_locked(&mut i);
+        Some(Ok(true))
+    }
+
     /// A setattr that changes no size, and `strip`'s privileges after it;
     /// `None` for a size change (truncate, extend).
     pub fn setattr_shared(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Option<Result<Attr>> {

@@ -190,7 +190,7 @@ impl Tux3Fuse {
                 let size = (a.size as usize).min(payload.len());
                 let out = &mut payload[..size];
                 if size < READ_HANDOFF {
-                    return replied(self.fs.read_into(h.nodeid, a.offset, out));
+                    return replied(self.read_into(h.nodeid, a.offset, out));
                 }
                 let (fuse, ino, offset, out, done) =
                     (self.clone(), h.nodeid, a.offset, Lent::new(out), defer());
@@ -199,7 +199,7 @@ impl Tux3Fuse {
                     Box::new(move || {
                         // SAFETY: this job answers the request, once.
                         let out = unsafe { out.take() };
-                        match fuse.fs.read_into(ino, offset, out) {
+                        match fuse.read_into(ino, offset, out) {
                             Ok(n) => done(0, Reply::InPayload(n)),
                             Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
                         }
