@@ -12,7 +12,7 @@ use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
 use super::{
-    errno, file_attr, from_system_time, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
+    errno, file_attr, from_system_time, generation, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
     IOC_SNAPSHOT_LIST, TTL,
 };
 use fuser::{Generation, INodeNo, Notifier, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
@@ -229,6 +229,24 @@ impl Tux3Fuse {
         self.fs.setxattr(ino, name, value, mode)
     }
 
+    /// Look `name` up in directory `parent`, held ([`Tux3Fuse::found`]).
+    /// `.` and `..` name the directory itself and its parent: the kernel
+    /// asks for them when it turns a file handle into a file whose inode
+    /// it no longer holds (`open_by_handle_at`, an NFS export), and for the
+    /// parent of such a directory.
+    pub(super) fn lookup_held(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        let attr = match name {
+            b"." => self.fs.getattr_held(parent)?,
+            b".." => self.fs.getattr_held(self.fs.dir_parent(parent)?)?,
+            _ => return Ok(self.found(parent, self.fs.lookup_held(parent, name)?)),
+        };
+        if attr.kind == FileType::Directory {
+            let up = self.fs.dir_parent(attr.ino)?;
+            self.parents.lock().insert(attr.ino, up);
+        }
+        Ok(attr)
+    }
+
     /// Read from `ino` into `out`; the read moves its access time as the
     /// mount's rule says.
     pub(super) fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
@@ -305,7 +323,7 @@ impl Tux3Fuse {
     /// ([`Tux3Fuse::found`]).
     pub(super) fn entry(&self, parent: Ino, r: Result<Attr>, reply: ReplyEntry) {
         match r.map(|attr| self.found(parent, attr)) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(generation(&attr))),
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -216,6 +216,19 @@ impl Default for FuseOptions {
     }
 }
 
+/// The generation of an inode, which the kernel puts in its file handles
+/// (`name_to_handle_at`, NFS) beside the inode number, so that a handle of
+/// a deleted file whose number was given to a new one is stale: taken from
+/// the birth time, which differs between the two (its nanoseconds since
+/// the epoch, folded to the 32 bits a handle keeps). 0 for inodes of
+/// volumes made before birth times were kept.
+pub fn generation(a: &Attr) -> u64 {
+    let nanos = (a.btime.sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(u64::from(a.btime.nsec));
+    (nanos ^ (nanos >> 32)) & 0xffff_ffff
+}
+
 /// The errno FUSE should return for an engine error.
 pub fn errno(e: &Error) -> fuser::Errno {
     fuser::Errno::from_i32(e.errno().0)

@@ -8,7 +8,8 @@ use super::adapter::{
     einval, empty, is_snapshot_ioctl, may_keep_ids, negative_attr, time_or_now, xattr_reply,
 };
 use super::{
-    errno, file_attr, file_type, from_system_time, IOC_SYNC, MAX_BACKGROUND, MAX_READAHEAD, MAX_WRITE, TTL,
+    errno, file_attr, file_type, from_system_time, generation, IOC_SYNC, MAX_BACKGROUND, MAX_READAHEAD,
+    MAX_WRITE, TTL,
 };
 use super::{uring, Tux3Fuse};
 use fuser::{
@@ -58,6 +59,9 @@ impl Filesystem for Tux3Fuse {
             let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
             self.set_acls(config.add_capabilities(acl).is_ok());
         }
+        // File handles that outlive the kernel's inode (inode number and
+        // generation; `.` and `..` lookups turn them back into files).
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         if self.opts.uring != Some(false) && uring::kernel_enabled() {
             self.set_uring(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok());
         }
@@ -70,14 +74,14 @@ impl Filesystem for Tux3Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup_held(parent.0, name.as_bytes()) {
+        match self.lookup_held(parent.0, name.as_bytes()) {
             // A negative entry: the kernel caches the absence for TTL.
             Err(e) if e.errno() == Errno::ENOENT => {
                 let mut attr = file_attr(&negative_attr());
                 attr.ino = INodeNo(0);
                 reply.entry(&TTL, &attr, Generation(0));
             }
-            Ok(attr) => reply.entry(&TTL, &file_attr(&self.found(parent.0, attr)), Generation(0)),
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(generation(&attr))),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -335,7 +339,7 @@ impl Filesystem for Tux3Fuse {
                 name,
                 &TTL,
                 &file_attr(attr),
-                Generation(0),
+                Generation(generation(attr)),
             )
         };
         match self.fill_dir_plus(ino.0, offset, add) {

@@ -246,6 +246,13 @@ impl Fs {
         self.vol().accessed(ino, rule, now)
     }
 
+    /// The parent of directory `ino` (the root's is itself); ENOTDIR for
+    /// any other file.
+    pub fn dir_parent(&self, ino: Ino) -> Result<Ino> {
+        self.warm(ino);
+        self.vol().dir_parent(ino)
+    }
+
     /// Change attributes of `ino`; a size change truncates or extends.
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         self.setattr_stripping(ino, set, StripPrivs::Nothing)

@@ -150,6 +150,11 @@ impl Volume {
         }
     }
 
+    /// The parent of directory `ino`; ENOTDIR for other files.
+    pub fn dir_parent(&mut self, ino: Ino) -> Result<Ino> {
+        Ok(self.dir(ino)?.attrs.parent)
+    }
+
     /// Create a node of type `mode & S_IFMT` (not a symlink).
     pub fn mknod(
         &mut self,

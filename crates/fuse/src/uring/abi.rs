@@ -280,7 +280,7 @@ impl<'a> Out<'a> {
     /// `struct fuse_entry_out`: an entry (a negative one for ino 0).
     pub fn entry(&mut self, a: &Attr, ttl: Duration) {
         self.u64(a.ino);
-        self.u64(0); // generation
+        self.u64(crate::generation(a));
         self.valid(ttl);
         self.valid(ttl);
         self.u32(ttl.subsec_nanos());

@@ -283,12 +283,12 @@ impl Tux3Fuse {
         let ino = h.nodeid;
         let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
         Ok(match h.opcode {
-            op::LOOKUP => match self.fs.lookup_held(ino, name()?) {
+            op::LOOKUP => match self.lookup_held(ino, name()?) {
                 Ok(attr) => {
                     if attr.kind != FileType::Directory {
                         self.listings.looked_up(ino);
                     }
-                    Answer::Entry(self.found(ino, attr))
+                    Answer::Entry(attr)
                 }
                 // A negative entry: the kernel caches the absence for TTL.
                 Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
