@@ -213,6 +213,9 @@ fn populate(fs: &Fs, tag: u32) {
         if i == 3 {
             fs.link(f.ino, ROOT_INO, format!("link{tag}").as_bytes()).unwrap();
             fs.setxattr(f.ino, b"user.k", b"v", XattrMode::Any).unwrap();
+            // Inode flags (attribute 11) that refuse no change.
+            fs.set_flags(f.ino, tux3::types::flags::NODUMP | tux3::types::flags::NOATIME)
+                .unwrap();
         }
     }
     let sparse = fs.create(d.ino, b"sparse", 0o600, 0, 0).unwrap();

@@ -15,6 +15,7 @@ mod util;
 mod acl;
 mod attrs;
 mod dirs;
+mod flags;
 mod links;
 mod misc;
 mod mmap;
@@ -31,7 +32,7 @@ use std::process::ExitCode;
 use util::{Case, Ctx, Fail};
 
 fn all_cases() -> Vec<&'static Case> {
-    let groups: [&'static [Case]; 11] = [
+    let groups: [&'static [Case]; 12] = [
         open::CASES,
         dirs::CASES,
         rename::CASES,
@@ -42,6 +43,7 @@ fn all_cases() -> Vec<&'static Case> {
         mmap::CASES,
         xattr::CASES,
         acl::CASES,
+        flags::CASES,
         misc::CASES,
     ];
     groups.iter().flat_map(|g| g.iter()).collect()

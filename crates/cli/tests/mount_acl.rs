@@ -10,31 +10,11 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod mount_util;
 
 use mount_util::*;
-
-const NOBODY: u32 = 65534;
-
-/// `sh -c script` as uid and gid 65534 (or root): whether it succeeded, and
-/// its output and errors.
-fn sh(script: &str, nobody: bool) -> (bool, String) {
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", script]).current_dir("/").stdin(Stdio::null());
-    if nobody {
-        cmd.uid(NOBODY).gid(NOBODY);
-    }
-    let out = cmd.output().expect("run sh");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 fn root(script: &str) -> String {
     let (ok, out) = sh(script, false);

@@ -210,6 +210,26 @@ impl RenameFlags {
     }
 }
 
+/// Inode flags, with the values Linux gives them (`FS_*_FL`,
+/// `FS_IOC_GETFLAGS`). The engine keeps the rules of immutable and
+/// append-only files; the others are kept for the tools that read them.
+pub mod flags {
+    /// Writes synchronous (kept and reported).
+    pub const SYNC: u32 = 0x8;
+    /// No change at all: data, attributes, xattrs, names (EPERM).
+    pub const IMMUTABLE: u32 = 0x10;
+    /// Data only appended; no other change, no name taken away (EPERM).
+    pub const APPEND: u32 = 0x20;
+    /// Not for dump(8) (kept and reported).
+    pub const NODUMP: u32 = 0x40;
+    /// Reads and listings do not move the access time.
+    pub const NOATIME: u32 = 0x80;
+    /// Directory changes synchronous (kept and reported).
+    pub const DIRSYNC: u32 = 0x10000;
+    /// Every flag the engine keeps.
+    pub const KNOWN: u32 = SYNC | IMMUTABLE | APPEND | NODUMP | NOATIME | DIRSYNC;
+}
+
 /// When a read or a listing moves a file's access time
 /// ([`crate::Fs::accessed`]), as the mount options `noatime`, `relatime`
 /// and `strictatime` say.

@@ -455,6 +455,39 @@ impl Tux3Fuse {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Serve an inode flags ioctl (`FS_IOC_GETFLAGS`, `FS_IOC_SETFLAGS`,
+    /// `FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR`: what `lsattr`, `chattr`
+    /// and `xfs_io` send, the kernel's permission checks done) on `ino`
+    /// with argument `arg`; returns what goes back out. `None` for another
+    /// command.
+    pub(super) fn flags_ioctl(&self, ino: Ino, cmd: u32, arg: &[u8]) -> Option<Result<Vec<u8>>> {
+        let word = |a: &[u8]| a.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        Some(match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => self.fs.flags(ino).map(|f| f.to_le_bytes().to_vec()),
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => match word(arg) {
+                Some(f) => self.fs.set_flags(ino, f).map(|()| Vec::new()),
+                None => Err(einval()),
+            },
+            FS_IOC_FSGETXATTR => self.fs.flags(ino).map(|f| {
+                let mut out = vec![0u8; FSXATTR_LEN];
+                out[..4].copy_from_slice(&xflags_of(f).to_le_bytes());
+                out
+            }),
+            FS_IOC_FSSETXATTR => match word(arg) {
+                Some(x) if arg.len() >= FSXATTR_LEN => self.fs.flags(ino).and_then(|old| {
+                    // The flags with no fsxattr form (dirsync) are kept.
+                    let keep = old & !xflags_of_inverse(u32::MAX);
+                    match flags_of_xflags(x) {
+                        Some(f) => self.fs.set_flags(ino, keep | f).map(|()| Vec::new()),
+                        None => Err(Error::Posix(Errno::ENOTSUP)),
+                    }
+                }),
+                _ => Err(einval()),
+            },
+            _ => return None,
+        })
+    }
+
     /// Serve a snapshot ioctl ([`is_snapshot_ioctl`]) sent by user `uid`
     /// with argument `arg`; returns what goes back out. Create and delete
     /// change the whole volume while any process that may open a file of
@@ -593,4 +626,63 @@ pub(super) fn may_keep_ids(pid: u32) -> bool {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
+}
+
+/// Whether `cmd` is one of [`Tux3Fuse::flags_ioctl`]'s.
+pub(super) fn is_flags_ioctl(cmd: u32) -> bool {
+    [
+        FS_IOC_GETFLAGS,
+        FS_IOC32_GETFLAGS,
+        FS_IOC_SETFLAGS,
+        FS_IOC32_SETFLAGS,
+        FS_IOC_FSGETXATTR,
+        FS_IOC_FSSETXATTR,
+    ]
+    .contains(&cmd)
+}
+
+/// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`) and its 32-bit form.
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+/// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`) and its 32-bit form.
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// `FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes).
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+const FSXATTR_LEN: usize = 28;
+
+/// Inode flags and their `FS_XFLAG_*` forms.
+const XFLAGS: [(u32, u32); 5] = [
+    (tux3::types::flags::IMMUTABLE, 0x8),
+    (tux3::types::flags::APPEND, 0x10),
+    (tux3::types::flags::SYNC, 0x20),
+    (tux3::types::flags::NOATIME, 0x40),
+    (tux3::types::flags::NODUMP, 0x80),
+];
+
+/// The `FS_XFLAG_*` form of inode flags `f`.
+fn xflags_of(f: u32) -> u32 {
+    XFLAGS.iter().filter(|(fl, _)| f & fl != 0).map(|(_, x)| x).sum()
+}
+
+/// The inode flags that have an `FS_XFLAG_*` form, of `f`.
+fn xflags_of_inverse(f: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(fl, _)| f & fl != 0)
+        .map(|(fl, _)| fl)
+        .sum()
+}
+
+/// Inode flags from `FS_XFLAG_*` flags; `None` if one has no inode flag.
+fn flags_of_xflags(x: u32) -> Option<u32> {
+    let known: u32 = XFLAGS.iter().map(|(_, x)| x).sum();
+    (x & !known == 0).then(|| {
+        XFLAGS
+            .iter()
+            .filter(|(_, xf)| x & xf != 0)
+            .map(|(fl, _)| fl)
+            .sum()
+    })
 }

@@ -370,7 +370,7 @@ impl Filesystem for Tux3Fuse {
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
@@ -383,6 +383,12 @@ impl Filesystem for Tux3Fuse {
         // delete commit on this request thread, as a sync does.
         if is_snapshot_ioctl(cmd) {
             return match self.snapshot_ioctl(req.uid(), cmd, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
+        if let Some(r) = self.flags_ioctl(ino.0, cmd, in_data) {
+            return match r {
                 Ok(out) => reply.ioctl(0, &out),
                 Err(e) => reply.error(errno(&e)),
             };

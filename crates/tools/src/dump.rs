@@ -239,6 +239,7 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     let mut bad = 0u64;
     let mut maps = Maps::default();
+    let mut flagged: Vec<(u64, u32)> = Vec::new();
     let w = walk(
         dev.as_ref(),
         be.itable.get_mut(),
@@ -247,6 +248,9 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
             for (ino, v) in entries {
                 match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev.as_ref())) {
                     Ok(a) => {
+                        if a.flags != 0 {
+                            flagged.push((*ino, a.flags));
+                        }
                         let kind = FileType::from_mode(a.mode);
                         let k = kind.map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));
                         *kinds.entry(k).or_default() += 1;
@@ -280,7 +284,35 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
     if bad > 0 {
         let _ = writeln!(out, "  {bad} inode records do not decode");
     }
+    if !flagged.is_empty() {
+        let _ = writeln!(out, "  {} inodes with flags", flagged.len());
+        for (ino, f) in flagged.iter().take(MAX_FILES_LISTED) {
+            let _ = writeln!(out, "    inode {ino}: {}", flag_names(*f));
+        }
+        if flagged.len() > MAX_FILES_LISTED {
+            let _ = writeln!(out, "    ... {} more", flagged.len() - MAX_FILES_LISTED);
+        }
+    }
     maps
+}
+
+/// Inode flags by name, as `chattr` spells them.
+fn flag_names(f: u32) -> String {
+    use tux3::types::flags::*;
+    let names = [
+        (IMMUTABLE, "immutable (i)"),
+        (APPEND, "append-only (a)"),
+        (NODUMP, "nodump (d)"),
+        (NOATIME, "noatime (A)"),
+        (SYNC, "sync (S)"),
+        (DIRSYNC, "dirsync (D)"),
+    ];
+    let v: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| f & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    v.join(", ")
 }
 
 impl Maps {

@@ -409,3 +409,24 @@ pub fn can_use_uring() -> bool {
     }
     true
 }
+
+/// The other user of the permission tests.
+pub const NOBODY: u32 = 65534;
+
+/// `sh -c script`, as root or (`nobody`) as uid/gid [`NOBODY`]: whether it
+/// succeeded, and its output and errors.
+pub fn sh(script: &str, nobody: bool) -> (bool, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script]).current_dir("/").stdin(Stdio::null());
+    if nobody {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let out = cmd.output().expect("run sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

@@ -246,6 +246,19 @@ impl Fs {
         self.vol().accessed(ino, rule, now)
     }
 
+    /// The inode flags of `ino` ([`crate::types::flags`]).
+    pub fn flags(&self, ino: Ino) -> Result<u32> {
+        self.warm(ino);
+        self.vol().flags(ino)
+    }
+
+    /// Set the inode flags of `ino` (`chattr`); EOPNOTSUPP for a flag the
+    /// engine does not keep. Who may set which is the caller's to check.
+    pub fn set_flags(&self, ino: Ino, flags: u32) -> Result<()> {
+        self.warm(ino);
+        self.vol().set_flags(ino, flags)
+    }
+
     /// The parent of directory `ino` (the root's is itself); ENOTDIR for
     /// any other file.
     pub fn dir_parent(&self, ino: Ino) -> Result<Ino> {

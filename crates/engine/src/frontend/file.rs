@@ -269,7 +269,9 @@ impl Volume {
     }
 
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        check_file(self.inode(ino)?)?;
+        let i = self.inode(ino)?;
+        check_file(i)?;
+        super::flags::may_write(&i.attrs, offset)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -406,7 +408,7 @@ impl Volume {
             return Ok(false);
         }
         let a = &self.inode(ino)?.attrs;
-        if !rule.moves(a.atime, a.mtime, a.ctime, now) {
+        if a.flags & flags::NOATIME != 0 || !rule.moves(a.atime, a.mtime, a.ctime, now) {
             return Ok(false);
         }
         self.begin_change(3)?;
@@ -416,6 +418,7 @@ impl Volume {
     }
 
     pub fn setattr(&mut self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        super::flags::may_change(&self.inode(ino)?.attrs)?;
         let kind = self.inode(ino)?.kind();
         if set.size.is_some() {
             match kind {

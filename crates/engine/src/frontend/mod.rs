@@ -25,6 +25,7 @@ macro_rules! or_fail {
 pub mod acl;
 mod evict;
 mod file;
+pub(crate) mod flags;
 pub mod fsync;
 mod handles;
 mod load;

@@ -192,6 +192,7 @@ impl Volume {
         let Lookup::Absent { free } = self.probe(parent, name)? else {
             return err(Errno::EEXIST);
         };
+        super::flags::may_name_in(&self.dir(parent)?.attrs)?;
         self.begin_change(3)?;
         let kind = FileType::from_mode(mode).ok_or(Error::Posix(Errno::EINVAL))?;
         let is_dir = kind == FileType::Directory;
@@ -260,6 +261,8 @@ impl Volume {
         if self.inode(ino)?.attrs.nlink >= u32::MAX - 1 {
             return err(Errno::EMLINK);
         }
+        super::flags::may_change(&self.inode(ino)?.attrs)?;
+        super::flags::may_name_in(&self.dir(newparent)?.attrs)?;
         self.begin_change(2)?;
         self.books.get_mut().ns_touched.insert(ino);
         let kind = self.inode(ino)?.kind();
@@ -277,6 +280,7 @@ impl Volume {
         if e.kind == FileType::Directory {
             return err(Errno::EISDIR);
         }
+        self.may_unname(parent, e.ino)?;
         self.begin_release(2)?;
         self.books.get_mut().ns_touched.insert(e.ino);
         self.remove_entry(parent, &e.spot, e.ino)?;
@@ -292,11 +296,22 @@ impl Volume {
         if !self.is_empty_dir(e.ino)? {
             return err(Errno::ENOTEMPTY);
         }
+        self.may_unname(parent, e.ino)?;
         self.begin_release(2)?;
         self.books.get_mut().ns_touched.extend([parent, e.ino]);
         self.remove_entry(parent, &e.spot, e.ino)?;
         self.dir(parent)?.attrs.nlink -= 1;
         self.drop_dir(e.ino)
+    }
+
+    /// [`flags::may_unname`] of `victim`'s name in `dir`.
+    fn may_unname(&mut self, dir: Ino, victim: Ino) -> Result<()> {
+        let d = self.dir(dir)?.attrs.flags;
+        let v = self.inode(victim)?.attrs.flags;
+        if super::flags::frozen_flags(d) || super::flags::frozen_flags(v) {
+            return err(Errno::EPERM);
+        }
+        Ok(())
     }
 
     /// One name of `ino` is gone: drop its link count; at zero it becomes
@@ -460,6 +475,11 @@ impl Volume {
                     });
                 }
             }
+        }
+        self.may_unname(parent, src.ino)?;
+        super::flags::may_name_in(&self.dir(newparent)?.attrs)?;
+        if let Some(t) = &target {
+            self.may_unname(newparent, t.ino)?;
         }
         let src_dir = src.kind == FileType::Directory;
         if flags.exchange {

@@ -352,6 +352,7 @@ impl Volume {
         let bs = self.bs();
         let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
+        or_fail!(super::flags::may_write(&i.attrs, offset));
         if data.is_empty() {
             return Some(Ok(Written {
                 bytes: 0,
@@ -382,7 +383,7 @@ impl Volume {
     pub fn accessed_shared(&self, ino: Ino, rule: AtimeRule, now: Timespec) -> Option<Result<bool>> {
         let mut i = or_fail!(self.inode_shared(ino));
         let a = &i.attrs;
-        if self.be.read_only || !rule.moves(a.atime, a.mtime, a.ctime, now) {
+        if self.be.read_only || a.flags & flags::NOATIME != 0 || !rule.moves(a.atime, a.mtime, a.ctime, now) {
             return Some(Ok(false));
         }
         or_fail!(self.reserve_shared(3)?);
@@ -398,6 +399,7 @@ impl Volume {
             return None;
         }
         let mut i = or_fail!(self.inode_shared(ino));
+        or_fail!(super::flags::may_change(&i.attrs));
         or_fail!(self.reserve_shared(3)?);
         set_attrs(&mut i, set, Timespec::now());
         if strip_locked(&mut i, strip) {

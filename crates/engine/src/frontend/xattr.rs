@@ -35,6 +35,7 @@ impl Volume {
         check_xattr_name(name)?;
         let space = self.xattr_space();
         let i = self.inode(ino)?;
+        super::flags::may_change(&i.attrs)?;
         let old = i.attrs.xattrs.get(name);
         match (mode, old) {
             (XattrMode::Create, Some(_)) => return err(Errno::EEXIST),
@@ -74,9 +75,11 @@ impl Volume {
 
     pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> Result<()> {
         check_xattr_name(name)?;
-        if !self.inode(ino)?.attrs.xattrs.contains_key(name) {
+        let a = &self.inode(ino)?.attrs;
+        if !a.xattrs.contains_key(name) {
             return err(Errno::ENODATA);
         }
+        super::flags::may_change(a)?;
         self.begin_change(2)?;
         let i = self.inode(ino)?;
         i.attrs.xattrs.remove(name);

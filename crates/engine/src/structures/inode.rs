@@ -13,6 +13,7 @@
 //! | 7 | xattr    | name length u8, name, value (the rest) |
 //! | 8 | blocks   | data blocks held u64 |
 //! | 9 | extents  | a small file's whole data map, in place of a tree: 1..=4 of lblock u64, pblock u64, count u32, birth u32 |
+//! | 11 | flags   | inode flags u32 (`types::flags`: immutable, append-only, ...) |
 
 use super::extent::Extent;
 use super::superblock::Root;
@@ -30,6 +31,7 @@ const TAG_ROOT: u8 = 6;
 const TAG_XATTR: u8 = 7;
 const TAG_BLOCKS: u8 = 8;
 const TAG_EXTENTS: u8 = 9;
+const TAG_FLAGS: u8 = 11;
 
 /// Most extents a data map held in the inode record may have; a file that
 /// needs more gets an extent tree.
@@ -47,7 +49,8 @@ pub fn inline_cost(n: usize) -> usize {
 }
 
 /// Bytes the fixed attributes can take at most (all present).
-pub const FIXED_ATTRS_MAX: usize = (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8);
+pub const FIXED_ATTRS_MAX: usize =
+    (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8) + (3 + 4);
 
 /// Cost of one xattr in the inode record: tag, length, name length, name, value.
 pub fn xattr_cost(name: &[u8], value: &[u8]) -> usize {
@@ -76,6 +79,8 @@ pub struct InodeAttrs {
     /// A small file's whole data map, held in the record instead of an
     /// extent tree (then `root` is empty). Written at every delta commit.
     pub inline: Vec<Extent>,
+    /// Inode flags (`types::flags`), as `chattr` sets them.
+    pub flags: u32,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -135,6 +140,11 @@ impl InodeAttrs {
                 w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
                 w.u32(e.birth);
             }
+        }
+        if self.flags != 0 {
+            w.u8(TAG_FLAGS);
+            w.u16(4);
+            w.u32(self.flags);
         }
         for (name, value) in &self.xattrs {
             w.u8(TAG_XATTR);
@@ -232,6 +242,16 @@ impl InodeAttrs {
                         return Err(bad(format!(
                             "holds {} blocks, the volume has {}",
                             a.blocks, bounds.block_count
+                        )));
+                    }
+                }
+                TAG_FLAGS => {
+                    need(4)?;
+                    a.flags = br.u32("flags")?;
+                    if a.flags & !crate::types::flags::KNOWN != 0 {
+                        return Err(bad(format!(
+                            "unknown inode flags {:#x}",
+                            a.flags & !crate::types::flags::KNOWN
                         )));
                     }
                 }

@@ -10,7 +10,7 @@ use super::args::{
     FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn, SetattrIn,
     SetxattrIn, WriteIn,
 };
-use crate::adapter::{einval, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
+use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 use tux3::error::{Errno, Error, Result};
@@ -250,7 +250,7 @@ impl Tux3Fuse {
                     Err(short) => return refused(short),
                 };
                 let len = (a.in_size as usize).min(h.payload_len).min(payload.len());
-                return match self.ring_ioctl(h.uid, a.cmd, &payload[..len]) {
+                return match self.ring_ioctl(h.nodeid, h.uid, a.cmd, &payload[..len]) {
                     Some(job) => {
                         let done = defer();
                         hand_off(
@@ -377,8 +377,15 @@ impl Tux3Fuse {
     /// `tux3 sync` (a whole commit) and the snapshot ioctls (create and
     /// delete commit). It gives the data that follows `fuse_ioctl_out` in
     /// the reply. `None` for a command we do not know.
-    fn ring_ioctl(&self, uid: u32, cmd: u32, arg: &[u8]) -> Option<IoctlJob> {
+    fn ring_ioctl(&self, ino: Ino, uid: u32, cmd: u32, arg: &[u8]) -> Option<IoctlJob> {
         let fuse = self.clone();
+        if is_flags_ioctl(cmd) {
+            let arg = arg.to_vec();
+            return Some(Box::new(move || {
+                fuse.flags_ioctl(ino, cmd, &arg)
+                    .unwrap_or(Err(Error::Posix(Errno(libc::ENOTTY))))
+            }));
+        }
         if cmd == IOC_SYNC {
             return Some(Box::new(move || fuse.fs.sync().map(|()| Vec::new())));
         }

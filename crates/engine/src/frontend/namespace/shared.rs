@@ -114,6 +114,9 @@ impl Volume {
         }
         let dev = self.be.dev.as_ref();
         let (mut d, free) = or_cold!(or_fail!(self.absent_in(parent, name, staged)?));
+        if crate::frontend::flags::frozen(&d.attrs) {
+            return None;
+        }
         or_fail!(self.reserve_shared(3)?);
         let Some(free) = free else {
             // Every position of the name's hash is taken.
@@ -238,6 +241,9 @@ impl Volume {
             return (!self.cache.contains(ino)).then_some(Named::Load(ino));
         };
         or_named_cold!(or_done!(self.preload_freed(&mut i, staged)));
+        if crate::frontend::flags::frozen(&d.attrs) || crate::frontend::flags::frozen(&i.attrs) {
+            return None;
+        }
         or_done!(self.reserve_release_shared(2)?);
         or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
@@ -283,6 +289,9 @@ impl Volume {
         }
         if i.attrs.nlink >= u32::MAX - 1 {
             return Some(err(Errno::EMLINK));
+        }
+        if crate::frontend::flags::frozen(&d.attrs) || crate::frontend::flags::frozen(&i.attrs) {
+            return None;
         }
         or_fail!(self.reserve_shared(2)?);
         let Some(free) = free else {
@@ -340,6 +349,9 @@ impl Volume {
         or_named_cold!(or_done!(
             self.staged(c.dir_ino(), staged, |dev| load_tree(&mut c, dev))
         ));
+        if crate::frontend::flags::frozen(&d.attrs) || crate::frontend::flags::frozen(&c.attrs) {
+            return None;
+        }
         or_done!(self.reserve_release_shared(2)?);
         or_done!(d.tree.remove_at(dev, &spot));
         let now = Timespec::now();
@@ -465,6 +477,16 @@ impl Volume {
         };
         if let Some(t) = tgt.as_mut() {
             or_named_cold!(or_done!(self.preload_freed(t, staged)));
+        }
+        // Immutable or append-only inodes go to the exclusive path, which
+        // checks them.
+        let frozen = crate::frontend::flags::frozen;
+        if frozen(&a.attrs)
+            || b.as_ref().is_some_and(|b| frozen(&b.attrs))
+            || frozen(&src.attrs)
+            || tgt.as_ref().is_some_and(|t| frozen(&t.attrs))
+        {
+            return None;
         }
         or_done!(self.reserve_shared(4)?);
         let now = Timespec::now();

@@ -1,0 +1,127 @@
+//! Inode flags through a mount, as `chattr` and `lsattr` use them on ext4:
+//! an immutable file takes no write, attribute, xattr or name change; an
+//! append-only file takes writes at its end only; an immutable directory
+//! takes no new or removed name; nodump and noatime are kept (noatime
+//! stops reads from moving the access time); only root may set immutable
+//! or append-only, while the owner may set the others; the flags survive
+//! a remount, show in `tux3 dump`, and fsck is clean.
+//!
+//! Another user is uid/gid 65534. Needs root, /dev/fuse and chattr/lsattr
+//! (e2fsprogs); without root and /dev/fuse every test prints a note and
+//! passes. The guard unmounts on every path.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+mod mount_util;
+
+use mount_util::*;
+
+fn eperm<T: std::fmt::Debug>(what: &str, r: std::io::Result<T>) {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        other => panic!("{what}: expected EPERM, got {other:?}"),
+    }
+}
+
+#[test]
+fn immutable_and_append_only_refuse_changes_and_flags_are_kept() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    fs::set_permissions(fx.dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
+    let m = fx.mount(&[]);
+    let (f, a, d) = (fx.path("frozen"), fx.path("log"), fx.path("dir"));
+    fs::write(&f, "fixed").expect("write");
+    fs::write(&a, "line1\n").expect("write");
+    fs::create_dir(&d).expect("mkdir");
+    fs::write(d.join("in"), "x").expect("write");
+    let at = |p: &std::path::Path| p.display().to_string();
+    let (ok, out) = sh(
+        &format!("chattr +i {} {} && chattr +a {}", at(&f), at(&d), at(&a)),
+        false,
+    );
+    assert!(ok, "chattr: {out}");
+    let (_, out) = sh(&format!("lsattr -d {} {} {}", at(&f), at(&a), at(&d)), false);
+    assert!(out.contains("----i") && out.contains("-----a"), "lsattr: {out}");
+
+    // Immutable file: nothing changes.
+    eperm(
+        "write",
+        OpenOptions::new()
+            .append(true)
+            .open(&f)
+            .and_then(|mut h| h.write_all(b"more")),
+    );
+    eperm(
+        "chmod",
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)),
+    );
+    eperm("unlink", fs::remove_file(&f));
+    eperm("rename", fs::rename(&f, fx.path("moved")));
+    eperm("link", fs::hard_link(&f, fx.path("second")));
+    let (ok, _) = sh(
+        &format!("setfattr -n user.x -v 1 {} 2>/dev/null || exit 1", at(&f)),
+        false,
+    );
+    assert!(!ok, "setxattr on an immutable file");
+    assert_eq!(fs::read_to_string(&f).expect("read"), "fixed");
+    // Immutable directory: no name comes or goes.
+    eperm("create in", fs::write(d.join("new"), "x"));
+    eperm("unlink in", fs::remove_file(d.join("in")));
+    // Append-only file: appends only.
+    OpenOptions::new()
+        .append(true)
+        .open(&a)
+        .and_then(|mut h| h.write_all(b"line2\n"))
+        .expect("append to an append-only file");
+    eperm("truncate", OpenOptions::new().write(true).truncate(true).open(&a));
+    eperm("unlink", fs::remove_file(&a));
+    assert_eq!(fs::read_to_string(&a).expect("read"), "line1\nline2\n");
+
+    // Who may set which: the owner sets nodump, not immutable.
+    let mine = fx.path("mine");
+    fs::write(&mine, "m").expect("write");
+    std::os::unix::fs::chown(&mine, Some(NOBODY), Some(NOBODY)).expect("chown");
+    let (ok, out) = sh(&format!("chattr +d {}", at(&mine)), true);
+    assert!(ok, "the owner sets nodump: {out}");
+    let (ok, _) = sh(&format!("chattr +i {}", at(&mine)), true);
+    assert!(!ok, "the owner may not set immutable");
+    let (ok, _) = sh(&format!("chattr +d {}", at(&a)), true);
+    assert!(!ok, "another user may not set flags");
+
+    m.unmount();
+    let dump = Command::new(env!("CARGO_BIN_EXE_tux3"))
+        .arg("dump")
+        .arg(&fx.img)
+        .output()
+        .expect("dump");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        dump.contains("immutable (i)") && dump.contains("nodump (d)"),
+        "{dump}"
+    );
+    fx.fsck();
+    let m = fx.mount(&[]);
+    let (_, out) = sh(&format!("lsattr -d {} {} {}", at(&f), at(&a), at(&mine)), false);
+    assert!(
+        out.contains("----i") && out.contains("-----a") && out.contains("d----"),
+        "after a remount: {out}"
+    );
+    // Clearing is allowed, and then changes are too.
+    let (ok, out) = sh(
+        &format!(
+            "chattr -i {0} {1} && chattr -a {2} && rm {0} {2} && rm -r {1}",
+            at(&f),
+            at(&d),
+            at(&a)
+        ),
+        false,
+    );
+    assert!(ok, "cleared: {out}");
+    m.unmount();
+    fx.fsck();
+}
