@@ -57,6 +57,9 @@ install: build
 	# umount(8) runs umount.<type> for a mount of type fuse.tux3: it waits
 	# for the server to commit and close the volume.
 	install -m 755 $(BUILD)/umount-tux3 $(DESTDIR)$(SBINDIR)/umount.fuse.tux3
+	# mount(8) runs mount.<type> for a remount (-o remount) of a mount of
+	# type fuse.tux3: the same helper as mount.tux3.
+	install -m 755 $(BUILD)/mount-tux3 $(DESTDIR)$(SBINDIR)/mount.fuse.tux3
 	$(TUX3) man $(DESTDIR)$(MANDIR)/man8 >/dev/null
 
 clean:

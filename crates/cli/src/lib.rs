@@ -31,6 +31,7 @@ pub mod mkfs_helper;
 pub mod mount;
 mod mount_opts;
 mod receive;
+mod remount;
 mod send;
 mod snapshot;
 mod sync;

@@ -70,24 +70,36 @@ pub struct MountArgs {
     /// commit=SECONDS, ...: see --help); may be repeated
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
-    /// Image file or block device holding the volume
+    /// Image file or block device holding the volume (with -o remount:
+    /// the mount point, if no directory follows)
     pub target: PathBuf,
     /// Directory to mount it on
-    pub mountpoint: PathBuf,
+    pub mountpoint: Option<PathBuf>,
 }
 
 /// `tux3 mount`.
 pub fn run(args: &MountArgs) -> Result<u8, CliError> {
+    if super::remount::is_remount(&args.options) {
+        let dir = args.mountpoint.as_ref().unwrap_or(&args.target);
+        return super::remount::remount(dir, &args.options)
+            .map(|()| 0)
+            .map_err(CliError::new);
+    }
+    let Some(mountpoint) = &args.mountpoint else {
+        return Err(CliError::new(
+            "missing the directory to mount on: tux3 mount IMAGE DIR",
+        ));
+    };
     let opts = parse_options(&args.options, false).map_err(CliError::new)?;
     if args.foreground {
         if let Some(log) = &opts.log {
             log_sink::to_file(log).map_err(|e| CliError::at(log.display(), e))?;
             log_sink::log_panics();
         }
-        let (mounted, _lock) = start(&args.target, &args.mountpoint, &opts).map_err(CliError::new)?;
+        let (mounted, _lock) = start(&args.target, mountpoint, &opts).map_err(CliError::new)?;
         serve(mounted)
     } else {
-        daemon(&args.target, &args.mountpoint, &opts)
+        daemon(&args.target, mountpoint, &opts)
     }
 }
 
@@ -112,6 +124,18 @@ pub fn helper_main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if super::remount::is_remount(&h.options) {
+        if h.fake {
+            return ExitCode::SUCCESS;
+        }
+        return match super::remount::remount(&h.mountpoint, &h.options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                say(&e);
+                ExitCode::from(32)
+            }
+        };
+    }
     let opts = match parse_options(&h.options, h.sloppy) {
         Ok(o) => o,
         Err(e) => {

@@ -330,6 +330,14 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
          another user is always nosuid,nodev.",
     ),
     (
+        "remount",
+        "Change the options of the live mount at DIR (tux3 mount -o remount,ro DIR, or mount -o \
+         remount,ro DIR): ro or rw, the access-time options and the kernel's flags (nosuid, \
+         nodev, noexec, sync, dirsync). Going read-only commits everything first and is \
+         refused while files are open for writing; read-write again is refused if the volume \
+         was mounted ro. Other options cannot change on a live mount and are refused by name.",
+    ),
+    (
         "relatime, strictatime, noatime",
         "When reads and listings move access times: relatime (the default) when the access \
          time is not after the last modification or change, or is a day old; strictatime \

@@ -10,6 +10,7 @@
 use super::forgets::ForgetBatcher;
 use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
+use super::remount::Live;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
 use super::{
     errno, file_attr, from_system_time, generation, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
@@ -21,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use tux3::error::{Errno, Error, Result};
-use tux3::types::{AtimeRule, Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
+use tux3::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
 use tux3::Fs;
 
 /// Directory entries fetched from the engine per `readdir` call; a reply
@@ -57,6 +58,8 @@ pub struct Tux3Fuse {
     idle: Arc<OnceLock<Waker>>,
     /// Gathers FORGETs into batches while the io_uring queues are up.
     pub(super) forgets: Arc<ForgetBatcher>,
+    /// What a remount may change (`remount.rs`).
+    pub(super) live: Arc<Live>,
 }
 
 impl Tux3Fuse {
@@ -64,7 +67,6 @@ impl Tux3Fuse {
     pub fn new(fs: Arc<Fs>, opts: FuseOptions) -> Tux3Fuse {
         Tux3Fuse {
             fs,
-            opts,
             parents: Arc::new(Mutex::new(HashMap::new())),
             strips_privs: Arc::new(AtomicBool::new(false)),
             uring: Arc::new(AtomicBool::new(false)),
@@ -73,6 +75,8 @@ impl Tux3Fuse {
             listings: Arc::default(),
             idle: Arc::new(OnceLock::new()),
             forgets: Arc::default(),
+            live: Arc::new(Live::new(opts.read_only, opts.atime_rule, opts.diratime)),
+            opts,
         }
     }
 
@@ -259,11 +263,7 @@ impl Tux3Fuse {
     /// its start: move its access time if the mount's rule says so. An
     /// access time the volume cannot take (full, read-only) stays as it was.
     pub(super) fn accessed(&self, ino: Ino, dir: bool) {
-        let rule = if dir && !self.opts.diratime {
-            AtimeRule::Never
-        } else {
-            self.opts.atime_rule
-        };
+        let rule = self.live.atime_rule(dir);
         if let Err(e) = self.fs.accessed(ino, rule) {
             tracing::debug!("access time of inode {ino} not moved: {e}");
         }
@@ -504,6 +504,9 @@ impl Tux3Fuse {
         if uid != 0 && uid != unsafe { libc::geteuid() } {
             return Err(Error::Posix(Errno::EPERM));
         }
+        if cmd == crate::IOC_REMOUNT {
+            return self.remount(arg).map(|()| Vec::new());
+        }
         if cmd == crate::IOC_MOUNT_INFO {
             let mut out = vec![0u8; crate::MOUNT_INFO_LEN];
             let (src, opts) = (self.opts.fsname.as_bytes(), self.opts.mount_options.as_bytes());
@@ -578,7 +581,11 @@ pub(super) fn empty(r: Result<()>, reply: ReplyEmpty) {
 pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
     matches!(
         cmd,
-        IOC_SNAPSHOT_CREATE | IOC_SNAPSHOT_DELETE | IOC_SNAPSHOT_LIST | crate::IOC_MOUNT_INFO
+        IOC_SNAPSHOT_CREATE
+            | IOC_SNAPSHOT_DELETE
+            | IOC_SNAPSHOT_LIST
+            | crate::IOC_MOUNT_INFO
+            | crate::IOC_REMOUNT
     )
 }
 

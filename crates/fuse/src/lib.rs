@@ -32,6 +32,7 @@ mod forgets;
 mod idle_poll;
 mod listing;
 mod ops;
+mod remount;
 mod serve;
 mod snapshot;
 #[cfg(feature = "test-hooks")]
@@ -40,6 +41,7 @@ pub mod test_hooks;
 mod uring;
 
 pub use adapter::Tux3Fuse;
+pub use remount::{RemountArg, IOC_REMOUNT};
 use serve::log;
 pub use serve::{block_signals, mount, Mounted};
 
