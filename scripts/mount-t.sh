@@ -72,6 +72,14 @@ echo "$line"
 echo hello >"$mnt/hello"
 [[ $(as_nobody cat "$mnt/hello") == hello ]] ||
     { echo "mount-t: another user cannot read a 0644 file" >&2; exit 1; }
+# mount -o remount through mount(8) (mount.fuse.tux3): read-only refuses
+# writers, read-write lets them in again.
+timeout 60 mount -o remount,ro "$mnt"
+if echo no >"$mnt/after-ro" 2>/dev/null; then
+    echo "mount-t: a write after mount -o remount,ro succeeded" >&2; exit 1
+fi
+timeout 60 mount -o remount,rw "$mnt"
+echo yes >"$mnt/after-rw" || { echo "mount-t: no write after mount -o remount,rw" >&2; exit 1; }
 timeout 60 umount "$mnt"
 timeout 60 flock -x "$img" true
 # noallow_other goes through mount(8), which keeps `private` for itself.
