@@ -233,17 +233,18 @@ impl Fs {
 
     /// A read or listing of `ino` took place: its access time moves to now
     /// if `rule` says so (true then). A cheap change the current delta
-    /// carries: it forces no commit of its own. Nothing on a read-only
-    /// volume.
+    /// carries: it forces no commit of its own, and never waits for one (a
+    /// FUSE queue thread calls it after a read): on a volume too full to
+    /// take a change without a commit first, and on a read-only one, the
+    /// access time stays.
     pub fn accessed(&self, ino: Ino, rule: AtimeRule) -> Result<bool> {
         if rule == AtimeRule::Never {
             return Ok(false);
         }
         let now = Timespec::now();
-        if let Some(r) = self.shared_vol().accessed_shared(ino, rule, now) {
-            return r;
-        }
-        self.vol().accessed(ino, rule, now)
+        self.shared_vol()
+            .accessed_shared(ino, rule, now)
+            .unwrap_or(Ok(false))
     }
 
     /// The inode flags of `ino` ([`crate::types::flags`]).

@@ -402,21 +402,6 @@ impl Volume {
         Ok(())
     }
 
-    /// [`Volume::accessed_shared`] under the exclusive guard.
-    pub fn accessed(&mut self, ino: Ino, rule: AtimeRule, now: Timespec) -> Result<bool> {
-        if self.be.read_only {
-            return Ok(false);
-        }
-        let a = &self.inode(ino)?.attrs;
-        if a.flags & flags::NOATIME != 0 || !rule.moves(a.atime, a.mtime, a.ctime, now) {
-            return Ok(false);
-        }
-        self.begin_change(3)?;
-        self.inode(ino)?.attrs.atime = now;
-        self.touch(ino);
-        Ok(true)
-    }
-
     pub fn setattr(&mut self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         super::flags::may_change(&self.inode(ino)?.attrs)?;
         let kind = self.inode(ino)?.kind();

@@ -379,7 +379,7 @@ impl Volume {
 
     /// A read or listing of `ino` at `now`: its access time moves if
     /// `rule` says so (true then). The change rides in the current delta;
-    /// `None` when only the exclusive guard may take it.
+    /// `None` when the volume has no room for a change without a commit.
     pub fn accessed_shared(&self, ino: Ino, rule: AtimeRule, now: Timespec) -> Option<Result<bool>> {
         let mut i = or_fail!(self.inode_shared(ino));
         let a = &i.attrs;
