@@ -27,6 +27,7 @@ impl Errno {
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
@@ -52,6 +53,7 @@ impl Errno {
             libc::ENOSPC => "ENOSPC",
             libc::EMLINK => "EMLINK",
             libc::ERANGE => "ERANGE",
+            libc::E2BIG => "E2BIG",
             libc::ENAMETOOLONG => "ENAMETOOLONG",
             libc::ENOTEMPTY => "ENOTEMPTY",
             libc::ENODATA => "ENODATA",

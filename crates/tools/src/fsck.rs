@@ -22,6 +22,7 @@ mod refs;
 mod scan;
 mod snapshots;
 mod walk;
+mod xattrs;
 
 pub(crate) use logscan::follow;
 pub(crate) use walk::walk;
@@ -97,6 +98,9 @@ pub(crate) enum Fix {
     Free { start: u64, count: u64 },
     /// Mark blocks in use that are referenced (by one owner) but marked free.
     MarkUsed { start: u64, count: u64 },
+    /// Drop `owner`'s reference to xattr file `xf` (if it names it) and
+    /// free `xf` (if it is an xattr file); `owner` 0: nobody names it.
+    XattrFile { owner: u64, xf: u64 },
     /// Rewrite the damaged superblock copy (the next unify writes it).
     Superblock { copy: u64 },
 }

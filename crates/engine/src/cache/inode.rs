@@ -44,6 +44,9 @@ pub struct Inode {
     pub gone: bool,
     /// Locked since the eviction hand last passed it ([`InodeCache::evict`]).
     pub used: bool,
+    /// The xattrs its xattr file holds (`attrs.xattr_file`), once read;
+    /// `None` until then (the frontend's `xattr.rs` keeps it).
+    pub spilled: Option<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
 }
 
 impl Inode {
@@ -64,6 +67,7 @@ impl Inode {
             data_delta: 0,
             gone: false,
             used: true,
+            spilled: None,
         }
     }
 

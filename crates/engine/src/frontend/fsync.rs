@@ -318,6 +318,12 @@ impl Volume {
                 return Ok(None);
             }
         }
+        // An xattr file made, written or freed in the open delta goes with
+        // its owner in a full commit.
+        let xattr_files = &self.books.get_mut().xattr_files;
+        if c.inodes.iter().chain(&c.dirs).any(|i| xattr_files.contains(i)) {
+            return Ok(None);
+        }
         let mut pages = 0;
         for &ino in &c.inodes {
             let i = self.inode(ino)?;
@@ -350,6 +356,7 @@ impl Volume {
             };
             matches!(i.kind(), FileType::Regular | FileType::Symlink)
                 && !books.ns_touched.contains(*ino)
+                && !books.xattr_files.contains(*ino)
                 && !books.names.pending(**ino)
                 && !self.be.orphans.contains(*ino)
                 && !i.tree.has_dirty_leaves()

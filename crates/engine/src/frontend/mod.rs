@@ -136,6 +136,9 @@ struct Books {
     /// What unlinks under the shared guard left for the next exclusive
     /// holder (`Volume::settle`), in the order they happened.
     unsettled: Unsettled,
+    /// Inodes whose xattr file changed (made, written or freed) in the
+    /// open delta: an fsync of one takes a full commit (`xattr.rs`).
+    xattr_files: std::collections::HashSet<Ino>,
 }
 
 /// Changes of shared unlinks that only exclusive access may make: to the
@@ -479,6 +482,7 @@ impl Volume {
                 books.ns_touched.clear();
                 books.names.clear();
                 books.freed_images.clear();
+                books.xattr_files.clear();
                 self.data_changed.get_mut().clear();
                 self.fsync_logged.clear();
                 Ok(Some(job))

@@ -371,6 +371,11 @@ impl Volume {
         self.be.records.push(Record::Drop { tree: ino });
         self.be.orphans.remove(&ino);
         self.be.itable.get_mut().remove(dev.as_ref(), ino)?;
+        // Its xattr file goes with it, in the same delta.
+        if inode.attrs.xattr_file != 0 {
+            self.books.get_mut().xattr_files.insert(ino);
+            self.free_xattr_file(inode.attrs.xattr_file)?;
+        }
         Ok(())
     }
 

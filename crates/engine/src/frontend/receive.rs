@@ -65,6 +65,8 @@ impl Volume {
         if self.books.get_mut().freed_inos.contains(&ino) {
             return err(Errno::EBUSY);
         }
+        // A number the source never sends may hold one of our xattr files.
+        self.move_xattr_file(ino)?;
         let dev = self.be.dev.clone();
         if self.cache.contains(ino) || self.be.itable.get_mut().get(dev.as_ref(), ino)?.is_some() {
             return err(Errno::EEXIST);

@@ -9,6 +9,7 @@
 
 use super::Volume;
 use crate::error::{err, Errno, Error, Result};
+use crate::structures::xattr_file::S_IFXATTR;
 use crate::types::Ino;
 
 impl Volume {
@@ -43,6 +44,25 @@ impl Volume {
         self.repair_begin()?;
         self.be.alloc.free_range(start, count);
         Ok(())
+    }
+
+    /// Drop `owner`'s reference to xattr file `xf` if it names it (`owner`
+    /// 0: none does), and free `xf` if it is an xattr file.
+    pub fn repair_xattr_file(&mut self, owner: Ino, xf: Ino) -> Result<()> {
+        self.repair_begin()?;
+        if owner != 0 {
+            let o = self.inode(owner)?;
+            if o.attrs.xattr_file == xf {
+                o.attrs.xattr_file = 0;
+                o.spilled = None;
+                self.touch(owner);
+            }
+        }
+        match self.inode(xf) {
+            Ok(x) if x.attrs.mode & libc::S_IFMT == S_IFXATTR => self.free_inode(xf),
+            Ok(_) | Err(Error::Posix(Errno::ENOENT)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Mark referenced blocks in use that the bitmap says are free.

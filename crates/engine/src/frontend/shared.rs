@@ -290,15 +290,19 @@ impl Volume {
     pub fn getxattr_shared(&self, ino: Ino, name: &[u8]) -> Option<Result<Vec<u8>>> {
         or_fail!(super::xattr::check_xattr_name(name));
         let i = or_fail!(self.inode_shared(ino));
-        Some(match i.attrs.xattrs.get(name) {
-            Some(v) => Ok(v.clone()),
+        // `None` (run exclusively): its xattr file is not read yet.
+        Some(match super::xattr::value_of(&i, name)? {
+            Some(v) => Ok(v),
             None => err(Errno::ENODATA),
         })
     }
 
     pub fn listxattr_shared(&self, ino: Ino) -> Option<Result<Vec<Vec<u8>>>> {
         let i = or_fail!(self.inode_shared(ino));
-        Some(Ok(i.attrs.xattrs.keys().cloned().collect()))
+        if i.attrs.xattr_file != 0 && i.spilled.is_none() {
+            return None; // its xattr file is read exclusively
+        }
+        Some(Ok(super::xattr::names_of(&i)))
     }
 
     /// Take a handle. Handles are taken and released under the inode's

@@ -13,10 +13,12 @@
 //! | 7 | xattr    | name length u8, name, value (the rest) |
 //! | 8 | blocks   | data blocks held u64 |
 //! | 9 | extents  | a small file's whole data map, in place of a tree: 1..=4 of lblock u64, pblock u64, count u32, birth u32 |
+//! | 10 | xattr file | the inode holding the xattrs the record does not (`xattr_file.rs`): ino u64 |
 //! | 11 | flags   | inode flags u32 (`types::flags`: immutable, append-only, ...) |
 
 use super::extent::Extent;
 use super::superblock::Root;
+use super::xattr_file::S_IFXATTR;
 use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_DEPTH};
 use crate::error::{Error, Result};
 use crate::types::Timespec;
@@ -31,7 +33,11 @@ const TAG_ROOT: u8 = 6;
 const TAG_XATTR: u8 = 7;
 const TAG_BLOCKS: u8 = 8;
 const TAG_EXTENTS: u8 = 9;
+const TAG_XATTR_FILE: u8 = 10;
 const TAG_FLAGS: u8 = 11;
+
+/// The first number an ordinary inode may have (the backend's `FIRST_INO`).
+const FIRST_FILE_INO: u64 = 16;
 
 /// Most extents a data map held in the inode record may have; a file that
 /// needs more gets an extent tree.
@@ -50,7 +56,7 @@ pub fn inline_cost(n: usize) -> usize {
 
 /// Bytes the fixed attributes can take at most (all present).
 pub const FIXED_ATTRS_MAX: usize =
-    (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8) + (3 + 4);
+    (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8) + (3 + 8) + (3 + 4);
 
 /// Cost of one xattr in the inode record: tag, length, name length, name, value.
 pub fn xattr_cost(name: &[u8], value: &[u8]) -> usize {
@@ -81,7 +87,10 @@ pub struct InodeAttrs {
     pub inline: Vec<Extent>,
     /// Inode flags (`types::flags`), as `chattr` sets them.
     pub flags: u32,
+    /// The xattrs the record holds (attribute 7).
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The inode holding the other xattrs (attribute 10; 0: none).
+    pub xattr_file: u64,
 }
 
 impl InodeAttrs {
@@ -141,6 +150,11 @@ impl InodeAttrs {
                 w.u32(e.birth);
             }
         }
+        if self.xattr_file != 0 {
+            w.u8(TAG_XATTR_FILE);
+            w.u16(8);
+            w.u64(self.xattr_file);
+        }
         if self.flags != 0 {
             w.u8(TAG_FLAGS);
             w.u16(4);
@@ -161,8 +175,10 @@ impl InodeAttrs {
     /// log block) of a volume with `bounds`: the size fits a file, the data
     /// tree's root lies in the volume with a depth of at most 16, the block
     /// count fits the volume, the parent is an inode number, a data map in
-    /// the record (regular files and symlinks only, never with a root) has
-    /// 1 ..= 4 sorted, disjoint extents inside the volume.
+    /// the record (regular files, symlinks and xattr files only, never with
+    /// a root) has 1 ..= 4 sorted, disjoint extents inside the volume, an
+    /// xattr file is an ordinary inode number other than its owner's, and
+    /// an xattr file has none of its own.
     pub fn decode(b: &[u8], ino: u64, block: u64, bounds: &Bounds) -> Result<InodeAttrs> {
         let mut a = InodeAttrs::default();
         let mut r = Reader::new(b, block);
@@ -264,6 +280,16 @@ impl InodeAttrs {
                     }
                     a.xattrs.insert(name, value);
                 }
+                TAG_XATTR_FILE => {
+                    need(8)?;
+                    a.xattr_file = br.u64("xattr file")?;
+                    if a.xattr_file < FIRST_FILE_INO || a.xattr_file >= INO_LIMIT || a.xattr_file == ino {
+                        return Err(bad(format!(
+                            "xattr file {} is not an inode it may name",
+                            a.xattr_file
+                        )));
+                    }
+                }
                 TAG_EXTENTS => {
                     if len == 0
                         || !len.is_multiple_of(INLINE_EXTENT_BYTES)
@@ -305,7 +331,7 @@ impl InodeAttrs {
         }
         if !a.inline.is_empty() {
             let kind = a.mode & libc::S_IFMT;
-            if kind != libc::S_IFREG && kind != libc::S_IFLNK {
+            if kind != libc::S_IFREG && kind != libc::S_IFLNK && kind != S_IFXATTR {
                 return Err(bad(format!(
                     "extents in the record of a file of mode {:#o}",
                     a.mode
@@ -314,6 +340,9 @@ impl InodeAttrs {
             if a.root.addr != 0 {
                 return Err(bad("both an extent tree and extents in the record".into()));
             }
+        }
+        if a.xattr_file != 0 && a.mode & libc::S_IFMT == S_IFXATTR {
+            return Err(bad(format!("an xattr file names xattr file {}", a.xattr_file)));
         }
         Ok(a)
     }

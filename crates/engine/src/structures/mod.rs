@@ -15,6 +15,7 @@ pub mod dirent;
 pub mod extent;
 pub mod inode;
 pub mod superblock;
+pub mod xattr_file;
 
 use crate::codec::Bounds;
 use crate::device::Device;

@@ -43,7 +43,8 @@ pub(super) fn check_inode(
         );
     }
     let kind = FileType::from_mode(a.mode);
-    if kind.is_none() {
+    let xattr_file = super::xattrs::is_xattr_file(a);
+    if kind.is_none() && !xattr_file {
         f.problem(
             "inode",
             format!("inode {ino}: mode {:o} names no file type", a.mode),
@@ -152,6 +153,9 @@ pub(super) fn check_inode(
         block_count: be.sb.block_count,
     };
     c.check(&extents, refs, f);
+    if xattr_file {
+        super::xattrs::check_contents(dev, ino, a, &extents, f);
+    }
     true
 }
 
@@ -193,7 +197,8 @@ impl Extents<'_> {
     /// blocks in `refs`.
     fn check(&self, extents: &[(u64, Extent)], refs: &mut Vec<Ref>, f: &mut Findings) {
         let (ino, a, kind, block_count) = (self.ino, self.a, self.kind, self.block_count);
-        let holds_data = matches!(kind, Some(FileType::Regular | FileType::Symlink));
+        let holds_data =
+            matches!(kind, Some(FileType::Regular | FileType::Symlink)) || super::xattrs::is_xattr_file(a);
         let size_blocks = a.size.div_ceil(self.bs);
         let mut sum = 0u64;
         let mut prev_end = 0u64;

@@ -23,6 +23,7 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
             Fix::Blocks { ino, blocks } => v.repair_blocks(ino, blocks)?,
             Fix::Free { start, count } => v.repair_free(start, count)?,
             Fix::MarkUsed { start, count } => v.repair_mark_used(start, count)?,
+            Fix::XattrFile { owner, xf } => v.repair_xattr_file(owner, xf)?,
             // The unify below writes the copy not in use: the damaged one.
             Fix::Superblock { .. } => {}
         }

@@ -107,8 +107,13 @@ pub(super) fn check(
         _ => {}
     }
 
+    // Xattr files: named by their owners' records, not by entries.
+    let named: HashMap<u64, usize> = names_of.iter().map(|(&i, v)| (i, v.len())).collect();
+    if c.itable {
+        super::xattrs::check_refs(inodes, &named, f);
+    }
     // Names per inode, parents, link counts.
-    for (&ino, a) in inodes {
+    for (&ino, a) in inodes.iter().filter(|(_, a)| !super::xattrs::is_xattr_file(a)) {
         let list = names_of.get(&ino).map_or(&[][..], |v| v.as_slice());
         let where_ = |list: &[usize]| {
             let dirs: Vec<String> = list

@@ -240,6 +240,9 @@ impl Volume {
         let Some(mut i) = self.cache.try_lock(ino) else {
             return (!self.cache.contains(ino)).then_some(Named::Load(ino));
         };
+        if i.attrs.xattr_file != 0 {
+            return None; // its xattr file may go too: exclusively
+        }
         or_named_cold!(or_done!(self.preload_freed(&mut i, staged)));
         if crate::frontend::flags::frozen(&d.attrs) || crate::frontend::flags::frozen(&i.attrs) {
             return None;
@@ -337,8 +340,8 @@ impl Volume {
         let Some(mut c) = self.cache.try_lock(ino) else {
             return (!self.cache.contains(ino)).then_some(Named::Load(ino));
         };
-        if !c.is_dir() {
-            return None; // damage: the exclusive path reports it
+        if !c.is_dir() || c.attrs.xattr_file != 0 {
+            return None; // damage, or an xattr file to free: exclusively
         }
         let empty = or_named_cold!(or_done!(
             self.staged(c.dir_ino(), staged, |dev| has_no_entries(&mut c, dev))
@@ -476,6 +479,9 @@ impl Volume {
             None => None,
         };
         if let Some(t) = tgt.as_mut() {
+            if t.attrs.xattr_file != 0 {
+                return None; // its xattr file may go too: exclusively
+            }
             or_named_cold!(or_done!(self.preload_freed(t, staged)));
         }
         // Immutable or append-only inodes go to the exclusive path, which
