@@ -374,7 +374,7 @@ impl Volume {
         // Its xattr file goes with it, in the same delta.
         if inode.attrs.xattr_file != 0 {
             self.books.get_mut().xattr_files.insert(ino);
-            self.free_xattr_file(inode.attrs.xattr_file)?;
+            self.free_owned_xattr_file(ino, inode.attrs.xattr_file)?;
         }
         Ok(())
     }

@@ -264,6 +264,7 @@ impl Volume {
     fn write_xattr_file(&mut self, xf: Ino, bytes: &[u8]) -> Result<()> {
         let bs = self.bs();
         let len = bytes.len() as u64;
+        self.inode(xf)?; // in cache (it may have been let go of)
         let mut x = self.cache.lock(xf).ok_or(Error::Posix(Errno::ENOENT))?;
         let old = x.attrs.size;
         for (k, chunk) in bytes.chunks(bs as usize).enumerate() {
@@ -295,6 +296,26 @@ impl Volume {
         self.free_inode(xf)?;
         self.books.get_mut().freed_inos.remove(&xf);
         Ok(())
+    }
+
+    /// Free xattr file `xf` of freed inode `owner` — if it is one, and
+    /// `owner`'s: a damaged reference must not free another inode (fsck
+    /// reports what is left).
+    pub(super) fn free_owned_xattr_file(&mut self, owner: Ino, xf: Ino) -> Result<()> {
+        // The owner is gone already: an xattr file that cannot be read is
+        // left for fsck rather than failing the free half done.
+        let x = match self.inode(xf) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!("inode {owner} freed, but not its xattr file {xf}: {e}");
+                return Ok(());
+            }
+        };
+        if x.attrs.mode & libc::S_IFMT != S_IFXATTR || x.attrs.parent != owner {
+            tracing::error!("inode {owner} named inode {xf} as its xattr file, which it is not: left alone");
+            return Ok(());
+        }
+        self.free_xattr_file(xf)
     }
 
     /// Inode number `ino`, wanted by a receive, is an xattr file's: give

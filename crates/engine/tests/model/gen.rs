@@ -480,7 +480,7 @@ pub fn op() -> BoxedStrategy<Op> {
         2 => (node(), perm()).prop_map(|(node, perm)| Op::Chmod { node, perm }),
         2 => (node(), any::<u8>()).prop_map(|(node, owner)| Op::Chown { node, owner }),
         1 => (node(), any::<u32>(), any::<u32>()).prop_map(|(node, atime, mtime)| Op::Utimes { node, atime, mtime }),
-        5 => (xnode(), name(), prop_oneof![0u16..40, 0u16..600, 0u16..3000], any::<u8>(), any::<u8>())
+        5 => (xnode(), name(), prop_oneof![0u16..40, 0u16..600, 0u16..3000, 0u16..=u16::MAX], any::<u8>(), any::<u8>())
             .prop_map(|(node, name, len, seed, mode)| Op::SetXattr { node, name, len, seed, mode }),
         2 => (xnode(), name()).prop_map(|(node, name)| Op::GetXattr { node, name }),
         1 => xnode().prop_map(|node| Op::ListXattr { node }),

@@ -451,11 +451,19 @@ fn model_self_check_xattrs() {
         seed: 1,
         mode,
     };
-    t.expect(set("user.a", 50, XattrMode::Any), OK); // 60 of 100
-    t.expect(set("user.b", 30, XattrMode::Create), OK); // 100 of 100
-    t.expect(set("user.c", 0, XattrMode::Any), Err(Errno::ENOSPC));
-    t.expect(set("user.a", 51, XattrMode::Replace), Err(Errno::ENOSPC));
+    t.expect(set("user.a", 50, XattrMode::Any), OK);
+    t.expect(set("user.b", 30, XattrMode::Create), OK);
+    t.expect(set("user.c", 0, XattrMode::Any), OK);
+    t.expect(set("user.a", 65537, XattrMode::Replace), Err(Errno::E2BIG));
+    t.expect(set("user.a", 65536, XattrMode::Replace), OK);
     t.expect(set("user.a", 40, XattrMode::Replace), OK);
+    t.expect(
+        Action::RemoveXattr {
+            ino: R1,
+            name: n("user.c"),
+        },
+        OK,
+    );
     t.expect(set("user.a", 1, XattrMode::Create), Err(Errno::EEXIST));
     t.expect(set("user.z", 1, XattrMode::Replace), Err(Errno::ENODATA));
     t.expect(set("", 1, XattrMode::Any), Err(Errno::ERANGE));
