@@ -113,7 +113,8 @@ pub fn inodes(dev: &dyn Device, root: Root, each: &mut dyn FnMut(Changed) -> Res
             let a = InodeAttrs::decode(&raw, ino, 0, &bounds).map_err(StreamError::engine(format!(
                 "reading inode {ino} of the snapshot"
             )))?;
-            if a.nlink > 0 {
+            // (An xattr file is sent as its owner's xattrs.)
+            if a.nlink > 0 && a.mode & libc::S_IFMT != tux3::structures::xattr_file::S_IFXATTR {
                 each(Changed {
                     ino,
                     base: None,

@@ -81,6 +81,11 @@ struct Entry {
     is_dir: bool,
 }
 
+/// An xattr file (sent as its owner's xattrs, never as an inode).
+fn is_xattr_file(a: &InodeAttrs) -> bool {
+    a.mode & libc::S_IFMT == tux3::structures::xattr_file::S_IFXATTR
+}
+
 fn is_dir(a: &InodeAttrs) -> bool {
     FileType::from_mode(a.mode) == Some(FileType::Directory)
 }
@@ -156,8 +161,20 @@ pub fn plan(
     let ra = base.unwrap_or_default();
     // Which inodes differ, and how.
     let mut sides: BTreeMap<u64, (Option<InodeAttrs>, Option<InodeAttrs>)> = BTreeMap::new();
+    // Owners whose xattr file changed: their xattrs are compared whole.
+    let mut xattr_owners = BTreeSet::new();
     for (ino, (va, vb)) in changed_entries(dev, 0, TreeKind::Itable, ra, snap)? {
-        let (a, b) = (decode(dev, ino, &va)?, decode(dev, ino, &vb)?);
+        // A side that is an xattr file is no inode of the tree (a number
+        // may be an xattr file on one side and a file on the other).
+        let mut side = |v: &Option<Vec<u8>>| -> Result<Option<InodeAttrs>> {
+            let x = decode(dev, ino, v)?;
+            if let Some(x) = x.as_ref().filter(|x| is_xattr_file(x)) {
+                xattr_owners.insert(x.parent);
+                return Ok(None);
+            }
+            Ok(x)
+        };
+        let (a, b) = (side(&va)?, side(&vb)?);
         if a.is_some() || b.is_some() {
             sides.insert(ino, (a, b));
         }
@@ -378,8 +395,8 @@ pub fn plan(
             seen.insert(ino);
         }
     }
-    for ino in touched {
-        if !seen.contains(&ino) {
+    for ino in touched.into_iter().chain(xattr_owners) {
+        if seen.insert(ino) {
             if let Some(b) = view_b.attrs(ino)? {
                 changed.push(Changed {
                     ino,

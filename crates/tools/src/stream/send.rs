@@ -214,6 +214,7 @@ pub fn send(
         dev: dev.as_ref(),
         be: &be,
         fs: &fs,
+        fs_base: fs_base.as_ref(),
         w: &mut w,
         data_bytes: 0,
     };
@@ -244,6 +245,7 @@ fn full_stream<W: Write>(
         dev,
         be,
         fs,
+        fs_base: None,
         w: &mut w,
         data_bytes: 0,
     };
@@ -289,15 +291,35 @@ struct Contents<'a, W: Write> {
     dev: &'a dyn Device,
     be: &'a Backend,
     fs: &'a Fs,
+    /// The base snapshot of an incremental stream.
+    fs_base: Option<&'a Fs>,
     w: &'a mut Writer<W>,
     data_bytes: u64,
 }
 
 impl<W: Write> Contents<'_, W> {
+    /// Every xattr of `ino` in `fs` whose record is `a`: the record's,
+    /// and those of its xattr file (read through the snapshot).
+    fn xattrs(fs: Option<&Fs>, ino: u64, a: &InodeAttrs) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+        let (Some(fs), true) = (fs, a.xattr_file != 0) else {
+            return Ok(a.xattrs.clone());
+        };
+        let reading = || StreamError::engine(format!("reading the xattrs of inode {ino}"));
+        let mut all = BTreeMap::new();
+        for name in fs.listxattr(ino).map_err(reading())? {
+            let value = fs.getxattr(ino, &name).map_err(reading())?;
+            all.insert(name, value);
+        }
+        Ok(all)
+    }
+
     fn inode(&mut self, c: &Changed) -> Result<()> {
-        let empty = BTreeMap::new();
-        let old = c.base.as_ref().map_or(&empty, |a| &a.xattrs);
-        for (name, value) in &c.snap.xattrs {
+        let old = match &c.base {
+            Some(a) => Self::xattrs(self.fs_base, c.ino, a)?,
+            None => BTreeMap::new(),
+        };
+        let now = Self::xattrs(Some(self.fs), c.ino, &c.snap)?;
+        for (name, value) in &now {
             if old.get(name) != Some(value) {
                 self.w.put(&Record::SetXattr {
                     ino: c.ino,
@@ -306,7 +328,7 @@ impl<W: Write> Contents<'_, W> {
                 })?;
             }
         }
-        for name in old.keys().filter(|n| !c.snap.xattrs.contains_key(*n)) {
+        for name in old.keys().filter(|n| !now.contains_key(*n)) {
             self.w.put(&Record::RemoveXattr {
                 ino: c.ino,
                 name: name.clone(),
