@@ -317,5 +317,28 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.sync().unwrap();
     drop(fs);
     out.push(("snapshots", mem.image()));
+
+    // Xattrs the records cannot hold, in xattr files: a large value, a
+    // long name and a burst of names; one replaced after a snapshot (which
+    // keeps the old file's blocks), one owner unlinked in the log.
+    let (mem, fs) = formatted();
+    let a = fs.create(ROOT_INO, b"xa", 0o644, 0, 0).unwrap().ino;
+    let b = fs.create(ROOT_INO, b"xb", 0o644, 0, 0).unwrap().ino;
+    let c = fs.create(ROOT_INO, b"xc", 0o644, 0, 0).unwrap().ino;
+    let long = [b"user.".as_slice(), &[b'n'; 250]].concat();
+    let _ = fs.setxattr(a, b"user.big", &[0x3c; 6000], XattrMode::Create);
+    let _ = fs.setxattr(a, &long, b"long name", XattrMode::Create);
+    for k in 0..60u32 {
+        let _ = fs.setxattr(b, format!("user.n{k:03}").as_bytes(), &k.to_le_bytes(), XattrMode::Create);
+    }
+    let _ = fs.setxattr(c, b"user.gone", &[0x5d; 2000], XattrMode::Create);
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.snapshot_create(b"before").unwrap();
+    let _ = fs.setxattr(a, b"user.big", &[0x4e; 3000], XattrMode::Replace);
+    fs.unlink(ROOT_INO, b"xc").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    out.push(("xattr-files", mem.image()));
     out
 }

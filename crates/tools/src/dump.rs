@@ -252,7 +252,11 @@ fn itable(be: &mut Backend, replays: &HashMap<u64, TreeReplay>, out: &mut String
                             flagged.push((*ino, a.flags));
                         }
                         let kind = FileType::from_mode(a.mode);
-                        let k = kind.map_or_else(|| "unknown type".to_string(), |k| format!("{k:?}"));
+                        let k = match kind {
+                            Some(k) => format!("{k:?}"),
+                            None if is_xattr_file(&a) => "xattr files".to_string(),
+                            None => "unknown type".to_string(),
+                        };
                         *kinds.entry(k).or_default() += 1;
                         if kind != Some(FileType::Directory) {
                             let logged = replays
@@ -375,11 +379,21 @@ fn data_maps(be: &Backend, maps: &Maps, replays: &HashMap<u64, TreeReplay>, out:
             }
             Err(e) => format!("unreadable: {e}"),
         };
-        let _ = writeln!(out, "  inode {ino}: {at}: {list}");
+        let of = if is_xattr_file(a) {
+            format!(" (xattr file of inode {})", a.parent)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "  inode {ino}{of}: {at}: {list}");
     }
     if maps.more > 0 {
         let _ = writeln!(out, "  ... {} more files", maps.more);
     }
+}
+
+/// An xattr file's record (FORMAT.md 7.5).
+fn is_xattr_file(a: &InodeAttrs) -> bool {
+    a.mode & libc::S_IFMT == tux3::structures::xattr_file::S_IFXATTR
 }
 
 fn free_space(be: &mut Backend, out: &mut String) {
