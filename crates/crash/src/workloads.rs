@@ -11,6 +11,7 @@ use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
 mod names;
 mod pipeline;
+mod xattrs;
 
 /// Names accepted by [`record`].
 pub const NAMES: &[&str] = &[
@@ -27,6 +28,7 @@ pub const NAMES: &[&str] = &[
     "snapshots",
     "fsync_pipeline",
     "many_snapshots",
+    "large_xattrs",
 ];
 
 const BS: u32 = 4096;
@@ -46,6 +48,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "random_mix" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
         "remount" => Recorder::new(BS, 512, opts(128 << 10, 6), fault)?,
         "snapshots" => Recorder::new(BS, 1024, opts(256 << 10, 4), fault)?,
+        "large_xattrs" => Recorder::new(BS, 1024, opts(128 << 10, 8), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -65,6 +68,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "snapshots" => snapshots(&mut rec, &mut rng)?,
         "fsync_pipeline" => pipeline::fsync_pipeline(&mut rec, &mut rng)?,
         "many_snapshots" => many_snapshots(&mut rec, &mut rng)?,
+        "large_xattrs" => xattrs::large_xattrs(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()

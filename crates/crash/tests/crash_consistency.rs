@@ -207,6 +207,14 @@ fn fsync_pipeline() {
 }
 
 #[test]
+fn large_xattrs() {
+    // Values up to 64 KiB in xattr files, set, replaced and removed with
+    // their owners' records; owners unlinked, some while open.
+    check("large_xattrs", 1, 1200, &opts());
+    check("large_xattrs", 2, 1200, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {
