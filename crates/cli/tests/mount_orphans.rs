@@ -13,28 +13,9 @@ mod mount_util;
 use mount_util::*;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
-use std::process::Command;
 
 /// Size of the file, in bytes: far above the slack of the free counts.
 const FILE_BYTES: usize = 16 << 20;
-
-/// Free 4 KiB blocks of the volume mounted at `mnt`, once everything
-/// written so far is committed (`tux3 sync`): blocks freed in a delta are
-/// counted free only after it commits.
-fn free_blocks(mnt: &Path) -> u64 {
-    let st = Command::new(TUX3)
-        .arg("sync")
-        .arg(mnt)
-        .status()
-        .expect("run tux3 sync");
-    assert!(st.success(), "tux3 sync {}", mnt.display());
-    // SAFETY: plain data, filled by statvfs.
-    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid C string and out pointer.
-    assert_eq!(unsafe { libc::statvfs(cstr(mnt).as_ptr(), &mut sv) }, 0);
-    sv.f_bfree * sv.f_frsize / 4096
-}
 
 #[test]
 fn an_unlinked_file_lives_while_open_and_its_space_returns_after_close() {

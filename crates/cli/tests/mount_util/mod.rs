@@ -430,3 +430,20 @@ pub fn sh(script: &str, nobody: bool) -> (bool, String) {
     );
     (out.status.success(), text)
 }
+
+/// Free 4 KiB blocks of the volume mounted at `mnt`, once everything
+/// written so far is committed (`tux3 sync`): blocks freed in a delta are
+/// counted free only after it commits.
+pub fn free_blocks(mnt: &Path) -> u64 {
+    let st = Command::new(TUX3)
+        .arg("sync")
+        .arg(mnt)
+        .status()
+        .expect("run tux3 sync");
+    assert!(st.success(), "tux3 sync {}", mnt.display());
+    // SAFETY: plain data, filled by statvfs.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    assert_eq!(unsafe { libc::statvfs(cstr(mnt).as_ptr(), &mut sv) }, 0);
+    sv.f_bfree * sv.f_frsize / 4096
+}
