@@ -59,14 +59,15 @@ pub(super) fn large_xattrs(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                 .ok();
             }
             4 => {
-                // A burst of small names: the record fills, the rest spill.
+                // A burst of small names, each its own call: the record
+                // fills (25 of them fit) and the rest spill.
                 let base = rng.below(1000);
-                rec.op(format!("setxattr /{path} 120 names from {base}"), false, |fs| {
-                    (0..120).try_for_each(|k| {
-                        let name = format!("user.n{:04}", base + k);
-                        fs.setxattr(ino, name.as_bytes(), &fill(k, 24), XattrMode::Any)
-                    })
-                })?;
+                for k in 0..30 {
+                    let name = format!("user.n{:04}", base + k);
+                    rec.op(format!("setxattr /{path} {name}"), false, |fs| {
+                        fs.setxattr(ino, name.as_bytes(), &fill(k, 60), XattrMode::Any)
+                    })?;
+                }
             }
             _ => {
                 // The owner goes (open while it does, now and then) and a
