@@ -66,7 +66,17 @@ pub fn encode(entries: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
 /// count, names 1..=255 bytes sorted and distinct, values up to
 /// [`VALUE_MAX`], nothing left over.
 pub fn decode(b: &[u8], ino: u64, owner: u64, block: u64) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
-    let bad = |what: String| Error::corrupt(block, format!("xattr file {ino} of inode {owner}: {what}"));
+    decode_entries(b, block).map_err(|e| match e {
+        Error::Corrupt { block, what } => {
+            Error::corrupt(block, format!("xattr file {ino} of inode {owner}: {what}"))
+        }
+        e => e,
+    })
+}
+
+/// [`decode`], its errors naming only the block.
+fn decode_entries(b: &[u8], block: u64) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let bad = |what: String| Error::corrupt(block, what);
     if b.len() > FILE_MAX {
         return Err(bad(format!("size {} is past the largest ({FILE_MAX})", b.len())));
     }
