@@ -329,7 +329,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let _ = fs.setxattr(a, b"user.big", &[0x3c; 6000], XattrMode::Create);
     let _ = fs.setxattr(a, &long, b"long name", XattrMode::Create);
     for k in 0..60u32 {
-        let _ = fs.setxattr(b, format!("user.n{k:03}").as_bytes(), &k.to_le_bytes(), XattrMode::Create);
+        let _ = fs.setxattr(
+            b,
+            format!("user.n{k:03}").as_bytes(),
+            &k.to_le_bytes(),
+            XattrMode::Create,
+        );
     }
     let _ = fs.setxattr(c, b"user.gone", &[0x5d; 2000], XattrMode::Create);
     fs.sync().unwrap();

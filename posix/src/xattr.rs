@@ -24,7 +24,9 @@ pub const CASES: &[Case] = &[
 const VALUE_MAX: usize = 65536;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
 }
 
 /// Set a first attribute; EOPNOTSUPP means the fs has no user xattrs: skip.
@@ -205,7 +207,9 @@ fn largest_value(c: &Ctx) -> Res {
     match sys::setxattr(&f, "user.big", &big, 0) {
         Ok(()) => {}
         Err(e) if e.0 == libc::ENOSPC => {
-            return Err(Fail::Skip("no value of 64 KiB fits (ENOSPC, as on ext4 without ea_inode)".into()))
+            return Err(Fail::Skip(
+                "no value of 64 KiB fits (ENOSPC, as on ext4 without ea_inode)".into(),
+            ))
         }
         Err(e) => return Err(Fail::Fail(format!("setxattr of 64 KiB: unexpected {e}"))),
     }
@@ -214,25 +218,62 @@ fn largest_value(c: &Ctx) -> Res {
         sys::setxattr(&f, "user.bigger", &pattern(VALUE_MAX + 1, 2), 0),
         libc::E2BIG,
     )?;
-    check_eq!(ok("getxattr size", sys::getxattr(&f, "user.big", 0))?.0, VALUE_MAX, "size query");
-    check_eq!(ok("getxattr", sys::getxattr(&f, "user.big", VALUE_MAX))?.1, big, "64 KiB value");
+    check_eq!(
+        ok("getxattr size", sys::getxattr(&f, "user.big", 0))?.0,
+        VALUE_MAX,
+        "size query"
+    );
+    check_eq!(
+        ok("getxattr", sys::getxattr(&f, "user.big", VALUE_MAX))?.1,
+        big,
+        "64 KiB value"
+    );
     want_err(
         "getxattr one byte short",
         sys::getxattr(&f, "user.big", VALUE_MAX - 1),
         libc::ERANGE,
     )?;
     // Large replaced by small, small by large, and large by large.
-    ok("replace by small", sys::setxattr(&f, "user.big", b"tiny", libc::XATTR_REPLACE))?;
-    check_eq!(ok("getxattr", sys::getxattr(&f, "user.big", 100))?.1, b"tiny".to_vec(), "small again");
+    ok(
+        "replace by small",
+        sys::setxattr(&f, "user.big", b"tiny", libc::XATTR_REPLACE),
+    )?;
+    check_eq!(
+        ok("getxattr", sys::getxattr(&f, "user.big", 100))?.1,
+        b"tiny".to_vec(),
+        "small again"
+    );
     let other = pattern(50_000, 3);
-    ok("replace by large", sys::setxattr(&f, "user.small", &other, libc::XATTR_REPLACE))?;
-    check_eq!(ok("getxattr", sys::getxattr(&f, "user.small", VALUE_MAX))?.1, other, "large now");
+    ok(
+        "replace by large",
+        sys::setxattr(&f, "user.small", &other, libc::XATTR_REPLACE),
+    )?;
+    check_eq!(
+        ok("getxattr", sys::getxattr(&f, "user.small", VALUE_MAX))?.1,
+        other,
+        "large now"
+    );
     let third = pattern(VALUE_MAX, 4);
-    ok("replace large by large", sys::setxattr(&f, "user.small", &third, 0))?;
-    check_eq!(ok("getxattr", sys::getxattr(&f, "user.small", VALUE_MAX))?.1, third, "replaced");
-    check_eq!(names(&f)?, vec!["user.big".to_string(), "user.small".into()], "listxattr");
+    ok(
+        "replace large by large",
+        sys::setxattr(&f, "user.small", &third, 0),
+    )?;
+    check_eq!(
+        ok("getxattr", sys::getxattr(&f, "user.small", VALUE_MAX))?.1,
+        third,
+        "replaced"
+    );
+    check_eq!(
+        names(&f)?,
+        vec!["user.big".to_string(), "user.small".into()],
+        "listxattr"
+    );
     ok("removexattr large", sys::removexattr(&f, "user.small"))?;
-    want_err("getxattr removed", sys::getxattr(&f, "user.small", VALUE_MAX), libc::ENODATA)?;
+    want_err(
+        "getxattr removed",
+        sys::getxattr(&f, "user.small", VALUE_MAX),
+        libc::ENODATA,
+    )?;
     Ok(())
 }
 
@@ -241,11 +282,23 @@ fn longest_name(c: &Ctx) -> Res {
     put(&f, b"x")?;
     let name = format!("user.{}", "n".repeat(250));
     first_set(&f, &name, b"long")?;
-    check_eq!(ok("getxattr", sys::getxattr(&f, &name, 100))?.1, b"long".to_vec(), "255-byte name");
+    check_eq!(
+        ok("getxattr", sys::getxattr(&f, &name, 100))?.1,
+        b"long".to_vec(),
+        "255-byte name"
+    );
     check_eq!(names(&f)?, vec![name.clone()], "listxattr");
     let longer = format!("{name}n");
-    want_err("setxattr 256-byte name", sys::setxattr(&f, &longer, b"v", 0), libc::ERANGE)?;
-    want_err("getxattr 256-byte name", sys::getxattr(&f, &longer, 100), libc::ERANGE)?;
+    want_err(
+        "setxattr 256-byte name",
+        sys::setxattr(&f, &longer, b"v", 0),
+        libc::ERANGE,
+    )?;
+    want_err(
+        "getxattr 256-byte name",
+        sys::getxattr(&f, &longer, 100),
+        libc::ERANGE,
+    )?;
     ok("removexattr", sys::removexattr(&f, &name))?;
     Ok(())
 }
