@@ -28,6 +28,7 @@ impl Errno {
     pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const E2BIG: Errno = Errno(libc::E2BIG);
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
@@ -54,6 +55,7 @@ impl Errno {
             libc::EMLINK => "EMLINK",
             libc::ERANGE => "ERANGE",
             libc::E2BIG => "E2BIG",
+            libc::ESTALE => "ESTALE",
             libc::ENAMETOOLONG => "ENAMETOOLONG",
             libc::ENOTEMPTY => "ENOTEMPTY",
             libc::ENODATA => "ENODATA",

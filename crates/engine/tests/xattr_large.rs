@@ -249,3 +249,63 @@ fn a_damaged_xattr_file_is_reported_and_repaired() {
     fs.close().unwrap();
     assert_clean(&dev);
 }
+
+/// An xattr file is reached by no handle: a lookup of it by number (as the
+/// kernel makes for a file handle, `.` in that inode) gives ESTALE, and
+/// takes no handle.
+#[test]
+fn no_handle_reaches_an_xattr_file() {
+    let dev = fresh();
+    let fs = open(&dev);
+    let ino = file(&fs, "f");
+    fs.setxattr(ino, b"user.big", &value(10000, 8), XattrMode::Create)
+        .unwrap();
+    let stale: Vec<Ino> = (ino + 1..ino + 8)
+        .filter(|&x| fs.getattr_held(x).is_err_and(|e| e.errno() == Errno::ESTALE))
+        .collect();
+    assert_eq!(stale.len(), 1, "{stale:?}");
+    fs.close().unwrap();
+    assert_clean(&dev);
+}
+
+/// POSIX ACLs stay in the record (their rules read them there): one that
+/// no longer fits is ENOSPC, as `security.capability` is, while a user
+/// xattr of the same size goes to the xattr file.
+#[test]
+fn acls_and_capabilities_stay_in_the_record() {
+    let dev = fresh();
+    let fs = open(&dev);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    // owner, 20 named users, group, mask, other: 8 bytes each.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    let mut entry = |tag: u16, perm: u16, id: u32| {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    };
+    entry(0x01, 7, u32::MAX);
+    for id in 0..20 {
+        entry(0x02, 5, 1000 + id);
+    }
+    entry(0x04, 5, u32::MAX);
+    entry(0x10, 7, u32::MAX);
+    entry(0x20, 5, u32::MAX);
+    let room = fs.xattr_space() - 4 - b"user.fill".len() - acl.len();
+    fs.setxattr(d, b"user.fill", &vec![1u8; room], XattrMode::Create)
+        .unwrap();
+    for name in [b"system.posix_acl_default".as_slice(), b"security.capability"] {
+        assert_eq!(
+            fs.setxattr(d, name, &acl, XattrMode::Any).unwrap_err().errno(),
+            Errno::ENOSPC
+        );
+    }
+    fs.setxattr(d, b"user.same-size", &acl, XattrMode::Create)
+        .unwrap();
+    fs.removexattr(d, b"user.fill").unwrap();
+    fs.setxattr(d, b"system.posix_acl_default", &acl, XattrMode::Any)
+        .unwrap();
+    let f = fs.create(d, b"f", 0o644, 0, 0).unwrap().ino;
+    assert!(fs.getxattr(f, b"system.posix_acl_access").is_ok(), "inherited");
+    fs.close().unwrap();
+    assert_clean(&dev);
+}

@@ -833,6 +833,7 @@ impl Fs {
 /// operation on the exclusive path, in the same hold as the rest.
 fn held(v: &mut Volume, attr: Attr, hold: bool) -> Result<Attr> {
     if hold {
+        v.not_xattr_file(attr.ino)?;
         v.open_handle(attr.ino)?;
     }
     Ok(attr)

@@ -138,6 +138,8 @@ impl Volume {
     pub fn getattr_shared(&self, ino: Ino, hold: bool) -> Option<Result<Attr>> {
         let i = or_fail!(self.inode_shared(ino));
         if hold {
+            // No handle reaches an xattr file (a forged one gives ESTALE).
+            or_fail!(super::xattr::not_xattr_file(&i.attrs));
             self.hold_locked(ino);
         }
         Some(Ok(i.attr(self.be.bs as u32)))

@@ -40,6 +40,14 @@ pub(super) fn check_xattr_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// ESTALE for an xattr file: no handle may reach one.
+pub(super) fn not_xattr_file(a: &InodeAttrs) -> Result<()> {
+    if a.mode & libc::S_IFMT == S_IFXATTR {
+        return err(Errno::ESTALE);
+    }
+    Ok(())
+}
+
 /// Xattrs always kept in the record (see the top of this file).
 fn stays_in_record(name: &[u8]) -> bool {
     name == XATTR_CAPS || name == ACL_ACCESS || name == ACL_DEFAULT
@@ -75,6 +83,11 @@ pub(super) fn value_of(i: &Inode, name: &[u8]) -> Option<Option<Vec<u8>>> {
 }
 
 impl Volume {
+    /// ESTALE if `ino` is an xattr file (see [`not_xattr_file`]).
+    pub fn not_xattr_file(&mut self, ino: Ino) -> Result<()> {
+        not_xattr_file(&self.inode(ino)?.attrs)
+    }
+
     /// Read `ino`'s xattr file into its cached inode, if not done yet.
     fn load_spilled(&mut self, ino: Ino) -> Result<()> {
         let i = self.inode(ino)?;
