@@ -196,3 +196,33 @@ fn flipped_bytes_in_an_xattr_file_never_panic() {
         repair_leaves_it_clean(&dev, &format!("byte {at}: "));
     }
 }
+
+/// A record whose xattrs fill more than today's record space (written
+/// under the bound before attributes 10 and 11 took their bytes) still
+/// takes an xattr file: its largest xattrs move there with the new one,
+/// and the record comes within the space.
+#[test]
+fn a_record_over_the_space_moves_its_largest_xattrs_out() {
+    let (dev, _, other) = volume();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let space = fs.xattr_space();
+    fs.close().unwrap();
+    let half = (space + 11) / 2 - 4 - 6;
+    patch_record(&dev, other, |a| {
+        a.xattrs.insert(b"user.a".to_vec(), vec![1; half]);
+        a.xattrs.insert(b"user.b".to_vec(), vec![2; half]);
+        assert!(a.xattr_bytes() > space);
+    });
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    fs.setxattr(other, b"user.c", &[3; 5000], XattrMode::Create)
+        .unwrap();
+    fs.close().unwrap();
+    assert!(record_of(&dev, other).2.xattr_bytes() <= space);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(fs.getxattr(other, b"user.a").unwrap(), vec![1; half]);
+    assert_eq!(fs.getxattr(other, b"user.b").unwrap(), vec![2; half]);
+    assert_eq!(fs.getxattr(other, b"user.c").unwrap(), vec![3; 5000]);
+    fs.close().unwrap();
+    let r = check(dev.clone(), &FsckOptions::default()).unwrap();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+}

@@ -181,7 +181,7 @@ impl Volume {
             // Parsed before any change: a bad ACL changes nothing.
             acl::set_access(&mut i.attrs.clone(), value)?;
         }
-        let new_spill = (!fits || spilled).then(|| {
+        let mut new_spill = (!fits || spilled).then(|| {
             let mut m = i.spilled.clone().unwrap_or_default();
             m.remove(name);
             if !fits {
@@ -189,10 +189,34 @@ impl Volume {
             }
             m
         });
+        // A record written under an older, larger bound (before attributes
+        // 10 and 11 took their bytes) may hold more than `space`: it must
+        // come within it to take attribute 10, so its largest xattrs move
+        // to the file too.
+        let mut moved = Vec::new();
+        if let Some(m) = new_spill.as_mut() {
+            let new_cost = if fits { xattr_cost(name, value) } else { 0 };
+            let mut left = i.attrs.xattr_bytes() - in_record.unwrap_or(0) + new_cost;
+            let mut by_size: Vec<_> = (i.attrs.xattrs.iter())
+                .filter(|(n, _)| n.as_slice() != name && !stays_in_record(n))
+                .collect();
+            by_size.sort_by_key(|(n, v)| std::cmp::Reverse(xattr_cost(n, v)));
+            for (n, v) in by_size {
+                if left <= space {
+                    break;
+                }
+                left -= xattr_cost(n, v);
+                m.insert(n.clone(), v.clone());
+                moved.push(n.clone());
+            }
+        }
         let blocks = self.spill_blocks(new_spill.as_ref())?;
         self.begin_change(2 + blocks)?;
         let i = self.inode(ino)?;
         i.attrs.xattrs.remove(name);
+        for n in &moved {
+            i.attrs.xattrs.remove(n);
+        }
         if fits {
             let store = name != ACL_ACCESS || acl::set_access(&mut i.attrs, value)?;
             if store {
