@@ -1,7 +1,7 @@
 //! Through the real mount: the io_uring transport (`-o uring`) answers
 //! every kind of request as the `/dev/fuse` one (`-o nouring`) does — the
 //! same workload gives the same observations through both — and the ring
-//! threads, not fuser's, serve the requests. `-o uring` on a kernel that
+//! threads, not the /dev/fuse ones, serve the requests. `-o uring` on a kernel that
 //! does not allow it fails with a message saying how to allow it; a mount
 //! without the option says so once, and nothing where the kernel allows it.
 //! A write that must wait for a commit leaves the ring threads, and so does
@@ -154,7 +154,7 @@ fn cpu_ns(pid: i32, prefix: &str) -> u64 {
 }
 
 /// Run the workload through a mount with `opt`; returns the observations
-/// and the on-CPU time of ring and fuser threads over 2000 writes.
+/// and the on-CPU time of ring and /dev/fuse threads over 2000 writes.
 fn through(opt: &str) -> (Vec<String>, u64, u64) {
     let fx = Fixture::new("256M");
     let m = fx.mount(&["-o", opt]);
@@ -167,22 +167,22 @@ fn through(opt: &str) -> (Vec<String>, u64, u64) {
         // of writes is served by the rings.
         let start = std::time::Instant::now();
         loop {
-            let (r0, f0) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+            let (r0, f0) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "tux3-dev"));
             for i in 0..50u64 {
                 f.write_all(&i.to_ne_bytes()).unwrap();
             }
-            let (r1, f1) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+            let (r1, f1) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "tux3-dev"));
             if r1 - r0 > f1 - f0 {
                 break;
             }
             assert!(start.elapsed() < DEADLINE, "the rings never served the writes");
         }
     }
-    let (ring0, fuser0) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+    let (ring0, fuser0) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "tux3-dev"));
     for i in 0..2000u64 {
         f.write_all(&i.to_ne_bytes()).unwrap();
     }
-    let (ring1, fuser1) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "fuser"));
+    let (ring1, fuser1) = (cpu_ns(m.pid, "tux3-ring"), cpu_ns(m.pid, "tux3-dev"));
     drop(f);
     m.unmount();
     fx.fsck();
@@ -206,8 +206,8 @@ fn uring_answers_as_dev_fuse_does() {
     // it varied from a tenth to as much as the rings'.
     assert!(
         ring_ns > 0 && 4 * ring_ns > fuser_ns,
-        "the rings serve the writes: ring threads {ring_ns} ns on CPU (fuser threads beside \
-         them {fuser_by_ring} ns), against {fuser_ns} ns for fuser threads serving them \
+        "the rings serve the writes: ring threads {ring_ns} ns on CPU (/dev/fuse threads beside \
+         them {fuser_by_ring} ns), against {fuser_ns} ns for /dev/fuse threads serving them \
          through /dev/fuse"
     );
     assert_eq!(by_ring, by_dev, "the same observations through both transports");

@@ -1,6 +1,6 @@
 //! The adapter's state and the helpers its requests share, whichever
-//! transport brought them (`ops.rs` through fuser, `uring/` through
-//! io_uring): the `Fs` being served, the mount options, the parent of each
+//! transport brought them (`/dev/fuse` or io_uring; both decoded by
+//! `uring/dispatch.rs`): the `Fs` being served, the mount options, the parent of each
 //! directory the kernel knows (for the `..` entry of `readdir`; learned from
 //! lookups, dropped on forget), and the request logic both transports
 //! answer from.
@@ -12,11 +12,8 @@ use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
 use super::remount::Live;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
-use super::{
-    errno, file_attr, from_system_time, generation, FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE,
-    IOC_SNAPSHOT_LIST, TTL,
-};
-use fuser::{Generation, INodeNo, Notifier, ReplyEmpty, ReplyEntry, ReplyXattr, TimeOrNow};
+use super::{FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE, IOC_SNAPSHOT_LIST};
+use fuser::{INodeNo, Notifier};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +31,7 @@ const READDIR_BATCH: usize = 128;
 const READDIRPLUS_BATCH: usize = 32;
 
 /// A mounted volume as a FUSE filesystem. Clones share one state: fuser
-/// holds one, each io_uring queue thread another.
+/// holds one (for INIT), each request thread another.
 #[derive(Clone)]
 pub struct Tux3Fuse {
     pub(super) fs: Arc<Fs>,
@@ -319,15 +316,6 @@ impl Tux3Fuse {
         self.parents.lock().get(&ino).copied().unwrap_or(ino)
     }
 
-    /// Reply to a request that produced a new or found entry, held
-    /// ([`Tux3Fuse::found`]).
-    pub(super) fn entry(&self, parent: Ino, r: Result<Attr>, reply: ReplyEntry) {
-        match r.map(|attr| self.found(parent, attr)) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(generation(&attr))),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
     /// Let the idle pollers know of each request the queues take.
     pub(super) fn set_idle_poll(&self, w: Waker) {
         let _ = self.idle.set(w);
@@ -526,14 +514,6 @@ impl Tux3Fuse {
     }
 }
 
-/// `TimeOrNow` to engine time.
-pub(super) fn time_or_now(t: TimeOrNow) -> Timespec {
-    match t {
-        TimeOrNow::Now => Timespec::now(),
-        TimeOrNow::SpecificTime(t) => from_system_time(t),
-    }
-}
-
 /// The answer to an extended-attribute read.
 pub(super) enum XattrAnswer<'a> {
     /// The caller asked for the size only.
@@ -553,27 +533,6 @@ pub(super) fn xattr_answer(bytes: &[u8], size: u32) -> Result<XattrAnswer<'_>> {
         Err(Error::Posix(Errno::ERANGE))
     } else {
         Ok(XattrAnswer::Data(bytes))
-    }
-}
-
-/// Reply to an extended-attribute read through fuser.
-pub(super) fn xattr_reply(r: Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
-    let bytes = match r {
-        Ok(b) => b,
-        Err(e) => return reply.error(errno(&e)),
-    };
-    match xattr_answer(&bytes, size) {
-        Ok(XattrAnswer::Size(n)) => reply.size(n),
-        Ok(XattrAnswer::Data(b)) => reply.data(b),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-/// Reply with nothing or an error.
-pub(super) fn empty(r: Result<()>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -615,25 +574,6 @@ pub(super) fn negative_attr() -> Attr {
 
 /// The extended attributes that hold POSIX ACLs.
 const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
-
-/// `CAP_FSETID` (linux/capability.h): keep set-user-ID and set-group-ID
-/// across a change.
-const CAP_FSETID: u32 = 4;
-
-/// Whether thread `pid` (as a FUSE request names its caller) holds
-/// `CAP_FSETID` in its effective set (`CapEff` in `/proc/PID/status`). A
-/// caller that cannot be read (gone already) is taken not to hold it:
-/// taking the IDs away is the safe side.
-pub(super) fn may_keep_ids(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
-}
 
 /// Whether `cmd` is one of [`Tux3Fuse::flags_ioctl`]'s.
 pub(super) fn is_flags_ioctl(cmd: u32) -> bool {

@@ -3,7 +3,7 @@
 //!
 //! With FUSE over io_uring the kernel still sends FORGET through
 //! `/dev/fuse` (and INTERRUPT, which is rare), so each forgotten inode wakes
-//! one of fuser's threads blocked in `read`: one wake-up per unlink, per
+//! one of the `/dev/fuse` threads blocked in `read` (`devfuse.rs`): one wake-up per unlink, per
 //! rename over an existing name, per inode dropped from the kernel's cache.
 //! That thread usually sleeps on the other, idle CPU, so each FORGET cost a
 //! wake-up from halt and a context switch in and out: a quarter of the
@@ -19,7 +19,7 @@
 //! milliseconds later. Through `/dev/fuse` alone (no queues) every request
 //! comes that way, and nothing lingers.
 //!
-//! fuser hands a BATCH_FORGET over one inode at a time, all with the
+//! A BATCH_FORGET is handed over one inode at a time, all with the
 //! request's id: only the first of a request lingers.
 //!
 //! Calls nothing of the engine.

@@ -1,20 +1,25 @@
 //! FUSE adapter (crate tux3-fuse, above the engine API): serves a mounted
-//! volume to the kernel through `fuser` or io_uring.
+//! volume to the kernel through `/dev/fuse` or io_uring; `fuser` mounts it
+//! and answers INIT, our own code decodes and answers every other request.
 //!
 //! Owns the translation between FUSE requests and the engine API — and
 //! nothing else: every request maps to one call of the public [`tux3::Fs`]
 //! (plus a `getattr`/`open_handle` where FUSE wants an answer the engine call
 //! does not give). No filesystem logic lives here.
 //!
-//! - `ops.rs`: the `fuser::Filesystem` implementation (request → `Fs` call → reply);
-//! - `adapter.rs`: its state (the `Fs`, options, directory parents) and helpers;
+//! - `ops.rs`: INIT (fuser's `Filesystem::init`): what the server asks for;
+//! - `devfuse.rs`: the `/dev/fuse` threads (read a request, answer it
+//!   through the shared decoder, write the reply; FORGETs, DESTROY);
+//! - `adapter.rs`: the adapter's state (the `Fs`, options, directory
+//!   parents) and the request logic both transports share;
 //! - `listing.rs`: whether a listing carries each entry's attributes;
 //! - `forgets.rs`: FORGETs gathered into batches while the io_uring queues
 //!   carry the other requests;
 //! - `idle_poll.rs`: threads that keep idle CPUs awake while requests flow
 //!   (`-o idle_poll`);
-//! - `uring/`: the io_uring transport (per-CPU queues, its own request
-//!   decoding and reply encoding over the same adapter);
+//! - `uring/`: the wire format and the request decoder of both transports
+//!   (`abi.rs`, `args.rs`, `dispatch.rs`), and the io_uring transport
+//!   (per-CPU queues);
 //! - `serve.rs`: mounting, the session threads, the periodic commit, signals,
 //!   and closing the volume at the end;
 //! - `test_hooks.rs` (feature `test-hooks`, tests only): faults injected on
@@ -28,6 +33,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod devfuse;
 mod forgets;
 mod idle_poll;
 mod listing;
@@ -45,9 +51,8 @@ pub use remount::{RemountArg, IOC_REMOUNT};
 use serve::log;
 pub use serve::{block_signals, mount, Mounted};
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tux3::error::Error;
-use tux3::types::{Attr, FileType, Timespec};
+use std::time::Duration;
+use tux3::types::Attr;
 
 /// How long the kernel may keep attributes and directory entries (positive
 /// and negative): a day. This process is the only writer of the volume, and
@@ -229,96 +234,4 @@ pub fn generation(a: &Attr) -> u64 {
         .wrapping_mul(1_000_000_000)
         .wrapping_add(u64::from(a.btime.nsec));
     (nanos ^ (nanos >> 32)) & 0xffff_ffff
-}
-
-/// The errno FUSE should return for an engine error.
-pub fn errno(e: &Error) -> fuser::Errno {
-    fuser::Errno::from_i32(e.errno().0)
-}
-
-/// Engine time to `SystemTime` (times before 1970 included).
-pub fn to_system_time(t: Timespec) -> SystemTime {
-    let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
-    let base = if t.sec >= 0 {
-        UNIX_EPOCH.checked_add(Duration::from_secs(t.sec as u64))
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
-    };
-    base.and_then(|b| b.checked_add(nsec)).unwrap_or(UNIX_EPOCH)
-}
-
-/// `SystemTime` to engine time (times before 1970 included).
-pub fn from_system_time(t: SystemTime) -> Timespec {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec {
-            sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nsec: d.subsec_nanos(),
-        },
-        Err(e) => {
-            let d = e.duration();
-            let mut sec = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            let mut nsec = d.subsec_nanos();
-            if nsec > 0 {
-                sec -= 1;
-                nsec = 1_000_000_000 - nsec;
-            }
-            Timespec { sec, nsec }
-        }
-    }
-}
-
-/// Engine file type to FUSE file type.
-pub fn file_type(kind: FileType) -> fuser::FileType {
-    match kind {
-        FileType::Regular => fuser::FileType::RegularFile,
-        FileType::Directory => fuser::FileType::Directory,
-        FileType::Symlink => fuser::FileType::Symlink,
-        FileType::Fifo => fuser::FileType::NamedPipe,
-        FileType::CharDevice => fuser::FileType::CharDevice,
-        FileType::BlockDevice => fuser::FileType::BlockDevice,
-        FileType::Socket => fuser::FileType::Socket,
-    }
-}
-
-/// Engine attributes to FUSE attributes.
-pub fn file_attr(a: &Attr) -> fuser::FileAttr {
-    fuser::FileAttr {
-        ino: fuser::INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: to_system_time(a.atime),
-        mtime: to_system_time(a.mtime),
-        ctime: to_system_time(a.ctime),
-        crtime: to_system_time(a.btime),
-        kind: file_type(a.kind),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        // FUSE carries the kernel's 32-bit device encoding, which equals
-        // glibc's for majors below 4096.
-        rdev: a.rdev as u32,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_round_trip() {
-        for (sec, nsec) in [
-            (0, 0),
-            (1, 5),
-            (1_700_000_000, 999_999_999),
-            (-1, 0),
-            (-1, 1),
-            (-86_400, 500),
-        ] {
-            let t = Timespec { sec, nsec };
-            assert_eq!(from_system_time(to_system_time(t)), t, "{sec}.{nsec}");
-        }
-    }
 }

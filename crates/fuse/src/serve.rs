@@ -1,5 +1,6 @@
 //! Mounting and serving: mounts the FUSE filesystem (fuser, straight through
-//! mount(2)), runs the request threads, turns SIGTERM, SIGINT and SIGHUP
+//! mount(2), which also answers INIT), runs the request threads (`/dev/fuse`:
+//! `devfuse.rs`; io_uring: `uring/`), turns SIGTERM, SIGINT and SIGHUP
 //! into an unmount, ends the mount if an io_uring queue thread panics
 //! (aborting the connection, then unmounting), and closes the volume with
 //! [`tux3::Fs::close`] once the session is over. (Deltas end by time in the
@@ -9,8 +10,9 @@
 //! mount decides where they go (the tux3 command: standard error, the
 //! system log or a file).
 //!
-//! Calls [`tux3::Fs`] (`sync`, `close`) and the `ops` adapter.
+//! Calls [`tux3::Fs`] (`sync`, `close`), `devfuse.rs` and `uring/`.
 
+use super::devfuse::DevThreads;
 use super::idle_poll::IdlePoll;
 use super::uring::{self, Rings};
 use super::{FuseOptions, Tux3Fuse};
@@ -65,7 +67,10 @@ pub fn block_signals() -> io::Result<()> {
 
 /// A live mount: the kernel answered INIT, requests may arrive.
 pub struct Mounted {
+    /// fuser's session: the mount and the connection's first descriptor.
     session: Session<Tux3Fuse>,
+    /// The adapter the `/dev/fuse` threads serve.
+    fuse: Tux3Fuse,
     fs: Arc<Fs>,
     mountpoint: PathBuf,
     /// The io_uring queue threads, if the kernel agreed to them.
@@ -126,9 +131,9 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &FuseOptions) -> io::Result<Mounte
     } else {
         None
     };
-    drop(fuse);
     Ok(Mounted {
         session,
+        fuse,
         fs,
         mountpoint,
         rings,
@@ -223,8 +228,6 @@ fn session_config(opts: &FuseOptions) -> Config {
     } else {
         SessionACL::Owner
     };
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
     config
 }
 
@@ -249,7 +252,12 @@ impl Mounted {
         let done = Arc::new(AtomicBool::new(false));
         let signals = spawn_signal_thread(self.session.unmount_callable(), &self.mountpoint, done.clone())
             .map_err(|e| format!("starting the signal thread: {e}"))?;
-        let served = self.session.run();
+        let served = DevThreads::start(&self.fuse, self.session.as_fd(), self.fuse.opts.threads)
+            .and_then(DevThreads::join);
+        // The connection is over: fuser's session goes (unmounting if
+        // nothing did yet, as its own loop did at its end).
+        drop(self.session);
+        drop(self.fuse);
         // The kernel ended the queues with the connection.
         let ring_panicked = self.rings.take().is_some_and(Rings::join);
         drop(self.idle.take()); // the pollers stop

@@ -5,7 +5,7 @@
 //! commits made at idle priority; the FORGETs taken through `/dev/fuse`,
 //! and a longer wait for them to gather.
 //!
-//! Calls nothing; read by `uring/ring.rs`, `ops.rs` and `forgets.rs`.
+//! Calls nothing; read by `uring/ring.rs`, `devfuse.rs` and `forgets.rs`.
 
 use parking_lot::Mutex;
 use std::collections::HashSet;

@@ -1,7 +1,8 @@
-//! The kernel's FUSE wire format as the io_uring transport sees it
-//! (`include/uapi/linux/fuse.h`): opcodes, the layout of a ring entry's
-//! header buffer, the per-opcode argument structs read from it, and the
-//! reply structs written to the payload buffer. Requests are read through
+//! The kernel's FUSE wire format (`include/uapi/linux/fuse.h`), for both
+//! transports: opcodes, the layout of a ring entry's header buffer and of a
+//! request read from `/dev/fuse` (`InHeader::parse_dev`), the per-opcode
+//! argument structs read from them, and the reply structs written to the
+//! payload buffer. Requests are read through
 //! `#[repr(C)]` structs (zerocopy) with their lengths checked: a request
 //! shorter than its struct is refused (EINVAL), never read as zeros.
 //! Native endian, as the kernel lays them out.
@@ -12,10 +13,11 @@ use std::time::Duration;
 use tux3::types::{Attr, FileType, StatFs, Timespec};
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
-/// Request opcodes served through the rings (FORGET, BATCH_FORGET and
-/// INTERRUPT arrive through `/dev/fuse`, to fuser).
+/// Request opcodes. FORGET, BATCH_FORGET, INTERRUPT and INIT arrive only
+/// through `/dev/fuse`.
 pub mod op {
     pub const LOOKUP: u32 = 1;
+    pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
     pub const SETATTR: u32 = 4;
     pub const READLINK: u32 = 5;
@@ -37,6 +39,7 @@ pub mod op {
     pub const LISTXATTR: u32 = 23;
     pub const REMOVEXATTR: u32 = 24;
     pub const FLUSH: u32 = 25;
+    pub const INIT: u32 = 26;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const READDIRPLUS: u32 = 44;
@@ -44,10 +47,43 @@ pub mod op {
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
+    pub const INTERRUPT: u32 = 36;
     pub const DESTROY: u32 = 38;
     pub const IOCTL: u32 = 39;
+    pub const BATCH_FORGET: u32 = 42;
+    pub const FALLOCATE: u32 = 43;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const TMPFILE: u32 = 51;
+    pub const STATX: u32 = 52;
+
+    /// The size of an opcode's argument struct: what a request read from
+    /// `/dev/fuse` holds between its header and its names or data (the
+    /// ring gets the same split from the kernel). 0 for opcodes whose
+    /// arguments are names only, and for those not served.
+    pub fn arg_len(opcode: u32) -> usize {
+        match opcode {
+            FORGET | MKDIR | RENAME | LINK | OPEN | OPENDIR | ACCESS | INTERRUPT | BATCH_FORGET => 8,
+            // `fuse_setxattr_in` without FUSE_SETXATTR_EXT, never asked for.
+            SETXATTR | GETXATTR | LISTXATTR => 8,
+            GETATTR | MKNOD | FSYNC | FSYNCDIR | CREATE | RENAME2 | TMPFILE => 16,
+            RELEASE | RELEASEDIR | FLUSH | LSEEK | STATX => 24,
+            IOCTL | FALLOCATE => 32,
+            READ | WRITE | READDIR | READDIRPLUS => 40,
+            INIT => 64,
+            SETATTR => 88,
+            _ => 0,
+        }
+    }
+}
+
+/// Which transport brought a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// An io_uring queue entry.
+    Ring,
+    /// A read of `/dev/fuse`.
+    Dev,
 }
 
 /// `io_uring` command opcodes on `/dev/fuse`.
@@ -63,7 +99,7 @@ const OP_IN: usize = 128;
 pub const OP_IN_LEN: usize = 128;
 const ENT_IN_OUT: usize = 256;
 /// `fuse_out_header` size.
-const OUT_HEADER_LEN: u32 = 16;
+pub const OUT_HEADER_LEN: u32 = 16;
 
 /// `setattr` valid bits (`FATTR_*`).
 pub mod fattr {
@@ -128,6 +164,8 @@ pub struct InHeader {
     /// Bytes of the request (`fuse_in_header.len`): header, the opcode's
     /// argument struct, and the payload.
     pub len: usize,
+    /// The transport it came through.
+    pub via: Via,
 }
 
 /// A request whose lengths do not hold what its opcode needs.
@@ -145,16 +183,43 @@ impl InHeader {
     pub fn parse(header: &[u8]) -> Result<InHeader, Short> {
         let h: FuseInHeader = read(header)?;
         let ent: EntInOut = read(header.get(ENT_IN_OUT..).ok_or(Short)?)?;
-        Ok(InHeader {
+        Ok(InHeader::of(
+            &h,
+            ent.commit_id,
+            ent.payload_sz as usize,
+            Via::Ring,
+        ))
+    }
+
+    fn of(h: &FuseInHeader, commit_id: u64, payload_len: usize, via: Via) -> InHeader {
+        InHeader {
             opcode: h.opcode,
             unique: h.unique,
             nodeid: h.nodeid,
             uid: h.uid,
             gid: h.gid,
-            commit_id: ent.commit_id,
-            payload_len: ent.payload_sz as usize,
+            commit_id,
+            payload_len,
             len: h.len as usize,
-        })
+            via,
+        }
+    }
+
+    /// The request of `bytes` read from `/dev/fuse`: its header, then the
+    /// opcode's argument struct ([`op::arg_len`]), then its payload.
+    /// Returns the request and where its argument struct starts;
+    /// [`Short`] if the bytes are not a whole header or disagree with its
+    /// length (a request too short for its argument struct is refused by
+    /// the dispatcher, as a ring request is).
+    pub fn parse_dev(bytes: &[u8]) -> Result<InHeader, Short> {
+        let h: FuseInHeader = read(bytes)?;
+        let len = h.len as usize;
+        if len != bytes.len() || len < IN_HEADER_LEN {
+            return Err(Short);
+        }
+        let args = len - IN_HEADER_LEN;
+        let arg_len = op::arg_len(h.opcode).min(args);
+        Ok(InHeader::of(&h, 0, args - arg_len, Via::Dev))
     }
 
     /// The bytes of the opcode's argument struct the kernel wrote: what
@@ -174,6 +239,20 @@ impl InHeader {
         }
         Ok(n)
     }
+}
+
+/// `fuse_in_header` size: where a request read from `/dev/fuse` has its
+/// argument struct.
+pub const DEV_ARGS_AT: usize = IN_HEADER_LEN;
+
+/// `struct fuse_out_header` of a reply written to `/dev/fuse`: `error` is
+/// 0 or a negative errno, `len` the reply bytes after it.
+pub fn out_header(unique: u64, error: i32, len: usize) -> [u8; 16] {
+    let mut b = [0; 16];
+    b[0..4].copy_from_slice(&(OUT_HEADER_LEN + len as u32).to_ne_bytes());
+    b[4..8].copy_from_slice(&error.to_ne_bytes());
+    b[8..16].copy_from_slice(&unique.to_ne_bytes());
+    b
 }
 
 /// The opcode's argument struct in a header buffer (all its room).

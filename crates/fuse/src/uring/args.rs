@@ -1,4 +1,4 @@
-//! The per-opcode argument structs of FUSE requests (`fuse_*_in` in
+//! The per-opcode argument structs of FUSE requests (both transports) (`fuse_*_in` in
 //! `include/uapi/linux/fuse.h`), as `#[repr(C)]` structs read with
 //! zerocopy from the bytes the kernel wrote (see `abi::read`). Where the
 //! kernel sends a shorter, older form of a struct (`fuse_setxattr_in`
@@ -39,6 +39,29 @@ pub struct MknodIn {
     pub rdev: u32,
     pub umask: u32,
     pub padding: u32,
+}
+
+/// `struct fuse_forget_in`.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct ForgetIn {
+    pub nlookup: u64,
+}
+
+/// `struct fuse_batch_forget_in`, followed by `count` [`ForgetOne`]s.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct BatchForgetIn {
+    pub count: u32,
+    pub dummy: u32,
+}
+
+/// `struct fuse_forget_one`.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct ForgetOne {
+    pub nodeid: u64,
+    pub nlookup: u64,
 }
 
 /// `struct fuse_mkdir_in`.
@@ -154,6 +177,9 @@ mod tests {
     fn structs_have_the_kernel_sizes() {
         assert_eq!(size_of::<SetattrIn>(), 88);
         assert_eq!(size_of::<MknodIn>(), 16);
+        assert_eq!(size_of::<ForgetIn>(), 8);
+        assert_eq!(size_of::<BatchForgetIn>(), 8);
+        assert_eq!(size_of::<ForgetOne>(), 16);
         assert_eq!(size_of::<MkdirIn>(), 8);
         assert_eq!(size_of::<RenameIn>(), 8);
         assert_eq!(size_of::<Rename2In>(), 16);

@@ -1,9 +1,9 @@
 //! Tests of request decoding on the io_uring path: each opcode's struct is
 //! read at the kernel's offsets, and a request whose lengths do not hold
 //! what its opcode reads is answered EINVAL (never read as zeros). Serves
-//! hand-built header buffers through `serve_ring` on an in-memory volume.
+//! hand-built header buffers through `serve` on an in-memory volume.
 //!
-//! Calls `abi`, `args` and `Tux3Fuse::serve_ring`.
+//! Calls `abi`, `args` and `Tux3Fuse::serve`.
 
 use super::abi::{self, op, read, InHeader, Short, HEADER_LEN};
 use super::args::*;
@@ -53,7 +53,7 @@ fn serve(f: &Tux3Fuse, h: &[u8; HEADER_LEN], payload: &[u8]) -> Option<(i32, Vec
         reads: tx,
     };
     let defer = || -> Deferred { Box::new(|_, _| {}) };
-    match f.serve_ring(&hdr, abi::op_in(h), &mut buf, defer, &offload) {
+    match f.serve(&hdr, abi::op_in(h), &mut buf, defer, Some(&offload)) {
         Outcome::Reply { error, len } => Some((error, buf[..len].to_vec())),
         Outcome::Later => None,
     }
@@ -330,4 +330,53 @@ fn readdirplus_gives_names_first_then_attributes_counting_each_entry_as_a_lookup
     f.forget(file, 1);
     let (e, _) = call(&f, op::GETATTR, file, &[0u8; 16], b"").unwrap();
     assert_eq!(e, -libc::ENOENT, "freed with the last lookup");
+}
+
+/// A request as read from `/dev/fuse`: `fuse_in_header`, the argument
+/// struct, the payload.
+fn dev_request(opcode: u32, nodeid: u64, op_in: &[u8], payload: &[u8]) -> Vec<u8> {
+    let len = (40 + op_in.len() + payload.len()) as u32;
+    let mut b = [ne32(len), ne32(opcode), ne64(78), ne64(nodeid), vec![0; 16]].concat();
+    b.extend_from_slice(op_in);
+    b.extend_from_slice(payload);
+    b
+}
+
+/// Serve a `/dev/fuse` request as its threads do (no offload, the reply
+/// in the room after the arguments).
+fn serve_dev(f: &Tux3Fuse, req: &[u8]) -> Option<(i32, Vec<u8>)> {
+    let h = InHeader::parse_dev(req).unwrap();
+    let arg_len = h.len - abi::DEV_ARGS_AT - h.payload_len;
+    let op_in = &req[abi::DEV_ARGS_AT..abi::DEV_ARGS_AT + arg_len];
+    let mut buf = vec![0u8; 1 << 16];
+    buf[..h.payload_len].copy_from_slice(&req[abi::DEV_ARGS_AT + arg_len..]);
+    let defer = || -> Deferred { Box::new(|_, _| {}) };
+    match f.serve(&h, op_in, &mut buf, defer, None) {
+        Outcome::Reply { error, len } => Some((error, buf[..len].to_vec())),
+        Outcome::Later => None,
+    }
+}
+
+#[test]
+fn dev_fuse_requests_split_at_the_argument_struct() {
+    let f = fuse();
+    let mkdir = [ne32(0o700), ne32(0)].concat();
+    let (e, reply) = serve_dev(&f, &dev_request(op::MKDIR, ROOT_INO, &mkdir, b"d\0")).unwrap();
+    assert_eq!(e, 0);
+    assert_eq!(u32_at(&reply, 40 + 60), libc::S_IFDIR | 0o700);
+    let (e, reply) = serve_dev(&f, &dev_request(op::LOOKUP, ROOT_INO, &[], b"d\0")).unwrap();
+    assert_eq!(e, 0);
+    assert_eq!(
+        u32_at(&reply, 40 + 60),
+        libc::S_IFDIR | 0o700,
+        "LOOKUP: names only"
+    );
+    // A MKDIR cut inside its struct is refused, never read as zeros.
+    let short = dev_request(op::MKDIR, ROOT_INO, &mkdir[..4], b"");
+    assert_eq!(serve_dev(&f, &short).unwrap().0, -libc::EINVAL);
+    // A header whose length disagrees with what was read is no request.
+    let mut bad = dev_request(op::LOOKUP, ROOT_INO, &[], b"d\0");
+    bad.push(0);
+    assert!(InHeader::parse_dev(&bad).is_err());
+    assert!(InHeader::parse_dev(&bad[..39]).is_err());
 }

@@ -1,11 +1,14 @@
-//! Requests from an io_uring queue: decode the opcode's arguments (its
-//! struct in the header buffer, names and data in the payload buffer), make
-//! the same engine calls as the fuser path (`ops.rs`, through the shared
-//! helpers of `adapter.rs`), and encode the reply into the payload buffer.
+//! Requests of both transports — an io_uring queue entry (`ring.rs`) or a
+//! read of `/dev/fuse` (`devfuse.rs`): decode the opcode's arguments (its
+//! struct, then names and data in the payload), make the engine calls
+//! (through the shared helpers of `adapter.rs`), and encode the reply into
+//! the payload buffer. Every opcode the kernel sends but FORGET,
+//! BATCH_FORGET, DESTROY (`devfuse.rs`) and INIT (fuser, `ops.rs`) is
+//! answered here; one not known is answered ENOSYS.
 //!
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
-use super::abi::{self, fattr, op, read, InHeader, Out, Short};
+use super::abi::{self, fattr, op, read, InHeader, Out, Short, Via};
 use super::args::{
     FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn, SetattrIn,
     SetxattrIn, WriteIn,
@@ -88,10 +91,16 @@ pub struct Offload {
 }
 
 /// Run `job` on one of `threads`; without one to take it (they are gone
-/// only if one panicked), here.
-fn hand_off(threads: &Sender<Job>, job: Job) {
-    if let Err(SendError(job)) = threads.send(job) {
-        job();
+/// only if one panicked), or without threads (`/dev/fuse`: its threads may
+/// block), here.
+fn hand_off(threads: Option<&Sender<Job>>, job: Job) {
+    match threads {
+        Some(t) => {
+            if let Err(SendError(job)) = t.send(job) {
+                job();
+            }
+        }
+        None => job(),
     }
 }
 
@@ -152,11 +161,15 @@ fn refused(_: Short) -> Outcome {
 }
 
 impl Tux3Fuse {
-    /// Serve one ring request. `op_in` is the room of its argument struct
-    /// in the header buffer, `payload` holds its `h.payload_len` bytes of
-    /// arguments and receives the reply; `defer` gives the callback of a
-    /// request answered later. A request whose lengths do not hold what its
-    /// opcode reads is answered EINVAL.
+    /// Serve one request. `op_in` holds its argument struct (for a ring
+    /// request, all the room for it in the header buffer), `payload` holds
+    /// its `h.payload_len` bytes of arguments and receives the reply;
+    /// `defer` gives the callback of a request answered later. A request
+    /// whose lengths do not hold what its opcode reads is answered EINVAL.
+    ///
+    /// A `/dev/fuse` thread may block (its transport has one request per
+    /// read, and other threads read the next ones): `offload` is `None`
+    /// and everything but an fsync is answered on the calling thread.
     ///
     /// A ring thread must not block: the kernel places requests in any free
     /// entry of the caller's CPU queue, so requests behind a blocked one in
@@ -166,13 +179,13 @@ impl Tux3Fuse {
     /// data, and so does a sync ([`IOC_SYNC`]) and a snapshot ioctl. A large
     /// READ ([`READ_HANDOFF`]) goes to `offload.reads`, and reads straight
     /// into `payload`.
-    pub(super) fn serve_ring(
+    pub(crate) fn serve(
         &self,
         h: &InHeader,
         op_in: &[u8],
         payload: &mut [u8],
         defer: impl FnOnce() -> Deferred,
-        offload: &Offload,
+        offload: Option<&Offload>,
     ) -> Outcome {
         let op_in = match h.op_in_len(payload.len()) {
             Ok(n) => op_in.get(..n).unwrap_or(op_in),
@@ -189,13 +202,13 @@ impl Tux3Fuse {
                 };
                 let size = (a.size as usize).min(payload.len());
                 let out = &mut payload[..size];
-                if size < READ_HANDOFF {
+                if size < READ_HANDOFF || offload.is_none() {
                     return replied(self.read_into(h.nodeid, a.offset, out));
                 }
                 let (fuse, ino, offset, out, done) =
                     (self.clone(), h.nodeid, a.offset, Lent::new(out), defer());
                 hand_off(
-                    &offload.reads,
+                    offload.map(|o| &o.reads),
                     Box::new(move || {
                         // SAFETY: this job answers the request, once.
                         let out = unsafe { out.take() };
@@ -229,13 +242,13 @@ impl Tux3Fuse {
                 let (ino, offset) = (h.nodeid, a.offset);
                 let data = &payload[..write_len(h, &a, payload)];
                 let kill = a.write_flags & abi::WRITE_KILL_SUIDGID != 0;
-                if !self.fs.write_would_wait(ino, offset, data.len()) {
+                if offload.is_none() || !self.fs.write_would_wait(ino, offset, data.len()) {
                     self.write(ino, offset, data, kill)
                         .map(|n| Answer::Written(n as u32))
                 } else {
                     let (fuse, data, done) = (self.clone(), data.to_vec(), defer());
                     hand_off(
-                        &offload.blocking,
+                        offload.map(|o| &o.blocking),
                         Box::new(move || match fuse.write(ino, offset, &data, kill) {
                             Ok(n) => done(0, Reply::Bytes(&written(n as u32))),
                             Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
@@ -251,10 +264,16 @@ impl Tux3Fuse {
                 };
                 let len = (a.in_size as usize).min(h.payload_len).min(payload.len());
                 return match self.ring_ioctl(h.nodeid, h.uid, a.cmd, &payload[..len]) {
+                    Some(job) if offload.is_none() => replied(job().map(|data| {
+                        let mut out = Out::new(payload);
+                        out.bytes(&ioctl_out());
+                        out.bytes(&data);
+                        out.len
+                    })),
                     Some(job) => {
                         let done = defer();
                         hand_off(
-                            &offload.blocking,
+                            offload.map(|o| &o.blocking),
                             Box::new(move || match job() {
                                 Ok(data) => done(0, Reply::Bytes(&[&ioctl_out()[..], &data].concat())),
                                 Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
@@ -282,10 +301,12 @@ impl Tux3Fuse {
     fn answer(&self, h: &InHeader, op_in: &[u8], payload: &[u8]) -> Result<Answer> {
         let ino = h.nodeid;
         let name = || abi::names(payload, 1).map(|n| n[0]).ok_or_else(einval);
+        // Only the rings' listings may go without attributes (listing.rs).
+        let ring = h.via == Via::Ring;
         Ok(match h.opcode {
             op::LOOKUP => match self.lookup_held(ino, name()?) {
                 Ok(attr) => {
-                    if attr.kind != FileType::Directory {
+                    if ring && attr.kind != FileType::Directory {
                         self.listings.looked_up(ino);
                     }
                     Answer::Entry(attr)
@@ -296,7 +317,7 @@ impl Tux3Fuse {
             },
             op::GETATTR => {
                 let attr = self.fs.getattr(ino)?;
-                if attr.kind != FileType::Directory {
+                if ring && attr.kind != FileType::Directory {
                     self.listings.attrs_asked();
                 }
                 Answer::Attr(attr)
@@ -343,9 +364,16 @@ impl Tux3Fuse {
                     .link_held(read::<LinkIn>(op_in)?.oldnodeid, ino, name()?)?;
                 Answer::Entry(self.found(ino, attr))
             }
-            // As `ops.rs` answers them: the kernel stops sending OPEN,
-            // CREATE (it makes files with MKNOD), FLUSH, OPENDIR and their
-            // RELEASEs, and may cache pages and listings across opens.
+            // A file or directory handle would hold nothing here (the
+            // kernel's lookup count keeps an unlinked file alive, see
+            // `Tux3Fuse::found`), and data reaches the engine at each
+            // write. ENOSYS tells the kernel so, once: it stops sending
+            // OPEN, OPENDIR (and their RELEASEs), CREATE (it makes files
+            // with MKNOD, keeping open(O_CREAT)'s semantics) and FLUSH,
+            // round trips saved on every open and close, and it may keep
+            // pages and listings across opens (FOPEN_KEEP_CACHE,
+            // FOPEN_CACHE_DIR), which is coherent: only we change the
+            // volume.
             op::OPEN | op::CREATE | op::FLUSH | op::OPENDIR => return Err(Error::Posix(Errno::ENOSYS)),
             op::STATFS => Answer::Statfs(self.fs.statfs()?),
             op::SETXATTR => {
@@ -428,7 +456,8 @@ impl Tux3Fuse {
         };
         let size = (a.size as usize).min(payload.len());
         let mut out = Out::new(&mut payload[..size]);
-        let r = if plus && self.listings.with_attrs(h.nodeid, a.offset) {
+        // `/dev/fuse` listings always carry attributes (listing.rs).
+        let r = if plus && (h.via == Via::Dev || self.listings.with_attrs(h.nodeid, a.offset)) {
             self.fill_dir_plus(h.nodeid, a.offset, |attr, next, name| {
                 !out.direntplus(attr, next, name, TTL)
             })

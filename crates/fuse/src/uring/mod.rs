@@ -5,17 +5,18 @@
 //! halves the cost of a request round trip; a small fsync is two of them
 //! (WRITE and FSYNC).
 //!
-//! fuser still mounts, answers INIT (where we ask for
-//! `FUSE_OVER_IO_URING`) and serves what the kernel keeps sending through
-//! `/dev/fuse` (FORGET, INTERRUPT, and every request until all queues are
-//! registered). If registration fails, the kernel falls back to
-//! `/dev/fuse` for good.
+//! fuser still mounts and answers INIT (where we ask for
+//! `FUSE_OVER_IO_URING`); the `/dev/fuse` threads (`devfuse.rs`) serve what
+//! the kernel keeps sending there (FORGET, INTERRUPT, and every request
+//! until all queues are registered). If registration fails, the kernel
+//! falls back to `/dev/fuse` for good.
 //!
-//! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs);
+//! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs), of
+//!   both transports;
 //! - `args.rs`: the per-opcode argument structs requests are read through
 //!   (`decode_tests.rs` tests them, and EINVAL for short requests);
-//! - `dispatch.rs`: request → engine call → reply, sharing `adapter.rs`
-//!   with the fuser path;
+//! - `dispatch.rs`: request → engine call → reply, for both transports
+//!   (the `/dev/fuse` threads call it too), over `adapter.rs`;
 //! - `ring.rs`: one queue thread and its ring entries;
 //! - `priority.rs`: a lone reply committed at idle CPU priority, so that
 //!   it wakes its caller on the same CPU (`-o idle_queues`), and a run of
@@ -34,17 +35,17 @@
 //! thread catches its panic at the top and ends the mount through `Stop`
 //! (given by `serve.rs`: it aborts the FUSE connection, which fails every
 //! request in flight, then unmounts). The other queue threads see their
-//! entries end and return, fuser's session ends, and the volume is closed
+//! entries end and return, the `/dev/fuse` threads end, and the volume is closed
 //! as after an unmount, committing what was written; `Mounted::serve`
 //! then reports the panic.
 //!
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
-mod abi;
-mod args;
+pub(crate) mod abi;
+pub(crate) mod args;
 #[cfg(test)]
 mod decode_tests;
-mod dispatch;
+pub(crate) mod dispatch;
 mod idle_cpus;
 mod priority;
 mod ring;

@@ -162,7 +162,7 @@ pub struct Queue {
     wake: Arc<OwnedFd>,
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
-    /// Threads for requests that may block (see `serve_ring`).
+    /// Threads for requests that may block (see `Tux3Fuse::serve`).
     offload: Offload,
     /// Entries the kernel still holds (registered or committed).
     live: usize,
@@ -378,7 +378,7 @@ impl Queue {
         op_in.copy_from_slice(abi::op_in(&slot.header[..]));
         match self
             .fuse
-            .serve_ring(&h, &op_in, slot.payload(), defer, &self.offload)
+            .serve(&h, &op_in, slot.payload(), defer, Some(&self.offload))
         {
             Outcome::Reply { error, len } => self.commit(i, error, len),
             Outcome::Later => self.deliver(),
