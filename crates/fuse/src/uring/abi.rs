@@ -115,6 +115,12 @@ pub mod fattr {
     pub const KILL_SUIDGID: u32 = 1 << 11;
 }
 
+/// `STATX_*` bits of a `fuse_statx` mask.
+pub mod statx {
+    pub const BASIC_STATS: u32 = 0x7ff;
+    pub const BTIME: u32 = 0x800;
+}
+
 /// `FUSE_WRITE_KILL_SUIDGID` in `fuse_write_in.write_flags`.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `FUSE_FSYNC_FDATASYNC` in `fuse_fsync_in.fsync_flags`.
@@ -375,6 +381,42 @@ impl<'a> Out<'a> {
         self.attr(a);
     }
 
+    /// `struct fuse_statx_out`: the basic statistics, and the birth time
+    /// (`STATX_BTIME`) unless it is 0 (an inode made before the engine
+    /// recorded birth times).
+    pub fn statx_out(&mut self, a: &Attr, ttl: Duration) {
+        self.valid(ttl);
+        self.u32(ttl.subsec_nanos());
+        self.u32(0); // flags
+        self.bytes(&[0; 16]); // spare
+        let has_btime = a.btime != Timespec::default();
+        let mask = statx::BASIC_STATS | if has_btime { statx::BTIME } else { 0 };
+        self.u32(mask);
+        self.u32(a.blksize);
+        self.u64(0); // attributes
+        for v in [a.nlink, a.uid, a.gid] {
+            self.u32(v);
+        }
+        let mode = a.kind.mode_bits() | (a.mode & 0o7777);
+        self.bytes(&(mode as u16).to_ne_bytes());
+        self.bytes(&[0; 2]);
+        for v in [a.ino, a.size, a.blocks, 0] {
+            self.u64(v); // ..., attributes_mask
+        }
+        let btime = if has_btime { a.btime } else { Timespec::default() };
+        for t in [a.atime, btime, a.ctime, a.mtime] {
+            self.u64(t.sec as u64);
+            self.u32(t.nsec.min(999_999_999));
+            self.u32(0);
+        }
+        // The kernel's device numbers: major and minor of glibc's encoding.
+        let (major, minor) = (libc::major(a.rdev), libc::minor(a.rdev));
+        for v in [major, minor, 0, 0] {
+            self.u32(v);
+        }
+        self.bytes(&[0; 112]);
+    }
+
     /// `struct fuse_statfs_out`.
     pub fn statfs(&mut self, s: &StatFs) {
         for v in [s.blocks, s.blocks_free, s.blocks_free, s.files, s.files_free] {
@@ -500,6 +542,9 @@ mod tests {
         // fuse_entry_out, fuse_attr_out, fuse_statfs_out.
         assert_eq!(sizes, vec![128, 104, 80]);
         let mut out = Out::new(&mut buf);
+        out.statx_out(&a, Duration::from_secs(1));
+        assert_eq!(out.len, 288, "fuse_statx_out");
+        let mut out = Out::new(&mut buf);
         out.entry(&a, Duration::from_secs(1));
         // fuse_attr starts at 40: ino, then mode (type bits and permissions)
         // at 40 + 60, and a time before 1970 as its two's complement.
@@ -508,6 +553,48 @@ mod tests {
         assert_eq!(u32_at(&buf, 40 + 60), libc::S_IFLNK | 0o777);
         assert_eq!(u64_at(&buf, 40 + 24) as i64, -1);
         assert_eq!(u32_at(&buf, 40 + 48), 7);
+    }
+
+    #[test]
+    fn statx_gives_the_birth_time_only_when_known() {
+        let mut a = Attr {
+            ino: 9,
+            kind: FileType::CharDevice,
+            mode: 0o640,
+            nlink: 1,
+            uid: 3,
+            gid: 4,
+            rdev: libc::makedev(8, 17),
+            size: 0,
+            blocks: 0,
+            atime: Timespec { sec: 10, nsec: 1 },
+            mtime: Timespec { sec: 30, nsec: 3 },
+            ctime: Timespec { sec: 40, nsec: 4 },
+            btime: Timespec { sec: 20, nsec: 2 },
+            blksize: 4096,
+        };
+        let mut buf = [0u8; 512];
+        let mut out = Out::new(&mut buf);
+        out.statx_out(&a, Duration::from_secs(1));
+        // fuse_statx at 32: mask, then mode at 28, ino at 32, the four
+        // times from 64 (atime, btime, ctime, mtime), rdev at 128.
+        assert_eq!(u32_at(&buf, 32), statx::BASIC_STATS | statx::BTIME);
+        assert_eq!(
+            u16::from_ne_bytes([buf[32 + 28], buf[32 + 29]]),
+            (libc::S_IFCHR | 0o640) as u16
+        );
+        assert_eq!(u64_at(&buf, 32 + 32), 9);
+        let times: Vec<(u64, u32)> = (0..4)
+            .map(|k| (u64_at(&buf, 96 + 16 * k), u32_at(&buf, 104 + 16 * k)))
+            .collect();
+        assert_eq!(times, vec![(10, 1), (20, 2), (40, 4), (30, 3)]);
+        assert_eq!((u32_at(&buf, 160), u32_at(&buf, 164)), (8, 17));
+        // An inode made before birth times were kept: no STATX_BTIME.
+        a.btime = Timespec::default();
+        let mut out = Out::new(&mut buf);
+        out.statx_out(&a, Duration::from_secs(1));
+        assert_eq!(u32_at(&buf, 32), statx::BASIC_STATS);
+        assert_eq!(u64_at(&buf, 112), 0);
     }
 
     #[test]

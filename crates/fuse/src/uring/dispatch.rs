@@ -122,6 +122,7 @@ enum Answer {
     XattrSize(u32),
     Statfs(StatFs),
     Offset(i64),
+    Statx(Attr),
 }
 
 fn time(sec: u64, nsec: u32) -> Timespec {
@@ -315,12 +316,17 @@ impl Tux3Fuse {
                 Err(e) if e.errno() == Errno::ENOENT => Answer::Negative,
                 Err(e) => return Err(e),
             },
-            op::GETATTR => {
+            // STATX: the kernel asks for it when a caller wants the birth
+            // time (`statx` with STATX_BTIME), then keeps it with the rest.
+            op::GETATTR | op::STATX => {
                 let attr = self.fs.getattr(ino)?;
                 if ring && attr.kind != FileType::Directory {
                     self.listings.attrs_asked();
                 }
-                Answer::Attr(attr)
+                match h.opcode {
+                    op::STATX => Answer::Statx(attr),
+                    _ => Answer::Attr(attr),
+                }
             }
             op::SETATTR => Answer::Attr(self.ring_setattr(ino, &read(op_in)?)?),
             op::READLINK => Answer::Data(self.fs.readlink(ino)?),
@@ -487,6 +493,7 @@ impl Tux3Fuse {
             }
             Answer::Statfs(s) => out.statfs(&s),
             Answer::Offset(o) => out.u64(o as u64),
+            Answer::Statx(attr) => out.statx_out(&attr, TTL),
         }
     }
 }
