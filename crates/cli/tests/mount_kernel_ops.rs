@@ -15,8 +15,12 @@
 mod mount_util;
 
 use mount_util::*;
+use std::ffi::CString;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
 use std::process::Command;
 
 /// `statx` of `p` asking for the basic statistics and the birth time.
@@ -102,4 +106,166 @@ fn statx_gives_the_birth_time() {
         (born.tv_sec, born.tv_nsec)
     );
     assert!(fs::metadata(fx.path("dir")).unwrap().file_type().is_dir());
+}
+
+/// `open(dir, O_TMPFILE | O_RDWR | extra, 0600)`.
+fn tmpfile(dir: &Path, extra: libc::c_int) -> fs::File {
+    // SAFETY: valid C string.
+    let fd = unsafe { libc::open(cstr(dir).as_ptr(), libc::O_TMPFILE | libc::O_RDWR | extra, 0o600) };
+    assert!(fd >= 0, "O_TMPFILE in {}: errno {}", dir.display(), errno());
+    // SAFETY: a fresh descriptor nobody else owns.
+    unsafe { fs::File::from_raw_fd(fd) }
+}
+
+/// `linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH)`: 0 or the errno.
+fn link_fd(f: &fs::File, to: &Path) -> i32 {
+    // SAFETY: valid descriptor and C strings.
+    let r = unsafe {
+        libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            cstr(to).as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        0
+    } else {
+        errno()
+    }
+}
+
+#[test]
+fn o_tmpfile_makes_an_unnamed_file_that_linkat_names() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("128M");
+    let m = fx.mount(&[]);
+    let dir = fx.path("d");
+    fs::create_dir(&dir).unwrap();
+    let empty = free_blocks(&fx.mnt);
+
+    // Named through its descriptor.
+    let mut a = tmpfile(&dir, 0);
+    a.write_all(b"first").unwrap();
+    assert_eq!(a.metadata().unwrap().nlink(), 0, "no name yet");
+    assert!(
+        fs::read_dir(&dir).unwrap().next().is_none(),
+        "nothing in the directory"
+    );
+    assert_eq!(link_fd(&a, &fx.path("a")), 0);
+    assert_eq!(a.metadata().unwrap().nlink(), 1);
+
+    // Named through /proc/self/fd/N.
+    let mut b = tmpfile(&dir, 0);
+    b.write_all(b"second").unwrap();
+    let proc_path = CString::new(format!("/proc/self/fd/{}", b.as_raw_fd())).unwrap();
+    let to = cstr(&dir.join("b"));
+    // SAFETY: valid C strings.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "linkat /proc/self/fd: errno {}", errno());
+
+    // O_EXCL: the kernel lets nobody name it.
+    let c = tmpfile(&dir, libc::O_EXCL);
+    assert_eq!(link_fd(&c, &fx.path("c")), libc::ENOENT);
+
+    // Never named: its blocks come back after its close.
+    let mut big = tmpfile(&dir, 0);
+    big.write_all(&vec![5u8; 8 << 20]).unwrap();
+    let held = free_blocks(&fx.mnt);
+    assert!(
+        held + 2048 <= empty,
+        "the unnamed file takes its blocks ({held} of {empty} free)"
+    );
+    drop((a, b, c, big));
+    wait_until("the unnamed files' blocks to come back", || {
+        free_blocks(&fx.mnt) + 64 > empty
+    });
+
+    assert_eq!(fs::read(fx.path("a")).unwrap(), b"first");
+    assert_eq!(fs::read(dir.join("b")).unwrap(), b"second");
+    m.unmount();
+    fx.fsck();
+    let _m = fx.mount(&[]);
+    assert_eq!(fs::read(fx.path("a")).unwrap(), b"first");
+    assert_eq!(names(&dir), ["b"]);
+}
+
+#[test]
+fn o_tmpfile_at_a_crash_is_gone_unless_linked_and_committed() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("128M");
+    let m = fx.mount(&[]);
+    let mut kept = tmpfile(&fx.mnt, 0);
+    kept.write_all(b"kept").unwrap();
+    assert_eq!(link_fd(&kept, &fx.path("kept")), 0);
+    let mut lost = tmpfile(&fx.mnt, 0);
+    lost.write_all(&vec![9u8; 1 << 20]).unwrap();
+    let _ = free_blocks(&fx.mnt); // commits both, the unnamed one as an orphan
+    m.kill9();
+    drop((kept, lost));
+    fx.fsck();
+    let _m = fx.mount(&[]);
+    assert_eq!(fs::read(fx.path("kept")).unwrap(), b"kept");
+    assert_eq!(names(&fx.mnt), ["kept"]);
+}
+
+#[test]
+fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    let m = fx.mount(&[]);
+    fs::write(fx.path("old"), b"data").unwrap();
+    fs::create_dir(fx.path("olddir")).unwrap();
+    for (from, to) in [("old", "new"), ("olddir", "newdir")] {
+        let (f, t) = (cstr(&fx.path(from)), cstr(&fx.path(to)));
+        // SAFETY: valid C strings.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                f.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::RENAME_WHITEOUT,
+            )
+        };
+        assert_eq!(r, 0, "renameat2 {from} {to} RENAME_WHITEOUT: errno {}", errno());
+    }
+    let check = |fx: &Fixture| {
+        for from in ["old", "olddir"] {
+            let md = fs::symlink_metadata(fx.path(from)).unwrap();
+            assert!(md.file_type().is_char_device(), "{from}: {:?}", md.file_type());
+            assert_eq!((md.rdev(), md.mode() & 0o7777), (0, 0), "{from}");
+        }
+        assert_eq!(fs::read(fx.path("new")).unwrap(), b"data");
+        assert!(fs::metadata(fx.path("newdir")).unwrap().is_dir());
+    };
+    check(&fx);
+    m.unmount();
+    fx.fsck();
+    let _m = fx.mount(&[]);
+    check(&fx);
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }

@@ -312,6 +312,7 @@ fn churn(rec: &mut Recorder, rng: &mut Rng, steps: usize, all: bool) -> Result<(
                     let flags = RenameFlags {
                         exchange: rng.below(2) == 0,
                         noreplace: false,
+                        whiteout: None,
                     };
                     if let Some(np) = resolve(rec, to_dir) {
                         rec.op(

@@ -193,20 +193,36 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Atomically swap source and target; both must exist.
     pub exchange: bool,
+    /// `RENAME_WHITEOUT`: leave a whiteout (a character device 0/0, as
+    /// overlayfs marks a removed lower name) at the old name, in the same
+    /// step, owned by this (uid, gid). Not with `exchange` (EINVAL).
+    pub whiteout: Option<(u32, u32)>,
 }
 
 impl RenameFlags {
-    /// From the kernel's `RENAME_*` bits; unknown bits give EINVAL.
+    /// From the kernel's `RENAME_*` bits; unknown bits give EINVAL. A
+    /// whiteout is owned by root until [`RenameFlags::whiteout_owned_by`]
+    /// says otherwise.
     pub fn from_bits(bits: u32) -> Option<RenameFlags> {
         const NOREPLACE: u32 = 1;
         const EXCHANGE: u32 = 2;
-        if bits & !(NOREPLACE | EXCHANGE) != 0 {
+        const WHITEOUT: u32 = 4;
+        if bits & !(NOREPLACE | EXCHANGE | WHITEOUT) != 0 {
             return None;
         }
         Some(RenameFlags {
             noreplace: bits & NOREPLACE != 0,
             exchange: bits & EXCHANGE != 0,
+            whiteout: (bits & WHITEOUT != 0).then_some((0, 0)),
         })
+    }
+
+    /// These flags with the whiteout, if any, owned by `uid` and `gid`.
+    pub fn whiteout_owned_by(self, uid: u32, gid: u32) -> RenameFlags {
+        RenameFlags {
+            whiteout: self.whiteout.map(|_| (uid, gid)),
+            ..self
+        }
     }
 }
 

@@ -528,6 +528,7 @@ fn renames_unlinks_and_handles_racing_on_shared_names() {
                                 let flags = tux3::RenameFlags {
                                     noreplace: rng.below(4) == 0,
                                     exchange: false,
+                                    whiteout: None,
                                 };
                                 match fs.rename(d, &nm, to, &hot(&mut rng), flags) {
                                     Ok(()) => {}

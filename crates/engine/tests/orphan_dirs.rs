@@ -7,27 +7,11 @@
 //! exchange moved it. Held at a crash, it is on the durable orphan list:
 //! fsck accepts it and the next writable open frees it.
 
-use std::sync::Arc;
-use tux3::device::MemDevice;
-use tux3::{
-    Errno, Error, FileType, FormatOptions, Fs, Ino, OpenOptions, RenameFlags, SetAttr, Timespec, XattrMode,
-    ROOT_INO,
-};
-use tux3_tools::fsck::{self, FsckReport};
+use tux3::{Errno, Error, FileType, Fs, Ino, RenameFlags, SetAttr, Timespec, XattrMode, ROOT_INO};
 
-fn volume() -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(4096, 1024));
-    Fs::format(mem.clone(), &FormatOptions::default()).unwrap();
-    mem
-}
+mod volume;
 
-fn open(mem: &Arc<MemDevice>) -> Fs {
-    Fs::open(mem.clone(), OpenOptions::default()).unwrap()
-}
-
-fn fsck(mem: &Arc<MemDevice>) -> FsckReport {
-    fsck::check(mem.clone(), &Default::default()).unwrap()
-}
+use volume::{fsck, open, volume};
 
 fn enoent<T: std::fmt::Debug>(what: &str, r: tux3::Result<T>) {
     assert!(

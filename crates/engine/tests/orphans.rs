@@ -10,22 +10,12 @@ use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
 use tux3::log::{LogBlock, Record};
-use tux3::{Errno, Error, FormatOptions, Fs, OpenOptions, ROOT_INO};
-use tux3_tools::fsck::{self, FsckReport};
+use tux3::{Errno, Error, Fs, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::FsckReport;
 
-fn volume() -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(4096, 1024));
-    Fs::format(mem.clone(), &FormatOptions::default()).unwrap();
-    mem
-}
+mod volume;
 
-fn open(mem: &Arc<MemDevice>) -> Fs {
-    Fs::open(mem.clone(), OpenOptions::default()).unwrap()
-}
-
-fn fsck(mem: &Arc<MemDevice>) -> FsckReport {
-    fsck::check(mem.clone(), &Default::default()).unwrap()
-}
+use volume::{fsck, open, volume};
 
 /// Create `/name` with `len` bytes, open it and unlink it; returns its ino.
 fn make_orphan(fs: &Fs, name: &[u8], len: usize) -> u64 {

@@ -34,6 +34,7 @@ fn random_change(fs: &Fs, rng: &mut Rng, dirs: &mut Vec<u64>, seen: &mut Seen) -
             let flags = RenameFlags {
                 noreplace: false,
                 exchange: rng.below(4) == 0,
+                whiteout: None,
             };
             let (from, over) = (fs.lookup(dir, name), fs.lookup(to, newname));
             let r = fs.rename(dir, name, to, newname, flags);

@@ -337,6 +337,17 @@ impl Fs {
         held(&mut v, attr, hold)
     }
 
+    /// Make a regular file with no name in directory `parent`
+    /// (`O_TMPFILE`): permission bits from `mode`, owned by `uid` and
+    /// `gid`. The caller holds one handle on it (give it back with
+    /// [`Fs::release_handle`]): the file is an orphan, gone at its last
+    /// handle, or at the next mount after a crash, unless [`Fs::link`]
+    /// names it first (once).
+    pub fn tmpfile(&self, parent: Ino, mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.warm(parent);
+        self.vol().tmpfile(parent, mode, uid, gid)
+    }
+
     /// Create a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
         self.mknod(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, uid, gid)

@@ -260,6 +260,7 @@ impl DurableOrphans {
                     .filter_map(|r| match *r {
                         Record::Orphan { ino } => Some((ino, true)),
                         Record::Drop { tree } => Some((tree, false)),
+                        Record::Named { ino } => Some((ino, false)),
                         _ => None,
                     })
                     .collect(),

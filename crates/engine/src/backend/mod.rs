@@ -152,6 +152,11 @@ pub struct Backend {
     /// `Orphan` record and leaves it with its `Drop`; a unify re-logs the
     /// whole list at the head of the new log. After replay: the durable list.
     pub orphans: BTreeSet<u64>,
+    /// Inodes that left the orphan list with a name (`Named` records: a
+    /// linked `O_TMPFILE`) while still listed in the durable log, perhaps:
+    /// an fsync commit that logs one logs its `Named` too, so the list an
+    /// fsync makes durable never holds a named inode. Left at their free.
+    pub named: BTreeSet<u64>,
     /// The snapshot table and the dead list.
     pub snaps: Snapshots,
     /// The orphan list as durable commits left it (O1, debug builds).
@@ -357,6 +362,10 @@ impl Backend {
                         }
                         orphans.insert(ino);
                     }
+                    // A listed orphan that got a name (a linked O_TMPFILE).
+                    Record::Named { ino } => {
+                        orphans.remove(&ino);
+                    }
                     // Checked by the chain reader (the last delta only).
                     Record::BlockSum { .. } => {}
                     Record::Drop { tree } => {
@@ -427,6 +436,7 @@ impl Backend {
             data_cursor: 2,
             durable_orphans: checks::DurableOrphans::replayed(&orphans),
             orphans,
+            named: BTreeSet::new(),
             snaps,
             readers: Arc::default(),
         };

@@ -396,6 +396,7 @@ impl Volume {
     /// orphan mark, and its pages no fsync commit has logged yet.
     fn inode_records(&mut self, ino: Ino, out: &mut Logged) -> Result<()> {
         let orphan = self.be.orphans.contains(&ino);
+        let named = self.be.named.contains(&ino);
         let bs = self.be.bs as u64;
         let i = self.inode(ino)?;
         // Its dirty pages, and those the commit in flight froze that no
@@ -407,6 +408,10 @@ impl Volume {
         out.records.push(Record::InodeImage { ino, attrs });
         if orphan {
             out.records.push(Record::Orphan { ino });
+        } else if named {
+            // Off the orphan list, which a durable commit may still hold
+            // it on: so is the list this commit makes durable.
+            out.records.push(Record::Named { ino });
         }
         out.records
             .reserve(pending.len() * (bs as usize).div_ceil(INLINE_CHUNK));

@@ -133,6 +133,9 @@ struct Books {
     /// number until it forgets it (nodeids must not be reused meanwhile).
     /// (Kept across deltas.)
     freed_inos: std::collections::HashSet<Ino>,
+    /// Files made without a name (`Volume::tmpfile`) that a link may still
+    /// name, once. (Kept across deltas.)
+    linkable: std::collections::HashSet<Ino>,
     /// What unlinks under the shared guard left for the next exclusive
     /// holder (`Volume::settle`), in the order they happened.
     unsettled: Unsettled,

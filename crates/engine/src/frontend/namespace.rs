@@ -254,8 +254,10 @@ impl Volume {
             return err(Errno::EPERM);
         }
         // An orphan (no name left, kept by a handle) cannot get a name back,
-        // as in Linux: it stays on the orphan list until freed.
-        if self.inode(ino)?.attrs.nlink == 0 {
+        // as in Linux: it stays on the orphan list until freed. A file made
+        // without one (`tmpfile`) can, once.
+        let unnamed = self.inode(ino)?.attrs.nlink == 0;
+        if unnamed && !self.books.get_mut().linkable.contains(&ino) {
             return err(Errno::ENOENT);
         }
         if self.inode(ino)?.attrs.nlink >= u32::MAX - 1 {
@@ -271,6 +273,9 @@ impl Volume {
         i.attrs.nlink += 1;
         i.attrs.ctime = Timespec::now();
         self.touch(ino);
+        if unnamed {
+            self.named(ino);
+        }
         self.getattr(ino)
     }
 
@@ -368,8 +373,10 @@ impl Volume {
             books.freed_images.insert(ino, image);
         }
         books.freed_inos.insert(ino);
+        books.linkable.remove(&ino);
         self.be.records.push(Record::Drop { tree: ino });
         self.be.orphans.remove(&ino);
+        self.be.named.remove(&ino);
         self.be.itable.get_mut().remove(dev.as_ref(), ino)?;
         // Its xattr file goes with it, in the same delta.
         if inode.attrs.xattr_file != 0 {
@@ -446,7 +453,7 @@ impl Volume {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        if flags.noreplace && flags.exchange {
+        if flags.exchange && (flags.noreplace || flags.whiteout.is_some()) {
             return err(Errno::EINVAL);
         }
         self.dir(parent)?;
@@ -528,7 +535,8 @@ impl Volume {
                 return err(Errno::ENOTEMPTY);
             }
         }
-        self.begin_change(4)?;
+        // A whiteout is a new inode and entry, in the same delta.
+        self.begin_change(if flags.whiteout.is_some() { 7 } else { 4 })?;
         self.books.get_mut().ns_touched.insert(src.ino);
         if let Some(t) = &target {
             self.books.get_mut().ns_touched.insert(t.ino);
@@ -553,6 +561,9 @@ impl Volume {
         self.add_entry(newparent, newname, src.ino, src.kind, free)?;
         if parent != newparent {
             self.reparent(src.ino, parent, newparent)?;
+        }
+        if let Some((uid, gid)) = flags.whiteout {
+            self.whiteout(parent, name, uid, gid)?;
         }
         self.changed(src.ino)
     }
@@ -692,3 +703,4 @@ pub(super) fn readdir_of(d: &mut Inode, dev: &dyn Device, pos: u64, max: usize) 
 mod shared;
 #[cfg(test)]
 mod tests;
+mod unnamed;

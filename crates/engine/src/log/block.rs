@@ -140,6 +140,7 @@ mod tests {
                 Record::LeafUnmap { tree: 4, sep: 99 },
                 Record::Drop { tree: 4 },
                 Record::Orphan { ino: 17 },
+                Record::Named { ino: 17 },
                 Record::Bfree { start: 3, count: 2 },
             ],
             crc: 0,

@@ -19,12 +19,13 @@
 //! | 13 | Reclaim   | start u64, count u32 | the dead extent at `start` is held by no snapshot any more: off the dead list, blocks free |
 //! | 14 | SnapDelete | id u64 | snapshot `id` is deleted: its name is gone, its space is being reclaimed |
 //! | 15 | SnapGone  | id u64 | snapshot `id`'s space is all back: its record goes |
+//! | 16 | Named     | ino u64 | `ino` left the orphan list with a name: a file made without one (`O_TMPFILE`) was linked |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
 //! Replay applies them unless a later full commit in the chain carries a
 //! delta number at least theirs: that delta holds everything they describe.
-//! Orphan records count in every committed delta, full or fsync, in log
-//! order.
+//! Orphan and Named records count in every committed delta, full or fsync,
+//! in log order.
 //!
 //! Calls the base modules only (codec, error).
 
@@ -140,6 +141,10 @@ pub enum Record {
     Orphan {
         ino: u64,
     },
+    /// `ino`, on the orphan list, got a name (a linked `O_TMPFILE`).
+    Named {
+        ino: u64,
+    },
     BlockSum {
         start: u64,
         count: u32,
@@ -163,7 +168,7 @@ pub enum Record {
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 16] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -179,6 +184,7 @@ pub const KINDS: [&str; 15] = [
     "reclaim",
     "snapdelete",
     "snapgone",
+    "named",
 ];
 
 impl Record {
@@ -190,7 +196,7 @@ impl Record {
             Record::SnapDelete { .. } | Record::SnapGone { .. } => 9,
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } | Record::DirentRemove { .. } => 17,
-            Record::Drop { .. } | Record::Orphan { .. } => 9,
+            Record::Drop { .. } | Record::Orphan { .. } | Record::Named { .. } => 9,
             Record::BlockSum { .. } => 17,
             Record::InodeImage { attrs, .. } => attrs.len().saturating_add(11),
             Record::DataInline { data, .. } => data.len().saturating_add(21),
@@ -216,6 +222,7 @@ impl Record {
             Record::Reclaim { .. } => 12,
             Record::SnapDelete { .. } => 13,
             Record::SnapGone { .. } => 14,
+            Record::Named { .. } => 15,
         }
     }
 
@@ -279,6 +286,10 @@ impl Record {
             }
             Record::Orphan { ino } => {
                 w.u8(9);
+                w.u64(ino);
+            }
+            Record::Named { ino } => {
+                w.u8(16);
                 w.u64(ino);
             }
             Record::BlockSum { start, count, crc } => {
@@ -393,6 +404,9 @@ impl Record {
             15 => Record::SnapGone {
                 id: r.u64("snapgone id")?,
             },
+            16 => Record::Named {
+                ino: r.u64("named ino")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         };
         rec.check(r, bounds)?;
@@ -451,7 +465,7 @@ impl Record {
             // Checked where they are used: an orphan number below 16 and a
             // block checksum range outside the volume are reported as
             // damage by replay and the chain reader.
-            Record::Orphan { .. } | Record::BlockSum { .. } => {}
+            Record::Orphan { .. } | Record::Named { .. } | Record::BlockSum { .. } => {}
             // Checked against the snapshot table by replay.
             Record::SnapDelete { .. } | Record::SnapGone { .. } => {}
         }

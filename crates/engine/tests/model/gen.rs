@@ -330,6 +330,7 @@ pub fn resolve(op: &Op, m: &Model) -> Action {
             flags: RenameFlags {
                 noreplace: flags % 8 == 5 || flags == 255,
                 exchange: flags % 8 == 6 || flags == 255,
+                whiteout: None,
             },
         },
         Op::Write {

@@ -72,7 +72,11 @@ fn rename(dir: Ino, name: &str, newdir: Ino, newname: &str, noreplace: bool, exc
         name: n(name),
         newdir,
         newname: n(newname),
-        flags: RenameFlags { noreplace, exchange },
+        flags: RenameFlags {
+            noreplace,
+            exchange,
+            whiteout: None,
+        },
     }
 }
 fn truncate(ino: Ino, size: u64) -> Action {

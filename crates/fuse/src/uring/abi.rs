@@ -121,6 +121,9 @@ pub mod statx {
     pub const BTIME: u32 = 0x800;
 }
 
+/// `FOPEN_KEEP_CACHE` in `fuse_open_out.open_flags`.
+pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+
 /// `FUSE_WRITE_KILL_SUIDGID` in `fuse_write_in.write_flags`.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `FUSE_FSYNC_FDATASYNC` in `fuse_fsync_in.fsync_flags`.
@@ -415,6 +418,15 @@ impl<'a> Out<'a> {
             self.u32(v);
         }
         self.bytes(&[0; 112]);
+    }
+
+    /// `struct fuse_open_out` of a file opened by the request that made it
+    /// (TMPFILE): no handle of ours (a handle holds nothing here), and the
+    /// page cache kept, as for the files the kernel opens without OPEN.
+    pub fn open_out(&mut self) {
+        self.u64(0); // fh
+        self.u32(FOPEN_KEEP_CACHE);
+        self.u32(0); // backing_id
     }
 
     /// `struct fuse_statfs_out`.

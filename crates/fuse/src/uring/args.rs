@@ -41,6 +41,16 @@ pub struct MknodIn {
     pub padding: u32,
 }
 
+/// `struct fuse_create_in` (CREATE and TMPFILE).
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct CreateIn {
+    pub flags: u32,
+    pub mode: u32,
+    pub umask: u32,
+    pub open_flags: u32,
+}
+
 /// `struct fuse_forget_in`.
 #[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
 #[repr(C)]
@@ -177,6 +187,7 @@ mod tests {
     fn structs_have_the_kernel_sizes() {
         assert_eq!(size_of::<SetattrIn>(), 88);
         assert_eq!(size_of::<MknodIn>(), 16);
+        assert_eq!(size_of::<CreateIn>(), 16);
         assert_eq!(size_of::<ForgetIn>(), 8);
         assert_eq!(size_of::<BatchForgetIn>(), 8);
         assert_eq!(size_of::<ForgetOne>(), 16);

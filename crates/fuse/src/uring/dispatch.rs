@@ -10,8 +10,8 @@
 
 use super::abi::{self, fattr, op, read, InHeader, Out, Short, Via};
 use super::args::{
-    FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn, SetattrIn,
-    SetxattrIn, WriteIn,
+    CreateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn,
+    SetattrIn, SetxattrIn, WriteIn,
 };
 use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
@@ -123,6 +123,8 @@ enum Answer {
     Statfs(StatFs),
     Offset(i64),
     Statx(Attr),
+    /// A file made and opened by one request (TMPFILE), already held.
+    Created(Attr),
 }
 
 fn time(sec: u64, nsec: u32) -> Timespec {
@@ -361,8 +363,19 @@ impl Tux3Fuse {
                 };
                 let n = abi::names(payload, 2).ok_or_else(einval)?;
                 let flags = RenameFlags::from_bits(flags).ok_or_else(einval)?;
+                // A whiteout belongs to the caller (overlayfs: its mounter).
+                let flags = flags.whiteout_owned_by(h.uid, h.gid);
                 self.fs.rename(ino, n[0], newdir, n[1], flags)?;
                 Answer::Empty
+            }
+            // An unnamed file (O_TMPFILE), opened by the same request: the
+            // kernel holds it by its lookup (as every entry it learns), so
+            // it is an orphan until linked, or freed after its last close.
+            op::TMPFILE => {
+                let a: CreateIn = read(op_in)?;
+                let (uid, gid, _) = self.owner(h.uid, h.gid, ino)?;
+                let mode = self.create_mode(ino, a.mode, a.umask);
+                Answer::Created(self.fs.tmpfile(ino, mode, uid, gid)?)
             }
             op::LINK => {
                 let attr = self
@@ -494,6 +507,10 @@ impl Tux3Fuse {
             Answer::Statfs(s) => out.statfs(&s),
             Answer::Offset(o) => out.u64(o as u64),
             Answer::Statx(attr) => out.statx_out(&attr, TTL),
+            Answer::Created(attr) => {
+                out.entry(&attr, TTL);
+                out.open_out();
+            }
         }
     }
 }

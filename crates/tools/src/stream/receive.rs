@@ -404,6 +404,7 @@ impl Apply<'_> {
                 let flags = RenameFlags {
                     noreplace: true,
                     exchange: false,
+                    whiteout: None,
                 };
                 fs.rename(*parent, name, *newparent, newname, flags)
             }

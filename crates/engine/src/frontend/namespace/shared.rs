@@ -286,9 +286,10 @@ impl Volume {
         if i.is_dir() {
             return Some(err(Errno::EPERM));
         }
-        // An orphan cannot get a name back (as in Linux).
+        // An orphan cannot get a name back (as in Linux); a file made
+        // without one may get its first, exclusively (`Volume::link`).
         if i.attrs.nlink == 0 {
-            return Some(err(Errno::ENOENT));
+            return None;
         }
         if i.attrs.nlink >= u32::MAX - 1 {
             return Some(err(Errno::EMLINK));
@@ -398,7 +399,7 @@ impl Volume {
         flags: RenameFlags,
         staged: &Staged,
     ) -> Option<Named<()>> {
-        if flags.exchange {
+        if flags.exchange || flags.whiteout.is_some() {
             return None;
         }
         let dev = self.be.dev.as_ref();

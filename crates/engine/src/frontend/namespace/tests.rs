@@ -154,6 +154,7 @@ impl Harness {
                 let flags = RenameFlags {
                     noreplace: f == 1,
                     exchange: f == 2,
+                    whiteout: None,
                 };
                 let got = errno(self.vol.rename(self.dirs[a], &nx, self.dirs[b], &ny, flags));
                 let src = self.model[a].ino(&nx);
