@@ -84,7 +84,10 @@ fn named_user_and_mask(c: &Ctx) -> Res {
     check_eq!(mode(&f)?, 0o640, "the mask shows as the group bits");
     ok("chmod", sys::chmod(&f, 0o600))?;
     let acl = get_acl(&f, ACCESS)?;
-    check!(acl.contains(&(MASK, 0, UNDEFINED)), "chmod 600 left the mask in {acl:?}");
+    check!(
+        acl.contains(&(MASK, 0, UNDEFINED)),
+        "chmod 600 left the mask in {acl:?}"
+    );
     check!(acl.contains(&(USER, 4, NOBODY)), "the named entry stays: {acl:?}");
     if c.need_perm().is_ok() {
         as_user(NOBODY, NOBODY, &[], || {
@@ -93,7 +96,11 @@ fn named_user_and_mask(c: &Ctx) -> Res {
         ok("chmod", sys::chmod(&f, 0o640))?;
         as_user(NOBODY, NOBODY, &[], || {
             ok("read, named entry r--", sys::open(&f, libc::O_RDONLY, 0)).map(drop)?;
-            want_err("write, named entry r--", sys::open(&f, libc::O_WRONLY, 0), libc::EACCES)
+            want_err(
+                "write, named entry r--",
+                sys::open(&f, libc::O_WRONLY, 0),
+                libc::EACCES,
+            )
         })?;
     }
     Ok(())
@@ -103,10 +110,22 @@ fn plain_acl_folds_into_mode(c: &Ctx) -> Res {
     let f = c.p("f");
     put(&f, b"x")?;
     ok("chmod", sys::chmod(&f, 0o600))?;
-    set_acl(&f, ACCESS, &[(USER_OBJ, 7, UNDEFINED), (GROUP_OBJ, 5, UNDEFINED), (OTHER, 1, UNDEFINED)])?;
+    set_acl(
+        &f,
+        ACCESS,
+        &[
+            (USER_OBJ, 7, UNDEFINED),
+            (GROUP_OBJ, 5, UNDEFINED),
+            (OTHER, 1, UNDEFINED),
+        ],
+    )?;
     check_eq!(mode(&f)?, 0o751, "mode from a plain ACL");
     // Nothing is stored: the mode says it all.
-    want_err("getxattr of a folded ACL", sys::getxattr(&f, ACCESS, 4096), libc::ENODATA)
+    want_err(
+        "getxattr of a folded ACL",
+        sys::getxattr(&f, ACCESS, 4096),
+        libc::ENODATA,
+    )
 }
 
 fn default_acl_inherited(c: &Ctx) -> Res {
@@ -123,15 +142,32 @@ fn default_acl_inherited(c: &Ctx) -> Res {
     let (f, sub) = (d.join("f"), d.join("sub"));
     // SAFETY: umask has no preconditions; the suite runs one case at a time.
     let old = unsafe { libc::umask(0o077) };
-    let made = sys::open(&f, libc::O_CREAT | libc::O_WRONLY, 0o666).map(drop).and_then(|()| sys::mkdir(&sub, 0o777));
+    let made = sys::open(&f, libc::O_CREAT | libc::O_WRONLY, 0o666)
+        .map(drop)
+        .and_then(|()| sys::mkdir(&sub, 0o777));
     unsafe { libc::umask(old) };
     ok("create in a directory with a default ACL", made)?;
-    check_eq!(mode(&f)?, 0o664, "file mode: masked by the default ACL, not the umask");
+    check_eq!(
+        mode(&f)?,
+        0o664,
+        "file mode: masked by the default ACL, not the umask"
+    );
     check_eq!(mode(&sub)?, 0o775, "directory mode");
     let acl = get_acl(&f, ACCESS)?;
-    check!(acl.contains(&(USER, 7, NOBODY)) && acl.contains(&(MASK, 6, UNDEFINED)), "{acl:?}");
+    check!(
+        acl.contains(&(USER, 7, NOBODY)) && acl.contains(&(MASK, 6, UNDEFINED)),
+        "{acl:?}"
+    );
     check!(acl.contains(&(OTHER, 4, UNDEFINED)), "{acl:?}");
-    check_eq!(get_acl(&sub, DEFAULT)?, default.to_vec(), "a directory inherits the default ACL");
-    want_err("default ACL on a file", sys::setxattr(&f, DEFAULT, &encode(&default), 0), libc::EACCES)?;
+    check_eq!(
+        get_acl(&sub, DEFAULT)?,
+        default.to_vec(),
+        "a directory inherits the default ACL"
+    );
+    want_err(
+        "default ACL on a file",
+        sys::setxattr(&f, DEFAULT, &encode(&default), 0),
+        libc::EACCES,
+    )?;
     Ok(())
 }

@@ -24,6 +24,7 @@ pub const CASES: &[Case] = &[
     Case::new("attrs/times_creat", times_creat),
     Case::new("attrs/times_mkdir_rmdir", times_mkdir_rmdir),
     Case::new("attrs/relatime_read", relatime_read),
+    Case::new("attrs/statx_btime", statx_btime),
 ];
 
 fn st(p: &std::path::Path) -> Result<libc::stat, Fail> {
@@ -419,9 +420,55 @@ fn relatime_read(c: &Ctx) -> Res {
     };
     read()?;
     let first = atime(&ok("stat", sys::stat(&f))?);
-    check!(first > (OLD.0 + 1000, 0), "atime {first:?} did not move on a read");
+    check!(
+        first > (OLD.0 + 1000, 0),
+        "atime {first:?} did not move on a read"
+    );
     read()?;
     let second = atime(&ok("stat", sys::stat(&f))?);
     check_eq!(second, first, "a second read moved a fresh atime");
+    Ok(())
+}
+
+/// statx(2) reports a birth time (STATX_BTIME) for new files and
+/// directories: no later than their other times at birth, and unchanged by
+/// what changes those (utimensat, chmod, a write, a rename).
+fn statx_btime(c: &Ctx) -> Res {
+    let (f, d) = (c.p("f"), c.p("d"));
+    put(&f, b"x")?;
+    ok("mkdir", sys::mkdir(&d, 0o755))?;
+    for p in [&f, &d] {
+        let sx = ok("statx", sys::statx(p))?;
+        check!(
+            sx.stx_mask & libc::STATX_BTIME != 0,
+            "{}: no STATX_BTIME in the mask {:#x}",
+            p.display(),
+            sx.stx_mask
+        );
+        let born = (sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec);
+        for (what, t) in [("mtime", sx.stx_mtime), ("ctime", sx.stx_ctime)] {
+            check!(
+                born <= (t.tv_sec, t.tv_nsec),
+                "{}: born {born:?} after its {what} {:?}",
+                p.display(),
+                (t.tv_sec, t.tv_nsec)
+            );
+        }
+    }
+    let born = ok("statx", sys::statx(&f))?.stx_btime;
+    let born = (born.tv_sec, born.tv_nsec);
+    ok("utimens", sys::utimens(&f, ts(1000, 0), ts(2000, 0)))?;
+    ok("chmod", sys::chmod(&f, 0o600))?;
+    let fd = ok("open", sys::open(&f, libc::O_WRONLY | libc::O_APPEND, 0))?;
+    ok("write", sys::write(&fd, b"more"))?;
+    drop(fd);
+    ok("rename", sys::rename(&f, &c.p("g")))?;
+    let sx = ok("statx", sys::statx(&c.p("g")))?;
+    check_eq!(sx.stx_mtime.tv_sec > 2000, true, "the write moved mtime");
+    check_eq!(
+        (sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec),
+        born,
+        "birth time after the changes"
+    );
     Ok(())
 }

@@ -23,6 +23,7 @@ mod open;
 mod perms;
 mod rename;
 mod sparse;
+mod tmpfile;
 mod xattr;
 
 use std::io::Write;
@@ -32,8 +33,9 @@ use std::process::ExitCode;
 use util::{Case, Ctx, Fail};
 
 fn all_cases() -> Vec<&'static Case> {
-    let groups: [&'static [Case]; 12] = [
+    let groups: [&'static [Case]; 13] = [
         open::CASES,
+        tmpfile::CASES,
         dirs::CASES,
         rename::CASES,
         links::CASES,

@@ -1,8 +1,8 @@
 //! rename(2) and renameat2(2): replacing files and directories, the errno of
 //! each type mismatch, renames onto the same inode, RENAME_NOREPLACE,
-//! RENAME_EXCHANGE, directory link counts and ctime.
+//! RENAME_EXCHANGE, RENAME_WHITEOUT, directory link counts and ctime.
 
-use crate::sys::{self, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use crate::sys::{self, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use crate::util::*;
 
 pub const CASES: &[Case] = &[
@@ -22,6 +22,7 @@ pub const CASES: &[Case] = &[
     Case::new("rename/exchange_missing", exchange_missing),
     Case::new("rename/subdir_between_parents", subdir_between_parents),
     Case::new("rename/times", times),
+    Case::new("rename/whiteout", whiteout),
 ];
 
 fn ino(c: &Ctx, name: &str) -> Result<u64, Fail> {
@@ -327,5 +328,47 @@ fn times(c: &Ctx) -> Res {
         check!(mtime(&st) != OLD, "mtime of {p} did not change");
         check!(ctime(&st) > ctime(b), "ctime of {p} did not change");
     }
+    Ok(())
+}
+
+/// RENAME_WHITEOUT (needs CAP_MKNOD): the rename leaves a whiteout, a
+/// character device 0/0, at the old name — of a file, over an existing
+/// target, and of a directory; never with RENAME_EXCHANGE.
+fn whiteout(c: &Ctx) -> Res {
+    need_root()?;
+    put(&c.p("a"), b"data")?;
+    put(&c.p("old"), b"replaced")?;
+    ok("mkdir", sys::mkdir(&c.p("d"), 0o755))?;
+    let a = ino(c, "a")?;
+    ok(
+        "rename a b WHITEOUT",
+        sys::renameat2(&c.p("a"), &c.p("b"), RENAME_WHITEOUT),
+    )?;
+    ok(
+        "rename b old WHITEOUT",
+        sys::renameat2(&c.p("b"), &c.p("old"), RENAME_WHITEOUT),
+    )?;
+    ok(
+        "rename d e WHITEOUT",
+        sys::renameat2(&c.p("d"), &c.p("e"), RENAME_WHITEOUT),
+    )?;
+    for name in ["a", "b", "d"] {
+        let st = ok(&format!("lstat {name}"), sys::lstat(&c.p(name)))?;
+        check_type(&format!("whiteout {name}"), &st, libc::S_IFCHR)?;
+        check_eq!(
+            st.st_rdev,
+            sys::makedev(0, 0),
+            format!("device of whiteout {name}")
+        );
+    }
+    check_eq!(ino(c, "old")?, a, "the file under its last name");
+    check_eq!(get(&c.p("old"))?, b"data".to_vec(), "its content");
+    check_type("e", &ok("lstat e", sys::lstat(&c.p("e")))?, libc::S_IFDIR)?;
+    put(&c.p("x"), b"x")?;
+    want_err(
+        "RENAME_EXCHANGE | RENAME_WHITEOUT",
+        sys::renameat2(&c.p("x"), &c.p("old"), RENAME_EXCHANGE | RENAME_WHITEOUT),
+        libc::EINVAL,
+    )?;
     Ok(())
 }

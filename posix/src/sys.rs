@@ -121,6 +121,7 @@ pub fn rename(a: &Path, b: &Path) -> SysR<()> {
 
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
+pub const RENAME_WHITEOUT: u32 = 4;
 
 pub fn renameat2(a: &Path, b: &Path, flags: u32) -> SysR<()> {
     let (ca, cb) = (cstr(a), cstr(b));
@@ -139,6 +140,46 @@ pub fn renameat2(a: &Path, b: &Path, flags: u32) -> SysR<()> {
     } else {
         Ok(())
     }
+}
+
+/// `linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH)`: a name for an open file.
+pub fn link_fd(fd: &Fd, to: &Path) -> SysR<()> {
+    let c = cstr(to);
+    cvt(unsafe {
+        libc::linkat(
+            fd.0,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// `linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW)`.
+pub fn link_follow(from: &Path, to: &Path) -> SysR<()> {
+    let (a, b) = (cstr(from), cstr(to));
+    let f = libc::AT_FDCWD;
+    cvt(unsafe { libc::linkat(f, a.as_ptr(), f, b.as_ptr(), libc::AT_SYMLINK_FOLLOW) }).map(drop)
+}
+
+/// `statx` of `p` (not following a last symlink) for the basic
+/// statistics and the birth time.
+pub fn statx(p: &Path) -> SysR<libc::statx> {
+    let c = cstr(p);
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+    cvt(unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            mask,
+            &mut sx,
+        )
+    })?;
+    Ok(sx)
 }
 
 pub fn link(a: &Path, b: &Path) -> SysR<()> {
