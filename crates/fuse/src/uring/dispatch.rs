@@ -8,11 +8,12 @@
 //!
 //! Calls [`tux3::Fs`] through [`Tux3Fuse`].
 
-use super::abi::{self, fattr, op, read, InHeader, Out, Short, Via};
+use super::abi::{self, fattr, op, read, InHeader, Short, Via};
 use super::args::{
     CreateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn,
     SetattrIn, SetxattrIn, WriteIn,
 };
+use super::out::Out;
 use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};

@@ -11,8 +11,9 @@
 //! until all queues are registered). If registration fails, the kernel
 //! falls back to `/dev/fuse` for good.
 //!
-//! - `abi.rs`: the wire format (opcodes, buffer layout, reply structs), of
-//!   both transports;
+//! - `abi.rs`: the wire format (opcodes, buffer layouts, how a request
+//!   splits into its argument struct and payload), of both transports;
+//! - `out.rs`: the reply structs both transports send;
 //! - `args.rs`: the per-opcode argument structs requests are read through
 //!   (`decode_tests.rs` tests them, and EINVAL for short requests);
 //! - `dispatch.rs`: request → engine call → reply, for both transports
@@ -47,6 +48,7 @@ pub(crate) mod args;
 mod decode_tests;
 pub(crate) mod dispatch;
 mod idle_cpus;
+pub(crate) mod out;
 mod priority;
 mod ring;
 
