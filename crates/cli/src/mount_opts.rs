@@ -66,6 +66,8 @@ const IGNORED: &[&str] = &[
     "mand",
     "nomand",
     "loop",
+    // Handled before these options are parsed (remount.rs).
+    "remount",
     "silent",
     "loud",
 ];
