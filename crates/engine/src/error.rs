@@ -38,6 +38,7 @@ impl Errno {
     pub const ENXIO: Errno = Errno(libc::ENXIO);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+    pub const ENODEV: Errno = Errno(libc::ENODEV);
 
     /// The symbolic name (`ENOENT`), for messages and test output.
     pub fn name(self) -> &'static str {
@@ -63,6 +64,7 @@ impl Errno {
             libc::ENOTSUP => "ENOTSUP",
             libc::EBUSY => "EBUSY",
             libc::ENXIO => "ENXIO",
+            libc::ENODEV => "ENODEV",
             _ => "E?",
         }
     }

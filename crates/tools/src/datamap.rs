@@ -55,7 +55,9 @@ pub fn tree_extents(dev: &dyn Device, tree: &mut Tree) -> Result<Vec<Extent>> {
     Ok(out)
 }
 
-/// One extent as the tools print it: `lblock..+count -> pblock`.
+/// One extent as the tools print it: `lblock..+count -> pblock`, with
+/// ` unwritten` after a preallocated one.
 pub fn show(e: &Extent) -> String {
-    format!("{}..+{} -> {}", e.lblock, e.count, e.pblock)
+    let mark = if e.unwritten { " unwritten" } else { "" };
+    format!("{}..+{} -> {}{mark}", e.lblock, e.count, e.pblock)
 }

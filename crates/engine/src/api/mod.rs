@@ -15,6 +15,7 @@
 
 mod answer;
 mod commit;
+mod falloc;
 mod guard;
 mod image;
 mod receive;

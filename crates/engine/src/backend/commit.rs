@@ -51,6 +51,7 @@ use crate::device::{Device, Urgent};
 use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::btree::node::FreedNode;
+use crate::structures::extent_range::{self, Run};
 use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
 use std::collections::BTreeMap;
@@ -454,13 +455,28 @@ impl Backend {
                     j += 1;
                 }
                 while i < j {
+                    let lblock = pages[i].0;
+                    // Preallocated blocks are filled in place: they never
+                    // held data that a durable image reads (FORMAT.md 7.2).
+                    let want =
+                        match extent_range::run_at(&mut inode.tree, dev.as_ref(), lblock, (j - i) as u64)? {
+                            Run::Unwritten { pblock, count } => {
+                                for (k, (_, p)) in pages[i..i + count as usize].iter().enumerate() {
+                                    data.push((pblock + k as u64, p.clone()));
+                                }
+                                extent_range::mark_written(&mut inode.tree, dev.as_ref(), lblock, count)?;
+                                inode.goal = pblock + count;
+                                i += count as usize;
+                                continue;
+                            }
+                            Run::Other { count } => count,
+                        };
                     let goal = if inode.goal != 0 {
                         inode.goal
                     } else {
                         self.data_cursor
                     };
-                    let (start, n) = self.alloc.alloc(goal, (j - i) as u64, true)?;
-                    let lblock = pages[i].0;
+                    let (start, n) = self.alloc.alloc(goal, want, true)?;
                     for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
                         data.push((start + k as u64, p.clone()));
                     }
@@ -810,7 +826,12 @@ fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<exten
     };
     let mut out = Vec::with_capacity(entries.len());
     for (k, v) in entries {
-        out.push(extent::decode(*k, v, 0, &bounds)?);
+        let e = extent::decode(*k, v, 0, &bounds)?;
+        // The record's form has no room for the unwritten mark.
+        if e.unwritten {
+            return Ok(None);
+        }
+        out.push(e);
     }
     Ok(Some(out))
 }

@@ -160,6 +160,38 @@ impl PageMap {
         n
     }
 
+    /// Drop pages of blocks `from..to` (a punched hole), clean ones too.
+    /// Returns how many of them were dirty.
+    pub fn drop_range(&mut self, from: u64, to: u64) -> usize {
+        if from >= to {
+            return 0;
+        }
+        let mut after = self.pages.split_off(&from);
+        let mut kept = after.split_off(&to);
+        let n = after.values().filter(|p| !p.writeback).count();
+        self.pages.append(&mut kept);
+        let mut clean_after = self.clean.split_off(&from);
+        let mut clean_kept = clean_after.split_off(&to);
+        self.clean.append(&mut clean_kept);
+        self.dirty -= n;
+        n
+    }
+
+    /// Renumber every page at or after `from` by `by` blocks, down
+    /// (collapse: the blocks `from - by..from` hold no page) or up
+    /// (insert). A moved page is no longer in an fsync commit of its new
+    /// place.
+    pub fn shift_from(&mut self, from: u64, by: u64, down: bool) {
+        let to = |k: u64| if down { k - by } else { k + by };
+        let moved = self.pages.split_off(&from);
+        self.pages.extend(moved.into_iter().map(|(k, mut p)| {
+            p.logged = false;
+            (to(k), p)
+        }));
+        let moved = self.clean.split_off(&from);
+        self.clean.extend(moved.into_iter().map(|(k, d)| (to(k), d)));
+    }
+
     /// Freeze every dirty page into a commit: returns them in logical order
     /// and keeps them here, under writeback, until [`PageMap::end_writeback`].
     pub fn start_writeback(&mut self) -> Vec<(u64, Arc<Vec<u8>>)> {
@@ -231,6 +263,31 @@ mod tests {
             (1, 4),
             "a small commit keeps its pages"
         );
+    }
+
+    #[test]
+    fn dropped_and_shifted_ranges_keep_the_dirty_count() {
+        let mut m = PageMap::default();
+        for b in 0..6 {
+            m.page_mut(b, 1, || vec![b as u8; 8]);
+        }
+        m.start_writeback();
+        m.page_mut(2, 2, || vec![2; 8]);
+        m.page_mut(4, 2, || vec![4; 8]);
+        m.end_writeback(usize::MAX, &mut Vec::new());
+        m.page_mut(5, 3, || vec![5; 8]);
+        assert_eq!((m.len(), m.clean_len()), (3, 3));
+        assert_eq!(m.drop_range(1, 3), 1, "page 2 was dirty, page 1 clean");
+        assert!(m.content(1).is_none() && m.content(2).is_none());
+        m.shift_from(4, 2, true);
+        assert_eq!(m.content(2).unwrap()[0], 4);
+        assert_eq!(m.content(3).unwrap()[0], 5);
+        assert!(m.content(4).is_none() && m.content(5).is_none());
+        m.shift_from(3, 10, false);
+        assert_eq!(m.content(13).unwrap()[0], 5);
+        assert_eq!(m.content(0).unwrap()[0], 0, "below the shift: unmoved");
+        assert_eq!((m.len(), m.clean_len()), (2, 2));
+        assert!(m.is_dirty(13) && m.is_dirty(2));
     }
 
     #[test]

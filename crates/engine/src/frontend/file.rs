@@ -14,7 +14,7 @@ use super::{max_file_size, Volume};
 use crate::cache::Inode;
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
-use crate::structures::extent;
+use crate::structures::{extent, extent_range};
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -24,7 +24,8 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
         return Ok(data.as_ref().clone());
     }
     let mut buf = vec![0u8; bs as usize];
-    if let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? {
+    // An unwritten (preallocated) extent reads as zeros.
+    if let Some(e) = extent::lookup(&mut i.tree, dev, lblock)?.filter(|e| !e.unwritten) {
         dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
     }
     Ok(buf)
@@ -132,7 +133,11 @@ pub(super) fn plan_read(
         } else {
             extent::lookup(&mut i.tree, dev, lblock)?
         };
-        let Some(e) = found else {
+        // An unwritten (preallocated) extent reads as a hole to its end.
+        if let Some(e) = found.filter(|e| e.unwritten) {
+            hole_end = e.end();
+        }
+        let Some(e) = found.filter(|e| !e.unwritten) else {
             if lblock >= hole_end {
                 // A hole: it lasts up to the next extent.
                 hole_end = extent::next(&mut i.tree, dev, lblock)?.map_or(u64::MAX, |e| e.lblock);
@@ -240,9 +245,23 @@ pub(super) fn new_pages(i: &Inode, bs: u64, offset: u64, end: u64) -> u64 {
         .count() as u64
 }
 
+/// Pages a write of `offset..end` newly dirties in `i` whose blocks are
+/// preallocated (unwritten): the commit fills those in place, taking no
+/// new block.
+fn preallocated_pages(i: &mut Inode, dev: &dyn Device, bs: u64, offset: u64, end: u64) -> Result<u64> {
+    let (first, last) = (offset / bs, end.div_ceil(bs));
+    let mut n = 0;
+    for e in extent_range::clipped(&mut i.tree, dev, first, last)? {
+        if e.unwritten {
+            n += (e.lblock..e.end()).filter(|b| !i.pages.is_dirty(*b)).count() as u64;
+        }
+    }
+    Ok(n)
+}
+
 impl Volume {
     /// Contents of logical block `lblock` of `ino` as it is now.
-    fn block(&mut self, ino: Ino, lblock: u64) -> Result<Vec<u8>> {
+    pub(super) fn block(&mut self, ino: Ino, lblock: u64) -> Result<Vec<u8>> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
         block_of(self.inode(ino)?, dev.as_ref(), bs, lblock)
@@ -283,8 +302,16 @@ impl Volume {
     pub(super) fn copy_to_pages(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs();
         let end = write_end(bs, offset, data.len())?;
-        let new = new_pages(self.inode(ino)?, bs, offset, end);
-        self.begin_change(new + 2)?;
+        let dev = self.be.dev.clone();
+        let i = self.inode(ino)?;
+        let new = new_pages(i, bs, offset, end) - preallocated_pages(i, dev.as_ref(), bs, offset, end)?;
+        if new == 0 {
+            // Its blocks were preallocated: a full volume takes it still,
+            // as it takes a truncate (see `begin_release`).
+            self.begin_release(2)?;
+        } else {
+            self.begin_change(new + 2)?;
+        }
         let mut i = self.cache.lock(ino).ok_or(Error::Posix(Errno::ENOENT))?;
         self.copy_into(&mut i, offset, end, data)
     }
@@ -358,9 +385,12 @@ impl Volume {
         let (old, clean_before) = (i.attrs.size, i.pages.clean_len());
         if size < old {
             let keep = size.div_ceil(bs);
-            if !size.is_multiple_of(bs) {
+            let lblock = size / bs;
+            // A hole or a preallocated block reads as zeros already.
+            let held = i.pages.content(lblock).is_some()
+                || extent::lookup(&mut i.tree, dev.as_ref(), lblock)?.is_some_and(|e| !e.unwritten);
+            if !size.is_multiple_of(bs) && held {
                 // Zero the tail of the last kept block (F1).
-                let lblock = size / bs;
                 let mut b = self.block(ino, lblock)?;
                 b[(size % bs) as usize..].fill(0);
                 let delta = self.be.delta;

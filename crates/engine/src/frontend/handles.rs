@@ -148,7 +148,10 @@ fn seek_in(i: &mut Inode, dev: &dyn Device, bs: u64, offset: u64, data: bool) ->
     let mut lblock = offset / bs;
     let last = (size - 1) / bs;
     while lblock <= last {
-        let has = i.pages.get(lblock).is_some() || extent::lookup(&mut i.tree, dev, lblock)?.is_some();
+        // Preallocated (unwritten) blocks are a hole until written, as on
+        // ext4 and XFS.
+        let has = i.pages.get(lblock).is_some()
+            || extent::lookup(&mut i.tree, dev, lblock)?.is_some_and(|e| !e.unwritten);
         if has == data {
             return Ok((lblock * bs).max(offset));
         }

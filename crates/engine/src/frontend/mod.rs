@@ -24,6 +24,7 @@ macro_rules! or_fail {
 
 pub mod acl;
 mod evict;
+mod falloc;
 mod file;
 pub(crate) mod flags;
 pub mod fsync;

@@ -95,7 +95,7 @@ impl Volume {
             extent::lookup(&mut i.tree, dev, tail.lblock)
         });
         let Ok(Ok(Some(e))) = mapped else { return };
-        if e.pblock + (tail.lblock - e.lblock) != tail.pblock {
+        if e.unwritten || e.pblock + (tail.lblock - e.lblock) != tail.pblock {
             return;
         }
         let before = i.pages.clean_len();

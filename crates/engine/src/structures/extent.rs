@@ -1,9 +1,11 @@
 //! Structures layer: extent trees, a file's data map, keyed by logical block,
 //! each value an extent `physical start u64, block count u32` and, on a
 //! volume that has had snapshots, `birth u32`: the generation its blocks
-//! were allocated in (absent means 0). Extents never overlap. Operations
+//! were allocated in (absent means 0); a preallocated (unwritten) extent
+//! adds a `flags u8` after the birth. Extents never overlap. Operations
 //! here keep that true and report the physical blocks they free, each with
 //! its birth (snapshots keep a freed block its birth says they hold).
+//! Conversions and shifts of ranges are in `extent_range.rs`.
 //!
 //! Calls the btree, the device (through it) and the base modules.
 
@@ -23,6 +25,9 @@ pub struct Extent {
     pub count: u64,
     /// Generation the blocks were allocated in (0: before any snapshot).
     pub birth: u32,
+    /// Preallocated and never written: reads as zeros whatever the blocks
+    /// hold, and a write may fill its blocks in place.
+    pub unwritten: bool,
 }
 
 /// Physical blocks an operation freed: `(start, count, birth)`.
@@ -43,16 +48,34 @@ impl Extent {
 /// Longest extent stored in one entry.
 pub const MAX_EXTENT: u64 = u32::MAX as u64;
 
+/// Flag bit of the 17-byte form: the extent is unwritten.
+pub const FLAG_UNWRITTEN: u8 = 1;
+
 /// An extent's value: 12 bytes, or 16 with a birth (0 is not written, so
 /// a volume that never had a snapshot keeps the 12-byte form).
 pub fn encode(pblock: u64, count: u64, birth: u32) -> Vec<u8> {
-    let mut w = Writer::with_capacity(16);
+    encode_as(pblock, count, birth, false)
+}
+
+/// An extent's value, unwritten or not: an unwritten one takes the 17-byte
+/// form (birth written even when 0, then the flags byte), so a written
+/// extent keeps the forms volumes had before preallocation.
+pub fn encode_as(pblock: u64, count: u64, birth: u32, unwritten: bool) -> Vec<u8> {
+    let mut w = Writer::with_capacity(17);
     w.u64(pblock);
     w.u32(u32::try_from(count).unwrap_or(u32::MAX));
-    if birth != 0 {
+    if birth != 0 || unwritten {
         w.u32(birth);
     }
+    if unwritten {
+        w.u8(FLAG_UNWRITTEN);
+    }
     w.buf
+}
+
+/// The value of extent `e` (its logical block is the key).
+pub fn encode_extent(e: &Extent) -> Vec<u8> {
+    encode_as(e.pblock, e.count, e.birth, e.unwritten)
 }
 
 /// Decode the extent stored at `lblock` in leaf `block` of a volume with
@@ -62,10 +85,21 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
     let mut r = Reader::new(v, block);
     let pblock = r.u64("extent start")?;
     let count = u64::from(r.u32("extent length")?);
-    let birth = if r.remaining() == 4 {
+    let birth = if matches!(r.remaining(), 4 | 5) {
         r.u32("extent birth")?
     } else {
         0
+    };
+    let unwritten = if r.remaining() == 1 {
+        let flags = r.u8("extent flags")?;
+        if flags != FLAG_UNWRITTEN {
+            return Err(r.bad(format!(
+                "extent at logical block {lblock}: unknown flags {flags:#04x}"
+            )));
+        }
+        true
+    } else {
+        false
     };
     if count == 0 || r.remaining() != 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
@@ -76,6 +110,7 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
         pblock,
         count,
         birth,
+        unwritten,
     })
 }
 
@@ -129,12 +164,16 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<F
     if let Some(e) = lookup(t, dev, from)? {
         if e.lblock < from {
             let head = from.saturating_sub(e.lblock);
-            t.insert(dev, e.lblock, encode(e.pblock, head, e.birth))?;
+            t.insert(dev, e.lblock, encode_as(e.pblock, head, e.birth, e.unwritten))?;
             let end = e.end();
             let cut_end = end.min(to);
             freed.push((e.physical(from), cut_end.saturating_sub(from), e.birth));
             if end > to {
-                t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to), e.birth))?;
+                t.insert(
+                    dev,
+                    to,
+                    encode_as(e.physical(to), end.saturating_sub(to), e.birth, e.unwritten),
+                )?;
             }
         }
     }
@@ -146,7 +185,11 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<F
         let end = e.end();
         if end > to {
             freed.push((e.pblock, to.saturating_sub(e.lblock), e.birth));
-            t.insert(dev, to, encode(e.physical(to), end.saturating_sub(to), e.birth))?;
+            t.insert(
+                dev,
+                to,
+                encode_as(e.physical(to), end.saturating_sub(to), e.birth, e.unwritten),
+            )?;
             break;
         }
         freed.push((e.pblock, e.count, e.birth));
@@ -165,6 +208,20 @@ pub fn map(
     count: u64,
     birth: u32,
 ) -> Result<Vec<Freed>> {
+    map_as(t, dev, lblock, pblock, count, birth, false)
+}
+
+/// [`map`], the new extent unwritten (preallocated) or not; it merges
+/// only with a predecessor in the same state.
+pub fn map_as(
+    t: &mut Tree,
+    dev: &dyn Device,
+    lblock: u64,
+    pblock: u64,
+    count: u64,
+    birth: u32,
+    unwritten: bool,
+) -> Result<Vec<Freed>> {
     let end = lblock
         .checked_add(count)
         .filter(|&end| end <= MAX_FILE_BLOCKS && count <= MAX_EXTENT)
@@ -177,13 +234,14 @@ pub fn map(
                 && p.pblock.checked_add(p.count) == Some(pblock)
                 && merged <= MAX_EXTENT
                 && p.birth == birth
+                && p.unwritten == unwritten
             {
-                t.insert(dev, p.lblock, encode(p.pblock, merged, birth))?;
+                t.insert(dev, p.lblock, encode_as(p.pblock, merged, birth, unwritten))?;
                 return Ok(freed);
             }
         }
     }
-    t.insert(dev, lblock, encode(pblock, count, birth))?;
+    t.insert(dev, lblock, encode_as(pblock, count, birth, unwritten))?;
     Ok(freed)
 }
 
@@ -243,7 +301,8 @@ mod tests {
                 lblock: 0,
                 pblock: 100,
                 count: 15,
-                birth: 0
+                birth: 0,
+                unwritten: false,
             }]
         );
         let freed = map(&mut t, &dev, 3, 500, 2, 7).unwrap();
@@ -255,19 +314,22 @@ mod tests {
                     lblock: 0,
                     pblock: 100,
                     count: 3,
-                    birth: 0
+                    birth: 0,
+                    unwritten: false,
                 },
                 Extent {
                     lblock: 3,
                     pblock: 500,
                     count: 2,
-                    birth: 7
+                    birth: 7,
+                    unwritten: false,
                 },
                 Extent {
                     lblock: 5,
                     pblock: 105,
                     count: 10,
-                    birth: 0
+                    birth: 0,
+                    unwritten: false,
                 },
             ]
         );

@@ -314,6 +314,7 @@ impl InodeAttrs {
                             pblock,
                             count,
                             birth,
+                            unwritten: false,
                         };
                         if a.inline.last().is_some_and(|p| p.end() > e.lblock) {
                             return Err(bad(format!(
@@ -398,6 +399,7 @@ mod tests {
                     pblock,
                     count,
                     birth: (lblock % 3) as u32,
+                    unwritten: false,
                 })
                 .collect(),
             ..Default::default()

@@ -13,6 +13,7 @@ pub mod bitmap;
 pub mod btree;
 pub mod dirent;
 pub mod extent;
+pub mod extent_range;
 pub mod inode;
 pub mod superblock;
 pub mod xattr_file;

@@ -3,7 +3,7 @@
 //! extents its record holds: a small file's whole map, format attribute 9),
 //! and its extents or directory entries. Extents held in the record are
 //! checked exactly like a tree's: disjoint, inside the volume and the file
-//! size, summing to the `blocks` attribute, and owning their blocks (so the
+//! size (a preallocated, unwritten extent may lie past it), summing to the `blocks` attribute, and owning their blocks (so the
 //! bitmap, overlap and leak checks in `refs` see them). Only the record's
 //! own leaf in memory has address 0: it owns no block.
 //!
@@ -192,9 +192,10 @@ impl Extents<'_> {
         }
     }
 
-    /// Disjoint, inside the volume, within the file size, summing to the
-    /// `blocks` attribute; only files and symlinks hold any. Each owns its
-    /// blocks in `refs`.
+    /// Disjoint, inside the volume, within the file size (unless unwritten:
+    /// preallocated past the end), summing to the `blocks` attribute; only
+    /// files and symlinks hold any, only files unwritten ones. Each owns
+    /// its blocks in `refs`.
     fn check(&self, extents: &[(u64, Extent)], refs: &mut Vec<Ref>, f: &mut Findings) {
         let (ino, a, kind, block_count) = (self.ino, self.a, self.kind, self.block_count);
         let holds_data =
@@ -217,12 +218,20 @@ impl Extents<'_> {
                 f.problem("extent", format!("{at} overlaps the previous extent"));
             }
             let end = e.lblock.saturating_add(e.count);
-            if e.lblock >= size_blocks {
+            if e.unwritten && kind != Some(FileType::Regular) {
+                f.problem(
+                    "extent",
+                    format!("{at}: unwritten in a {kind:?}, not a regular file"),
+                );
+            }
+            // Preallocated blocks may lie past the end (KEEP_SIZE).
+            let within = if e.unwritten { u64::MAX } else { size_blocks };
+            if e.lblock >= within {
                 f.problem(
                     "extent",
                     format!("{at} starts at or beyond the end of the file (size {})", a.size),
                 );
-            } else if end > size_blocks {
+            } else if end > within {
                 f.problem(
                     "extent",
                     format!("{at} reaches beyond the end of the file (size {})", a.size),

@@ -15,7 +15,10 @@
 //! trees are compared as the inode tables are, skipping the nodes both
 //! reach, so only the extents that differ are read. A file's holes stay
 //! holes; where a block the base held became a hole, the file is cut
-//! there first and everything after it sent again.
+//! there first and everything after it sent again. A preallocated
+//! (unwritten) extent reads as zeros and is sent as a hole, on either
+//! side: a write fills its blocks in place, so the same address may be
+//! unwritten in the base and written now, which is then a change.
 //!
 //! Calls the engine (a snapshot opened read-only through [`tux3::Fs`] to
 //! read names, xattrs and file data with their checksums checked, and the
@@ -357,7 +360,10 @@ impl<W: Write> Contents<'_, W> {
         let what = || format!("reading the extents of inode {ino}");
         let mut tree =
             datamap::data_tree(self.be, ino, a, None).map_err(|e| StreamError::engine(what())(e))?;
-        datamap::tree_extents(self.dev, &mut tree).map_err(|e| StreamError::engine(what())(e))
+        let mut all =
+            datamap::tree_extents(self.dev, &mut tree).map_err(|e| StreamError::engine(what())(e))?;
+        all.retain(|e| !e.unwritten);
+        Ok(all)
     }
 
     /// A symlink of the base whose number now names another one (freed
@@ -401,7 +407,10 @@ impl<W: Write> Contents<'_, W> {
         for (key, (va, vb)) in diff {
             for (v, out) in [(va, &mut before), (vb, &mut now)] {
                 if let Some(v) = v {
-                    out.push(extent::decode(key, &v, 0, &bounds).map_err(what())?);
+                    let e = extent::decode(key, &v, 0, &bounds).map_err(what())?;
+                    if !e.unwritten {
+                        out.push(e);
+                    }
                 }
             }
         }
@@ -552,6 +561,7 @@ mod tests {
             pblock,
             count,
             birth: 1,
+            unwritten: false,
         }
     }
 
