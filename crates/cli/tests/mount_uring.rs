@@ -135,24 +135,6 @@ fn workload(mnt: &Path) -> Vec<String> {
     seen
 }
 
-/// On-CPU time (ns) of the server's threads whose name starts with
-/// `prefix` (`/proc/PID/task/*/schedstat`).
-fn cpu_ns(pid: i32, prefix: &str) -> u64 {
-    let mut total = 0;
-    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.starts_with(prefix) {
-            let stat = fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            total += stat
-                .split(' ')
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    total
-}
-
 /// Run the workload through a mount with `opt`; returns the observations
 /// and the on-CPU time of ring and /dev/fuse threads over 2000 writes.
 fn through(opt: &str) -> (Vec<String>, u64, u64) {

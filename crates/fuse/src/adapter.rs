@@ -202,6 +202,12 @@ impl Tux3Fuse {
         i64::try_from(pos).map_err(|_| enxio())
     }
 
+    /// fallocate(2) (`FUSE_FALLOCATE`) in `mode`, the kernel's FALLOC_FL_*
+    /// bits: the engine's modes and errors ([`tux3::Fs::fallocate`]).
+    pub(super) fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<()> {
+        self.fs.fallocate(ino, mode, offset, length)
+    }
+
     /// Set extended attribute `name` (`flags`: 0, XATTR_CREATE or
     /// XATTR_REPLACE; `position` must be 0).
     pub(super) fn setxattr(

@@ -447,3 +447,21 @@ pub fn free_blocks(mnt: &Path) -> u64 {
     assert_eq!(unsafe { libc::statvfs(cstr(mnt).as_ptr(), &mut sv) }, 0);
     sv.f_bfree * sv.f_frsize / 4096
 }
+
+/// On-CPU time (ns) of the server's threads whose name starts with
+/// `prefix` (`/proc/PID/task/*/schedstat`).
+pub fn cpu_ns(pid: i32, prefix: &str) -> u64 {
+    let mut total = 0;
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            let stat = fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            total += stat
+                .split(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}

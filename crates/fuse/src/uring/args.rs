@@ -178,6 +178,17 @@ pub struct LseekIn {
     pub padding: u32,
 }
 
+/// `struct fuse_fallocate_in`.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct FallocateIn {
+    pub fh: u64,
+    pub offset: u64,
+    pub length: u64,
+    pub mode: u32,
+    pub padding: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +213,6 @@ mod tests {
         assert_eq!(size_of::<GetxattrIn>(), 8);
         assert_eq!(size_of::<IoctlIn>(), 32);
         assert_eq!(size_of::<LseekIn>(), 24);
+        assert_eq!(size_of::<FallocateIn>(), 32);
     }
 }

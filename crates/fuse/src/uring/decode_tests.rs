@@ -117,6 +117,11 @@ fn structs_read_the_fields_at_the_old_offsets() {
     assert_eq!(read::<LinkIn>(&b).unwrap().oldnodeid, u64_at(&b, 0));
     let l: LseekIn = read(&b).unwrap();
     assert_eq!((l.offset, l.whence), (u64_at(&b, 8), u32_at(&b, 16)));
+    let fa: FallocateIn = read(&b).unwrap();
+    assert_eq!(
+        (fa.offset, fa.length, fa.mode),
+        (u64_at(&b, 8), u64_at(&b, 16), u32_at(&b, 24))
+    );
     let m: MknodIn = read(&b).unwrap();
     assert_eq!((m.mode, m.rdev), (u32_at(&b, 0), u32_at(&b, 4)));
     assert_eq!(read::<MkdirIn>(&b).unwrap().mode, u32_at(&b, 0));
@@ -200,12 +205,33 @@ fn well_formed_requests_are_served() {
     assert_eq!(e, -libc::ENOENT, "freed with the last lookup");
 }
 
+/// FALLOCATE (`fuse_fallocate_in`: fh, offset at 8, length at 16, mode at
+/// 24): a preallocation extends the size; a mode ext4 does not take is
+/// EOPNOTSUPP.
+#[test]
+fn fallocate_is_served() {
+    let f = fuse();
+    let mknod = [ne32(libc::S_IFREG | 0o644), ne32(0), ne32(0), ne32(0)].concat();
+    let (e, reply) = call(&f, op::MKNOD, ROOT_INO, &mknod, b"p\0").unwrap();
+    assert_eq!(e, 0);
+    let file = ino_of(&reply);
+    let falloc = |offset: u64, length: u64, mode: u32| {
+        [ne64(0), ne64(offset), ne64(length), ne32(mode), ne32(0)].concat()
+    };
+    let (e, _) = call(&f, op::FALLOCATE, file, &falloc(4096, 8192, 0), b"").unwrap();
+    assert_eq!(e, 0);
+    let (e, reply) = call(&f, op::GETATTR, file, &[0u8; 16], b"").unwrap();
+    assert_eq!((e, u64_at(&reply, 16 + 8)), (0, 12288), "fuse_attr.size");
+    let (e, _) = call(&f, op::FALLOCATE, file, &falloc(0, 4096, 0x40), b"").unwrap();
+    assert_eq!(e, -libc::EOPNOTSUPP);
+}
+
 #[test]
 fn short_requests_get_einval() {
     let f = fuse();
     let einval = Some((-libc::EINVAL, Vec::new()));
     // Each opcode with its argument struct one byte short (or more).
-    let cases: [(u32, usize, &[u8]); 14] = [
+    let cases: [(u32, usize, &[u8]); 15] = [
         (op::MKDIR, 7, b"d\0"),
         (op::MKNOD, 15, b"n\0"),
         (op::WRITE, 39, b"data"),
@@ -220,6 +246,7 @@ fn short_requests_get_einval() {
         (op::SETXATTR, 7, b"user.a\0v"),
         (op::GETXATTR, 3, b"user.a\0"),
         (op::LSEEK, 23, b""),
+        (op::FALLOCATE, 31, b""),
     ];
     for (opcode, len, payload) in cases {
         let op_in = vec![0x11u8; len];

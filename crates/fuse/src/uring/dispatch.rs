@@ -10,8 +10,8 @@
 
 use super::abi::{self, fattr, op, read, InHeader, Short, Via};
 use super::args::{
-    CreateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn, Rename2In, RenameIn,
-    SetattrIn, SetxattrIn, WriteIn,
+    CreateIn, FallocateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn,
+    Rename2In, RenameIn, SetattrIn, SetxattrIn, WriteIn,
 };
 use super::out::Out;
 use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
@@ -415,6 +415,11 @@ impl Tux3Fuse {
             op::LSEEK => {
                 let a: LseekIn = read(op_in)?;
                 Answer::Offset(self.lseek(ino, a.offset as i64, a.whence as i32)?)
+            }
+            op::FALLOCATE => {
+                let a: FallocateIn = read(op_in)?;
+                self.fallocate(ino, a.offset, a.length, a.mode as i32)?;
+                Answer::Empty
             }
             _ => return Err(Error::Posix(Errno(libc::ENOSYS))),
         })
