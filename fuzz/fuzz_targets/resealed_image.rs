@@ -139,8 +139,8 @@ fn mutate(base: &Base, ops: &[u8]) -> Vec<u8> {
     img
 }
 
-/// Mount, walk (readdir, lookup, getattr, read), write into files found and
-/// a new one, fsync, sync, close.
+/// Mount, walk (readdir, lookup, getattr, read), write into files found
+/// (and punch and preallocate in them) and a new one, fsync, sync, close.
 fn operate(dev: Arc<dyn Device>) {
     let Ok(fs) = Fs::open(dev, OpenOptions::default()) else {
         return;
@@ -153,6 +153,9 @@ fn operate(dev: Arc<dyn Device>) {
         if let Ok(a) = fs.lookup(*dir, name) {
             let _ = fs.write(a.ino, 100, b"overwritten");
             let _ = fs.write(a.ino, a.size.saturating_add(3000), b"past the end");
+            // fallocate: PUNCH_HOLE | KEEP_SIZE, then KEEP_SIZE.
+            let _ = fs.fallocate(a.ino, 0x03, 0, 2048);
+            let _ = fs.fallocate(a.ino, 0x01, 0, 8192);
             let _ = fs.read(a.ino, 0, 8192);
             let _ = fs.fsync(a.ino, false);
         }

@@ -345,5 +345,23 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.sync().unwrap();
     drop(fs);
     out.push(("xattr-files", mem.image()));
+
+    // Preallocated (unwritten) extents: in a leaf unified, in the log,
+    // past the end of file, partly written, punched and zeroed.
+    let (mem, fs) = formatted();
+    populate(&fs, 0);
+    // fallocate modes (linux/falloc.h): KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE.
+    let (keep, punch, zero) = (0x01, 0x02 | 0x01, 0x10);
+    let f = fs.create(ROOT_INO, b"prealloc", 0o644, 0, 0).unwrap().ino;
+    fs.fallocate(f, 0, 0, 24 * 1024).unwrap();
+    fs.fallocate(f, keep, 30 * 1024, 8 * 1024).unwrap();
+    fs.write(f, 3 * 1024, &[0x5a; 4096]).unwrap();
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.fallocate(f, punch, 4 * 1024, 2048).unwrap();
+    fs.fallocate(f, zero, 10 * 1024, 5000).unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    out.push(("preallocated", mem.image()));
     out
 }

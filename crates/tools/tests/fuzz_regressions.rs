@@ -53,8 +53,8 @@ fn walk(fs: &Fs, ino: u64, depth: usize) {
 }
 
 /// What the `resealed_image` target does after its walk: write into the
-/// root's regular files (inside and past the end), read, fsync, and the same
-/// on a new file.
+/// root's regular files (inside and past the end), punch and preallocate in
+/// them, read, fsync, and the same on a new file.
 fn write_and_fsync(fs: &Fs) {
     let Ok(batch) = fs.readdir(ROOT_INO, 0, 16) else {
         return;
@@ -63,6 +63,9 @@ fn write_and_fsync(fs: &Fs) {
         let Ok(a) = fs.getattr(e.ino) else { continue };
         let _ = fs.write(e.ino, 100, b"overwritten");
         let _ = fs.write(e.ino, a.size.saturating_add(3000), b"past the end");
+        // fallocate: PUNCH_HOLE | KEEP_SIZE, then KEEP_SIZE.
+        let _ = fs.fallocate(e.ino, 0x03, 0, 2048);
+        let _ = fs.fallocate(e.ino, 0x01, 0, 8192);
         let _ = fs.read(e.ino, 0, 8192);
         let _ = fs.fsync(e.ino, false);
     }

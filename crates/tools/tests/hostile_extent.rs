@@ -2,8 +2,9 @@
 //! extent points past the end of the volume. Mounting works; reading the
 //! file fails with a corruption error (EIO) naming the extent leaf; fsck
 //! reports that leaf and the bad range; nothing panics. Also: the same for
-//! an extent whose logical end overflows, and a branch naming a child past
-//! the volume.
+//! an extent whose logical end overflows, a branch naming a child past
+//! the volume, and a preallocated (unwritten) extent with unknown flags or
+//! past the volume.
 //!
 //! Calls the engine's public API (Fs, MemDevice, btree node codec,
 //! superblock) and tux3_tools::fsck.
@@ -135,4 +136,34 @@ fn extent_at_the_top_of_the_address_space_does_not_overflow() {
     entries[0].1[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     rewrite_leaf(&dev, leaf, ino, entries);
     assert_refused(&dev, ino, leaf, "outside the volume");
+}
+
+/// An extent in the preallocated (unwritten) form whose flags byte holds a
+/// bit no format defines.
+#[test]
+fn extent_with_unknown_flags_is_an_error_naming_its_leaf() {
+    let (dev, ino) = volume();
+    let (leaf, mut entries) = extent_leaf(&dev, ino);
+    let v = &mut entries[0].1;
+    v.resize(12, 0);
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.push(0x03);
+    rewrite_leaf(&dev, leaf, ino, entries);
+    assert_refused(&dev, ino, leaf, "unknown flags 0x03");
+}
+
+/// An unwritten extent is bounded as any other: past the volume it is an
+/// error naming its leaf, though no read ever maps its blocks.
+#[test]
+fn unwritten_extent_past_the_volume_is_an_error_naming_its_leaf() {
+    let (dev, ino) = volume();
+    let (leaf, mut entries) = extent_leaf(&dev, ino);
+    let past = BLOCKS + 10;
+    let v = &mut entries[0].1;
+    v[..8].copy_from_slice(&past.to_le_bytes());
+    v.resize(12, 0);
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.push(0x01);
+    rewrite_leaf(&dev, leaf, ino, entries);
+    assert_refused(&dev, ino, leaf, &past.to_string());
 }
