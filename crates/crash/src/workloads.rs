@@ -9,6 +9,7 @@ use super::{Fault, Rng};
 use tux3::error::{Error, Result};
 use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
+mod falloc;
 mod names;
 mod pipeline;
 mod xattrs;
@@ -29,6 +30,7 @@ pub const NAMES: &[&str] = &[
     "fsync_pipeline",
     "many_snapshots",
     "large_xattrs",
+    "fallocate",
 ];
 
 const BS: u32 = 4096;
@@ -49,6 +51,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "remount" => Recorder::new(BS, 512, opts(128 << 10, 6), fault)?,
         "snapshots" => Recorder::new(BS, 1024, opts(256 << 10, 4), fault)?,
         "large_xattrs" => Recorder::new(BS, 1024, opts(128 << 10, 8), fault)?,
+        "fallocate" => Recorder::new(BS, 2048, opts(128 << 10, 8), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -69,6 +72,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         "fsync_pipeline" => pipeline::fsync_pipeline(&mut rec, &mut rng)?,
         "many_snapshots" => many_snapshots(&mut rec, &mut rng)?,
         "large_xattrs" => xattrs::large_xattrs(&mut rec, &mut rng)?,
+        "fallocate" => falloc::fallocate(&mut rec, &mut rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     rec.finish()

@@ -192,6 +192,14 @@ fn snapshots() {
 }
 
 #[test]
+fn fallocate() {
+    // Preallocation, writes into it, punch, zero, collapse and insert,
+    // under snapshots.
+    check("fallocate", 1, 1500, &opts());
+    check("fallocate", 2, 1500, &opts());
+}
+
+#[test]
 fn many_snapshots() {
     // At least 100 snapshots alive at every crash point, some read back in
     // each state.
