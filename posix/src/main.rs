@@ -15,6 +15,7 @@ mod util;
 mod acl;
 mod attrs;
 mod dirs;
+mod falloc;
 mod flags;
 mod links;
 mod misc;
@@ -33,7 +34,7 @@ use std::process::ExitCode;
 use util::{Case, Ctx, Fail};
 
 fn all_cases() -> Vec<&'static Case> {
-    let groups: [&'static [Case]; 13] = [
+    let groups: [&'static [Case]; 14] = [
         open::CASES,
         tmpfile::CASES,
         dirs::CASES,
@@ -42,6 +43,7 @@ fn all_cases() -> Vec<&'static Case> {
         attrs::CASES,
         perms::CASES,
         sparse::CASES,
+        falloc::CASES,
         mmap::CASES,
         xattr::CASES,
         acl::CASES,

@@ -292,6 +292,14 @@ pub fn lseek(fd: &Fd, off: i64, whence: c_int) -> SysR<i64> {
     }
 }
 
+pub fn fsync(fd: &Fd) -> SysR<()> {
+    cvt(unsafe { libc::fsync(fd.0) }).map(drop)
+}
+
+pub fn fallocate(fd: &Fd, mode: c_int, off: i64, len: i64) -> SysR<()> {
+    cvt(unsafe { libc::fallocate(fd.0, mode, off, len) }).map(drop)
+}
+
 pub fn mknod(p: &Path, mode: mode_t, dev: libc::dev_t) -> SysR<()> {
     let c = cstr(p);
     cvt(unsafe { libc::mknod(c.as_ptr(), mode, dev) }).map(drop)
