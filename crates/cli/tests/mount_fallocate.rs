@@ -64,6 +64,7 @@ fn workload(mnt: &Path) -> Vec<String> {
     let p = mnt.join("pre");
     let f = fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(&p)

@@ -95,6 +95,19 @@ fn fill(tag: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// Create `/{prefix}0` .. `/{prefix}{n - 1}` in the root; their inodes.
+fn create_files(rec: &mut Recorder, prefix: &str, n: usize) -> Result<Vec<Ino>> {
+    let mut files = Vec::new();
+    for i in 0..n {
+        let name = format!("{prefix}{i}");
+        let a = rec.op(format!("create /{name}"), false, |fs| {
+            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+        })?;
+        files.push(a.ino);
+    }
+    Ok(files)
+}
+
 /// The inode at `path` (components separated by '/'), if any. Reads only.
 fn resolve(rec: &Recorder, path: &str) -> Option<Ino> {
     let mut ino = ROOT_INO;
@@ -137,14 +150,7 @@ fn rename_over(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
 /// fsyncs cover the file and another one written since, queued together so
 /// that one group commit serves both.
 fn append_fsync(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
-    let mut files = Vec::new();
-    for i in 0..4 {
-        let name = format!("log{i}");
-        let a = rec.op(format!("create /{name}"), false, |fs| {
-            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
-        })?;
-        files.push(a.ino);
-    }
+    let files = create_files(rec, "log", 4)?;
     for _ in 0..45 {
         let ino = files[rng.below(files.len() as u64) as usize];
         let max = if rng.below(4) == 0 { 9000 } else { 1500 };

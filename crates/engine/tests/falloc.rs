@@ -98,7 +98,7 @@ impl Model {
     fn falloc(&mut self, mode: i32, off: u64, len: u64) -> Option<Errno> {
         let end = off + len;
         let (first, last) = (off / BS, end.div_ceil(BS));
-        let aligned = off % BS == 0 && len % BS == 0;
+        let aligned = off.is_multiple_of(BS) && len.is_multiple_of(BS);
         match mode {
             0 | KEEP => {
                 self.held.extend(blocks(first, last));

@@ -138,16 +138,20 @@ fn extent_at_the_top_of_the_address_space_does_not_overflow() {
     assert_refused(&dev, ino, leaf, "outside the volume");
 }
 
+/// Rewrite extent value `v` in the 17-byte form (birth 0) with `flags`.
+fn unwritten_form(v: &mut Vec<u8>, flags: u8) {
+    v.resize(12, 0);
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.push(flags);
+}
+
 /// An extent in the preallocated (unwritten) form whose flags byte holds a
 /// bit no format defines.
 #[test]
 fn extent_with_unknown_flags_is_an_error_naming_its_leaf() {
     let (dev, ino) = volume();
     let (leaf, mut entries) = extent_leaf(&dev, ino);
-    let v = &mut entries[0].1;
-    v.resize(12, 0);
-    v.extend_from_slice(&0u32.to_le_bytes());
-    v.push(0x03);
+    unwritten_form(&mut entries[0].1, 0x03);
     rewrite_leaf(&dev, leaf, ino, entries);
     assert_refused(&dev, ino, leaf, "unknown flags 0x03");
 }
@@ -159,11 +163,8 @@ fn unwritten_extent_past_the_volume_is_an_error_naming_its_leaf() {
     let (dev, ino) = volume();
     let (leaf, mut entries) = extent_leaf(&dev, ino);
     let past = BLOCKS + 10;
-    let v = &mut entries[0].1;
-    v[..8].copy_from_slice(&past.to_le_bytes());
-    v.resize(12, 0);
-    v.extend_from_slice(&0u32.to_le_bytes());
-    v.push(0x01);
+    entries[0].1[..8].copy_from_slice(&past.to_le_bytes());
+    unwritten_form(&mut entries[0].1, 0x01);
     rewrite_leaf(&dev, leaf, ino, entries);
     assert_refused(&dev, ino, leaf, &past.to_string());
 }

@@ -9,25 +9,17 @@
 //!
 //! Calls the recorder and the workloads' helpers.
 
-use super::{fill, size_of, truncate};
+use super::{create_files, fill, size_of, truncate};
 use crate::record::Recorder;
 use crate::Rng;
 use tux3::error::Result;
-use tux3::types::ROOT_INO;
 
 const BS: u64 = 4096;
 const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
 
 /// Record the workload.
 pub(super) fn fallocate(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
-    let mut files = Vec::new();
-    for i in 0..3 {
-        let name = format!("p{i}");
-        let a = rec.op(format!("create /{name}"), false, |fs| {
-            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
-        })?;
-        files.push(a.ino);
-    }
+    let files = create_files(rec, "p", 3)?;
     rec.op("sync", true, |fs| fs.sync())?;
     let mut snaps = 0;
     for step in 0..70 {

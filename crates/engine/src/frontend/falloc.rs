@@ -14,7 +14,7 @@
 use super::file::check_file;
 use super::{max_file_size, Volume};
 use crate::error::{err, Errno, Result};
-use crate::structures::extent::{self, Freed};
+use crate::structures::extent::{self, Extent, Freed};
 use crate::structures::extent_range;
 use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
@@ -135,7 +135,14 @@ impl Volume {
             let mut done = 0;
             while done < count {
                 let (pblock, n) = self.be.alloc.alloc(goal, count - done, true)?;
-                extent::map_as(&mut i.tree, dev.as_ref(), start + done, pblock, n, birth, true)?;
+                let e = Extent {
+                    lblock: start + done,
+                    pblock,
+                    count: n,
+                    birth,
+                    unwritten: true,
+                };
+                extent::map_extent(&mut i.tree, dev.as_ref(), &e)?;
                 i.attrs.blocks += n;
                 goal = pblock + n;
                 done += n;

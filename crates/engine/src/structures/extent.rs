@@ -34,6 +34,17 @@ pub struct Extent {
 pub type Freed = (u64, u64, u32);
 
 impl Extent {
+    /// A written extent: logical `lblock..` in physical `pblock..`.
+    pub fn written(lblock: u64, pblock: u64, count: u64, birth: u32) -> Extent {
+        Extent {
+            lblock,
+            pblock,
+            count,
+            birth,
+            unwritten: false,
+        }
+    }
+
     /// First logical block past the extent.
     pub fn end(&self) -> u64 {
         self.lblock.saturating_add(self.count)
@@ -208,20 +219,19 @@ pub fn map(
     count: u64,
     birth: u32,
 ) -> Result<Vec<Freed>> {
-    map_as(t, dev, lblock, pblock, count, birth, false)
+    map_extent(t, dev, &Extent::written(lblock, pblock, count, birth))
 }
 
-/// [`map`], the new extent unwritten (preallocated) or not; it merges
-/// only with a predecessor in the same state.
-pub fn map_as(
-    t: &mut Tree,
-    dev: &dyn Device,
-    lblock: u64,
-    pblock: u64,
-    count: u64,
-    birth: u32,
-    unwritten: bool,
-) -> Result<Vec<Freed>> {
+/// [`map`] extent `e`, unwritten (preallocated) or not; it merges only
+/// with a predecessor in the same state.
+pub fn map_extent(t: &mut Tree, dev: &dyn Device, e: &Extent) -> Result<Vec<Freed>> {
+    let Extent {
+        lblock,
+        pblock,
+        count,
+        birth,
+        unwritten,
+    } = *e;
     let end = lblock
         .checked_add(count)
         .filter(|&end| end <= MAX_FILE_BLOCKS && count <= MAX_EXTENT)

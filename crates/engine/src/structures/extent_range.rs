@@ -121,7 +121,7 @@ pub fn mark_written(t: &mut Tree, dev: &dyn Device, lblock: u64, count: u64) -> 
         t.insert(dev, end, encode_as(e.physical(end), tail, e.birth, true))?;
     }
     // Its own blocks: `map` frees nothing, as the range is unmapped now.
-    extent::map_as(t, dev, lblock, e.physical(lblock), count, e.birth, false)?;
+    extent::map(t, dev, lblock, e.physical(lblock), count, e.birth)?;
     Ok(true)
 }
 
@@ -211,8 +211,8 @@ mod tests {
     fn writing_into_an_unwritten_extent_splits_it_and_merges_the_written_part() {
         let dev = MemDevice::new(1024, 1024);
         let mut t = Tree::new_empty(9, TreeKind::Extents);
-        extent::map_as(&mut t, &dev, 0, 100, 4, 0, false).unwrap();
-        extent::map_as(&mut t, &dev, 4, 104, 10, 0, true).unwrap();
+        extent::map_extent(&mut t, &dev, &x(0, 100, 4, false)).unwrap();
+        extent::map_extent(&mut t, &dev, &x(4, 104, 10, true)).unwrap();
         assert_eq!(run_at(&mut t, &dev, 2, 8).unwrap(), Run::Other { count: 2 });
         assert_eq!(
             run_at(&mut t, &dev, 5, 100).unwrap(),
@@ -241,8 +241,8 @@ mod tests {
     fn collapse_and_insert_move_the_map_and_keep_each_extent_state() {
         let dev = MemDevice::new(1024, 1024);
         let mut t = Tree::new_empty(9, TreeKind::Extents);
-        extent::map_as(&mut t, &dev, 0, 100, 8, 0, false).unwrap();
-        extent::map_as(&mut t, &dev, 10, 300, 4, 0, true).unwrap();
+        extent::map_extent(&mut t, &dev, &x(0, 100, 8, false)).unwrap();
+        extent::map_extent(&mut t, &dev, &x(10, 300, 4, true)).unwrap();
         insert_gap(&mut t, &dev, 4, 2).unwrap();
         assert_eq!(
             extent::all(&mut t, &dev).unwrap(),
@@ -255,7 +255,7 @@ mod tests {
             vec![x(0, 100, 2, false), x(2, 106, 2, false), x(6, 300, 4, true)]
         );
         let mut far = Tree::new_empty(9, TreeKind::Extents);
-        extent::map_as(&mut far, &dev, MAX_FILE_BLOCKS - 2, 5, 1, 0, false).unwrap();
+        extent::map_extent(&mut far, &dev, &x(MAX_FILE_BLOCKS - 2, 5, 1, false)).unwrap();
         assert!(matches!(
             insert_gap(&mut far, &dev, 0, 2),
             Err(Error::Posix(Errno::EFBIG))

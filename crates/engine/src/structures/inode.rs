@@ -309,13 +309,7 @@ impl InodeAttrs {
                             return Err(bad(format!("extent at logical block {lblock} has length 0")));
                         }
                         super::extent::check(lblock, pblock, count, bounds).map_err(bad)?;
-                        let e = Extent {
-                            lblock,
-                            pblock,
-                            count,
-                            birth,
-                            unwritten: false,
-                        };
+                        let e = Extent::written(lblock, pblock, count, birth);
                         if a.inline.last().is_some_and(|p| p.end() > e.lblock) {
                             return Err(bad(format!(
                                 "its extents overlap or are out of order at logical block {lblock}"
@@ -394,13 +388,7 @@ mod tests {
             blocks: extents.iter().map(|e| e.2).sum(),
             inline: extents
                 .iter()
-                .map(|&(lblock, pblock, count)| Extent {
-                    lblock,
-                    pblock,
-                    count,
-                    birth: (lblock % 3) as u32,
-                    unwritten: false,
-                })
+                .map(|&(lblock, pblock, count)| Extent::written(lblock, pblock, count, (lblock % 3) as u32))
                 .collect(),
             ..Default::default()
         }
