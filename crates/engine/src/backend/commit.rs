@@ -456,21 +456,28 @@ impl Backend {
                 }
                 while i < j {
                     let lblock = pages[i].0;
-                    // Preallocated blocks are filled in place: they never
-                    // held data that a durable image reads (FORMAT.md 7.2).
-                    let want =
-                        match extent_range::run_at(&mut inode.tree, dev.as_ref(), lblock, (j - i) as u64)? {
-                            Run::Unwritten { pblock, count } => {
-                                for (k, (_, p)) in pages[i..i + count as usize].iter().enumerate() {
-                                    data.push((pblock + k as u64, p.clone()));
-                                }
-                                extent_range::mark_written(&mut inode.tree, dev.as_ref(), lblock, count)?;
-                                inode.goal = pblock + count;
-                                i += count as usize;
-                                continue;
+                    // Preallocated blocks no snapshot holds are filled in
+                    // place: they never held data that a durable image
+                    // reads (FORMAT.md 7.2).
+                    let held = self.alloc.held_upto;
+                    let want = match extent_range::run_at(
+                        &mut inode.tree,
+                        dev.as_ref(),
+                        lblock,
+                        (j - i) as u64,
+                        held,
+                    )? {
+                        Run::Unwritten { pblock, count } => {
+                            for (k, (_, p)) in pages[i..i + count as usize].iter().enumerate() {
+                                data.push((pblock + k as u64, p.clone()));
                             }
-                            Run::Other { count } => count,
-                        };
+                            extent_range::mark_written(&mut inode.tree, dev.as_ref(), lblock, count)?;
+                            inode.goal = pblock + count;
+                            i += count as usize;
+                            continue;
+                        }
+                        Run::Other { count } => count,
+                    };
                     let goal = if inode.goal != 0 {
                         inode.goal
                     } else {

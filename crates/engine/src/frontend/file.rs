@@ -246,13 +246,19 @@ pub(super) fn new_pages(i: &Inode, bs: u64, offset: u64, end: u64) -> u64 {
 }
 
 /// Pages a write of `offset..end` newly dirties in `i` whose blocks are
-/// preallocated (unwritten): the commit fills those in place, taking no
-/// new block.
-fn preallocated_pages(i: &mut Inode, dev: &dyn Device, bs: u64, offset: u64, end: u64) -> Result<u64> {
+/// preallocated (unwritten) and no snapshot holds (`held_upto`): the
+/// commit fills those in place, taking no new block.
+fn preallocated_pages(
+    i: &mut Inode,
+    dev: &dyn Device,
+    bs: u64,
+    (offset, end): (u64, u64),
+    held_upto: Option<u32>,
+) -> Result<u64> {
     let (first, last) = (offset / bs, end.div_ceil(bs));
     let mut n = 0;
     for e in extent_range::clipped(&mut i.tree, dev, first, last)? {
-        if e.unwritten {
+        if extent_range::fillable(&e, held_upto) {
             n += (e.lblock..e.end()).filter(|b| !i.pages.is_dirty(*b)).count() as u64;
         }
     }
@@ -302,9 +308,10 @@ impl Volume {
     pub(super) fn copy_to_pages(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.bs();
         let end = write_end(bs, offset, data.len())?;
-        let dev = self.be.dev.clone();
+        let (dev, held) = (self.be.dev.clone(), self.be.alloc.held_upto);
         let i = self.inode(ino)?;
-        let new = new_pages(i, bs, offset, end) - preallocated_pages(i, dev.as_ref(), bs, offset, end)?;
+        let new =
+            new_pages(i, bs, offset, end) - preallocated_pages(i, dev.as_ref(), bs, (offset, end), held)?;
         if new == 0 {
             // Its blocks were preallocated: a full volume takes it still,
             // as it takes a truncate (see `begin_release`).

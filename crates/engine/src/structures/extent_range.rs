@@ -56,23 +56,32 @@ pub fn holes(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
     Ok(out)
 }
 
+/// Whether a write may fill extent `e`'s blocks in place: it is unwritten
+/// and born after `held_upto`, the newest snapshot (none may hold it, so
+/// none reads its blocks).
+pub fn fillable(e: &Extent, held_upto: Option<u32>) -> bool {
+    e.unwritten && held_upto.is_none_or(|s| e.birth > s)
+}
+
 /// What a write of up to `max` blocks from logical block `lblock` meets
 /// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Run {
-    /// `count` blocks of an unwritten extent, from physical `pblock`: the
-    /// write fills them in place.
+    /// `count` blocks of an unwritten extent a write may fill
+    /// ([`fillable`]), from physical `pblock`: it fills them in place.
     Unwritten { pblock: u64, count: u64 },
-    /// `count` blocks mapped written, or not mapped, before the next
-    /// unwritten extent: the write takes new blocks.
+    /// `count` blocks mapped written, or not mapped, or unwritten but not
+    /// fillable, before the next fillable extent: the write takes new
+    /// blocks.
     Other { count: u64 },
 }
 
-/// The run of blocks a write of up to `max` (≥ 1) blocks at `lblock` meets.
-pub fn run_at(t: &mut Tree, dev: &dyn Device, lblock: u64, max: u64) -> Result<Run> {
+/// The run of blocks a write of up to `max` (≥ 1) blocks at `lblock`
+/// meets, with `held_upto` the newest snapshot.
+pub fn run_at(t: &mut Tree, dev: &dyn Device, lblock: u64, max: u64, held_upto: Option<u32>) -> Result<Run> {
     if let Some(e) = lookup(t, dev, lblock)? {
         let count = e.end().saturating_sub(lblock).min(max);
-        if e.unwritten {
+        if fillable(&e, held_upto) {
             return Ok(Run::Unwritten {
                 pblock: e.physical(lblock),
                 count,
@@ -80,20 +89,26 @@ pub fn run_at(t: &mut Tree, dev: &dyn Device, lblock: u64, max: u64) -> Result<R
         }
     }
     let end = lblock.saturating_add(max);
-    let stop = first_unwritten(t, dev, lblock, end)?.unwrap_or(end);
+    let stop = first_fillable(t, dev, lblock, end, held_upto)?.unwrap_or(end);
     Ok(Run::Other {
         count: stop.saturating_sub(lblock).max(1),
     })
 }
 
-/// The first logical block in `[from, to)` where an unwritten extent starts.
-fn first_unwritten(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Option<u64>> {
+/// The first logical block in `[from, to)` where a fillable extent starts.
+fn first_fillable(
+    t: &mut Tree,
+    dev: &dyn Device,
+    from: u64,
+    to: u64,
+    held_upto: Option<u32>,
+) -> Result<Option<u64>> {
     let mut at = from;
     while let Some(e) = next(t, dev, at)? {
         if e.lblock >= to {
             return Ok(None);
         }
-        if e.unwritten {
+        if fillable(&e, held_upto) {
             return Ok(Some(e.lblock));
         }
         at = e.end();
@@ -213,15 +228,23 @@ mod tests {
         let mut t = Tree::new_empty(9, TreeKind::Extents);
         extent::map_extent(&mut t, &dev, &x(0, 100, 4, false)).unwrap();
         extent::map_extent(&mut t, &dev, &x(4, 104, 10, true)).unwrap();
-        assert_eq!(run_at(&mut t, &dev, 2, 8).unwrap(), Run::Other { count: 2 });
+        assert_eq!(run_at(&mut t, &dev, 2, 8, None).unwrap(), Run::Other { count: 2 });
         assert_eq!(
-            run_at(&mut t, &dev, 5, 100).unwrap(),
+            run_at(&mut t, &dev, 5, 100, None).unwrap(),
             Run::Unwritten {
                 pblock: 105,
                 count: 9
             }
         );
-        assert_eq!(run_at(&mut t, &dev, 20, 5).unwrap(), Run::Other { count: 5 });
+        assert_eq!(
+            run_at(&mut t, &dev, 20, 5, None).unwrap(),
+            Run::Other { count: 5 }
+        );
+        // Born at or before the newest snapshot: not filled in place.
+        assert_eq!(
+            run_at(&mut t, &dev, 5, 100, Some(0)).unwrap(),
+            Run::Other { count: 100 }
+        );
         assert!(mark_written(&mut t, &dev, 4, 2).unwrap());
         assert!(mark_written(&mut t, &dev, 9, 1).unwrap());
         assert_eq!(

@@ -17,8 +17,8 @@
 //! holes; where a block the base held became a hole, the file is cut
 //! there first and everything after it sent again. A preallocated
 //! (unwritten) extent reads as zeros and is sent as a hole, on either
-//! side: a write fills its blocks in place, so the same address may be
-//! unwritten in the base and written now, which is then a change.
+//! side: so an address unwritten in the base and written now (filled in
+//! place) is a change.
 //!
 //! Calls the engine (a snapshot opened read-only through [`tux3::Fs`] to
 //! read names, xattrs and file data with their checksums checked, and the
