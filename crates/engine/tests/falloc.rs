@@ -343,3 +343,46 @@ fn enospc_changes_nothing_and_preallocated_space_takes_writes_when_full() {
     assert_eq!(fs.read(ino, 0, 100).unwrap(), vec![7; 100]);
     fs.close().unwrap();
 }
+
+/// Pages an fsync commit logged, then punched out, collapsed over or cut
+/// off and grown back, followed by another fsync and a crash: the replay
+/// must not bring the logged data back (the second fsync makes a full
+/// commit instead).
+#[test]
+fn data_an_fsync_logged_stays_gone_after_a_punch_or_truncate_and_a_crash() {
+    let cases: [(&str, &[Op]); 3] = [
+        (
+            "punch",
+            &[Op::Falloc {
+                mode: PUNCH | KEEP,
+                off: 0,
+                len: 8 * BS,
+            }],
+        ),
+        (
+            "truncate down and up",
+            &[Op::Truncate { size: 0 }, Op::Truncate { size: 17 * BS }],
+        ),
+        (
+            "collapse",
+            &[Op::Falloc {
+                mode: COLLAPSE,
+                off: 0,
+                len: 8 * BS,
+            }],
+        ),
+    ];
+    for (what, middle) in cases {
+        let mut ops = vec![
+            Op::Write {
+                off: 7 * BS,
+                len: 10 * BS,
+                byte: 1,
+            },
+            Op::Fsync,
+        ];
+        ops.extend_from_slice(middle);
+        ops.extend([Op::Fsync, Op::Crash]);
+        run(&ops, 4096).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}

@@ -10,6 +10,11 @@
 //! (`cache/clean.rs`), so a partial write of such a block — an append to
 //! a log file — need not read it back from the device.
 //!
+//! A page that went out in an fsync commit and is then dropped or moved
+//! (truncate, a punched hole, a collapse) marks the file: replaying that
+//! fsync commit would bring the page back, so until the next commit
+//! freezes the file's pages only a full commit makes it durable.
+//!
 //! Calls nothing else in the crate.
 
 use std::collections::BTreeMap;
@@ -35,6 +40,14 @@ pub struct PageMap {
     /// Blocks as a full commit of this mount wrote them, not changed
     /// since: never one that `pages` also holds.
     clean: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// A page went out in an fsync commit since the last commit froze the
+    /// file's pages.
+    fsynced: bool,
+    /// Pages were dropped or moved since then while `fsynced`: a replay of
+    /// those fsync commits would bring their old content back where the
+    /// file no longer has it, so only a full commit may make the file
+    /// durable.
+    dropped_fsynced: bool,
 }
 
 impl PageMap {
@@ -120,7 +133,14 @@ impl PageMap {
     pub fn mark_logged(&mut self, lblock: u64) {
         if let Some(p) = self.pages.get_mut(&lblock) {
             p.logged = true;
+            self.fsynced = true;
         }
+    }
+
+    /// Pages went away or moved since an fsync commit logged pages of the
+    /// file (see `dropped_fsynced`): its next fsync needs a full commit.
+    pub fn dropped_fsynced(&self) -> bool {
+        self.dropped_fsynced
     }
 
     /// Whether a dirty page (not under writeback) is not yet in an fsync
@@ -155,6 +175,7 @@ impl PageMap {
     pub fn truncate(&mut self, lblock: u64) -> usize {
         self.clean.split_off(&lblock);
         let gone = self.pages.split_off(&lblock);
+        self.dropped_fsynced |= self.fsynced && !gone.is_empty();
         let n = gone.values().filter(|p| !p.writeback).count();
         self.dirty -= n;
         n
@@ -168,6 +189,7 @@ impl PageMap {
         }
         let mut after = self.pages.split_off(&from);
         let mut kept = after.split_off(&to);
+        self.dropped_fsynced |= self.fsynced && !after.is_empty();
         let n = after.values().filter(|p| !p.writeback).count();
         self.pages.append(&mut kept);
         let mut clean_after = self.clean.split_off(&from);
@@ -184,6 +206,7 @@ impl PageMap {
     pub fn shift_from(&mut self, from: u64, by: u64, down: bool) {
         let to = |k: u64| if down { k - by } else { k + by };
         let moved = self.pages.split_off(&from);
+        self.dropped_fsynced |= self.fsynced && !moved.is_empty();
         self.pages.extend(moved.into_iter().map(|(k, mut p)| {
             p.logged = false;
             (to(k), p)
@@ -195,6 +218,8 @@ impl PageMap {
     /// Freeze every dirty page into a commit: returns them in logical order
     /// and keeps them here, under writeback, until [`PageMap::end_writeback`].
     pub fn start_writeback(&mut self) -> Vec<(u64, Arc<Vec<u8>>)> {
+        // The commit holds every change the fsync commits before it logged.
+        (self.fsynced, self.dropped_fsynced) = (false, false);
         let mut out = Vec::with_capacity(self.dirty);
         for (k, p) in self.pages.iter_mut() {
             if !p.writeback {
@@ -288,6 +313,12 @@ mod tests {
         assert_eq!(m.content(0).unwrap()[0], 0, "below the shift: unmoved");
         assert_eq!((m.len(), m.clean_len()), (2, 2));
         assert!(m.is_dirty(13) && m.is_dirty(2));
+        assert!(!m.dropped_fsynced(), "nothing went out in an fsync commit");
+        m.mark_logged(13);
+        m.shift_from(13, 1, true);
+        assert!(m.dropped_fsynced(), "a logged page moved");
+        m.start_writeback();
+        assert!(!m.dropped_fsynced(), "the commit holds the move");
     }
 
     #[test]

@@ -330,6 +330,7 @@ impl Volume {
             let n = i.pages.not_logged().len();
             if !matches!(i.kind(), FileType::Regular | FileType::Symlink)
                 || i.tree.has_dirty_leaves()
+                || i.pages.dropped_fsynced()
                 || n > INLINE_PAGES
             {
                 return Ok(None);
@@ -360,6 +361,7 @@ impl Volume {
                 && !books.names.pending(**ino)
                 && !self.be.orphans.contains(*ino)
                 && !i.tree.has_dirty_leaves()
+                && !i.pages.dropped_fsynced()
         };
         let coverable = uncovered.iter().filter(data_only).copied().collect();
         Frozen { uncovered, coverable }
