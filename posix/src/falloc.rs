@@ -10,6 +10,7 @@
 //! multiples of 64 KiB where they must be aligned, a multiple of every
 //! block size.
 
+use crate::flags::{get_flags, set_flags, APPEND, IMMUTABLE};
 use crate::sys;
 use crate::util::*;
 
@@ -21,6 +22,7 @@ pub const CASES: &[Case] = &[
     Case::new("falloc/zero_range", zero_range),
     Case::new("falloc/collapse_insert", collapse_insert),
     Case::new("falloc/bad_arguments", bad_arguments),
+    Case::new("falloc/append_only_immutable", append_only_immutable),
 ];
 
 const KIB: i64 = 1024;
@@ -198,4 +200,29 @@ fn bad_arguments(c: &Ctx) -> Res {
     want_err("read-only descriptor", sys::fallocate(&ro, 0, 0, 4096), libc::EBADF)?;
     check_eq!(ok("fstat", sys::fstat(&fd))?.st_size, 0, "size after the refusals");
     Ok(())
+}
+
+/// An append-only file takes preallocation (that may extend it) but no
+/// punch, zero, collapse or insert; an immutable one takes none (EPERM).
+/// Needs root (CAP_LINUX_IMMUTABLE); skipped where there are no flags.
+fn append_only_immutable(c: &Ctx) -> Res {
+    need_root()?;
+    let p = c.p("f");
+    let fd = file(c, "f")?;
+    ok("pwrite", sys::pwrite(&fd, &[9; 8192], 0))?;
+    let base = get_flags(&p)?;
+    set_flags(&p, base | APPEND)?;
+    let r = (|| -> Res {
+        ok("keep size", sys::fallocate(&fd, KEEP, 0, 64 * KIB))?;
+        ok("extend", sys::fallocate(&fd, 0, 0, 16 * KIB))?;
+        check_eq!(ok("fstat", sys::fstat(&fd))?.st_size, 16 * KIB, "size");
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | KEEP;
+        want_err("punch append-only", sys::fallocate(&fd, punch, 0, 4 * KIB), libc::EPERM)?;
+        set_flags(&p, base | IMMUTABLE)?;
+        want_err("extend immutable", sys::fallocate(&fd, 0, 0, 32 * KIB), libc::EPERM)?;
+        want_err("keep size immutable", sys::fallocate(&fd, KEEP, 0, 4 * KIB), libc::EPERM)?;
+        reads(&fd, 0, 8192, 9)
+    })();
+    set_flags(&p, base)?;
+    r
 }

@@ -13,11 +13,11 @@ pub const CASES: &[Case] = &[
 
 const GETFLAGS: libc::c_ulong = 0x8008_6601;
 const SETFLAGS: libc::c_ulong = 0x4008_6602;
-const IMMUTABLE: u32 = 0x10;
-const APPEND: u32 = 0x20;
+pub(crate) const IMMUTABLE: u32 = 0x10;
+pub(crate) const APPEND: u32 = 0x20;
 const NODUMP: u32 = 0x40;
 
-fn get_flags(p: &std::path::Path) -> Result<u32, Fail> {
+pub(crate) fn get_flags(p: &std::path::Path) -> Result<u32, Fail> {
     let fd = ok("open", sys::open(p, libc::O_RDONLY, 0))?;
     let mut f: libc::c_long = 0;
     // SAFETY: a valid descriptor and a long to fill.
@@ -31,7 +31,7 @@ fn get_flags(p: &std::path::Path) -> Result<u32, Fail> {
     Ok(f as u32)
 }
 
-fn set_flags(p: &std::path::Path, flags: u32) -> Res {
+pub(crate) fn set_flags(p: &std::path::Path, flags: u32) -> Res {
     let fd = ok("open", sys::open(p, libc::O_RDONLY, 0))?;
     let f = flags as libc::c_long;
     // SAFETY: a valid descriptor and a long to read.

@@ -69,6 +69,13 @@ impl Volume {
             return err(Errno::EINVAL);
         }
         let i = self.inode(ino)?;
+        // An append-only file takes preallocation only, an immutable one
+        // nothing (as the VFS checks before a local filesystem sees it).
+        let a = &i.attrs;
+        if a.flags & flags::IMMUTABLE != 0 || (a.flags & flags::APPEND != 0 && mode & !FALLOC_KEEP_SIZE != 0)
+        {
+            return err(Errno::EPERM);
+        }
         if i.is_dir() {
             return err(Errno::EISDIR);
         }
