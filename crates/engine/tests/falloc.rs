@@ -344,13 +344,14 @@ fn enospc_changes_nothing_and_preallocated_space_takes_writes_when_full() {
     fs.close().unwrap();
 }
 
-/// Pages an fsync commit logged, then punched out, collapsed over or cut
-/// off and grown back, followed by another fsync and a crash: the replay
-/// must not bring the logged data back (the second fsync makes a full
-/// commit instead).
+/// Pages an fsync commit logged (in this mount or one before a crash),
+/// then punched out, moved by a collapse or an insert, or cut off and
+/// grown back, followed by another fsync and a crash: the replay must not
+/// bring the logged data back (the second fsync makes a full commit
+/// instead).
 #[test]
 fn data_an_fsync_logged_stays_gone_after_a_punch_or_truncate_and_a_crash() {
-    let cases: [(&str, &[Op]); 3] = [
+    let cases: [(&str, &[Op]); 4] = [
         (
             "punch",
             &[Op::Falloc {
@@ -362,6 +363,19 @@ fn data_an_fsync_logged_stays_gone_after_a_punch_or_truncate_and_a_crash() {
         (
             "truncate down and up",
             &[Op::Truncate { size: 0 }, Op::Truncate { size: 17 * BS }],
+        ),
+        // The fsync commit replayed at a remount is as live as one of
+        // this mount.
+        (
+            "crash, then insert",
+            &[
+                Op::Crash,
+                Op::Falloc {
+                    mode: INSERT,
+                    off: 0,
+                    len: BS,
+                },
+            ],
         ),
         (
             "collapse",

@@ -137,6 +137,12 @@ impl PageMap {
         }
     }
 
+    /// Pages of this file are in fsync commits the log still replays (a
+    /// mount found them there): as after [`PageMap::mark_logged`].
+    pub fn note_fsynced(&mut self) {
+        self.fsynced = true;
+    }
+
     /// Pages went away or moved since an fsync commit logged pages of the
     /// file (see `dropped_fsynced`): its next fsync needs a full commit.
     pub fn dropped_fsynced(&self) -> bool {

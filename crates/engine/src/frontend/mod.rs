@@ -236,6 +236,8 @@ impl Volume {
         for (ino, lblock, offset, data) in std::mem::take(&mut v.be.replayed_pages) {
             let delta = v.be.delta;
             let Ok(inode) = v.inode(ino) else { continue };
+            // Its fsync commits stay live until the next full commit.
+            inode.pages.note_fsynced();
             let page = inode.pages.page_mut(lblock, delta, || vec![0u8; bs]);
             // A block's first record in the tail starts from zero (F1).
             let first = seen.insert((ino, lblock));
