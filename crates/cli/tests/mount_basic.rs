@@ -49,15 +49,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i / 7) as u8 ^ (i >> 12) as u8 ^ seed).collect()
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .expect("readdir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 /// What `populate` leaves, checked after a remount.
 fn check_populated(fx: &Fixture) {
     assert_eq!(names(&fx.mnt), ["big", "dir", "link", "many", "renamed"]);

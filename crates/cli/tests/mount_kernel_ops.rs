@@ -260,12 +260,3 @@ fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     let _m = fx.mount(&[]);
     check(&fx);
 }
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}

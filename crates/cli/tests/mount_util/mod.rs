@@ -465,3 +465,21 @@ pub fn cpu_ns(pid: i32, prefix: &str) -> u64 {
     }
     total
 }
+
+/// The names in directory `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `r` must be the error `errno`.
+pub fn want_errno<T: std::fmt::Debug>(what: &str, r: std::io::Result<T>, errno: i32) {
+    match r {
+        Err(e) if e.raw_os_error() == Some(errno) => {}
+        other => panic!("{what}: expected errno {errno}, got {other:?}"),
+    }
+}
