@@ -36,6 +36,10 @@ pub struct MkfsArgs {
     /// Print nothing but warnings and errors (no summary, no progress bar)
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Make a volume without data checksums (format version 3): file data
+    /// is then not verified on reads or by scrub
+    #[arg(long)]
+    pub no_data_sums: bool,
     /// Image file (created sparse if missing) or block device
     pub target: PathBuf,
 }
@@ -122,7 +126,10 @@ fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, Cl
         )));
     }
 
-    let mut opts = FormatOptions::default();
+    let mut opts = FormatOptions {
+        data_sums: !args.no_data_sums,
+        ..FormatOptions::default()
+    };
     if let Some((_, meta)) = &source {
         opts.root_uid = meta.uid();
         opts.root_gid = meta.gid();

@@ -103,6 +103,36 @@ pub enum Error {
     /// The device failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A data block read from the device does not match its checksum: the
+    /// data is never returned (EIO).
+    #[error("{0}")]
+    BadData(Box<BadData>),
+}
+
+/// Where a data checksum mismatch was found: enough for one log line that
+/// names the file, the offset, the block and both checksums.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadData {
+    /// The file (0 when the reader did not know it).
+    pub ino: u64,
+    /// Logical block of the file.
+    pub lblock: u64,
+    /// Device block.
+    pub pblock: u64,
+    /// Generation the block was written in (snapshots from it on share it).
+    pub birth: u32,
+    pub expected: u32,
+    pub found: u32,
+}
+
+impl fmt::Display for BadData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "data checksum mismatch: inode {} logical block {} device block {}: expected {:#010x}, found {:#010x}",
+            self.ino, self.lblock, self.pblock, self.expected, self.found
+        )
+    }
 }
 
 impl Error {
@@ -111,7 +141,7 @@ impl Error {
         match self {
             Error::Posix(e) => *e,
             Error::NotFound(_) => Errno::ENOENT,
-            Error::Corrupt { .. } | Error::BadImage(_) | Error::Io(_) => Errno::EIO,
+            Error::Corrupt { .. } | Error::BadImage(_) | Error::Io(_) | Error::BadData(_) => Errno::EIO,
         }
     }
 

@@ -295,6 +295,8 @@ pub struct FormatOptions {
     pub root_gid: u32,
     /// Permission bits of the root directory.
     pub root_mode: u32,
+    /// A CRC32C for every data block (flag `DATA_SUMS`, format version 4).
+    pub data_sums: bool,
 }
 
 impl Default for FormatOptions {
@@ -303,6 +305,7 @@ impl Default for FormatOptions {
             root_uid: 0,
             root_gid: 0,
             root_mode: 0o755,
+            data_sums: true,
         }
     }
 }

@@ -201,6 +201,7 @@ fn volumes_without_the_flag_keep_extent_trees() {
         mem.read(copy, &mut b).unwrap();
         let mut sb = Superblock::decode(&b, copy).unwrap();
         sb.inline_maps = false;
+        sb.data_sums = false;
         mem.write(copy, &sb.encode()).unwrap();
     }
     let fs = open(&mem);

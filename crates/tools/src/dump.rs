@@ -20,7 +20,7 @@ use tux3::device::Device;
 use tux3::error::Result;
 use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
-use tux3::structures::superblock::{Superblock, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS};
+use tux3::structures::superblock::{Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS};
 use tux3::structures::{bitmap, extent};
 use tux3::types::FileType;
 
@@ -121,11 +121,15 @@ fn geometry(sb: &Superblock, out: &mut String) {
     let bytes = sb.block_count.saturating_mul(sb.block_size as u64);
     let _ = writeln!(out, "\ngeometry");
     let (version, flags) = sb.version_and_flags();
-    let names: Vec<&str> = [(FLAG_SNAPSHOTS, "SNAPSHOTS"), (FLAG_INLINE_MAPS, "INLINE_MAPS")]
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|(_, name)| *name)
-        .collect();
+    let names: Vec<&str> = [
+        (FLAG_SNAPSHOTS, "SNAPSHOTS"),
+        (FLAG_INLINE_MAPS, "INLINE_MAPS"),
+        (FLAG_DATA_SUMS, "DATA_SUMS"),
+    ]
+    .iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|(_, name)| *name)
+    .collect();
     let names = if names.is_empty() {
         "none".to_string()
     } else {

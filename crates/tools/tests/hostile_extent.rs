@@ -122,6 +122,7 @@ fn extent_running_off_the_end_is_an_error_naming_its_leaf() {
     let (leaf, mut entries) = extent_leaf(&dev, ino);
     // Starts inside the volume, its length runs past the end.
     let start = BLOCKS - 2;
+    entries[0].1.truncate(12);
     entries[0].1[..8].copy_from_slice(&start.to_le_bytes());
     entries[0].1[8..12].copy_from_slice(&100u32.to_le_bytes());
     rewrite_leaf(&dev, leaf, ino, entries);
@@ -132,10 +133,25 @@ fn extent_running_off_the_end_is_an_error_naming_its_leaf() {
 fn extent_at_the_top_of_the_address_space_does_not_overflow() {
     let (dev, ino) = volume();
     let (leaf, mut entries) = extent_leaf(&dev, ino);
+    entries[0].1.truncate(12);
     entries[0].1[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
     entries[0].1[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     rewrite_leaf(&dev, leaf, ino, entries);
     assert_refused(&dev, ino, leaf, "outside the volume");
+}
+
+/// A summed extent longer than a summed entry may be, or whose checksums
+/// do not match its count, is refused by its length, naming its leaf.
+#[test]
+fn summed_extent_of_the_wrong_length_is_an_error_naming_its_leaf() {
+    for (count, detail) in [(100u32, "at most 64"), (2, "bad length")] {
+        let (dev, ino) = volume();
+        let (leaf, mut entries) = extent_leaf(&dev, ino);
+        assert_eq!(entries[0].1[16], 2, "the volume's extents are summed");
+        entries[0].1[8..12].copy_from_slice(&count.to_le_bytes());
+        rewrite_leaf(&dev, leaf, ino, entries);
+        assert_refused(&dev, ino, leaf, detail);
+    }
 }
 
 /// Rewrite extent value `v` in the 17-byte form (birth 0) with `flags`.

@@ -24,8 +24,18 @@ const BLOCKS: u64 = 512;
 /// `/owner` with a 6000-byte xattr (in its xattr file) and `/other`, a
 /// plain file; unified and closed, so no log checksum covers the leaves.
 fn volume() -> (Arc<dyn Device>, u64, u64) {
+    volume_with(true)
+}
+
+/// [`volume`], with data checksums or without (then a change to the xattr
+/// file's contents is found by its own checks only).
+fn volume_with(data_sums: bool) -> (Arc<dyn Device>, u64, u64) {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS as u32, BLOCKS));
-    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let opts = FormatOptions {
+        data_sums,
+        ..FormatOptions::default()
+    };
+    Fs::format(dev.clone(), &opts).unwrap();
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     let owner = fs.create(ROOT_INO, b"owner", 0o644, 0, 0).unwrap().ino;
     let other = fs.create(ROOT_INO, b"other", 0o644, 0, 0).unwrap().ino;
@@ -147,7 +157,8 @@ fn a_reference_to_itself_does_not_decode() {
 /// still refuses them, naming the xattr file.
 #[test]
 fn resealed_contents_that_lie_are_refused() {
-    let (dev, owner, other) = volume();
+    // Without data checksums, which would catch the change first.
+    let (dev, owner, other) = volume_with(false);
     let mut buf = vec![0u8; BS];
     let hit = (2..dev.block_count())
         .find(|&b| {
@@ -162,9 +173,9 @@ fn resealed_contents_that_lie_are_refused() {
     assert_refused(&dev, owner, other, "count 2");
 }
 
-/// Every byte of an xattr file's first block flipped in turn (its data
-/// carries no block checksum; the contents' own checksum and bounds must
-/// catch it): mount, read every xattr, unlink, fsck and repair — errors,
+/// Every byte of an xattr file's first block flipped in turn (the data
+/// checksum, or on a volume without, the contents' own checksum and bounds
+/// must catch it): mount, read every xattr, unlink, fsck and repair — errors,
 /// never a panic, and a clean volume after the repair.
 #[test]
 fn flipped_bytes_in_an_xattr_file_never_panic() {
@@ -207,7 +218,9 @@ fn a_record_over_the_space_moves_its_largest_xattrs_out() {
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     let space = fs.xattr_space();
     fs.close().unwrap();
-    let half = (space + 11) / 2 - 4 - 6;
+    // Over the space by at most 11 bytes, less the 4-byte checksum of the
+    // one block its record maps, so that the record stays in the bound.
+    let half = (space + 11) / 2 - 4 - 6 - 4;
     patch_record(&dev, other, |a| {
         a.xattrs.insert(b"user.a".to_vec(), vec![1; half]);
         a.xattrs.insert(b"user.b".to_vec(), vec![2; half]);

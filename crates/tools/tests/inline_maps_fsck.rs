@@ -192,7 +192,7 @@ fn an_inline_extent_on_another_files_blocks_is_named() {
 fn an_inline_extent_on_a_free_block_is_named_and_repaired() {
     let (dev, files) = closed(1024);
     let victim = files.small[2];
-    let old = record(&dev, victim).inline[0];
+    let old = record(&dev, victim).inline[0].clone();
     let free = 2048 - 64;
     edit_inode(&dev, victim, |a| a.inline[0].pblock = free);
     let r = check(&dev);

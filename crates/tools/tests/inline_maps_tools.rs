@@ -92,7 +92,7 @@ fn a_snapshots_inline_extents_must_be_live_or_dead() {
     )
     .unwrap();
     let p = problems(&dev);
-    let e = old.inline[0];
+    let e = old.inline[0].clone();
     let line = format!(
         "blocks {}+{}: data of inode {a} of snapshot s, neither live nor on the dead list",
         e.pblock, e.count
@@ -119,10 +119,10 @@ fn dump_shows_the_flag_and_inline_extents_like_tree_extents() {
     assert!(s.inline.len() == 1 && b.inline.is_empty() && b.root.addr != 0);
     let text = dump::report(dev.clone()).unwrap();
     assert!(
-        text.contains("format version 3, flags 0x2 (INLINE_MAPS)"),
+        text.contains("format version 4, flags 0x6 (INLINE_MAPS, DATA_SUMS)"),
         "{text}"
     );
-    let e = s.inline[0];
+    let e = s.inline[0].clone();
     let line = format!("inode {small}: in its record: 0..+{} -> {}", e.count, e.pblock);
     assert!(text.contains(&line), "{text}");
     let tree = format!("inode {big}: tree at block {} (depth 0): 0..+1 -> ", b.root.addr);
@@ -136,7 +136,7 @@ fn dump_shows_the_flag_and_inline_extents_like_tree_extents() {
 #[test]
 fn graph_draws_inline_extents_in_the_inode_entry() {
     let (dev, small, big) = small_and_big();
-    let e = record(&dev, None, small).inline[0];
+    let e = record(&dev, None, small).inline[0].clone();
     let dot = graph::graph(dev.clone(), 500).unwrap();
     // Record fields escape '>'.
     let field = format!(

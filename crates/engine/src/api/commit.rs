@@ -36,7 +36,7 @@ use crate::frontend::pipeline::{Durability, FsyncFlushes, Turn};
 use crate::frontend::Volume;
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Pause between reclaim batches (see [`Worker::delta_committer`]).
@@ -52,6 +52,8 @@ pub(super) struct Shared {
     /// hold it shared (`frontend/shared.rs`), everything else (and every
     /// step of a commit that touches the volume) exclusively.
     volume: RwLock<Volume>,
+    /// Data checksum mismatches reads have found since open.
+    pub(super) data_errors: AtomicU64,
     /// Whose turn it is to commit a delta, and which deltas are durable.
     durability: Durability,
     /// Serializes use of the log's tail (see the module comment).
@@ -120,6 +122,7 @@ impl Shared {
     pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
         Shared {
             volume: RwLock::new(volume),
+            data_errors: AtomicU64::new(0),
             durability: Durability::default(),
             log: Mutex::new(()),
             flushes: FsyncFlushes::default(),

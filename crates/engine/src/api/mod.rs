@@ -18,6 +18,7 @@ mod commit;
 mod falloc;
 mod guard;
 mod image;
+mod integrity;
 mod receive;
 mod snapshot;
 
@@ -31,6 +32,7 @@ pub use crate::types::*;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
+pub use integrity::BadDataReport;
 use std::sync::Arc;
 
 /// At most this many nodes are read without the guard for one operation
@@ -504,12 +506,14 @@ impl Fs {
         self.warm(ino);
         let planned = self.warming(|v, s| v.plan_read_shared(ino, offset, size, s));
         if let Some(r) = planned {
-            return r?.read().map(|(n, mut out)| {
+            let r = r.and_then(|p| p.read());
+            return self.checked(r).map(|(n, mut out)| {
                 out.truncate(n);
                 out
             });
         }
-        self.vol().read(ino, offset, size)
+        let r = self.vol().read(ino, offset, size);
+        self.checked(r)
     }
 
     /// Read into `out` at `offset`: the number of bytes read, short only at
@@ -521,13 +525,14 @@ impl Fs {
         for _ in 0..COLD_ROUNDS {
             let planned = self.shared_vol().plan_read_into_shared(ino, offset, out, &staged);
             match planned {
-                Some(Ok(Ok(p))) => return p.read().map(|(n, _)| n),
+                Some(Ok(Ok(p))) => return self.checked(p.read().map(|(n, _)| n)),
                 Some(Ok(Err(cold))) => self.read_cold(cold, &mut staged),
                 Some(Err(e)) => return Err(e),
                 None => break,
             }
         }
-        self.vol().read_into(ino, offset, out)
+        let r = self.vol().read_into(ino, offset, out);
+        self.checked(r)
     }
 
     /// Write `data` at `offset`, extending the file as needed. Returns the

@@ -51,6 +51,7 @@ use crate::device::{Device, Urgent};
 use crate::error::Result;
 use crate::log::{Record, Tail};
 use crate::structures::btree::node::FreedNode;
+use crate::structures::extent::Extent;
 use crate::structures::extent_range::{self, Run};
 use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
@@ -447,6 +448,18 @@ impl Backend {
                 continue;
             };
             let pages = inode.pages.start_writeback();
+            // On a volume with data checksums each block's CRC32C goes in
+            // the extent that maps it, in the same delta as the data.
+            let summed = self.sb.data_sums;
+            let sums_of = |from: usize, n: u64| -> Vec<u32> {
+                if !summed {
+                    return Vec::new();
+                }
+                pages[from..from + n as usize]
+                    .iter()
+                    .map(|(_, p)| extent::block_sum(p))
+                    .collect()
+            };
             let mut i = 0;
             while i < pages.len() {
                 // A run of consecutive logical blocks.
@@ -471,7 +484,8 @@ impl Backend {
                             for (k, (_, p)) in pages[i..i + count as usize].iter().enumerate() {
                                 data.push((pblock + k as u64, p.clone()));
                             }
-                            extent_range::mark_written(&mut inode.tree, dev.as_ref(), lblock, count)?;
+                            let sums = sums_of(i, count);
+                            extent_range::mark_written(&mut inode.tree, dev.as_ref(), lblock, count, sums)?;
                             inode.goal = pblock + count;
                             i += count as usize;
                             continue;
@@ -488,7 +502,9 @@ impl Backend {
                         data.push((start + k as u64, p.clone()));
                     }
                     let birth = self.alloc.generation;
-                    let freed = extent::map(&mut inode.tree, dev.as_ref(), lblock, start, n, birth)?;
+                    let mut e = Extent::written(lblock, start, n, birth);
+                    e.sums = sums_of(i, n);
+                    let freed = extent::map_extent(&mut inode.tree, dev.as_ref(), &e)?;
                     let freed_blocks: u64 = freed.iter().map(|f| f.1).sum();
                     for (s, c, b) in freed {
                         self.alloc.free_born(s, c, b);
@@ -816,14 +832,16 @@ impl Backend {
 /// record then still fits a leaf.
 fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<extent::Extent>>> {
     use crate::structures::btree::{Tree, TreeKind};
-    use crate::structures::inode::{inline_cost, FIXED_ATTRS_MAX, INLINE_EXTENTS};
+    use crate::structures::inode::{
+        inline_cost, inline_sums_cost, FIXED_ATTRS_MAX, INLINE_EXTENTS, INLINE_SUMMED_BLOCKS,
+    };
     if inode.tree.kind != TreeKind::Extents {
         return Ok(None);
     }
     let Some(entries) = inode.tree.inline_entries(INLINE_EXTENTS) else {
         return Ok(None);
     };
-    let record = FIXED_ATTRS_MAX + inode.attrs.xattr_bytes() + inline_cost(entries.len());
+    let mut record = FIXED_ATTRS_MAX + inode.attrs.xattr_bytes() + inline_cost(entries.len());
     if record > Tree::max_value(bs) {
         return Ok(None);
     }
@@ -839,6 +857,17 @@ fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<exten
             return Ok(None);
         }
         out.push(e);
+    }
+    // Checksums (attribute 12) for a few blocks only: a bigger file's
+    // map is better in a leaf than in the inode table.
+    let summed: u64 = out.iter().filter(|e| e.is_summed()).map(|e| e.count).sum();
+    let all: u64 = out.iter().map(|e| e.count).sum();
+    if summed != 0 && (summed != all || summed > INLINE_SUMMED_BLOCKS) {
+        return Ok(None);
+    }
+    record += inline_sums_cost(summed);
+    if record > Tree::max_value(bs) {
+        return Ok(None);
     }
     Ok(Some(out))
 }

@@ -107,6 +107,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         snapshots: Root::default(),
         generation: 0,
         inline_maps: true,
+        data_sums: opts.data_sums,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

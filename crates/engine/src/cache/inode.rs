@@ -119,7 +119,7 @@ pub fn data_tree(ino: Ino, kind: TreeKind, attrs: &InodeAttrs, reset: bool) -> T
     let entries = attrs
         .inline
         .iter()
-        .map(|e| (e.lblock, extent::encode(e.pblock, e.count, e.birth)))
+        .map(|e| (e.lblock, extent::encode_extent(e)))
         .collect();
     Tree::held_inline(ino, kind, entries)
 }

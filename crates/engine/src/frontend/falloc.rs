@@ -148,6 +148,7 @@ impl Volume {
                     count: n,
                     birth,
                     unwritten: true,
+                    sums: Vec::new(),
                 };
                 extent::map_extent(&mut i.tree, dev.as_ref(), &e)?;
                 i.attrs.blocks += n;

@@ -26,7 +26,10 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
     let mut buf = vec![0u8; bs as usize];
     // An unwritten (preallocated) extent reads as zeros.
     if let Some(e) = extent::lookup(&mut i.tree, dev, lblock)?.filter(|e| !e.unwritten) {
-        dev.read(e.pblock + (lblock - e.lblock), &mut buf)?;
+        dev.read(e.physical(lblock), &mut buf)?;
+        // A write into part of a block keeps the rest: never bytes that
+        // fail their checksum, which the new one would cover.
+        verify(i.ino, &e, lblock, &buf)?;
     }
     Ok(buf)
 }
@@ -78,14 +81,41 @@ pub(super) fn read_into(
     Ok(n)
 }
 
+/// Whether `data`, read from logical block `lblock` of extent `e` of file
+/// `ino`, matches the checksum the extent holds for it (an extent without
+/// checksums matches anything). A mismatch is [`Error::BadData`].
+pub(crate) fn verify(ino: Ino, e: &extent::Extent, lblock: u64, data: &[u8]) -> Result<()> {
+    let Some(expected) = e.sum_at(lblock) else {
+        return Ok(());
+    };
+    let found = extent::block_sum(data);
+    if found == expected {
+        return Ok(());
+    }
+    Err(Error::BadData(Box::new(crate::error::BadData {
+        ino,
+        lblock,
+        pblock: e.physical(lblock),
+        birth: e.birth,
+        expected,
+        found,
+    })))
+}
+
 /// A device read that a file read makes once it has let go of the file:
-/// `len` bytes from byte `skip` of block `pblock` on, into `out[pos..]`.
-#[derive(Clone, Copy, Debug)]
+/// `len` bytes from byte `skip` of block `pblock` on, into `out[pos..]`,
+/// each whole block checked against its checksum (`sums`, from the
+/// extent: one per block the read touches; none on a volume without).
+#[derive(Clone, Debug)]
 pub(super) struct DeviceRead {
     pos: usize,
     pblock: u64,
     skip: usize,
     len: usize,
+    /// The extent the blocks are in, cut to them: checksums and the
+    /// logical block, for the check and its report.
+    extent: extent::Extent,
+    ino: Ino,
 }
 
 impl DeviceRead {
@@ -134,7 +164,7 @@ pub(super) fn plan_read(
             extent::lookup(&mut i.tree, dev, lblock)?
         };
         // An unwritten (preallocated) extent reads as a hole to its end.
-        if let Some(e) = found.filter(|e| e.unwritten) {
+        if let Some(e) = found.as_ref().filter(|e| e.unwritten) {
             hole_end = e.end();
         }
         let Some(e) = found.filter(|e| !e.unwritten) else {
@@ -160,9 +190,11 @@ pub(super) fn plan_read(
         let len = (((lblock + n) * bs).min(end) - (lblock * bs + from as u64)) as usize;
         reads.push(DeviceRead {
             pos,
-            pblock: e.pblock + (lblock - e.lblock),
+            pblock: e.physical(lblock),
             skip: from,
             len,
+            extent: e.piece(lblock, lblock + n),
+            ino: i.ino,
         });
         pos += len;
         lblock += n;
@@ -172,15 +204,20 @@ pub(super) fn plan_read(
 
 /// Make the device reads of a planned read ([`plan_read`]): whole blocks
 /// straight into `out`, a partial first or last block through a buffer.
+/// Every block read is checked against its checksum before any of it is
+/// returned: a mismatch fails the whole read with [`Error::BadData`].
 pub(super) fn read_blocks(dev: &dyn Device, bs: u64, out: &mut [u8], reads: &[DeviceRead]) -> Result<()> {
     let bsz = bs as usize;
-    let partial = |pblock: u64, skip: usize, into: &mut [u8]| -> Result<()> {
-        let mut buf = vec![0u8; bsz];
-        dev.read(pblock, &mut buf)?;
-        into.copy_from_slice(&buf[skip..skip + into.len()]);
-        Ok(())
-    };
-    for &r in reads {
+    for r in reads {
+        let e = &r.extent;
+        let check = |pblock: u64, data: &[u8]| verify(r.ino, e, e.lblock + (pblock - r.pblock), data);
+        let partial = |pblock: u64, skip: usize, into: &mut [u8]| -> Result<()> {
+            let mut buf = vec![0u8; bsz];
+            dev.read(pblock, &mut buf)?;
+            check(pblock, &buf)?;
+            into.copy_from_slice(&buf[skip..skip + into.len()]);
+            Ok(())
+        };
         let (mut pos, mut pblock, mut len) = (r.pos, r.pblock, r.len);
         if r.skip > 0 || len < bsz {
             let take = (bsz - r.skip).min(len);
@@ -189,7 +226,13 @@ pub(super) fn read_blocks(dev: &dyn Device, bs: u64, out: &mut [u8], reads: &[De
         }
         let whole = len / bsz * bsz;
         if whole > 0 {
-            dev.read(pblock, &mut out[pos..pos + whole])?;
+            let into = &mut out[pos..pos + whole];
+            dev.read(pblock, into)?;
+            if e.is_summed() {
+                for (k, block) in into.chunks(bsz).enumerate() {
+                    check(pblock + k as u64, block)?;
+                }
+            }
         }
         if len > whole {
             partial(pblock + (whole / bsz) as u64, 0, &mut out[pos + whole..pos + len])?;

@@ -129,7 +129,13 @@ impl Volume {
                 format!("xattr file {xf} of inode {owner}: size {size}"),
             ));
         }
-        let bytes = self.read_data(xf, 0, size as usize)?;
+        // A block that fails its checksum is the xattr file's damage.
+        let bytes = self.read_data(xf, 0, size as usize).map_err(|e| match e {
+            Error::BadData(bad) => {
+                Error::corrupt(bad.pblock, format!("xattr file {xf} of inode {owner}: {bad}"))
+            }
+            e => e,
+        })?;
         xattr_file::decode(&bytes, xf, owner, first)
     }
 

@@ -2,9 +2,12 @@
 //! each value an extent `physical start u64, block count u32` and, on a
 //! volume that has had snapshots, `birth u32`: the generation its blocks
 //! were allocated in (absent means 0); a preallocated (unwritten) extent
-//! adds a `flags u8` after the birth. Extents never overlap. Operations
-//! here keep that true and report the physical blocks they free, each with
-//! its birth (snapshots keep a freed block its birth says they hold).
+//! adds a `flags u8` after the birth, and on a volume with data checksums a
+//! written extent adds the flags byte `SUMMED` and the CRC32C of each of its
+//! blocks. Extents never overlap. Operations here keep that true, carry each
+//! block's checksum with it through splits, merges and shifts, and report
+//! the physical blocks they free, each with its birth (snapshots keep a
+//! freed block its birth says they hold).
 //! Conversions and shifts of ranges are in `extent_range.rs`.
 //!
 //! Calls the btree, the device (through it) and the base modules.
@@ -18,7 +21,7 @@ use crate::error::{Errno, Error, Result};
 /// One mapping: logical `[lblock, lblock + count)` -> physical `[pblock, ..)`.
 /// A decoded extent lies inside the volume and below [`MAX_FILE_BLOCKS`], so
 /// sums of its bounds never overflow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extent {
     pub lblock: u64,
     pub pblock: u64,
@@ -28,6 +31,9 @@ pub struct Extent {
     /// Preallocated and never written: reads as zeros whatever the blocks
     /// hold, and a write may fill its blocks in place.
     pub unwritten: bool,
+    /// CRC32C of each block, `count` of them, on a volume with data
+    /// checksums (never for an unwritten extent); empty otherwise.
+    pub sums: Vec<u32>,
 }
 
 /// Physical blocks an operation freed: `(start, count, birth)`.
@@ -42,7 +48,60 @@ impl Extent {
             count,
             birth,
             unwritten: false,
+            sums: Vec::new(),
         }
+    }
+
+    /// A written extent whose blocks have checksums `sums` (one per block).
+    pub fn summed(lblock: u64, pblock: u64, birth: u32, sums: Vec<u32>) -> Extent {
+        Extent {
+            lblock,
+            pblock,
+            count: sums.len() as u64,
+            birth,
+            unwritten: false,
+            sums,
+        }
+    }
+
+    /// The part of the extent over logical `[from, to)`, clipped to it,
+    /// with the checksums of those blocks.
+    pub fn piece(&self, from: u64, to: u64) -> Extent {
+        let from = from.clamp(self.lblock, self.end());
+        let to = to.clamp(from, self.end());
+        let (a, b) = (
+            (from.saturating_sub(self.lblock)) as usize,
+            (to.saturating_sub(self.lblock)) as usize,
+        );
+        Extent {
+            lblock: from,
+            pblock: self.physical(from),
+            count: to.saturating_sub(from),
+            birth: self.birth,
+            unwritten: self.unwritten,
+            sums: self.sums.get(a..b).map(<[u32]>::to_vec).unwrap_or_default(),
+        }
+    }
+
+    /// The same extent moved to logical block `lblock`.
+    pub fn moved_to(&self, lblock: u64) -> Extent {
+        Extent {
+            lblock,
+            ..self.clone()
+        }
+    }
+
+    /// The checksum its blocks' data must have at logical block `lblock`
+    /// (which the extent covers), if it has checksums.
+    pub fn sum_at(&self, lblock: u64) -> Option<u32> {
+        self.sums
+            .get(usize::try_from(lblock.saturating_sub(self.lblock)).ok()?)
+            .copied()
+    }
+
+    /// Whether the extent carries a checksum per block.
+    pub fn is_summed(&self) -> bool {
+        !self.sums.is_empty()
     }
 
     /// First logical block past the extent.
@@ -61,6 +120,19 @@ pub const MAX_EXTENT: u64 = u32::MAX as u64;
 
 /// Flag bit of the 17-byte form: the extent is unwritten.
 pub const FLAG_UNWRITTEN: u8 = 1;
+
+/// Flag bit of the summed form: a CRC32C per block follows the flags byte.
+pub const FLAG_SUMMED: u8 = 2;
+
+/// Longest summed extent stored in one entry (its value is 17 + 4 × 64 =
+/// 273 bytes, so a 4 KiB leaf holds 14 of them); a longer one is stored as
+/// several entries. Fits the value bound of the smallest block size.
+pub const MAX_SUMMED: u64 = 64;
+
+/// CRC32C of one data block as a summed extent records it.
+pub fn block_sum(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
 
 /// An extent's value: 12 bytes, or 16 with a birth (0 is not written, so
 /// a volume that never had a snapshot keeps the 12-byte form).
@@ -84,9 +156,22 @@ pub fn encode_as(pblock: u64, count: u64, birth: u32, unwritten: bool) -> Vec<u8
     w.buf
 }
 
-/// The value of extent `e` (its logical block is the key).
+/// The value of extent `e` (its logical block is the key): with
+/// checksums, the 17-byte form with flag `SUMMED` and then one `u32` per
+/// block.
 pub fn encode_extent(e: &Extent) -> Vec<u8> {
-    encode_as(e.pblock, e.count, e.birth, e.unwritten)
+    if !e.is_summed() {
+        return encode_as(e.pblock, e.count, e.birth, e.unwritten);
+    }
+    let mut w = Writer::with_capacity(e.sums.len().saturating_mul(4).saturating_add(17));
+    w.u64(e.pblock);
+    w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
+    w.u32(e.birth);
+    w.u8(FLAG_SUMMED);
+    for &s in &e.sums {
+        w.u32(s);
+    }
+    w.buf
 }
 
 /// Decode the extent stored at `lblock` in leaf `block` of a volume with
@@ -96,19 +181,35 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
     let mut r = Reader::new(v, block);
     let pblock = r.u64("extent start")?;
     let count = u64::from(r.u32("extent length")?);
-    let birth = if matches!(r.remaining(), 4 | 5) {
+    let birth = if r.remaining() >= 4 {
         r.u32("extent birth")?
     } else {
         0
     };
-    let unwritten = if r.remaining() == 1 {
+    let mut sums = Vec::new();
+    let unwritten = if r.remaining() >= 1 {
         let flags = r.u8("extent flags")?;
-        if flags != FLAG_UNWRITTEN {
-            return Err(r.bad(format!(
-                "extent at logical block {lblock}: unknown flags {flags:#04x}"
-            )));
+        let want = match flags {
+            FLAG_UNWRITTEN => 0,
+            FLAG_SUMMED if (1..=MAX_SUMMED).contains(&count) => count as usize,
+            FLAG_SUMMED => {
+                return Err(r.bad(format!(
+                    "extent at logical block {lblock}: {count} summed blocks, at most {MAX_SUMMED}"
+                )))
+            }
+            _ => {
+                return Err(r.bad(format!(
+                    "extent at logical block {lblock}: unknown flags {flags:#04x}"
+                )))
+            }
+        };
+        if r.remaining() != want.saturating_mul(4) {
+            return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
         }
-        true
+        for _ in 0..want {
+            sums.push(r.u32("extent checksum")?);
+        }
+        flags == FLAG_UNWRITTEN
     } else {
         false
     };
@@ -122,6 +223,7 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
         count,
         birth,
         unwritten,
+        sums,
     })
 }
 
@@ -165,7 +267,7 @@ pub fn next(t: &mut Tree, dev: &dyn Device, lblock: u64) -> Result<Option<Extent
 
 /// Unmap logical blocks `[from, to)`; returns the freed physical ranges.
 /// The extents met are decoded ones, so the differences and sums of their
-/// bounds below are exact.
+/// bounds below are exact. A cut extent keeps its pieces' checksums.
 pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<Freed>> {
     let mut freed = Vec::new();
     if from >= to {
@@ -174,17 +276,12 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<F
     // An extent starting before `from` may reach into the range.
     if let Some(e) = lookup(t, dev, from)? {
         if e.lblock < from {
-            let head = from.saturating_sub(e.lblock);
-            t.insert(dev, e.lblock, encode_as(e.pblock, head, e.birth, e.unwritten))?;
+            t.insert(dev, e.lblock, encode_extent(&e.piece(e.lblock, from)))?;
             let end = e.end();
             let cut_end = end.min(to);
             freed.push((e.physical(from), cut_end.saturating_sub(from), e.birth));
             if end > to {
-                t.insert(
-                    dev,
-                    to,
-                    encode_as(e.physical(to), end.saturating_sub(to), e.birth, e.unwritten),
-                )?;
+                t.insert(dev, to, encode_extent(&e.piece(to, end)))?;
             }
         }
     }
@@ -196,11 +293,7 @@ pub fn punch(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<F
         let end = e.end();
         if end > to {
             freed.push((e.pblock, to.saturating_sub(e.lblock), e.birth));
-            t.insert(
-                dev,
-                to,
-                encode_as(e.physical(to), end.saturating_sub(to), e.birth, e.unwritten),
-            )?;
+            t.insert(dev, to, encode_extent(&e.piece(to, end)))?;
             break;
         }
         freed.push((e.pblock, e.count, e.birth));
@@ -222,36 +315,62 @@ pub fn map(
     map_extent(t, dev, &Extent::written(lblock, pblock, count, birth))
 }
 
-/// [`map`] extent `e`, unwritten (preallocated) or not; it merges only
-/// with a predecessor in the same state.
+/// [`map`] extent `e`, unwritten (preallocated) or not, with checksums or
+/// not; it merges only with a predecessor in the same state, and a summed
+/// extent is stored in entries of at most [`MAX_SUMMED`] blocks.
 pub fn map_extent(t: &mut Tree, dev: &dyn Device, e: &Extent) -> Result<Vec<Freed>> {
-    let Extent {
-        lblock,
-        pblock,
-        count,
-        birth,
-        unwritten,
-    } = *e;
-    let end = lblock
-        .checked_add(count)
-        .filter(|&end| end <= MAX_FILE_BLOCKS && count <= MAX_EXTENT)
+    let end = e
+        .lblock
+        .checked_add(e.count)
+        .filter(|&end| end <= MAX_FILE_BLOCKS && e.count <= MAX_EXTENT)
         .ok_or(Error::Posix(Errno::EFBIG))?;
-    let freed = punch(t, dev, lblock, end)?;
-    if let Some(before) = lblock.checked_sub(1) {
+    if e.is_summed() && e.sums.len() as u64 != e.count {
+        return Err(Error::corrupt(
+            e.pblock,
+            format!(
+                "extent at logical block {}: {} checksums for {} blocks",
+                e.lblock,
+                e.sums.len(),
+                e.count
+            ),
+        ));
+    }
+    let freed = punch(t, dev, e.lblock, end)?;
+    let mut e = e.clone();
+    if let Some(before) = e.lblock.checked_sub(1) {
         if let Some(p) = lookup(t, dev, before)? {
-            let merged = p.count.saturating_add(count);
-            if p.end() == lblock
-                && p.pblock.checked_add(p.count) == Some(pblock)
-                && merged <= MAX_EXTENT
-                && p.birth == birth
-                && p.unwritten == unwritten
+            let merged = p.count.saturating_add(e.count);
+            let limit = if e.is_summed() { MAX_SUMMED } else { MAX_EXTENT };
+            if p.end() == e.lblock
+                && p.pblock.checked_add(p.count) == Some(e.pblock)
+                && p.birth == e.birth
+                && p.unwritten == e.unwritten
+                && p.is_summed() == e.is_summed()
+                && p.count < limit
             {
-                t.insert(dev, p.lblock, encode_as(p.pblock, merged, birth, unwritten))?;
-                return Ok(freed);
+                // Fill the predecessor up to the limit; the rest follows.
+                let take = limit.saturating_sub(p.count).min(e.count);
+                let mut head = p.clone();
+                head.count = p.count.saturating_add(take);
+                head.sums.extend(e.sums.iter().take(take as usize));
+                t.insert(dev, p.lblock, encode_extent(&head))?;
+                if take == e.count || merged <= limit {
+                    return Ok(freed);
+                }
+                e = e.piece(e.lblock.saturating_add(take), end);
             }
         }
     }
-    t.insert(dev, lblock, encode_as(pblock, count, birth, unwritten))?;
+    if !e.is_summed() {
+        t.insert(dev, e.lblock, encode_extent(&e))?;
+        return Ok(freed);
+    }
+    let mut at = e.lblock;
+    while at < end {
+        let stop = at.saturating_add(MAX_SUMMED).min(end);
+        t.insert(dev, at, encode_extent(&e.piece(at, stop)))?;
+        at = stop;
+    }
     Ok(freed)
 }
 
@@ -313,6 +432,7 @@ mod tests {
                 count: 15,
                 birth: 0,
                 unwritten: false,
+                sums: Vec::new(),
             }]
         );
         let freed = map(&mut t, &dev, 3, 500, 2, 7).unwrap();
@@ -326,6 +446,7 @@ mod tests {
                     count: 3,
                     birth: 0,
                     unwritten: false,
+                    sums: Vec::new(),
                 },
                 Extent {
                     lblock: 3,
@@ -333,6 +454,7 @@ mod tests {
                     count: 2,
                     birth: 7,
                     unwritten: false,
+                    sums: Vec::new(),
                 },
                 Extent {
                     lblock: 5,
@@ -340,6 +462,7 @@ mod tests {
                     count: 10,
                     birth: 0,
                     unwritten: false,
+                    sums: Vec::new(),
                 },
             ]
         );

@@ -26,14 +26,7 @@ pub fn clipped(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec
         if x.lblock >= to || at >= to {
             break;
         }
-        let start = x.lblock.max(from);
-        let end = x.end().min(to);
-        out.push(Extent {
-            lblock: start,
-            pblock: x.physical(start),
-            count: end.saturating_sub(start),
-            ..x
-        });
+        out.push(x.piece(from, to));
         at = x.end();
         e = next(t, dev, at)?;
     }
@@ -119,9 +112,10 @@ fn first_fillable(
 /// Turn `[lblock, lblock + count)`, which lies inside one unwritten
 /// extent, into a written extent over the same blocks (the rest of the
 /// extent stays unwritten). Merges with a contiguous written predecessor
-/// of the same birth. Nothing is freed; `false`, with nothing changed, if
-/// the range is not inside an unwritten extent.
-pub fn mark_written(t: &mut Tree, dev: &dyn Device, lblock: u64, count: u64) -> Result<bool> {
+/// of the same birth. `sums`, if not empty, are the checksums of the data
+/// written there (one per block). Nothing is freed; `false`, with nothing
+/// changed, if the range is not inside an unwritten extent.
+pub fn mark_written(t: &mut Tree, dev: &dyn Device, lblock: u64, count: u64, sums: Vec<u32>) -> Result<bool> {
     let end = lblock.saturating_add(count);
     let Some(e) = lookup(t, dev, lblock)?.filter(|e| e.unwritten && e.end() >= end) else {
         return Ok(false);
@@ -136,7 +130,9 @@ pub fn mark_written(t: &mut Tree, dev: &dyn Device, lblock: u64, count: u64) -> 
         t.insert(dev, end, encode_as(e.physical(end), tail, e.birth, true))?;
     }
     // Its own blocks: `map` frees nothing, as the range is unmapped now.
-    extent::map(t, dev, lblock, e.physical(lblock), count, e.birth)?;
+    let mut written = Extent::written(lblock, e.physical(lblock), count, e.birth);
+    written.sums = sums;
+    extent::map_extent(t, dev, &written)?;
     Ok(true)
 }
 
@@ -149,7 +145,11 @@ pub fn collapse(t: &mut Tree, dev: &dyn Device, start: u64, len: u64) -> Result<
     while let Some(e) = next(t, dev, at)? {
         at = e.end();
         t.remove(dev, e.lblock)?;
-        t.insert(dev, e.lblock.saturating_sub(len), encode_extent(&e))?;
+        t.insert(
+            dev,
+            e.lblock.saturating_sub(len),
+            encode_extent(&e.moved_to(e.lblock.saturating_sub(len))),
+        )?;
     }
     Ok(freed)
 }
@@ -174,14 +174,8 @@ pub fn insert_gap(t: &mut Tree, dev: &dyn Device, start: u64, len: u64) -> Resul
     // An extent across `start` splits there: its head stays.
     let mut moving = moving.into_iter().peekable();
     if let Some(e) = moving.next_if(|e| e.lblock < start) {
-        let head = start.saturating_sub(e.lblock);
-        t.insert(dev, e.lblock, encode_as(e.pblock, head, e.birth, e.unwritten))?;
-        let tail = Extent {
-            lblock: start,
-            pblock: e.physical(start),
-            count: e.end().saturating_sub(start),
-            ..e
-        };
+        t.insert(dev, e.lblock, encode_extent(&e.piece(e.lblock, start)))?;
+        let tail = e.piece(start, e.end());
         return shift_up(t, dev, std::iter::once(tail).chain(moving).collect(), len, true);
     }
     shift_up(t, dev, moving.collect(), len, false)
@@ -219,6 +213,7 @@ mod tests {
             count,
             birth: 0,
             unwritten,
+            sums: Vec::new(),
         }
     }
 
@@ -245,8 +240,8 @@ mod tests {
             run_at(&mut t, &dev, 5, 100, Some(0)).unwrap(),
             Run::Other { count: 100 }
         );
-        assert!(mark_written(&mut t, &dev, 4, 2).unwrap());
-        assert!(mark_written(&mut t, &dev, 9, 1).unwrap());
+        assert!(mark_written(&mut t, &dev, 4, 2, Vec::new()).unwrap());
+        assert!(mark_written(&mut t, &dev, 9, 1, Vec::new()).unwrap());
         assert_eq!(
             extent::all(&mut t, &dev).unwrap(),
             vec![
@@ -256,7 +251,10 @@ mod tests {
                 x(10, 110, 4, true)
             ]
         );
-        assert!(!mark_written(&mut t, &dev, 8, 2).unwrap(), "9 is written");
+        assert!(
+            !mark_written(&mut t, &dev, 8, 2, Vec::new()).unwrap(),
+            "9 is written"
+        );
         assert_eq!(holes(&mut t, &dev, 12, 20).unwrap(), vec![(14, 6)]);
     }
 

@@ -35,6 +35,7 @@ const TAG_BLOCKS: u8 = 8;
 const TAG_EXTENTS: u8 = 9;
 const TAG_XATTR_FILE: u8 = 10;
 const TAG_FLAGS: u8 = 11;
+const TAG_SUMS: u8 = 12;
 
 /// The first number an ordinary inode may have (the backend's `FIRST_INO`).
 const FIRST_FILE_INO: u64 = 16;
@@ -51,6 +52,21 @@ pub fn inline_cost(n: usize) -> usize {
         0
     } else {
         n.saturating_mul(INLINE_EXTENT_BYTES).saturating_add(3)
+    }
+}
+
+/// Most data blocks a map held in the record may cover when its extents
+/// carry checksums (attribute 12 takes 4 bytes a block); a larger file
+/// gets an extent tree.
+pub const INLINE_SUMMED_BLOCKS: u64 = 16;
+
+/// Bytes the `sums` attribute takes for extents covering `blocks` blocks
+/// with checksums (0 when none).
+pub fn inline_sums_cost(blocks: u64) -> usize {
+    if blocks == 0 {
+        0
+    } else {
+        (blocks as usize).saturating_mul(4).saturating_add(3)
     }
 }
 
@@ -149,6 +165,14 @@ impl InodeAttrs {
                 w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
                 w.u32(e.birth);
             }
+            let sums: Vec<u32> = self.inline.iter().flat_map(|e| e.sums.iter().copied()).collect();
+            if !sums.is_empty() {
+                w.u8(TAG_SUMS);
+                w.u16(u16::try_from(sums.len().saturating_mul(4)).unwrap_or(u16::MAX));
+                for s in sums {
+                    w.u32(s);
+                }
+            }
         }
         if self.xattr_file != 0 {
             w.u8(TAG_XATTR_FILE);
@@ -183,6 +207,7 @@ impl InodeAttrs {
         let mut a = InodeAttrs::default();
         let mut r = Reader::new(b, block);
         let mut seen_mode = false;
+        let mut sums: Vec<u32> = Vec::new();
         let bad = |what: String| Error::corrupt(block, format!("inode {ino}: {what}"));
         while r.remaining() > 0 {
             let tag = r.u8("attribute tag")?;
@@ -318,7 +343,34 @@ impl InodeAttrs {
                         a.inline.push(e);
                     }
                 }
+                TAG_SUMS => {
+                    let n = u64::try_from(len / 4).unwrap_or(u64::MAX);
+                    if len == 0 || !len.is_multiple_of(4) || n > INLINE_SUMMED_BLOCKS {
+                        return Err(bad(format!(
+                            "sums attribute has length {len}, expected 1 to {INLINE_SUMMED_BLOCKS} times 4"
+                        )));
+                    }
+                    sums.clear();
+                    while br.remaining() > 0 {
+                        sums.push(br.u32("block checksum")?);
+                    }
+                }
                 _ => return Err(bad(format!("unknown attribute tag {tag}"))),
+            }
+        }
+        if !sums.is_empty() {
+            let blocks: u64 = a.inline.iter().map(|e| e.count).sum();
+            if blocks != sums.len() as u64 {
+                return Err(bad(format!(
+                    "{} block checksums for {blocks} blocks of extents in the record",
+                    sums.len()
+                )));
+            }
+            let mut rest = sums.as_slice();
+            for e in &mut a.inline {
+                let (mine, more) = rest.split_at(e.count as usize);
+                e.sums = mine.to_vec();
+                rest = more;
             }
         }
         if !seen_mode {

@@ -25,7 +25,9 @@
 //! ignoring its snapshots; without the flag, bytes 136.. stay zero and the
 //! version stays 1. A volume whose small files may keep their extents in
 //! the inode record (made so by mkfs) sets flag bit 1 (`INLINE_MAPS`) and
-//! version 3, whatever its other flag.
+//! version 3, whatever its other flag. A volume whose written extents carry
+//! a CRC32C per data block (made so by mkfs, the default) sets flag bit 2
+//! (`DATA_SUMS`) and version 4, whatever its other flags.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -43,13 +45,19 @@ pub const FLAG_SNAPSHOTS: u32 = 1;
 pub const VERSION_INLINE_MAPS: u32 = 3;
 /// Flag bit: inode records may hold a small file's extents (attribute 9).
 pub const FLAG_INLINE_MAPS: u32 = 2;
+/// Format version of a volume with the `DATA_SUMS` flag.
+pub const VERSION_DATA_SUMS: u32 = 4;
+/// Flag bit: every written extent of a file carries its blocks' checksums.
+pub const FLAG_DATA_SUMS: u32 = 4;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 
 /// The format version that goes with `flags`.
 fn flags_version(flags: u32) -> u32 {
-    if flags & FLAG_INLINE_MAPS != 0 {
+    if flags & FLAG_DATA_SUMS != 0 {
+        VERSION_DATA_SUMS
+    } else if flags & FLAG_INLINE_MAPS != 0 {
         VERSION_INLINE_MAPS
     } else if flags & FLAG_SNAPSHOTS != 0 {
         VERSION_SNAPSHOTS
@@ -91,6 +99,8 @@ pub struct Superblock {
     pub generation: u64,
     /// Inode records may hold a small file's extents (flag `INLINE_MAPS`).
     pub inline_maps: bool,
+    /// Written extents carry a CRC32C per data block (flag `DATA_SUMS`).
+    pub data_sums: bool,
 }
 
 impl Superblock {
@@ -152,10 +162,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if !(VERSION..=VERSION_INLINE_MAPS).contains(&version) {
+        if !(VERSION..=VERSION_DATA_SUMS).contains(&version) {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_INLINE_MAPS}"),
+                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_DATA_SUMS}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -175,7 +185,9 @@ impl Superblock {
             ));
         }
         let flags = r.u32("flags")?;
-        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS) != 0 || flags_version(flags) != version {
+        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS) != 0
+            || flags_version(flags) != version
+        {
             return Err(Error::corrupt(
                 addr,
                 format!("superblock: flags {flags:#x} do not go with format version {version}"),
@@ -217,6 +229,7 @@ impl Superblock {
             snapshots: Root::default(),
             generation: 0,
             inline_maps: flags & FLAG_INLINE_MAPS != 0,
+            data_sums: flags & FLAG_DATA_SUMS != 0,
         };
         let mut sb = sb;
         if flags & FLAG_SNAPSHOTS != 0 {
@@ -292,6 +305,9 @@ impl Superblock {
         }
         if self.inline_maps {
             flags |= FLAG_INLINE_MAPS;
+        }
+        if self.data_sums {
+            flags |= FLAG_DATA_SUMS;
         }
         (flags_version(flags), flags)
     }
@@ -415,6 +431,7 @@ mod tests {
             snapshots: Root::default(),
             generation: 0,
             inline_maps: false,
+            data_sums: false,
         }
     }
 
@@ -423,14 +440,35 @@ mod tests {
     /// copy whose version or flags disagree is refused.
     #[test]
     fn versions_follow_flags() {
-        for (inline, snaps, version, flags) in [
-            (false, false, VERSION, 0),
-            (false, true, VERSION_SNAPSHOTS, FLAG_SNAPSHOTS),
-            (true, false, VERSION_INLINE_MAPS, FLAG_INLINE_MAPS),
-            (true, true, VERSION_INLINE_MAPS, FLAG_INLINE_MAPS | FLAG_SNAPSHOTS),
+        for (sums, inline, snaps, version, flags) in [
+            (false, false, false, VERSION, 0),
+            (false, false, true, VERSION_SNAPSHOTS, FLAG_SNAPSHOTS),
+            (false, true, false, VERSION_INLINE_MAPS, FLAG_INLINE_MAPS),
+            (
+                false,
+                true,
+                true,
+                VERSION_INLINE_MAPS,
+                FLAG_INLINE_MAPS | FLAG_SNAPSHOTS,
+            ),
+            (
+                true,
+                true,
+                false,
+                VERSION_DATA_SUMS,
+                FLAG_INLINE_MAPS | FLAG_DATA_SUMS,
+            ),
+            (
+                true,
+                false,
+                true,
+                VERSION_DATA_SUMS,
+                FLAG_DATA_SUMS | FLAG_SNAPSHOTS,
+            ),
         ] {
             let mut sb = sample();
             sb.inline_maps = inline;
+            sb.data_sums = sums;
             if snaps {
                 sb.generation = 2;
             }
@@ -439,9 +477,9 @@ mod tests {
             assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), flags);
             assert_eq!(Superblock::decode(&b, 1).unwrap(), sb);
             for (at, bad) in [
-                (12, version % 3 + 1),
-                (20, flags ^ FLAG_INLINE_MAPS),
-                (20, flags | 4),
+                (12, version % 4 + 1),
+                (20, flags ^ FLAG_DATA_SUMS),
+                (20, flags | 8),
             ] {
                 let mut c = b.clone();
                 c[at..at + 4].copy_from_slice(&bad.to_le_bytes());

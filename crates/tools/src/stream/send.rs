@@ -562,6 +562,7 @@ mod tests {
             count,
             birth: 1,
             unwritten: false,
+            sums: Vec::new(),
         }
     }
 

@@ -1,0 +1,136 @@
+//! API layer: what a data checksum mismatch leaves behind. A read that
+//! finds one fails with EIO and never returns the block; this module
+//! counts it for the volume and writes one structured log line naming
+//! every path of the file, the offset and length, the device block, both
+//! checksums and the snapshots that share the block.
+//!
+//! Calls the rest of the API (lookups, snapshots) and the base modules.
+
+use super::Fs;
+use crate::error::{BadData, Error, Result};
+use crate::types::{FileType, Ino, ROOT_INO};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Directory entries a search for a file's names reads at most: past it
+/// the report names what it found.
+const PATH_SEARCH_LIMIT: usize = 1 << 20;
+
+/// What a report says about one bad block, found once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadDataReport {
+    pub bad: BadData,
+    /// Every path that names the file, `/`-separated from the volume's
+    /// root (empty when none was found: an orphan, or a search cut short).
+    pub paths: Vec<Vec<u8>>,
+    /// Snapshots (by name) whose image holds the block too.
+    pub snapshots: Vec<Vec<u8>>,
+}
+
+impl Fs {
+    /// Count and log `e` if it is a data checksum mismatch; returns it.
+    pub(crate) fn reported(&self, e: Error) -> Error {
+        if let Error::BadData(bad) = &e {
+            self.shared.data_errors.fetch_add(1, Relaxed);
+            let report = self.bad_data_report(bad);
+            log_bad_data(&report, self.statfs().map_or(4096, |s| u64::from(s.block_size)));
+        }
+        e
+    }
+
+    /// `r`, with a data checksum mismatch counted and logged.
+    pub(crate) fn checked<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| self.reported(e))
+    }
+
+    /// Data checksum mismatches found since the volume was opened.
+    pub fn data_errors(&self) -> u64 {
+        self.shared.data_errors.load(Relaxed)
+    }
+
+    /// Where `bad` is: the file's paths and the snapshots sharing its block.
+    pub fn bad_data_report(&self, bad: &BadData) -> BadDataReport {
+        let paths = if bad.ino == 0 {
+            Vec::new()
+        } else {
+            self.paths_of(bad.ino)
+        };
+        // A block born in generation b is in every snapshot from b on
+        // (it is live now, so none of them has seen it die).
+        let snapshots = self
+            .snapshot_list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !s.deleting && s.id >= u64::from(bad.birth) && bad.birth != 0)
+            .map(|s| s.name)
+            .collect();
+        BadDataReport {
+            bad: (*bad).clone(),
+            paths,
+            snapshots,
+        }
+    }
+
+    /// Every path naming `ino`, found by a walk of the tree from the root
+    /// (reading at most [`PATH_SEARCH_LIMIT`] entries).
+    pub fn paths_of(&self, ino: Ino) -> Vec<Vec<u8>> {
+        let mut found = Vec::new();
+        if ino == ROOT_INO {
+            return vec![b"/".to_vec()];
+        }
+        let mut queue = VecDeque::from([(ROOT_INO, Vec::new())]);
+        let mut read = 0usize;
+        while let Some((dir, path)) = queue.pop_front() {
+            let mut pos = 0;
+            while let Ok(batch) = self.readdir(dir, pos, 256) {
+                let Some(last) = batch.last() else {
+                    break;
+                };
+                pos = last.next;
+                for d in &batch {
+                    read += 1;
+                    if d.name == b"." || d.name == b".." {
+                        continue;
+                    }
+                    let mut p = path.clone();
+                    p.push(b'/');
+                    p.extend_from_slice(&d.name);
+                    if d.ino == ino {
+                        found.push(p.clone());
+                    }
+                    if d.kind == FileType::Directory {
+                        queue.push_back((d.ino, p));
+                    }
+                }
+                if read >= PATH_SEARCH_LIMIT {
+                    return found;
+                }
+            }
+        }
+        found
+    }
+}
+
+/// One line per bad block, fields `key=value` so that a log reader can
+/// pick them out.
+fn log_bad_data(r: &BadDataReport, bs: u64) {
+    let list = |v: &[Vec<u8>]| {
+        v.iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let b = &r.bad;
+    tracing::error!(
+        target: "tux3::data",
+        "data checksum mismatch: paths=[{}] inode={} offset={} length={} block={} expected={:#010x} found={:#010x} snapshots=[{}]",
+        list(&r.paths),
+        b.ino,
+        b.lblock.saturating_mul(bs),
+        bs,
+        b.pblock,
+        b.expected,
+        b.found,
+        list(&r.snapshots)
+    );
+}
