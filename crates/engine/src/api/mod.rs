@@ -549,7 +549,14 @@ impl Fs {
 
     /// [`Fs::write`] that also takes away `strip`'s privileges, in the same
     /// change: what a file server does for a write by a caller it knows.
+    /// A write into part of a block whose data fails its checksum fails
+    /// with EIO, counted and logged as a read's would be.
     pub fn write_stripping(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
+        let r = self.write_unchecked(ino, offset, data, strip);
+        self.checked(r)
+    }
+
+    fn write_unchecked(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
         self.warm(ino);
         if let Some(r) = self.shared_vol().write_shared(ino, offset, data, strip) {
             let w = r?;
