@@ -124,3 +124,42 @@ fn immutable_and_append_only_refuse_changes_and_flags_are_kept() {
     m.unmount();
     fx.fsck();
 }
+
+/// `chattr +S` on a file and `+D` on a directory through the mount: a
+/// write to the file and a new name in the directory are durable when the
+/// system call returns — they survive kill -9 of the server right after,
+/// with commits off (`commit=0`); the same changes to unflagged ones do
+/// not.
+#[test]
+fn sync_and_dirsync_flags_make_changes_durable_at_once() {
+    if !can_mount() {
+        return;
+    }
+    let fx = Fixture::new("64M");
+    let m = fx.mount_foreground(&["-o", "commit=0"]);
+    for d in ["flagged", "plain"] {
+        fs::create_dir(fx.path(d)).expect("mkdir");
+        fs::write(fx.path(&format!("{d}.txt")), "").expect("create");
+    }
+    let at = |p: &str| fx.path(p).display().to_string();
+    let (ok, out) = sh(
+        &format!("chattr +S {} && chattr +D {} && sync", at("flagged.txt"), at("flagged")),
+        false,
+    );
+    assert!(ok, "chattr: {out}");
+    for d in ["flagged", "plain"] {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(fx.path(&format!("{d}.txt")))
+            .expect("open");
+        f.write_all(b"written").expect("write");
+        fs::write(fx.path(&format!("{d}/new")), "").expect("create in dir");
+    }
+    m.kill9();
+    fx.fsck();
+    let _m = fx.mount(&[]);
+    assert_eq!(fs::read(fx.path("flagged.txt")).unwrap(), b"written");
+    assert!(fx.path("flagged/new").exists());
+    assert_eq!(fs::read(fx.path("plain.txt")).unwrap(), b"");
+    assert!(!fx.path("plain/new").exists());
+}

@@ -141,6 +141,18 @@ impl Shared {
     /// (other operations go on in the next delta meanwhile), then finish.
     /// Callers that find nothing to commit return at once: everything before
     /// them is durable, because commits are serialized.
+    /// What the delta committer does when its interval has passed (or,
+    /// `early`, when it was woken to commit): commit the open delta,
+    /// unless all it holds is access times, which wait for a sync, an
+    /// unmount or the next real change (lazytime). Whether it committed.
+    pub(super) fn commit_by_time(&self, early: bool) -> Result<bool> {
+        if !early && !self.shared_vol().changed_eagerly() {
+            return Ok(false);
+        }
+        self.commit(false)?;
+        Ok(true)
+    }
+
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
         let turn = self.durability.turn();
         self.commit_locked(&turn, unify, During::none())
@@ -659,7 +671,7 @@ impl Worker {
                     if !by_time && !early {
                         continue;
                     }
-                    if let Err(e) = shared.commit(false) {
+                    if let Err(e) = shared.commit_by_time(early) {
                         tracing::error!("background commit failed: {e}");
                     }
                     // The commit's end took one step of an eviction pass;

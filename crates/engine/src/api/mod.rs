@@ -18,6 +18,7 @@ mod commit;
 mod falloc;
 mod guard;
 mod image;
+mod inode_flags;
 mod integrity;
 mod receive;
 mod snapshot;
@@ -234,9 +235,17 @@ impl Fs {
         held(&mut v, attr, true)
     }
 
+    /// What the delta committer does each `commit_interval`: commit the
+    /// open delta unless it holds access times alone (those wait for a
+    /// sync, an unmount or the next real change). Whether it committed.
+    pub fn commit_by_time(&self) -> Result<bool> {
+        self.shared.commit_by_time(false)
+    }
+
     /// A read or listing of `ino` took place: its access time moves to now
     /// if `rule` says so (true then). A cheap change the current delta
-    /// carries: it forces no commit of its own, and never waits for one (a
+    /// carries: it forces no commit of its own (not even the periodic
+    /// one: [`Fs::commit_by_time`]), and never waits for one (a
     /// FUSE queue thread calls it after a read): on a volume too full to
     /// take a change without a commit first, and on a read-only one, the
     /// access time stays.
@@ -248,19 +257,6 @@ impl Fs {
         self.shared_vol()
             .accessed_shared(ino, rule, now)
             .unwrap_or(Ok(false))
-    }
-
-    /// The inode flags of `ino` ([`crate::types::flags`]).
-    pub fn flags(&self, ino: Ino) -> Result<u32> {
-        self.warm(ino);
-        self.vol().flags(ino)
-    }
-
-    /// Set the inode flags of `ino` (`chattr`); EOPNOTSUPP for a flag the
-    /// engine does not keep. Who may set which is the caller's to check.
-    pub fn set_flags(&self, ino: Ino, flags: u32) -> Result<()> {
-        self.warm(ino);
-        self.vol().set_flags(ino, flags)
     }
 
     /// The parent of directory `ino` (the root's is itself); ENOTDIR for
@@ -278,6 +274,11 @@ impl Fs {
     /// [`Fs::setattr`] that also takes away `strip`'s privileges from a
     /// non-directory, in the same change (after `set`'s mode, if any).
     pub fn setattr_stripping(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Result<Attr> {
+        let r = self.setattr_now(ino, set, strip);
+        self.synced(ino, r)
+    }
+
+    fn setattr_now(&self, ino: Ino, set: &SetAttr, strip: StripPrivs) -> Result<Attr> {
         self.warm(ino);
         if let Some(r) = self.shared_vol().setattr_shared(ino, set, strip) {
             return r;
@@ -322,6 +323,21 @@ impl Fs {
 
     #[allow(clippy::too_many_arguments)]
     fn mknod_as(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        hold: bool,
+    ) -> Result<Attr> {
+        let r = self.mknod_now(parent, name, mode, rdev, uid, gid, hold);
+        self.dir_synced(&[parent], r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mknod_now(
         &self,
         parent: Ino,
         name: &[u8],
@@ -382,6 +398,19 @@ impl Fs {
         gid: u32,
         hold: bool,
     ) -> Result<Attr> {
+        let r = self.symlink_now(parent, name, target, uid, gid, hold);
+        self.dir_synced(&[parent], r)
+    }
+
+    fn symlink_now(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+        hold: bool,
+    ) -> Result<Attr> {
         self.warm(parent);
         let _ = self.warming(|v, s| v.probe_shared(parent, name, s));
         let mut v = self.vol();
@@ -410,6 +439,11 @@ impl Fs {
     }
 
     fn link_as(&self, ino: Ino, newparent: Ino, newname: &[u8], hold: bool) -> Result<Attr> {
+        let r = self.link_now(ino, newparent, newname, hold);
+        self.dir_synced(&[newparent], r)
+    }
+
+    fn link_now(&self, ino: Ino, newparent: Ino, newname: &[u8], hold: bool) -> Result<Attr> {
         self.warm(ino);
         if let Some(r) = self.warming(|v, s| v.link_shared(ino, newparent, newname, hold, s)) {
             return r;
@@ -421,6 +455,11 @@ impl Fs {
 
     /// Remove a non-directory entry.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let r = self.unlink_now(parent, name);
+        self.dir_synced(&[parent], r)
+    }
+
+    fn unlink_now(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.warm(parent);
         if let Some(r) = self.warming(|v, s| v.unlink_shared(parent, name, s)) {
             return r;
@@ -430,6 +469,11 @@ impl Fs {
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        let r = self.rmdir_now(parent, name);
+        self.dir_synced(&[parent], r)
+    }
+
+    fn rmdir_now(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.warm(parent);
         if let Some(r) = self.warming(|v, s| v.rmdir_shared(parent, name, s)) {
             return r;
@@ -439,6 +483,18 @@ impl Fs {
 
     /// Rename `parent/name` to `newparent/newname` (`renameat2` semantics).
     pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let r = self.rename_now(parent, name, newparent, newname, flags);
+        self.dir_synced(&[parent, newparent], r)
+    }
+
+    fn rename_now(
         &self,
         parent: Ino,
         name: &[u8],
@@ -553,7 +609,8 @@ impl Fs {
     /// with EIO, counted and logged as a read's would be.
     pub fn write_stripping(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {
         let r = self.write_unchecked(ino, offset, data, strip);
-        self.checked(r)
+        let r = self.checked(r);
+        self.synced(ino, r)
     }
 
     fn write_unchecked(&self, ino: Ino, offset: u64, data: &[u8], strip: StripPrivs) -> Result<usize> {

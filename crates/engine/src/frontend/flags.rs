@@ -57,6 +57,11 @@ pub(crate) fn frozen(a: &InodeAttrs) -> bool {
 }
 
 impl Volume {
+    /// The inode flags of `ino`, under the shared guard.
+    pub fn flags_shared(&self, ino: Ino) -> Option<Result<u32>> {
+        Some(self.inode_shared(ino).map(|i| i.attrs.flags))
+    }
+
     /// The inode flags of `ino`.
     pub fn flags(&mut self, ino: Ino) -> Result<u32> {
         Ok(self.inode(ino)?.attrs.flags)

@@ -104,6 +104,10 @@ pub struct Volume {
     /// Something changed since open or since the last freeze (replay alone
     /// dirties the cache but is already durable in the log).
     changed: AtomicBool,
+    /// Only access times changed since the last freeze (`lazytime`): a
+    /// sync, an unmount or the next real change writes them, the
+    /// periodic commit does not on their account alone.
+    lazy_changed: AtomicBool,
     /// The open delta's namespace books (`Books`): their own short lock,
     /// since creates and unlinks under the shared guard change them too.
     books: Mutex<Books>,
@@ -202,6 +206,7 @@ impl Volume {
             pipeline: pipeline::Pipeline::new(),
             fsync_logged: HashMap::new(),
             changed: AtomicBool::new(false),
+            lazy_changed: AtomicBool::new(false),
             books: Default::default(),
             data_changed: Default::default(),
             handles: Default::default(),
@@ -464,7 +469,8 @@ impl Volume {
         if self.failed {
             return err(Errno::EIO);
         }
-        if !(unify || self.changed.load(Relaxed) && self.delta_dirty()) {
+        let changed = self.changed.load(Relaxed) || self.lazy_changed.load(Relaxed);
+        if !(unify || changed && self.delta_dirty()) {
             return Ok(None);
         }
         let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
@@ -484,6 +490,7 @@ impl Volume {
                 *self.reserved.get_mut() = 0;
                 // Reclaim goes on in the next delta while it has work.
                 *self.changed.get_mut() = self.be.snaps.reclaiming();
+                *self.lazy_changed.get_mut() = false;
                 let books = self.books.get_mut();
                 books.ns_touched.clear();
                 books.names.clear();
@@ -750,6 +757,12 @@ impl Volume {
     /// Whether a commit thread woken by [`Volume::wants_commit`] still has
     /// a delta to take: none in flight, and at least half the stream bound
     /// dirty (less means a commit took the delta since the wake-up).
+    /// Whether the open delta holds a change the periodic commit writes:
+    /// anything but access times alone.
+    pub fn changed_eagerly(&self) -> bool {
+        self.changed.load(Relaxed)
+    }
+
     pub fn may_commit_early(&self) -> bool {
         let dirty = self.dirty_bytes.load(Relaxed);
         !self.pipeline.delta_in_flight() && dirty > 0 && dirty >= self.stream_bound() / 2

@@ -83,13 +83,21 @@ impl Volume {
     /// the space is not there now (the exclusive path commits to make room,
     /// or fails with ENOSPC).
     pub(super) fn reserve_shared(&self, blocks: u64) -> Option<Result<()>> {
-        self.reserve_shared_as(blocks, false)
+        let r = self.reserve_shared_as(blocks, false);
+        if matches!(r, Some(Ok(()))) {
+            self.changed.store(true, Relaxed);
+        }
+        r
     }
 
     /// [`Volume::reserve_shared`] for changes that free space (see
     /// `begin_release`).
     pub(super) fn reserve_release_shared(&self, blocks: u64) -> Option<Result<()>> {
-        self.reserve_shared_as(blocks, true)
+        let r = self.reserve_shared_as(blocks, true);
+        if matches!(r, Some(Ok(()))) {
+            self.changed.store(true, Relaxed);
+        }
+        r
     }
 
     fn reserve_shared_as(&self, blocks: u64, releases: bool) -> Option<Result<()>> {
@@ -118,7 +126,6 @@ impl Volume {
                 Err(now) => held = now,
             }
         }
-        self.changed.store(true, Relaxed);
         Some(Ok(()))
     }
 
@@ -392,9 +399,14 @@ impl Volume {
         if self.be.read_only || a.flags & flags::NOATIME != 0 || !rule.moves(a.atime, a.mtime, a.ctime, now) {
             return Some(Ok(false));
         }
-        or_fail!(self.reserve_shared(3)?);
+        or_fail!(self.reserve_shared_as(3, false)?);
         i.attrs.atime = now;
-        self.touch_locked(&mut i);
+        // Lazily: the next commit carries it, a periodic one not for it.
+        if i.delta != self.be.delta {
+            i.delta = self.be.delta;
+            self.cache.mark_dirty(i.ino);
+            self.lazy_changed.store(true, Relaxed);
+        }
         Some(Ok(true))
     }
 
