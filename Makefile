@@ -18,7 +18,7 @@ HELPERS := mount mkfs fsck
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) crates)
 
-.PHONY: all build test demo install clean bench bench-quick fuzz loom
+.PHONY: all build test demo install clean bench bench-quick fuzz fuzz-repair loom
 
 all: build
 
@@ -88,3 +88,10 @@ loom:
 
 fuzz:
 	fuzz/run.sh $(FUZZ_SECONDS)
+
+# The repair matrix of docs/TESTING.md: every field of every metadata
+# block of the seed images with snapshots, mutated by each verb, through
+# fsck, fsck --repair, fsck and a mount; then repairs killed at each of
+# their writes. Prints the matrix (Markdown) to docs/repair-matrix.md.
+fuzz-repair:
+	cd fuzz && $(CARGO) run --release --example repair-matrix > ../docs/repair-matrix.md

@@ -27,7 +27,7 @@ use tux3::log::read_chain;
 use tux3::structures::superblock::Superblock;
 use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
 use tux3_fuzz::fields::{fields, interesting, Field};
-use tux3_fuzz::{check, device, fit, reseal_block, seeds, walk, BS, MIN_BLOCKS};
+use tux3_fuzz::{check, device, fit, reseal_changed, seeds, walk, BS, MIN_BLOCKS};
 
 struct Base {
     image: Vec<u8>,
@@ -122,20 +122,7 @@ fn mutate(base: &Base, ops: &[u8]) -> Vec<u8> {
         touched.insert(addr);
     }
     // Re-link the log: each block names its predecessor's (new) crc.
-    let mut prev: Option<u32> = None;
-    for &b in &base.log {
-        let at = b * BS;
-        if let Some(crc) = prev {
-            if &img[at..at + 4] == b"T3LG" {
-                img[at + 40..at + 44].copy_from_slice(&crc.to_le_bytes());
-            }
-        }
-        prev = reseal_block(&mut img, b);
-        touched.remove(&b);
-    }
-    for b in touched {
-        reseal_block(&mut img, b);
-    }
+    reseal_changed(&mut img, &base.log, touched);
     img
 }
 

@@ -10,6 +10,7 @@
 //! (libFuzzer's -timeout) or an out-of-memory is a finding.
 
 pub mod fields;
+pub mod matrix;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -68,6 +69,28 @@ pub fn reseal_block(img: &mut [u8], n: usize) -> Option<u32> {
 pub fn reseal_all(img: &mut [u8]) {
     for n in 0..img.len() / BS {
         reseal_block(img, n);
+    }
+}
+
+/// Reseal the blocks `touched` of an image whose log chain is `log` (its
+/// committed blocks in order, then the reserved next one): each log block
+/// is resealed and its successor given the new checksum, so the chain
+/// still links; then the other touched blocks.
+pub fn reseal_changed(img: &mut [u8], log: &[usize], touched: impl IntoIterator<Item = usize>) {
+    let mut rest: std::collections::BTreeSet<usize> = touched.into_iter().collect();
+    let mut prev: Option<u32> = None;
+    for &b in log {
+        let at = b * BS;
+        if let Some(crc) = prev {
+            if img.get(at..at + 4) == Some(b"T3LG".as_slice()) {
+                img[at + 40..at + 44].copy_from_slice(&crc.to_le_bytes());
+            }
+        }
+        prev = reseal_block(img, b);
+        rest.remove(&b);
+    }
+    for b in rest {
+        reseal_block(img, b);
     }
 }
 

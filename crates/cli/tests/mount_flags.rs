@@ -143,7 +143,11 @@ fn sync_and_dirsync_flags_make_changes_durable_at_once() {
     }
     let at = |p: &str| fx.path(p).display().to_string();
     let (ok, out) = sh(
-        &format!("chattr +S {} && chattr +D {} && sync", at("flagged.txt"), at("flagged")),
+        &format!(
+            "chattr +S {} && chattr +D {} && sync",
+            at("flagged.txt"),
+            at("flagged")
+        ),
         false,
     );
     assert!(ok, "chattr: {out}");

@@ -225,6 +225,10 @@ impl InodeAttrs {
                 TAG_MODE => {
                     need(16)?;
                     a.mode = br.u32("mode")?;
+                    // Type and permission bits only (FORMAT.md 7.1).
+                    if a.mode & !0o177_777 != 0 {
+                        return Err(bad(format!("mode {:#o} has bits above the file type", a.mode)));
+                    }
                     a.uid = br.u32("uid")?;
                     a.gid = br.u32("gid")?;
                     a.nlink = br.u32("nlink")?;
