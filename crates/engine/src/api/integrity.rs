@@ -56,12 +56,14 @@ impl Fs {
             self.paths_of(bad.ino)
         };
         // A block born in generation b is in every snapshot from b on
-        // (it is live now, so none of them has seen it die).
+        // (it is live now, so none of them has seen it die). The first
+        // snapshot is generation 0, and so is the birth of every block
+        // written before it.
         let snapshots = self
             .snapshot_list()
             .unwrap_or_default()
             .into_iter()
-            .filter(|s| !s.deleting && s.id >= u64::from(bad.birth) && bad.birth != 0)
+            .filter(|s| !s.deleting && s.id >= u64::from(bad.birth))
             .map(|s| s.name)
             .collect();
         BadDataReport {

@@ -188,18 +188,46 @@ pub(super) fn plan_read(
             }
         }
         let len = (((lblock + n) * bs).min(end) - (lblock * bs + from as u64)) as usize;
-        reads.push(DeviceRead {
+        let read = DeviceRead {
             pos,
             pblock: e.physical(lblock),
             skip: from,
             len,
             extent: e.piece(lblock, lblock + n),
             ino: i.ino,
-        });
+        };
+        push_read(&mut reads, read, bs);
         pos += len;
         lblock += n;
     }
     Ok((pos, reads))
+}
+
+/// Add `r` to `reads`, as the end of the last one when it goes on where
+/// that one stops, in the file, in `out` and on the device, and its blocks
+/// are of the same kind (both with checksums or both without, born in the
+/// same generation). A long extent with checksums is stored as entries of
+/// at most [`extent::MAX_SUMMED`] blocks: a device read for each would cut
+/// a 1 MiB read into four.
+fn push_read(reads: &mut Vec<DeviceRead>, r: DeviceRead, bs: u64) {
+    if let Some(last) = reads.last_mut() {
+        let (a, b) = (&last.extent, &r.extent);
+        let whole_blocks = (last.skip + last.len) as u64 == a.count * bs;
+        if whole_blocks
+            && r.skip == 0
+            && last.pos + last.len == r.pos
+            && a.end() == b.lblock
+            && a.physical(a.end()) == b.pblock
+            && a.birth == b.birth
+            && a.is_summed() == b.is_summed()
+        {
+            last.len += r.len;
+            last.extent.count += b.count;
+            last.extent.sums.extend_from_slice(&b.sums);
+            return;
+        }
+    }
+    reads.push(r);
 }
 
 /// Make the device reads of a planned read ([`plan_read`]): whole blocks
