@@ -708,6 +708,11 @@ def write(res, path, plotdir, plots):
         if name.startswith("per_fsync"):
             L += ["![blocks and flushes per fsync](%s)" % os.path.relpath(
                 os.path.join(plotdir, name), os.path.dirname(path)), ""]
+    # Sections measured by their own scripts, outside a run.
+    for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub")]:
+        text = hand_measured(name)
+        if text:
+            L += ["## " + title, "", text.strip(), ""]
     ft = fsync_targets(rows)
     if ft:
         L += ["## Fast fsync targets", "",

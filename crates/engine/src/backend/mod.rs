@@ -241,6 +241,11 @@ impl Backend {
         let mut snaps = Snapshots::load(dev.as_ref(), sb.snapshots)?;
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let chain = read_chain(dev.as_ref(), sb.log_start())?;
+        if let Some(why) = &chain.unproven {
+            // A crash leaves this; so does damage to a block of the last
+            // commit, which nothing can tell apart from it: say which.
+            tracing::warn!("replay: {why} (or the device damaged that block since)");
+        }
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut orphans = BTreeSet::new();
