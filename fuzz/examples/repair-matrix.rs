@@ -60,6 +60,23 @@ fn main() {
         }));
         bases.push((base, from..outcomes.len()));
     }
+    if std::env::var_os("TUX3_MATRIX_LEFT").is_some() {
+        for o in outcomes
+            .iter()
+            .filter(|o| o.detected() && !o.repaired() && !o.free_field())
+        {
+            eprintln!(
+                "left: {} {} | {} | {} => {} {} {}",
+                o.what,
+                o.verb.name(),
+                o.first_problem,
+                o.left,
+                o.repair,
+                o.recheck,
+                o.usable
+            );
+        }
+    }
     if std::env::var_os("TUX3_MATRIX_MISSES").is_some() {
         for o in outcomes.iter().filter(|o| o.visible && !o.free_field()) {
             eprintln!("miss: {} {} block {} at {}", o.what, o.verb.name(), o.block, o.at);

@@ -295,6 +295,8 @@ pub struct Outcome {
     pub torn: bool,
     /// The first problem fsck named, for the record.
     pub first_problem: String,
+    /// The first problem the check after the repair named.
+    pub left: String,
     /// A change any value of which is valid: a field in [`FREE_FIELDS`],
     /// or a mode's permission bits alone.
     pub free: bool,
@@ -385,7 +387,7 @@ pub fn run_one(base: &Base, b: usize, f: Field, verb: Verb) -> Option<Outcome> {
     let visible = !torn && seen.is_some_and(|s| s != base.state);
     let dev = device(&img);
     let (repair, _) = fsck(dev.clone(), true);
-    let (recheck, _) = fsck(dev.clone(), false);
+    let (recheck, left) = fsck(dev.clone(), false);
     let usable = recheck != 101 && usable(dev.clone());
     let after = files_of(dev).unwrap_or_default();
     let lost = base.files.iter().filter(|x| !after.contains(x)).count();
@@ -402,6 +404,7 @@ pub fn run_one(base: &Base, b: usize, f: Field, verb: Verb) -> Option<Outcome> {
         visible,
         torn,
         first_problem,
+        left,
         free,
     })
 }

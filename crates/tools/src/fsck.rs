@@ -103,6 +103,13 @@ pub(crate) enum Fix {
     XattrFile { owner: u64, xf: u64 },
     /// Rewrite the damaged superblock copy (the next unify writes it).
     Superblock { copy: u64 },
+    /// Take out inode `ino`'s record, which does not decode (its blocks
+    /// are leaks the same repair frees).
+    DropRecord { ino: u64 },
+    /// Remove directory `dir`'s entry `name`, which names no inode.
+    DropEntry { dir: u64, name: Vec<u8> },
+    /// Delete the snapshot `name`, whose image is damaged.
+    DeleteSnapshot { name: Vec<u8> },
 }
 
 /// Problems and repairs collected by the passes.

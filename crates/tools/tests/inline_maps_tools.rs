@@ -94,7 +94,8 @@ fn a_snapshots_inline_extents_must_be_live_or_dead() {
     let p = problems(&dev);
     let e = old.inline[0].clone();
     let line = format!(
-        "blocks {}+{}: data of inode {a} of snapshot s, neither live nor on the dead list",
+        "blocks {}+{}: data of inode {a} of snapshot s, neither live nor on the dead list \
+         (repair deletes the snapshot)",
         e.pblock, e.count
     );
     assert!(p.contains(&line), "{p:#?}");

@@ -35,10 +35,10 @@ pub(super) struct Freed {
 }
 
 /// An entry found by name: its place in the directory tree, what it names.
-struct Found {
-    spot: Spot,
-    ino: Ino,
-    kind: FileType,
+pub(super) struct Found {
+    pub(super) spot: Spot,
+    pub(super) ino: Ino,
+    pub(super) kind: FileType,
 }
 
 /// Check a symlink's target.
@@ -89,7 +89,7 @@ impl Volume {
     }
 
     /// Find `name` in directory `dir`.
-    fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<Found>> {
+    pub(super) fn find(&mut self, dir: Ino, name: &[u8]) -> Result<Option<Found>> {
         Ok(match self.probe(dir, name)? {
             Lookup::Found { ino, kind, spot } => Some(Found { spot, ino, kind }),
             Lookup::Absent { .. } => None,
@@ -126,7 +126,7 @@ impl Volume {
 
     /// Remove the entry at `at.key` of `dir`, which names `ino` (`at`: its
     /// place, from its lookup).
-    fn remove_entry(&mut self, dir: Ino, at: &Spot, ino: Ino) -> Result<()> {
+    pub(super) fn remove_entry(&mut self, dir: Ino, at: &Spot, ino: Ino) -> Result<()> {
         self.in_dir(dir, |d, dev| {
             d.tree.remove_at(dev, at)?;
             let now = Timespec::now();

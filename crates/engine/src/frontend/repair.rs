@@ -2,7 +2,8 @@
 //! (`crates/tools/src/fsck/fix.rs`) — small, direct
 //! changes to a mounted volume that the checker has proven right — set a
 //! link count or a `blocks` attribute, free leaked blocks, mark referenced
-//! blocks in use. Each change joins the current delta like any operation;
+//! blocks in use, take out an inode record that does not decode and the
+//! entries that name an inode that is not there. Each change joins the current delta like any operation;
 //! the caller unifies afterwards.
 //!
 //! Calls the cache (inodes) and the backend's allocator.
@@ -76,5 +77,27 @@ impl Volume {
         }
         self.be.alloc.delta_allocs.push((start, count));
         Ok(())
+    }
+
+    /// Take inode `ino`'s record out of the inode table, whatever it holds
+    /// (it does not decode): the blocks it reached are leaked blocks the
+    /// same repair frees, and the entries naming it go by
+    /// [`Volume::repair_drop_entry`].
+    pub fn repair_drop_record(&mut self, ino: Ino) -> Result<()> {
+        self.repair_begin()?;
+        let dev = self.be.dev.clone();
+        self.cache.remove(ino);
+        self.be.orphans.remove(&ino);
+        self.be.itable.get_mut().remove(dev.as_ref(), ino)?;
+        Ok(())
+    }
+
+    /// Remove the entry `name` of directory `dir`, which names an inode
+    /// that is not there, as an unlink changes the directory (nothing
+    /// else: there is no inode to unlink).
+    pub fn repair_drop_entry(&mut self, dir: Ino, name: &[u8]) -> Result<()> {
+        self.repair_begin()?;
+        let e = self.find(dir, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
+        self.remove_entry(dir, &e.spot, e.ino)
     }
 }

@@ -17,8 +17,19 @@ use tux3::types::OpenOptions;
 pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec<String>> {
     let mut v = Volume::open(dev, OpenOptions::default())?;
     let mut done = Vec::new();
+    // Records and entries go first: nothing after may load them.
+    let first = |f: &Fix| !matches!(f, Fix::DropRecord { .. } | Fix::DropEntry { .. });
+    let mut fixes: Vec<&(Fix, String)> = fixes.iter().collect();
+    fixes.sort_by_key(|(f, _)| first(f));
     for (fix, line) in fixes {
         match *fix {
+            Fix::DropRecord { ino } => v.repair_drop_record(ino)?,
+            Fix::DropEntry { dir, ref name } => v.repair_drop_entry(dir, name)?,
+            // Several problems may name one snapshot: the first deletes it.
+            Fix::DeleteSnapshot { ref name } => match v.snapshot_delete(name) {
+                Err(e) if e.errno() == tux3::Errno::ENOENT => {}
+                r => r?,
+            },
             Fix::Nlink { ino, nlink } => v.repair_nlink(ino, nlink)?,
             Fix::Blocks { ino, blocks } => v.repair_blocks(ino, blocks)?,
             Fix::Free { start, count } => v.repair_free(start, count)?,

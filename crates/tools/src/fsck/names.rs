@@ -70,9 +70,16 @@ pub(super) fn check(
         }
         let Some(target) = inodes.get(&e.ino) else {
             if c.itable {
-                f.problem(
+                f.fixable(
                     "names",
-                    format!("{at} names inode {}, which does not exist", e.ino),
+                    super::Fix::DropEntry {
+                        dir: e.dir,
+                        name: e.name.clone(),
+                    },
+                    format!(
+                        "{at} names inode {}, which does not exist (repair removes the entry)",
+                        e.ino
+                    ),
                 );
             }
             continue;

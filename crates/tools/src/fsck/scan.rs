@@ -79,9 +79,11 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
 
     // The inode table.
     let mut inodes: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
+    let itable_damaged;
     let walked = {
         let (itable, fr) = (be.itable.get_mut(), &mut f);
         let (mut bad, mut shape) = (Vec::new(), Vec::new());
+        let mut undecodable = Vec::new();
         let w = walk(
             dev,
             itable,
@@ -92,7 +94,15 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
                         Ok(a) => {
                             inodes.insert(*ino, a);
                         }
-                        Err(e) => bad.push(super::describe(&format!("inode {ino}"), &e)),
+                        Err(e) => {
+                            let line = super::describe(&format!("inode {ino}"), &e);
+                            // The root stays: without it nothing is named.
+                            if *ino == tux3::types::ROOT_INO {
+                                bad.push(line);
+                            } else {
+                                undecodable.push((*ino, line));
+                            }
+                        }
                     }
                 }
             },
@@ -100,6 +110,11 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
         );
         for line in bad.into_iter().chain(shape) {
             fr.problem("inode table", line);
+        }
+        itable_damaged = !undecodable.is_empty();
+        for (ino, line) in undecodable {
+            let line = format!("{line} (repair takes the record out)");
+            fr.fixable("inode table", super::Fix::DropRecord { ino }, line);
         }
         w
     };
@@ -167,11 +182,18 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
     }
     if !be.snaps.records.is_empty() {
         // Roots of the live trees (a file whose record holds its extents
-        // has none).
+        // has none) that the log has not changed since the last unify: a
+        // snapshot sharing one has been checked with it. One the log
+        // changed was walked with the log's leaves, not the unified ones a
+        // snapshot taken at that unify reads.
+        let unchanged = |owner: u64| replays.get(&owner).is_none_or(|r| r.ops.is_empty());
         let mut seen: std::collections::HashSet<u64> = inodes
-            .values()
-            .map(|a| a.root.addr)
-            .chain([be.sb.itable.addr])
+            .iter()
+            .filter(|(ino, _)| unchanged(**ino))
+            .map(|(_, a)| a.root.addr)
+            // (A damaged record is a snapshot's damage too if it shares
+            // the table: walk its copy, so the repair deletes it.)
+            .chain((unchanged(0) && !itable_damaged).then_some(be.sb.itable.addr))
             .filter(|&addr| addr != 0)
             .collect();
         super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);

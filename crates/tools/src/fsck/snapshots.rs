@@ -137,6 +137,18 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
     };
     for rec in be.snaps.records.values().filter(|r| !r.deleting) {
         let name = String::from_utf8_lossy(&rec.name).into_owned();
+        // Damage inside a snapshot's image: it is read-only, so the repair
+        // deletes the snapshot (its space comes back as for any delete).
+        let drop = super::Fix::DeleteSnapshot {
+            name: rec.name.clone(),
+        };
+        let damaged = |f: &mut Findings, line: String| {
+            f.fixable(
+                "snapshots",
+                drop.clone(),
+                format!("{line} (repair deletes the snapshot)"),
+            );
+        };
         let mut itable = Tree::open(0, TreeKind::Itable, rec.itable);
         let mut inodes: Vec<(u64, InodeAttrs)> = Vec::new();
         let (mut bad, mut shape) = (Vec::new(), Vec::new());
@@ -160,15 +172,18 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
             )
         };
         for line in bad.into_iter().chain(shape) {
-            f.problem("snapshots", line);
+            damaged(f, line);
         }
         for e in &w.errors {
-            f.error("snapshots", &format!("snapshot {name}: inode table node"), e);
+            damaged(
+                f,
+                super::describe(&format!("snapshot {name}: inode table node"), e),
+            );
         }
         let check = |what: String, start: u64, count: u64, f: &mut Findings| {
             if !covered(start, count) {
-                f.problem(
-                    "snapshots",
+                damaged(
+                    f,
                     format!("blocks {start}+{count}: {what} of snapshot {name}, neither live nor on the dead list"),
                 );
             }
@@ -180,8 +195,8 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
         let data = |ino: u64, extents: &[Extent], f: &mut Findings| {
             for e in extents {
                 if u64::from(e.birth) > rec.id {
-                    f.problem(
-                        "snapshots",
+                    damaged(
+                        f,
                         format!(
                             "blocks {}+{}: data of inode {ino} in snapshot {name} born {} after it",
                             e.pblock, e.count, e.birth
@@ -226,10 +241,13 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
                 )
             };
             for line in bad.into_iter().chain(shape) {
-                f.problem("snapshots", format!("snapshot {name}: {line}"));
+                damaged(f, format!("snapshot {name}: {line}"));
             }
             for e in &w.errors {
-                f.error("snapshots", &format!("snapshot {name}: tree of inode {ino}"), e);
+                damaged(
+                    f,
+                    super::describe(&format!("snapshot {name}: tree of inode {ino}"), e),
+                );
             }
             for &(addr, _) in &w.nodes {
                 check(format!("a node of inode {ino}"), addr, 1, f);
