@@ -201,6 +201,7 @@ pub fn check(dev: Arc<dyn Device>) {
     let opts = tux3_tools::fsck::FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     let _ = tux3_tools::fsck::check(dev, &opts);
 }

@@ -1,4 +1,4 @@
-//! `tux3 fsck [--repair] TARGET`: check a volume, with e2fsck's exit codes:
+//! `tux3 fsck [--repair] [--data] TARGET`: check a volume, with e2fsck's exit codes:
 //! 0 clean, 1 problems repaired, 4 problems left, 8 operational error (the
 //! image cannot be opened or is not a usable volume), 16 usage error. The
 //! check itself ([`check_target`]) also serves `fsck.tux3`.
@@ -49,30 +49,45 @@ pub fn exit_codes_help() -> String {
     text
 }
 
+/// What `--data` does and why it is not the default, for `--help`.
+pub const DATA_HELP: &str = "Data checksums: on a volume with data checksums (the default at mkfs) \
+fsck always checks that every written extent carries them, and --repair computes missing ones \
+from the data on disk. With --data it also reads every data block of the live files and of the \
+snapshots (a shared block once) and compares it with its checksum; a mismatch names the block, \
+every path of the file, the inode, the offset and both checksums, and leaves exit status 4 \
+(--repair cannot mend it: there is no second copy of the data). --data is off by default \
+because it reads all the data, where the rest of fsck reads only the metadata; on a mounted \
+volume `tux3 scrub` does the same reading.";
+
 /// Arguments of `tux3 fsck`.
 #[derive(Args, Debug)]
-#[command(after_long_help = exit_codes_help())]
+#[command(after_long_help = format!("{DATA_HELP}\n\n{}", exit_codes_help()))]
 pub struct FsckArgs {
     /// Repair what can be repaired (opens the image for writing)
     #[arg(long)]
     pub repair: bool,
+    /// Also read every data block and compare it with its checksum (off by
+    /// default: it reads all the data; see below)
+    #[arg(long)]
+    pub data: bool,
     /// Image file or block device holding the volume
     pub target: PathBuf,
 }
 
 /// `tux3 fsck`.
 pub fn run(args: &FsckArgs) -> Result<u8, CliError> {
-    check_target(&args.target, args.repair)
+    check_target(&args.target, args.repair, args.data)
 }
 
 /// Check the volume on `target` (repairing with `repair`), print the report
 /// on stdout, and return the exit code.
-pub(crate) fn check_target(target: &Path, repair: bool) -> Result<u8, CliError> {
+pub(crate) fn check_target(target: &Path, repair: bool, data: bool) -> Result<u8, CliError> {
     let operational = |e| image_error(target, e).with_exit(EXIT_OPERATIONAL);
     let dev = open_path(target, repair).map_err(operational)?;
     let opts = FsckOptions {
         repair,
         progress: std::io::stderr().is_terminal(),
+        data,
     };
     let report = check(dev, &opts).map_err(operational)?;
 
@@ -99,6 +114,9 @@ pub(crate) fn check_target(target: &Path, repair: bool) -> Result<u8, CliError> 
         text.push_str(&format!("repaired: freed {} leaked blocks\n", report.freed));
     }
     let mut counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
+    if let Some(n) = report.data_checked {
+        counts.push_str(&format!(", {n} data blocks read and checked"));
+    }
     if report.unify_frees > 0 {
         counts.push_str(&format!(
             " ({} of them the log and nodes the next unify frees)",

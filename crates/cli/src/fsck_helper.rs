@@ -71,7 +71,7 @@ pub fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    match check_target(&args.target, args.repair()) {
+    match check_target(&args.target, args.repair(), false) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if !e.message.is_empty() {

@@ -7,8 +7,9 @@
 //! Calls the engine's device layer only.
 
 use crate::hold::HoldFlush;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tux3::device::{CounterSnapshot, Device, Gather};
 
 /// Which fault, if any.
@@ -22,6 +23,22 @@ pub enum Fault {
     /// commit block can land while blocks it names did not (invariant L1),
     /// and an fsync can return before its data is durable.
     DropEveryOtherFlush,
+    /// Every write of a data block (one that is not a superblock and holds
+    /// no metadata header: leaf, branch, bitmap or log block) is held back
+    /// and reaches the device just after the next flush instead of before
+    /// it, like a disk that reorders writes across a flush: a commit block
+    /// can land without the data its extents' checksums describe. The
+    /// volume itself reads the held blocks as written.
+    DataWritesAfterFlush,
+}
+
+/// Magic numbers of blocks with a metadata header (FORMAT.md section 2).
+const METADATA_MAGICS: [&[u8; 4]; 4] = [b"T3LF", b"T3BR", b"T3BM", b"T3LG"];
+
+/// Whether block `b` holding `data` is a data block (not a superblock,
+/// no metadata header).
+fn is_data(b: u64, data: &[u8]) -> bool {
+    b >= 2 && !METADATA_MAGICS.iter().any(|m| data.starts_with(*m))
 }
 
 impl Fault {
@@ -31,6 +48,7 @@ impl Fault {
             inner: dev,
             fault: self,
             flushes: AtomicU64::new(0),
+            held: Mutex::new(BTreeMap::new()),
             hold: HoldFlush::new(),
         })
     }
@@ -43,6 +61,8 @@ pub struct FaultyDevice {
     fault: Fault,
     /// Flushes asked for so far.
     flushes: AtomicU64,
+    /// Data blocks held back until the next flush (`DataWritesAfterFlush`).
+    held: Mutex<BTreeMap<u64, Vec<u8>>>,
     /// Holds a flush when a workload asks (`Recorder::fsyncs_in_flight`).
     pub hold: HoldFlush,
 }
@@ -55,12 +75,39 @@ impl Device for FaultyDevice {
         self.inner.block_count()
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(block, buf)
+        self.inner.read(block, buf)?;
+        if self.fault == Fault::DataWritesAfterFlush {
+            let bs = self.block_size() as usize;
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, one) in buf.chunks_mut(bs).enumerate() {
+                if let Some(data) = held.get(&block.saturating_add(k as u64)) {
+                    one.copy_from_slice(data);
+                }
+            }
+        }
+        Ok(())
     }
     fn write(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.inner.write(block, buf)
+        if self.fault != Fault::DataWritesAfterFlush {
+            return self.inner.write(block, buf);
+        }
+        let bs = self.block_size() as usize;
+        for (k, one) in buf.chunks(bs).enumerate() {
+            let b = block.saturating_add(k as u64);
+            if is_data(b, one) {
+                let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                held.insert(b, one.to_vec());
+            } else {
+                self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(&b);
+                self.inner.write(b, one)?;
+            }
+        }
+        Ok(())
     }
     fn write_gather(&self, reqs: &[Gather]) -> std::io::Result<()> {
+        if self.fault == Fault::DataWritesAfterFlush {
+            return tux3::device::write_one_by_one(self, reqs);
+        }
         self.inner.write_gather(reqs)
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -68,6 +115,14 @@ impl Device for FaultyDevice {
         let n = self.flushes.fetch_add(1, Ordering::Relaxed);
         match self.fault {
             Fault::DropEveryOtherFlush if n.is_multiple_of(2) => Ok(()),
+            Fault::DataWritesAfterFlush => {
+                self.inner.flush()?;
+                let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+                for (b, data) in held {
+                    self.inner.write(b, &data)?;
+                }
+                Ok(())
+            }
             _ => self.inner.flush(),
         }
     }

@@ -2,7 +2,9 @@
 //! geometry, the log since the last unify (block by block, and why reading
 //! stopped), the inode table after replay, inode counts by kind, files'
 //! data maps (extents held in the inode record or an extent tree's, listed
-//! alike as `lblock..+count -> pblock` for the first files), free space
+//! alike as `lblock..+count -> pblock` for the first files, marked
+//! `summed <first checksum>` when the extent carries data checksums, and
+//! the volume's totals of summed extents and the blocks they cover), free space
 //! and the device's I/O counters. Reads only; damage is described in the
 //! report, not raised, as far as the volume can be read at all.
 //!
@@ -235,6 +237,9 @@ struct Maps {
     listed: Vec<(u64, InodeAttrs)>,
     /// Files with data past the listed ones.
     more: u64,
+    /// Files with an extent tree past the listed ones (their extents count
+    /// in the totals of summed extents).
+    others: Vec<(u64, InodeAttrs)>,
 }
 
 /// The inode table; returns its files' data maps.
@@ -340,6 +345,7 @@ impl Maps {
             self.listed.push((ino, a));
         } else {
             self.more += 1;
+            self.others.push((ino, a));
         }
     }
 }
@@ -358,6 +364,7 @@ fn data_maps(be: &Backend, maps: &Maps, replays: &HashMap<u64, TreeReplay>, out:
         "  files with extents in their inode record: {} ({} extents, {} blocks); with an extent tree: {}",
         maps.held, maps.held_extents, maps.held_blocks, maps.trees
     );
+    let mut totals = Summed::default();
     for (ino, a) in &maps.listed {
         let at = if !a.inline.is_empty() {
             "in its record".to_string()
@@ -370,8 +377,8 @@ fn data_maps(be: &Backend, maps: &Maps, replays: &HashMap<u64, TreeReplay>, out:
             .and_then(|mut t| datamap::tree_extents(dev, &mut t));
         let list = match extents {
             Ok(list) => {
-                let mut shown: Vec<String> =
-                    list.iter().take(MAX_EXTENTS_LISTED).map(datamap::show).collect();
+                totals.add(&list);
+                let mut shown: Vec<String> = list.iter().take(MAX_EXTENTS_LISTED).map(show).collect();
                 if list.len() > MAX_EXTENTS_LISTED {
                     shown.push(format!("... {} more", list.len() - MAX_EXTENTS_LISTED));
                 }
@@ -392,6 +399,55 @@ fn data_maps(be: &Backend, maps: &Maps, replays: &HashMap<u64, TreeReplay>, out:
     }
     if maps.more > 0 {
         let _ = writeln!(out, "  ... {} more files", maps.more);
+    }
+    for (ino, a) in &maps.others {
+        match datamap::data_tree(be, *ino, a, replays.get(ino))
+            .and_then(|mut t| datamap::tree_extents(dev, &mut t))
+        {
+            Ok(list) => totals.add(&list),
+            Err(_) => totals.unreadable += 1,
+        }
+    }
+    let unreadable = if totals.unreadable > 0 {
+        format!(" ({} maps unreadable)", totals.unreadable)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "  summed extents: {} of {} written, covering {} blocks{unreadable}",
+        totals.extents, totals.written, totals.blocks
+    );
+}
+
+/// Extents with data checksums in the data maps, and the blocks they cover.
+#[derive(Default)]
+struct Summed {
+    extents: u64,
+    blocks: u64,
+    /// Written extents, summed or not.
+    written: u64,
+    unreadable: u64,
+}
+
+impl Summed {
+    fn add(&mut self, list: &[extent::Extent]) {
+        for e in list.iter().filter(|e| !e.unwritten) {
+            self.written += 1;
+            if e.is_summed() {
+                self.extents += 1;
+                self.blocks += e.count;
+            }
+        }
+    }
+}
+
+/// An extent as `datamap::show` has it, with `summed` and its first
+/// block's checksum when it carries checksums.
+fn show(e: &extent::Extent) -> String {
+    match e.sums.first() {
+        Some(first) => format!("{} summed {first:#010x}", datamap::show(e)),
+        None => datamap::show(e),
     }
 }
 

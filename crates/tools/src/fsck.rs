@@ -1,19 +1,25 @@
 //! Volume checker: checks every invariant of a volume as the engine would
 //! see it after mounting (superblock, replayed log, bitmap, every tree node,
-//! namespace, link counts, block ownership) and, with `repair`, repairs what
-//! is safe (leaked blocks, link counts, `blocks` attributes, blocks in use but
-//! marked free, a damaged older superblock copy).
+//! namespace, link counts, block ownership, data checksums present exactly
+//! on a `DATA_SUMS` volume) and, with `repair`, repairs what is safe (leaked
+//! blocks, link counts, `blocks` attributes, blocks in use but marked free,
+//! a damaged older superblock copy, checksums missing from an extent). With
+//! `data` it also reads every data block of the live files and of the
+//! snapshots and compares it with its checksum (a mismatch is never
+//! repairable: there is no second copy).
 //!
 //! This file owns the public API and the order of the passes; the passes live
 //! in `fsck/`: `scan` (superblocks, bitmap, inode table), `files` (each
 //! inode and its data map: tree or extents held in its record), `walk`
-//! (tolerant tree walker), `logscan` (log chain and damage beyond its end),
+//! (tolerant tree walker), `datasums` (data checksums: their presence and,
+//! with `data`, the blocks), `logscan` (log chain and damage beyond its end),
 //! `names` (namespace and link counts), `refs` (block ownership) and `fix`
 //! (repair through the engine).
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
 
+mod datasums;
 mod files;
 mod fix;
 mod logscan;
@@ -39,6 +45,11 @@ pub struct FsckOptions {
     pub repair: bool,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// Read every data block of the live files and of the snapshots (a
+    /// block they share once) and compare it with its checksum. Off by
+    /// default: it reads all the data, where the other checks read the
+    /// metadata only.
+    pub data: bool,
 }
 
 /// What fsck found.
@@ -65,6 +76,8 @@ pub struct FsckReport {
     /// unify and the nodes of the last unify's image the log took out of
     /// their trees. A repair ends with a unify, so these come back too.
     pub unify_frees: u64,
+    /// Data blocks read and compared with their checksums (`data` only).
+    pub data_checked: Option<u64>,
 }
 
 /// A count of blocks and of the ranges they form.
@@ -110,6 +123,9 @@ pub(crate) enum Fix {
     DropEntry { dir: u64, name: Vec<u8> },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
+    /// Give the written extents of `ino` that lack checksums those of
+    /// their blocks as the device holds them (a `DATA_SUMS` volume).
+    Sums { ino: u64 },
 }
 
 /// Problems and repairs collected by the passes.
@@ -127,6 +143,8 @@ pub(crate) struct Findings {
     pub leaked: Tally,
     /// Blocks claimed twice and their ranges (`refs`).
     pub twice: Tally,
+    /// The data blocks read and what they showed, when fsck reads them.
+    pub data: Option<datasums::DataScan>,
 }
 
 impl Findings {
@@ -192,7 +210,7 @@ pub(crate) struct Pass {
 
 /// Check every invariant of the volume on `dev`.
 pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
-    let first = scan::pass(dev.clone(), opts.progress)?;
+    let first = scan::pass(dev.clone(), opts)?;
     if !opts.repair || first.findings.fixes.is_empty() {
         return Ok(report(first, Vec::new()));
     }
@@ -218,7 +236,7 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
             return Ok(r);
         }
     };
-    let second = scan::pass(dev, opts.progress)?;
+    let second = scan::pass(dev, opts)?;
     let mut r = report(second, repaired);
     r.freed = fixes
         .iter()
@@ -242,6 +260,7 @@ fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
         claimed_twice: pass.findings.twice,
         freed: 0,
         unify_frees: pass.unify_frees,
+        data_checked: pass.findings.data.as_ref().map(|d| d.checked),
     }
 }
 
@@ -251,7 +270,7 @@ fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
 /// since the last unify. File data and the reserved next log block (which
 /// holds nothing yet) are left out. Sorted, without duplicates.
 pub fn metadata_blocks(dev: Arc<dyn Device>) -> Result<Vec<u64>> {
-    let pass = scan::pass(dev, false)?;
+    let pass = scan::pass(dev, &FsckOptions::default())?;
     if pass.refs.is_empty() {
         // The volume did not open: the first problem says why.
         let why = pass.findings.problems.join("; ");

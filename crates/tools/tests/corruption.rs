@@ -372,6 +372,7 @@ fn garbage_with_valid_checksums_never_panics() {
             let repair = fsck::FsckOptions {
                 repair: true,
                 progress: false,
+                data: false,
             };
             let _ = fsck::check(dev, &repair);
             let dev: Arc<dyn Device> = Arc::new(MemDevice::from_image(bs, img));

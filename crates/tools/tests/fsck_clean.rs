@@ -187,6 +187,7 @@ fn wrong_counts_and_leaks_are_found_and_repaired() {
     let opts = fsck::FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     let r = fsck::check(bad.clone(), &opts).unwrap();
     assert!(r.problems.is_empty(), "{:#?}", r.problems);
@@ -217,6 +218,7 @@ fn a_damaged_older_superblock_copy_is_found_and_rewritten() {
     let opts = fsck::FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     let r = fsck::check(bad.clone(), &opts).unwrap();
     assert!(r.problems.is_empty() && r.repaired.len() == 1, "{r:#?}");
@@ -254,6 +256,7 @@ fn a_bad_inode_table_leaf_hides_only_its_own_inodes() {
     let opts = fsck::FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     let r = fsck::check(dev.clone(), &opts).unwrap();
     assert!(

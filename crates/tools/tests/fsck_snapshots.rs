@@ -229,6 +229,7 @@ fn fsck_counts_every_leaked_range_and_repair_frees_that_many() {
         &tux3_tools::fsck::FsckOptions {
             repair: true,
             progress: false,
+            data: false,
         },
     )
     .unwrap();

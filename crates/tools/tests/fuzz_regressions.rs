@@ -87,6 +87,7 @@ fn fuzzer_findings_stay_fixed() {
                 &FsckOptions {
                     repair: false,
                     progress: false,
+                    data: false,
                 },
             );
         }
@@ -110,6 +111,7 @@ fn fuzzer_findings_stay_fixed() {
             &FsckOptions {
                 repair: true,
                 progress: false,
+                data: false,
             },
         );
         eprintln!("{name}: no panic");

@@ -89,6 +89,7 @@ fn assert_refused(dev: &Arc<dyn Device>, ino: u64, block: u64, detail: &str) {
         &FsckOptions {
             repair: false,
             progress: false,
+            data: false,
         },
     )
     .unwrap();

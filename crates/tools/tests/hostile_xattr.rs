@@ -92,6 +92,7 @@ fn repair_leaves_it_clean(dev: &Arc<dyn Device>, what: &str) {
     let opts = FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     let r = check(dev.clone(), &opts).unwrap();
     assert!(r.problems.is_empty(), "{what}after repair: {:?}", r.problems);

@@ -61,6 +61,7 @@ fn repair(dev: &Arc<dyn Device>) -> FsckReport {
     let opts = FsckOptions {
         repair: true,
         progress: false,
+        data: false,
     };
     fsck::check(dev.clone(), &opts).unwrap()
 }

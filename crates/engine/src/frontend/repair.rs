@@ -3,13 +3,17 @@
 //! changes to a mounted volume that the checker has proven right — set a
 //! link count or a `blocks` attribute, free leaked blocks, mark referenced
 //! blocks in use, take out an inode record that does not decode and the
-//! entries that name an inode that is not there. Each change joins the current delta like any operation;
+//! entries that name an inode that is not there, give a written extent
+//! that lacks them its blocks' checksums (from the data on the device).
+//! Each change joins the current delta like any operation;
 //! the caller unifies afterwards.
 //!
-//! Calls the cache (inodes) and the backend's allocator.
+//! Calls the cache (inodes), the extent structures and the backend's
+//! allocator.
 
 use super::Volume;
 use crate::error::{err, Errno, Error, Result};
+use crate::structures::extent::{self, Extent};
 use crate::structures::xattr_file::S_IFXATTR;
 use crate::types::Ino;
 
@@ -99,5 +103,43 @@ impl Volume {
         self.repair_begin()?;
         let e = self.find(dir, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         self.remove_entry(dir, &e.spot, e.ino)
+    }
+}
+
+impl Volume {
+    /// Give every written extent of `ino` that has no checksums the
+    /// CRC32C of each of its blocks as the device holds them now (a volume
+    /// with data checksums whose extent lacks them). The blocks stay where
+    /// they are; only the map changes, in the current delta. Returns the
+    /// blocks summed (0 on a volume without data checksums).
+    pub fn repair_sums(&mut self, ino: Ino) -> Result<u64> {
+        self.repair_begin()?;
+        if !self.be.sb.data_sums {
+            return Ok(0);
+        }
+        let dev = self.be.dev.clone();
+        let bs = self.be.bs;
+        let tree = &mut self.inode(ino)?.tree;
+        let bare: Vec<Extent> = extent::all(tree, dev.as_ref())?
+            .into_iter()
+            .filter(|e| !e.unwritten && !e.is_summed())
+            .collect();
+        let mut summed = 0;
+        for e in bare {
+            let mut sums = Vec::new();
+            let mut buf = vec![0u8; bs];
+            for k in 0..e.count {
+                dev.read(e.physical(e.lblock.saturating_add(k)), &mut buf)?;
+                sums.push(extent::block_sum(&buf));
+            }
+            let with = Extent::summed(e.lblock, e.pblock, e.birth, sums);
+            // The same blocks, mapped again: nothing is freed.
+            extent::map_extent(tree, dev.as_ref(), &with)?;
+            summed += e.count;
+        }
+        if summed > 0 {
+            self.touch(ino);
+        }
+        Ok(summed)
     }
 }

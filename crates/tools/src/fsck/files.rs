@@ -4,11 +4,13 @@
 //! and its extents or directory entries. Extents held in the record are
 //! checked exactly like a tree's: disjoint, inside the volume and the file
 //! size (a preallocated, unwritten extent may lie past it), summing to the `blocks` attribute, and owning their blocks (so the
-//! bitmap, overlap and leak checks in `refs` see them). Only the record's
-//! own leaf in memory has address 0: it owns no block.
+//! bitmap, overlap and leak checks in `refs` see them), and carrying data
+//! checksums exactly on a `DATA_SUMS` volume (`datasums`, which also reads
+//! the blocks when fsck checks data). Only the record's own leaf in memory
+//! has address 0: it owns no block.
 //!
 //! Calls `datamap` (the tree from a root or a record), the structures'
-//! decoders and the sibling modules `walk` and `refs`.
+//! decoders and the sibling modules `walk`, `refs` and `datasums`.
 
 use super::names::Entry;
 use super::refs::{Owner, Ref};
@@ -151,8 +153,10 @@ pub(super) fn check_inode(
         held,
         bs,
         block_count: be.sb.block_count,
+        data_sums: be.sb.data_sums,
     };
     c.check(&extents, refs, f);
+    super::datasums::verify(dev, ino, None, extents.iter().map(|(_, e)| e), f);
     if xattr_file {
         super::xattrs::check_contents(dev, ino, a, &extents, f);
     }
@@ -180,6 +184,8 @@ struct Extents<'a> {
     held: bool,
     bs: u64,
     block_count: u64,
+    /// The volume's written extents carry checksums (`DATA_SUMS`).
+    data_sums: bool,
 }
 
 impl Extents<'_> {
@@ -242,6 +248,14 @@ impl Extents<'_> {
                     "extent",
                     format!("{at} lies outside the volume ({block_count} blocks)"),
                 );
+            }
+            if holds_data {
+                let at = if self.held && *leaf == 0 {
+                    format!("{at} (attribute 12 absent or empty)")
+                } else {
+                    at
+                };
+                super::datasums::check_form(e, self.data_sums, &at, ino, true, f);
             }
             refs.push(data_ref(ino, e));
             sum = sum.saturating_add(e.count);

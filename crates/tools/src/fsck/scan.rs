@@ -4,10 +4,12 @@
 //! (`files`: its tree with the replayed leaf changes applied as
 //! `Volume::open` does, or the extents its record holds), extents and
 //! directory entries; then the namespace (`names`) and block ownership
-//! (`refs`) checks over what was collected.
+//! (`refs`) checks over what was collected, and the data blocks that failed
+//! their checksums named by path (`datasums`).
 //!
 //! Calls `backend::Backend` (open), `structures` decoders, and the sibling
-//! modules `walk`, `logscan`, `files`, `names`, `refs`, `snapshots`.
+//! modules `walk`, `logscan`, `files`, `names`, `refs`, `snapshots`,
+//! `datasums`.
 
 use super::files::check_inode;
 use super::names::{self, Complete, Entry};
@@ -27,8 +29,12 @@ use tux3::types::FileType;
 
 /// Run one pass. Errors only when the image is not a usable volume at all
 /// (no valid superblock, truncated, I/O failure); damage is reported.
-pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
-    let mut f = Findings::default();
+pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pass> {
+    let progress = opts.progress;
+    let mut f = Findings {
+        data: opts.data.then(super::datasums::DataScan::default),
+        ..Findings::default()
+    };
     let sb = Superblock::load(dev.as_ref())?;
     check_copies(dev.as_ref(), &sb, &mut f);
     let (mut be, replays) = match Backend::open(dev.clone(), true) {
@@ -199,6 +205,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, progress: bool) -> Result<Pass> {
         super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);
     }
 
+    super::datasums::report(&inodes, &entries, bs, &mut f);
     names::check(
         &inodes,
         &be.orphans,

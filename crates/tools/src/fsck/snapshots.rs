@@ -11,7 +11,7 @@
 //! record, in the snapshot's inode-table leaf, like a tree's extents.
 //!
 //! Calls `backend` (the loaded table), `structures` decoders and the
-//! sibling modules `walk` and `refs`.
+//! sibling modules `walk`, `refs` and `datasums`.
 
 use super::refs::{Owner, Ref};
 use super::walk::{walk, walk_pruned};
@@ -191,9 +191,16 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
         for &(addr, _) in &w.nodes {
             check("an inode table node".into(), addr, 1, f);
         }
-        // A file's data: born no later than the snapshot, live or dead.
+        // A file's data: born no later than the snapshot, live or dead,
+        // summed as the volume says (and its blocks read, with `data`).
         let data = |ino: u64, extents: &[Extent], f: &mut Findings| {
+            super::datasums::verify(dev, ino, Some(&name), extents, f);
             for e in extents {
+                let at = format!(
+                    "snapshot {name}: inode {ino}: extent at logical block {} (block {}, {} blocks)",
+                    e.lblock, e.pblock, e.count
+                );
+                super::datasums::check_form(e, be.sb.data_sums, &at, ino, false, f);
                 if u64::from(e.birth) > rec.id {
                     damaged(
                         f,

@@ -1,0 +1,241 @@
+//! fsck of data checksums (FORMAT.md 7.2, 7.6): every written extent of a
+//! file (regular file, symlink, xattr file; in a tree or in the record's
+//! attributes 9 and 12) carries a CRC32C per block exactly when the volume
+//! has `DATA_SUMS`, live or held by a snapshot; a live extent that lacks
+//! them is repaired by computing them from the data on the device
+//! (`Fix::Sums`), a snapshot's never (a snapshot does not change). With
+//! `FsckOptions::data`, every summed block of the live files and of the
+//! snapshots is read once (a block they share is read for the first
+//! extent met, live ones first) and compared with its checksum; a
+//! mismatch is a problem naming the block, every path of the file, the
+//! inode, the offset and both checksums — never repairable, as the volume
+//! holds no other copy of the data.
+//!
+//! Calls the device and the extent checksum helper; the names come from
+//! the entries `scan` collected (reads no directory itself).
+
+use super::names::Entry;
+use super::{Findings, Fix};
+use std::collections::{BTreeMap, HashMap};
+use tux3::device::Device;
+use tux3::structures::extent::{self, Extent};
+use tux3::structures::inode::InodeAttrs;
+use tux3::types::{FileType, ROOT_INO};
+
+/// Deepest directory nesting a path is built through (a damaged namespace
+/// may loop: the path then ends in `...`).
+const MAX_PATH_DEPTH: usize = 4096;
+
+/// The data blocks read so far and the mismatches among them, named at the
+/// end of the pass (when every directory has been read).
+#[derive(Default)]
+pub(crate) struct DataScan {
+    /// Blocks read and compared with their checksums.
+    pub checked: u64,
+    /// One bit per device block read already.
+    seen: Vec<u64>,
+    bad: Vec<Mismatch>,
+}
+
+impl DataScan {
+    /// Mark device block `b` read; false if it was already.
+    fn first_time(&mut self, b: u64) -> bool {
+        let (word, bit) = ((b / 64) as usize, b % 64);
+        if self.seen.len() <= word {
+            self.seen.resize(word + 1, 0);
+        }
+        let fresh = self.seen[word] & (1 << bit) == 0;
+        self.seen[word] |= 1 << bit;
+        fresh
+    }
+}
+
+struct Mismatch {
+    ino: u64,
+    /// The snapshot whose file it is; `None`: the live volume's.
+    snapshot: Option<String>,
+    lblock: u64,
+    pblock: u64,
+    expected: u32,
+    found: u32,
+}
+
+/// Whether extent `e`, described by `at` (inode, place, extent), carries
+/// checksums as the volume says: on a `DATA_SUMS` volume every written
+/// extent does, elsewhere none. `live`: the extent is the live volume's
+/// (one without checksums is repaired), not a snapshot's.
+pub(super) fn check_form(e: &Extent, data_sums: bool, at: &str, ino: u64, live: bool, f: &mut Findings) {
+    if e.unwritten {
+        return;
+    }
+    if data_sums && !e.is_summed() {
+        let line = format!("{at}: no data checksums on a volume with DATA_SUMS");
+        if live {
+            f.fixable(
+                "data sums",
+                Fix::Sums { ino },
+                format!("{line} (repair computes them from the data on disk)"),
+            );
+        } else {
+            f.problem(
+                "data sums",
+                format!("{line} (a snapshot never changes: not repaired)"),
+            );
+        }
+    } else if !data_sums && e.is_summed() {
+        f.problem(
+            "data sums",
+            format!("{at}: data checksums on a volume without DATA_SUMS"),
+        );
+    }
+}
+
+/// Read the blocks of the summed extents of inode `ino` (of `snapshot`,
+/// or live) not read before and compare each with its checksum, when
+/// fsck reads data at all.
+pub(super) fn verify<'a>(
+    dev: &dyn Device,
+    ino: u64,
+    snapshot: Option<&str>,
+    extents: impl IntoIterator<Item = &'a Extent>,
+    f: &mut Findings,
+) {
+    let Some(mut scan) = f.data.take() else {
+        return;
+    };
+    let (bs, count) = (dev.block_size() as usize, dev.block_count());
+    for e in extents {
+        // Extents outside the volume or with the wrong number of checksums
+        // are reported by the structure checks.
+        let inside = e.pblock.checked_add(e.count).is_some_and(|end| end <= count);
+        if e.unwritten || !e.is_summed() || !inside || e.sums.len() as u64 != e.count {
+            continue;
+        }
+        let mut buf = vec![0u8; bs.saturating_mul(e.sums.len())];
+        if let Err(err) = dev.read(e.pblock, &mut buf) {
+            f.problem(
+                "data",
+                format!("blocks {}+{}: data of inode {ino}: {err}", e.pblock, e.count),
+            );
+            continue;
+        }
+        for ((k, block), &expected) in buf.chunks(bs).enumerate().zip(&e.sums) {
+            let pblock = e.pblock.saturating_add(k as u64);
+            if !scan.first_time(pblock) {
+                continue;
+            }
+            scan.checked += 1;
+            let found = extent::block_sum(block);
+            if found != expected {
+                scan.bad.push(Mismatch {
+                    ino,
+                    snapshot: snapshot.map(str::to_string),
+                    lblock: e.lblock.saturating_add(k as u64),
+                    pblock,
+                    expected,
+                    found,
+                });
+            }
+        }
+    }
+    f.data = Some(scan);
+}
+
+/// Each mismatch found as a problem, naming the file by every path the
+/// live namespace (`entries`) gives it.
+pub(super) fn report(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], bs: u64, f: &mut Findings) {
+    let Some(mut scan) = f.data.take() else {
+        return;
+    };
+    let bad = std::mem::take(&mut scan.bad);
+    f.data = Some(scan);
+    if bad.is_empty() {
+        return;
+    }
+    let names = Names::new(entries);
+    for m in bad {
+        let live = names.of_file(inodes, m.ino);
+        let who = match &m.snapshot {
+            None => format!("{live} (inode {})", m.ino),
+            Some(s) => format!("inode {} of snapshot {s} (live: {live})", m.ino),
+        };
+        f.problem(
+            "data",
+            format!(
+                "block {}: data checksum mismatch in {who} at offset {} (logical block {}): \
+                 expected {:#010x}, found {:#010x} (not repairable: no other copy of the data)",
+                m.pblock,
+                m.lblock.saturating_mul(bs),
+                m.lblock,
+                m.expected,
+                m.found
+            ),
+        );
+    }
+}
+
+/// Paths from the directory entries, upwards to the root.
+struct Names<'a> {
+    /// Each directory's one entry: (parent directory, name).
+    dirs: HashMap<u64, (u64, &'a [u8])>,
+    entries: &'a [Entry],
+}
+
+impl<'a> Names<'a> {
+    fn new(entries: &'a [Entry]) -> Names<'a> {
+        let dirs = entries
+            .iter()
+            .filter(|e| e.kind == FileType::Directory)
+            .map(|e| (e.ino, (e.dir, e.name.as_slice())))
+            .collect();
+        Names { dirs, entries }
+    }
+
+    /// `/`-separated path of directory `dir` (empty for the root).
+    fn dir_path(&self, dir: u64) -> String {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut at = dir;
+        while at != ROOT_INO {
+            let Some(&(parent, name)) = self.dirs.get(&at) else {
+                parts.push(b"?");
+                break;
+            };
+            if parts.len() >= MAX_PATH_DEPTH {
+                parts.push(b"...");
+                break;
+            }
+            parts.push(name);
+            at = parent;
+        }
+        parts
+            .iter()
+            .rev()
+            .map(|p| format!("/{}", String::from_utf8_lossy(p)))
+            .collect()
+    }
+
+    /// Every path of `ino`, comma-separated; an xattr file by its owner's.
+    fn of_file(&self, inodes: &BTreeMap<u64, InodeAttrs>, ino: u64) -> String {
+        if let Some(a) = inodes.get(&ino).filter(|a| super::xattrs::is_xattr_file(a)) {
+            return format!("the xattr file of {} (inode {})", self.paths(a.parent), a.parent);
+        }
+        self.paths(ino)
+    }
+
+    /// Every path naming `ino`, comma-separated.
+    fn paths(&self, ino: u64) -> String {
+        let paths: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|e| e.ino == ino)
+            .map(|e| format!("{}/{}", self.dir_path(e.dir), String::from_utf8_lossy(&e.name)))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if paths.is_empty() {
+            "a file with no name".to_string()
+        } else {
+            paths.join(", ")
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Helpers of the data checksum tests (`fsck_data_sums.rs`,
+//! `hostile_sums.rs`): volumes with and without `DATA_SUMS`, a record or
+//! an extent leaf read and rewritten in place on a unified volume (no log
+//! checksum covers it, so only the decoders and fsck see the change), a
+//! data block damaged, fsck runs.
+//!
+//! Calls the engine's public API and `tux3_tools::fsck`.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use tux3::backend::Backend;
+use tux3::device::{Device, MemDevice};
+use tux3::structures::btree::node::{decode, Leaf};
+use tux3::structures::btree::{Node, Tree, TreeKind};
+use tux3::structures::inode::InodeAttrs;
+use tux3::structures::superblock::Superblock;
+use tux3::{FormatOptions, Fs};
+use tux3_tools::fsck::{self, metadata_blocks, FsckOptions, FsckReport};
+
+/// A fresh volume of `blocks` blocks of 4 KiB, with data checksums or not.
+pub fn fresh(blocks: u64, data_sums: bool) -> Arc<dyn Device> {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, blocks));
+    let opts = FormatOptions {
+        data_sums,
+        ..FormatOptions::default()
+    };
+    Fs::format(dev.clone(), &opts).unwrap();
+    dev
+}
+
+/// fsck with `repair` and `data` as given.
+pub fn fsck(dev: &Arc<dyn Device>, repair: bool, data: bool) -> FsckReport {
+    let opts = FsckOptions {
+        repair,
+        progress: false,
+        data,
+    };
+    fsck::check(dev.clone(), &opts).unwrap()
+}
+
+/// Whether a problem line holds every one of `parts`.
+pub fn has(lines: &[String], parts: &[&str]) -> bool {
+    lines.iter().any(|p| parts.iter().all(|part| p.contains(part)))
+}
+
+/// Inode `ino`'s record as the replayed inode table has it.
+pub fn record(dev: &Arc<dyn Device>, ino: u64) -> InodeAttrs {
+    let (mut be, _) = Backend::open(dev.clone(), true).unwrap();
+    let (raw, leaf) = be.itable.get_mut().get_at(dev.as_ref(), ino).unwrap().unwrap();
+    InodeAttrs::decode(&raw, ino, leaf, &tux3::structures::bounds(dev.as_ref())).unwrap()
+}
+
+/// The inode-table leaf holding `ino` on a unified volume: its address
+/// and decoded node.
+pub fn itable_leaf(dev: &Arc<dyn Device>, ino: u64) -> (u64, Leaf) {
+    let sb = Superblock::load(dev.as_ref()).unwrap();
+    let mut t = Tree::open(0, TreeKind::Itable, sb.itable);
+    let mut home = None;
+    t.visit(dev.as_ref(), &mut |addr, _, _, n| {
+        if let Node::Leaf(l) = n {
+            if l.entries.iter().any(|e| e.0 == ino) {
+                home = Some(addr);
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    let addr = home.expect("inode in the inode table");
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut buf).unwrap();
+    let Node::Leaf(leaf) = decode(&buf, addr, 0, TreeKind::Itable, 0, sb.block_count).unwrap() else {
+        panic!("not a leaf")
+    };
+    (addr, leaf)
+}
+
+/// Replace inode `ino`'s raw record value in its leaf by `change(raw)`.
+pub fn edit_raw_record(dev: &Arc<dyn Device>, ino: u64, change: impl FnOnce(&mut Vec<u8>)) {
+    let (addr, mut leaf) = itable_leaf(dev, ino);
+    let e = leaf.entries.iter_mut().find(|(k, _)| *k == ino).unwrap();
+    change(&mut e.1);
+    let bs = dev.block_size() as usize;
+    dev.write(addr, &leaf.encode(addr, 0, TreeKind::Itable, bs))
+        .unwrap();
+}
+
+/// Change inode `ino`'s decoded record in its leaf.
+pub fn edit_inode(dev: &Arc<dyn Device>, ino: u64, change: impl FnOnce(&mut InodeAttrs)) {
+    let bounds = tux3::structures::bounds(dev.as_ref());
+    edit_raw_record(dev, ino, |raw| {
+        let mut a = InodeAttrs::decode(raw, ino, 0, &bounds).unwrap();
+        change(&mut a);
+        *raw = a.encode();
+    });
+}
+
+/// The extent leaf of inode `ino` (a one-leaf tree): address and entries.
+pub fn extent_leaf(dev: &Arc<dyn Device>, ino: u64) -> (u64, Vec<(u64, Vec<u8>)>) {
+    let count = dev.block_count();
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    for addr in metadata_blocks(dev.clone()).unwrap() {
+        dev.read(addr, &mut buf).unwrap();
+        if let Ok(Node::Leaf(l)) = decode(&buf, addr, ino, TreeKind::Extents, 0, count) {
+            return (addr, l.entries);
+        }
+    }
+    panic!("no extent leaf for inode {ino}");
+}
+
+/// Rewrite extent leaf `addr` of inode `ino` with `entries`, resealed.
+pub fn rewrite_leaf(dev: &Arc<dyn Device>, addr: u64, ino: u64, entries: Vec<(u64, Vec<u8>)>) {
+    let leaf = Leaf {
+        addr,
+        birth: 0,
+        dirty: false,
+        entries,
+    };
+    let bs = dev.block_size() as usize;
+    dev.write(addr, &leaf.encode(addr, ino, TreeKind::Extents, bs))
+        .unwrap();
+}
+
+/// Flip a byte of device block `b`.
+pub fn damage(dev: &Arc<dyn Device>, b: u64) {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(b, &mut buf).unwrap();
+    buf[100] ^= 0x40;
+    dev.write(b, &buf).unwrap();
+}
+
+/// Every extent of inode `ino` as a mount sees it (tree or record).
+pub fn extents_of(dev: &Arc<dyn Device>, ino: u64) -> Vec<tux3::structures::extent::Extent> {
+    let (be, replays) = Backend::open(dev.clone(), true).unwrap();
+    let a = record(dev, ino);
+    let mut t = tux3_tools::datamap::data_tree(&be, ino, &a, replays.get(&ino)).unwrap();
+    tux3_tools::datamap::tree_extents(dev.as_ref(), &mut t).unwrap()
+}
