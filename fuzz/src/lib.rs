@@ -201,7 +201,7 @@ pub fn check(dev: Arc<dyn Device>) {
     let opts = tux3_tools::fsck::FsckOptions {
         repair: true,
         progress: false,
-        data: false,
+        data: true,
     };
     let _ = tux3_tools::fsck::check(dev, &opts);
 }
@@ -341,6 +341,31 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.sync().unwrap();
     drop(fs);
     out.push(("snapshots", mem.image()));
+
+    // Data checksums: a file whose record holds its map and the sums
+    // (attributes 9 and 12), one of 66 blocks (two summed leaf entries,
+    // the longest 64 blocks) overwritten in part in the log; and the same
+    // on a volume made without checksums.
+    for (name, data_sums) in [("data-sums", true), ("no-data-sums", false)] {
+        let mem = Arc::new(MemDevice::new(BS as u32, SEED_BLOCKS));
+        let dev: Arc<dyn Device> = mem.clone();
+        let opts = FormatOptions {
+            data_sums,
+            ..FormatOptions::default()
+        };
+        Fs::format(dev.clone(), &opts).expect("format");
+        let fs = Fs::open(dev, OpenOptions::default()).expect("open");
+        let small = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap().ino;
+        fs.write(small, 0, &[0x51; 2500]).unwrap();
+        let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap().ino;
+        fs.write(big, 0, &vec![0x52; 66 * BS]).unwrap();
+        fs.sync().unwrap();
+        fs.unify().unwrap();
+        fs.write(big, 10 * BS as u64, &[0x53; 3 * BS]).unwrap();
+        fs.sync().unwrap();
+        drop(fs);
+        out.push((name, mem.image()));
+    }
 
     // Xattrs the records cannot hold, in xattr files: a large value, a
     // long name and a burst of names; one replaced after a snapshot (which

@@ -114,14 +114,14 @@ pub(crate) fn check_target(target: &Path, repair: bool, data: bool) -> Result<u8
         text.push_str(&format!("repaired: freed {} leaked blocks\n", report.freed));
     }
     let mut counts = format!("{} inodes, {} blocks used", report.inodes, report.blocks_used);
-    if let Some(n) = report.data_checked {
-        counts.push_str(&format!(", {n} data blocks read and checked"));
-    }
     if report.unify_frees > 0 {
         counts.push_str(&format!(
             " ({} of them the log and nodes the next unify frees)",
             report.unify_frees
         ));
+    }
+    if let Some(n) = report.data_checked {
+        counts.push_str(&format!(", {n} data blocks read and checked"));
     }
     let target = target.display();
     let (summary, code) = if !report.problems.is_empty() {

@@ -1,10 +1,12 @@
 //! Tests of the `tux3` binary on image files: error paths and exit codes,
 //! and round trips through a real volume (`mkfs --from`, `fsck`, `ls`, `cat`,
-//! `readlink`).
+//! `readlink`); with data checksums: `mkfs --from` sums every extent
+//! (`dump`'s totals), `fsck --data` reads them clean and names a damaged
+//! block by path, and `--repair` leaves it (exit 4).
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -131,7 +133,7 @@ fn sample_tree(root: &Path) {
     fs::write(root.join("dir/big.bin"), &big).expect("write");
     let sparse = fs::File::create(root.join("dir/sparse")).expect("create");
     sparse.set_len(5 << 20).expect("set_len");
-    std::os::unix::fs::FileExt::write_at(&sparse, b"middle", 2 << 20).expect("write_at");
+    sparse.write_at(b"middle", 2 << 20).expect("write_at");
     fs::write(root.join("dir/sub/deep.h"), b"#define DEEP 1\n").expect("write");
     fs::hard_link(root.join("small.txt"), root.join("dir/hardlink.txt")).expect("link");
     symlink("../small.txt", root.join("dir/link")).expect("symlink");
@@ -378,4 +380,96 @@ fn mkfs_from_carries_large_xattrs() {
     drop(vol);
     let o = tux3(&[&"fsck", &img]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// A small tree: a text file, a 300 KiB file, a symlink.
+fn sums_tree(root: &Path) {
+    fs::create_dir_all(root.join("dir")).unwrap();
+    fs::write(root.join("small.txt"), b"hello, sums\n").unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + i / 4096) as u8).collect();
+    fs::write(root.join("dir/big.bin"), big).unwrap();
+    std::os::unix::fs::symlink("../small.txt", root.join("dir/link")).unwrap();
+}
+
+/// `summed extents: S of W written, covering B blocks` from dump: (S, W, B).
+fn totals(dump: &str) -> (u64, u64, u64) {
+    let line = dump
+        .lines()
+        .find(|l| l.contains("summed extents: "))
+        .unwrap_or_else(|| panic!("no totals in\n{dump}"));
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (n[0], n[1], n[2])
+}
+
+#[test]
+fn mkfs_from_sums_every_extent_and_fsck_data_finds_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    sums_tree(&src);
+    let img = dir.path().join("vol.img");
+    let o = tux3(&[&"mkfs", &"--size", &"64M", &"--from", &src, &img]);
+    assert_eq!(o.status.code(), Some(0), "{}", (stdout(&o) + &stderr(&o)));
+
+    let o = tux3(&[&"fsck", &"--data", &img]);
+    assert_eq!(o.status.code(), Some(0), "{}", (stdout(&o) + &stderr(&o)));
+    // 1 + 74 + 1 blocks of data (the symlink's target too).
+    assert!(
+        (stdout(&o) + &stderr(&o)).contains(", 76 data blocks read and checked"),
+        "{}",
+        (stdout(&o) + &stderr(&o))
+    );
+
+    let o = tux3(&[&"dump", &img]);
+    assert_eq!(o.status.code(), Some(0), "{}", (stdout(&o) + &stderr(&o)));
+    let dump = stdout(&o);
+    let (summed, written, blocks) = totals(&dump);
+    assert!(summed > 0 && summed == written && blocks == 76, "{dump}");
+    // The file of 74 blocks: one entry per 64 blocks at most.
+    assert!(summed >= 4, "{dump}");
+
+    // Damage the first block of big.bin: its extent line in the dump.
+    let line = dump
+        .lines()
+        .find(|l| l.contains("0..+64 -> "))
+        .unwrap_or_else(|| panic!("no extent of big.bin in\n{dump}"));
+    let pblock: u64 = line
+        .split("0..+64 -> ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    assert!(line.contains(" summed 0x"), "{line}");
+    let f = fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pblock * 4096 + 7).unwrap();
+    f.write_all_at(&[b[0] ^ 1], pblock * 4096 + 7).unwrap();
+    drop(f);
+
+    let o = tux3(&[&"fsck", &img]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "without --data no block is read: {}",
+        (stdout(&o) + &stderr(&o))
+    );
+    for args in [
+        &[&"fsck" as &dyn AsRef<_>, &"--data", &img][..],
+        &[&"fsck", &"--repair", &"--data", &img],
+    ] {
+        let o = tux3(args);
+        assert_eq!(o.status.code(), Some(4), "{}", (stdout(&o) + &stderr(&o)));
+        let want = format!("block {pblock}: data checksum mismatch in /dir/big.bin");
+        assert!(
+            (stdout(&o) + &stderr(&o)).contains(&want) && (stdout(&o) + &stderr(&o)).contains("at offset 0"),
+            "{}",
+            (stdout(&o) + &stderr(&o))
+        );
+    }
+    let f = fs::File::open(&img).unwrap();
+    let mut after = [0u8; 1];
+    f.read_exact_at(&mut after, pblock * 4096 + 7).unwrap();
+    assert_eq!(after[0], b[0] ^ 1, "--repair changed the data");
 }

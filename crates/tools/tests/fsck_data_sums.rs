@@ -8,12 +8,12 @@
 //! as it is by a repair; the repairs that rewrite a record keep its sums.
 //!
 //! Calls the engine's public API and `tux3_tools::fsck` (through
-//! `sums_util`).
+//! `image_util`).
 
-mod sums_util;
+mod image_util;
 
+use image_util::*;
 use std::sync::Arc;
-use sums_util::*;
 use tux3::device::Device;
 use tux3::structures::extent::{self, block_sum};
 use tux3::{Error, Fs, OpenOptions, ROOT_INO};

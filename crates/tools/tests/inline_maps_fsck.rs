@@ -6,12 +6,12 @@
 //! file holds, a free block (repaired), a wrong `blocks` attribute or
 //! size, a block outside the volume, a superblock without the flag.
 
+mod image_util;
+
+use image_util::{edit_inode, record};
 use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
-use tux3::structures::btree::node::decode;
-use tux3::structures::btree::{Node, Tree, TreeKind};
-use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::Superblock;
 use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
 use tux3_tools::fsck::{self, FsckOptions, FsckReport};
@@ -70,43 +70,6 @@ fn has(r: &FsckReport, parts: &[&str]) -> bool {
     r.problems
         .iter()
         .any(|p| parts.iter().all(|part| p.contains(part)))
-}
-
-/// Inode `ino`'s record as the replayed inode table has it.
-fn record(dev: &Arc<dyn Device>, ino: u64) -> InodeAttrs {
-    let (mut be, _) = Backend::open(dev.clone(), true).unwrap();
-    let (raw, leaf) = be.itable.get_mut().get_at(dev.as_ref(), ino).unwrap().unwrap();
-    InodeAttrs::decode(&raw, ino, leaf, &tux3::structures::bounds(dev.as_ref())).unwrap()
-}
-
-/// Change inode `ino`'s record in its inode-table leaf (a unified volume
-/// without a log, so no log checksum covers the leaf).
-fn edit_inode(dev: &Arc<dyn Device>, ino: u64, change: impl FnOnce(&mut InodeAttrs)) {
-    let sb = Superblock::load(dev.as_ref()).unwrap();
-    let bs = dev.block_size() as usize;
-    let mut t = Tree::open(0, TreeKind::Itable, sb.itable);
-    let mut home = None;
-    t.visit(dev.as_ref(), &mut |addr, _, _, n| {
-        if let Node::Leaf(l) = n {
-            if l.entries.iter().any(|e| e.0 == ino) {
-                home = Some(addr);
-            }
-        }
-        Ok(())
-    })
-    .unwrap();
-    let addr = home.expect("inode in the inode table");
-    let mut buf = vec![0u8; bs];
-    dev.read(addr, &mut buf).unwrap();
-    let Node::Leaf(mut leaf) = decode(&buf, addr, 0, TreeKind::Itable, 0, sb.block_count).unwrap() else {
-        panic!("not a leaf")
-    };
-    let e = leaf.entries.iter_mut().find(|(k, _)| *k == ino).unwrap();
-    let mut a = InodeAttrs::decode(&e.1, ino, addr, &tux3::structures::bounds(dev.as_ref())).unwrap();
-    change(&mut a);
-    e.1 = a.encode();
-    dev.write(addr, &leaf.encode(addr, 0, TreeKind::Itable, bs))
-        .unwrap();
 }
 
 /// A populated volume, unified and closed.

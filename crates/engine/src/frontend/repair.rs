@@ -4,16 +4,19 @@
 //! link count or a `blocks` attribute, free leaked blocks, mark referenced
 //! blocks in use, take out an inode record that does not decode and the
 //! entries that name an inode that is not there, give a written extent
-//! that lacks them its blocks' checksums (from the data on the device).
-//! Each change joins the current delta like any operation;
+//! that lacks them its blocks' checksums (from the data on the device; a
+//! record whose checksum attribute does not decode is read without it and
+//! rewritten). Each change joins the current delta like any operation;
 //! the caller unifies afterwards.
 //!
 //! Calls the cache (inodes), the extent structures and the backend's
 //! allocator.
 
 use super::Volume;
+use crate::cache::Inode;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent::{self, Extent};
+use crate::structures::inode::{without_sums, InodeAttrs};
 use crate::structures::xattr_file::S_IFXATTR;
 use crate::types::Ino;
 
@@ -119,6 +122,7 @@ impl Volume {
         }
         let dev = self.be.dev.clone();
         let bs = self.be.bs;
+        let stripped = self.load_without_sums(ino)?;
         let tree = &mut self.inode(ino)?.tree;
         let bare: Vec<Extent> = extent::all(tree, dev.as_ref())?
             .into_iter()
@@ -137,9 +141,33 @@ impl Volume {
             extent::map_extent(tree, dev.as_ref(), &with)?;
             summed += e.count;
         }
-        if summed > 0 {
+        if summed > 0 || stripped {
             self.touch(ino);
         }
         Ok(summed)
+    }
+
+    /// Load inode `ino` into the cache without its record's sums attribute
+    /// when the record does not decode with it (a wrong count, or sums
+    /// without extents) but does without: the caller computes them anew
+    /// and the record is rewritten. Whether it did.
+    fn load_without_sums(&mut self, ino: Ino) -> Result<bool> {
+        if self.cache.contains(ino) {
+            return Ok(false);
+        }
+        let dev = self.be.dev.clone();
+        let Some((raw, leaf)) = self.be.itable.get_mut().get_at(dev.as_ref(), ino)? else {
+            return err(Errno::ENOENT);
+        };
+        let bounds = crate::structures::bounds(dev.as_ref());
+        if InodeAttrs::decode(&raw, ino, leaf, &bounds).is_ok() {
+            return Ok(false);
+        }
+        let Some(bare) = without_sums(&raw) else {
+            return Ok(false);
+        };
+        let attrs = InodeAttrs::decode(&bare, ino, leaf, &bounds)?;
+        self.cache.insert(Inode::new(ino, attrs));
+        Ok(true)
     }
 }

@@ -70,6 +70,25 @@ pub fn inline_sums_cost(blocks: u64) -> usize {
     }
 }
 
+/// A record's value `raw` without its sums attribute (tag 12), for a
+/// repair that computes the checksums anew from the data; `None` if the
+/// attributes do not parse as `tag u8, len u16, body[len]` to the end.
+pub fn without_sums(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut at = 0usize;
+    while at < raw.len() {
+        let tag = *raw.get(at)?;
+        let len = u16::from_le_bytes([*raw.get(at.checked_add(1)?)?, *raw.get(at.checked_add(2)?)?]);
+        let end = at.checked_add(3)?.checked_add(usize::from(len))?;
+        let attr = raw.get(at..end)?;
+        if tag != TAG_SUMS {
+            out.extend_from_slice(attr);
+        }
+        at = end;
+    }
+    Some(out)
+}
+
 /// Bytes the fixed attributes can take at most (all present).
 pub const FIXED_ATTRS_MAX: usize =
     (3 + 16) + (3 + 8) + (3 + 48) + (3 + 8) + (3 + 8) + (3 + 9) + (3 + 8) + (3 + 8) + (3 + 4);

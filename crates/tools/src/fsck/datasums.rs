@@ -239,3 +239,11 @@ impl<'a> Names<'a> {
         }
     }
 }
+
+/// The record `raw` of inode `ino` (in leaf `leaf`) decoded without its
+/// sums attribute, when only that attribute keeps it from decoding.
+pub(super) fn without_sums(dev: &dyn Device, raw: &[u8], ino: u64, leaf: u64) -> Option<InodeAttrs> {
+    let bare = tux3::structures::inode::without_sums(raw)?;
+    (bare.len() != raw.len()).then_some(())?;
+    InodeAttrs::decode(&bare, ino, leaf, &tux3::structures::bounds(dev)).ok()
+}

@@ -88,7 +88,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     let itable_damaged;
     let walked = {
         let (itable, fr) = (be.itable.get_mut(), &mut f);
-        let (mut bad, mut shape) = (Vec::new(), Vec::new());
+        let (mut bad, mut shape, mut sums_bad) = (Vec::new(), Vec::new(), Vec::new());
         let mut undecodable = Vec::new();
         let w = walk(
             dev,
@@ -96,19 +96,28 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             "inode table",
             &mut |leaf, entries| {
                 for (ino, v) in entries {
-                    match InodeAttrs::decode(v, *ino, leaf, &tux3::structures::bounds(dev)) {
+                    let bounds = tux3::structures::bounds(dev);
+                    match InodeAttrs::decode(v, *ino, leaf, &bounds) {
                         Ok(a) => {
                             inodes.insert(*ino, a);
                         }
-                        Err(e) => {
-                            let line = super::describe(&format!("inode {ino}"), &e);
-                            // The root stays: without it nothing is named.
-                            if *ino == tux3::types::ROOT_INO {
-                                bad.push(line);
-                            } else {
-                                undecodable.push((*ino, line));
+                        Err(e) => match super::datasums::without_sums(dev, v, *ino, leaf) {
+                            // Only its checksums are wrong: checked
+                            // without them, and repaired.
+                            Some(a) => {
+                                sums_bad.push((*ino, super::describe(&format!("inode {ino}"), &e)));
+                                inodes.insert(*ino, a);
                             }
-                        }
+                            None => {
+                                let line = super::describe(&format!("inode {ino}"), &e);
+                                // The root stays: without it nothing is named.
+                                if *ino == tux3::types::ROOT_INO {
+                                    bad.push(line);
+                                } else {
+                                    undecodable.push((*ino, line));
+                                }
+                            }
+                        },
                     }
                 }
             },
@@ -121,6 +130,13 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         for (ino, line) in undecodable {
             let line = format!("{line} (repair takes the record out)");
             fr.fixable("inode table", super::Fix::DropRecord { ino }, line);
+        }
+        for (ino, line) in sums_bad {
+            fr.fixable(
+                "data sums",
+                Fix::Sums { ino },
+                format!("{line} (repair drops the checksums and computes them from the data on disk)"),
+            );
         }
         w
     };

@@ -1,5 +1,5 @@
-//! Helpers of the data checksum tests (`fsck_data_sums.rs`,
-//! `hostile_sums.rs`): volumes with and without `DATA_SUMS`, a record or
+//! Helpers of the tests that edit an image under fsck (`fsck_data_sums.rs`,
+//! `hostile_sums.rs`, `inline_maps_fsck.rs`): volumes with and without `DATA_SUMS`, a record or
 //! an extent leaf read and rewritten in place on a unified volume (no log
 //! checksum covers it, so only the decoders and fsck see the change), a
 //! data block damaged, fsck runs.
