@@ -26,8 +26,9 @@ mod logscan;
 mod names;
 mod refs;
 mod scan;
+mod scrub_state;
 mod snapshots;
-mod walk;
+pub(crate) mod walk;
 mod xattrs;
 
 pub(crate) use logscan::follow;

@@ -15,5 +15,6 @@ pub mod datamap;
 pub mod dump;
 pub mod fsck;
 pub mod graph;
+pub mod scrub;
 pub mod snapdiff;
 pub mod stream;

@@ -1,16 +1,24 @@
 //! API layer: what a data checksum mismatch leaves behind. A read that
 //! finds one fails with EIO and never returns the block; this module
-//! counts it for the volume and writes one structured log line naming
-//! every path of the file, the offset and length, the device block, both
-//! checksums and the snapshots that share the block.
+//! counts it for the volume (in the scrub state record, inode 4, on a
+//! writable volume: the count outlives the mount) and writes one
+//! structured log line naming every path of the file, the offset and
+//! length, the device block, both checksums and the snapshots that share
+//! the block. It also gives a scrub (`tux3_tools::scrub`) what it needs of
+//! a mounted volume: the device, a quiet moment with no commit in flight,
+//! and the state record.
 //!
-//! Calls the rest of the API (lookups, snapshots) and the base modules.
+//! Calls the rest of the API (lookups, snapshots), the frontend's scrub
+//! state record and the base modules.
 
 use super::Fs;
+use crate::device::Device;
 use crate::error::{BadData, Error, Result};
+use crate::structures::scrub_state::ScrubState;
 use crate::types::{FileType, Ino, ROOT_INO};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// Directory entries a search for a file's names reads at most: past it
 /// the report names what it found.
@@ -31,7 +39,17 @@ impl Fs {
     /// Count and log `e` if it is a data checksum mismatch; returns it.
     pub(crate) fn reported(&self, e: Error) -> Error {
         if let Error::BadData(bad) = &e {
-            self.shared.data_errors.fetch_add(1, Relaxed);
+            let count = self.shared.data_errors.fetch_add(1, Relaxed).saturating_add(1);
+            let mut v = self.vol();
+            if !v.is_read_only() {
+                // Joins the open delta; a failure leaves the count in memory.
+                let state = v.scrub_state().ok().flatten().unwrap_or_default();
+                let _ = v.set_scrub_state(ScrubState {
+                    data_errors: count,
+                    ..state
+                });
+            }
+            drop(v);
             let report = self.bad_data_report(bad);
             log_bad_data(&report, self.statfs().map_or(4096, |s| u64::from(s.block_size)));
         }
@@ -43,9 +61,57 @@ impl Fs {
         r.map_err(|e| self.reported(e))
     }
 
-    /// Data checksum mismatches found since the volume was opened.
+    /// Data checksum mismatches reads have found: since the volume was
+    /// made on a writable volume (the count the scrub state record keeps),
+    /// since it was opened on a read-only one.
     pub fn data_errors(&self) -> u64 {
         self.shared.data_errors.load(Relaxed)
+    }
+
+    /// Start the count of [`Fs::data_errors`] from the state record. A
+    /// damaged record does not keep the volume from opening: the count
+    /// starts from zero and `tux3 scrub` names the damage.
+    pub(super) fn load_data_errors(&self) {
+        match self.vol().scrub_state() {
+            Ok(Some(s)) => self.shared.data_errors.store(s.data_errors, Relaxed),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(target: "tux3::data", "scrub state record unreadable: {e}"),
+        }
+    }
+
+    /// The scrub state record (`None`: no scrub ever ran and no read met
+    /// a mismatch).
+    pub fn scrub_state(&self) -> Result<Option<ScrubState>> {
+        self.vol().scrub_state()
+    }
+
+    /// Write `state` to the volume (with the current data error count)
+    /// and make it durable: a crash after this returns keeps it.
+    pub fn save_scrub_state(&self, state: &ScrubState) -> Result<()> {
+        let state = ScrubState {
+            data_errors: self.data_errors(),
+            ..*state
+        };
+        self.vol().set_scrub_state(state)?;
+        self.sync()
+    }
+
+    /// Whether the volume was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.vol().is_read_only()
+    }
+
+    /// The device the volume lives on (a scrub reads it directly).
+    pub fn device(&self) -> Arc<dyn Device> {
+        self.vol().device_arc()
+    }
+
+    /// Make everything durable, then run `f` while no commit can start:
+    /// the device holds the committed volume and nothing on it changes
+    /// (blocks freed meanwhile stay unused until a commit).
+    pub fn with_commits_held<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        self.sync()?;
+        Ok(self.shared.with_commit_lock(f))
     }
 
     /// Where `bad` is: the file's paths and the snapshots sharing its block.

@@ -84,6 +84,7 @@ impl Fs {
             workers: Vec::new(),
             wake_committer: None,
         };
+        fs.load_data_errors();
         if let Some(every) = interval {
             let (committer, wake) = Worker::delta_committer(&fs.shared, every)?;
             fs.workers.push(committer);

@@ -15,8 +15,10 @@
 //! | 9 | extents  | a small file's whole data map, in place of a tree: 1..=4 of lblock u64, pblock u64, count u32, birth u32 |
 //! | 10 | xattr file | the inode holding the xattrs the record does not (`xattr_file.rs`): ino u64 |
 //! | 11 | flags   | inode flags u32 (`types::flags`: immutable, append-only, ...) |
+//! | 13 | scrub state | inode 4 only: how far a scrub got, what it found (`scrub_state.rs`) |
 
 use super::extent::Extent;
+use super::scrub_state::ScrubState;
 use super::superblock::Root;
 use super::xattr_file::S_IFXATTR;
 use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_DEPTH};
@@ -36,6 +38,7 @@ const TAG_EXTENTS: u8 = 9;
 const TAG_XATTR_FILE: u8 = 10;
 const TAG_FLAGS: u8 = 11;
 const TAG_SUMS: u8 = 12;
+const TAG_SCRUB: u8 = 13;
 
 /// The first number an ordinary inode may have (the backend's `FIRST_INO`).
 const FIRST_FILE_INO: u64 = 16;
@@ -126,6 +129,8 @@ pub struct InodeAttrs {
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// The inode holding the other xattrs (attribute 10; 0: none).
     pub xattr_file: u64,
+    /// The scrub state (attribute 13; inode 4 only).
+    pub scrub: Option<ScrubState>,
 }
 
 impl InodeAttrs {
@@ -202,6 +207,12 @@ impl InodeAttrs {
             w.u8(TAG_FLAGS);
             w.u16(4);
             w.u32(self.flags);
+        }
+        if let Some(st) = &self.scrub {
+            let body = st.encode();
+            w.u8(TAG_SCRUB);
+            w.u16(u16::try_from(body.len()).unwrap_or(u16::MAX));
+            w.bytes(&body);
         }
         for (name, value) in &self.xattrs {
             w.u8(TAG_XATTR);
@@ -377,6 +388,9 @@ impl InodeAttrs {
                     while br.remaining() > 0 {
                         sums.push(br.u32("block checksum")?);
                     }
+                }
+                TAG_SCRUB => {
+                    a.scrub = Some(ScrubState::decode(body, ino, block, bounds.block_count)?);
                 }
                 _ => return Err(bad(format!("unknown attribute tag {tag}"))),
             }

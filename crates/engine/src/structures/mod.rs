@@ -15,6 +15,7 @@ pub mod dirent;
 pub mod extent;
 pub mod extent_range;
 pub mod inode;
+pub mod scrub_state;
 pub mod superblock;
 pub mod xattr_file;
 

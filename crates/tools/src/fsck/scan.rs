@@ -144,6 +144,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         node_ref(&mut refs, addr, 0, level);
     }
     super::snapshots::retired_refs(be.itable.get_mut(), 0, &mut refs);
+    super::scrub_state::check(&mut inodes, &mut f);
     let itable_ok = walked.complete();
     for e in &walked.errors {
         f.error("inode table", "inode table node", e);
