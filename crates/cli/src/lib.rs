@@ -32,6 +32,7 @@ pub mod mount;
 mod mount_opts;
 mod receive;
 mod remount;
+mod scrub;
 mod send;
 mod snapshot;
 mod sync;
@@ -86,6 +87,9 @@ pub enum Command {
     /// Create, list and delete snapshots of a volume (mounted or not)
     #[command(long_about = snapshot::LONG_ABOUT)]
     Snapshot(snapshot::SnapshotArgs),
+    /// Check every block of a volume and its snapshots (mounted or not)
+    #[command(long_about = scrub::LONG_ABOUT)]
+    Scrub(scrub::ScrubArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -110,6 +114,7 @@ impl Command {
             Command::Sync(_) => "sync",
             Command::Umount(_) => "umount",
             Command::Snapshot(a) => a.action.command_name(),
+            Command::Scrub(_) => "scrub",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -193,6 +198,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Sync(a) => sync::run(&a),
         Command::Umount(a) => umount::run(&a),
         Command::Snapshot(a) => snapshot::run(&a),
+        Command::Scrub(a) => scrub::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),

@@ -421,7 +421,7 @@ fn quoted(name: &[u8]) -> String {
 /// (exclusively to change it, shared to read it), so a mounted volume is
 /// never changed behind its server's back. The lock is the file returned;
 /// hold it until the volume is closed.
-fn open_image(target: &Path, writable: bool) -> Result<(Fs, File), CliError> {
+pub(crate) fn open_image(target: &Path, writable: bool) -> Result<(Fs, File), CliError> {
     let lock = lock_volume(target, !writable).map_err(|e| {
         if e.contains("in use") || e.contains("busy") {
             CliError::new(format!("{e}: give a path on its mount instead"))
@@ -438,7 +438,7 @@ fn open_image(target: &Path, writable: bool) -> Result<(Fs, File), CliError> {
     Ok((fs, lock))
 }
 
-fn close(target: &Path, fs: Fs) -> Result<(), CliError> {
+pub(crate) fn close(target: &Path, fs: Fs) -> Result<(), CliError> {
     fs.close()
         .map_err(|e| CliError::at(format!("{}: close", target.display()), e))
 }

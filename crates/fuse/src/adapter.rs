@@ -57,6 +57,8 @@ pub struct Tux3Fuse {
     pub(super) forgets: Arc<ForgetBatcher>,
     /// What a remount may change (`remount.rs`).
     pub(super) live: Arc<Live>,
+    /// The scrub the server runs (`scrub.rs`).
+    pub(super) scrub: Arc<super::scrub::ScrubSlot>,
 }
 
 impl Tux3Fuse {
@@ -73,6 +75,7 @@ impl Tux3Fuse {
             idle: Arc::new(OnceLock::new()),
             forgets: Arc::default(),
             live: Arc::new(Live::new(opts.read_only, opts.atime_rule, opts.diratime)),
+            scrub: Arc::default(),
             opts,
         }
     }
@@ -495,7 +498,11 @@ impl Tux3Fuse {
             return Ok(encode_snapshot(from, s.as_ref()).to_vec());
         }
         // SAFETY: geteuid has no preconditions.
-        if uid != 0 && uid != unsafe { libc::geteuid() } {
+        let may_change = uid == 0 || uid == unsafe { libc::geteuid() };
+        if cmd == crate::IOC_SCRUB {
+            return self.scrub.ioctl(&self.fs, arg, may_change);
+        }
+        if !may_change {
             return Err(Error::Posix(Errno::EPERM));
         }
         if cmd == crate::IOC_REMOUNT {
@@ -551,6 +558,7 @@ pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
             | IOC_SNAPSHOT_LIST
             | crate::IOC_MOUNT_INFO
             | crate::IOC_REMOUNT
+            | crate::IOC_SCRUB
     )
 }
 

@@ -39,6 +39,7 @@ mod idle_poll;
 mod listing;
 mod ops;
 mod remount;
+mod scrub;
 mod serve;
 mod snapshot;
 #[cfg(feature = "test-hooks")]
@@ -112,6 +113,17 @@ pub const MOUNT_INFO_LEN: usize = 4096;
 /// unmount, roll back the image and mount it again the same way.
 pub const IOC_MOUNT_INFO: u32 = libc::_IOR::<[u8; MOUNT_INFO_LEN]>(0xE3, 5) as u32;
 
+/// The ioctl that starts, reports on and cancels a scrub of the mounted
+/// volume (`_IOWR(0xE3, 6, [u8; 4096])`, layout in `scrub.rs`): the
+/// server runs it in a thread. Status is for anyone who may open a file of
+/// the mount; start and cancel for root and the mounter (EPERM). EBUSY: a
+/// scrub is running already; ESRCH: none to cancel.
+pub const IOC_SCRUB: u32 = libc::_IOWR::<[u8; SCRUB_ARG_LEN]>(0xE3, 6) as u32;
+
+pub use scrub::{
+    decode_status, encode_request, ScrubStatus, NO_EXIT, SCRUB_ARG_LEN, SCRUB_CANCEL, SCRUB_RESTART,
+    SCRUB_START, SCRUB_STATUS,
+};
 pub use snapshot::{
     decode_name, decode_snapshot, encode_name, encode_snapshot, list_index, list_request, SNAPSHOT_NAME_ARG,
     SNAPSHOT_RECORD_LEN,

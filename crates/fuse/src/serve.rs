@@ -257,6 +257,8 @@ impl Mounted {
         // The connection is over: fuser's session goes (unmounting if
         // nothing did yet, as its own loop did at its end).
         drop(self.session);
+        // A running scrub saves its position and lets go of the volume.
+        self.fuse.scrub.stop();
         drop(self.fuse);
         // The kernel ended the queues with the connection.
         let ring_panicked = self.rings.take().is_some_and(Rings::join);

@@ -46,6 +46,7 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
             let maps = itable(&mut be, &replays, &mut out);
             data_maps(&be, &maps, &replays, &mut out);
             snapshots(&be, &mut out);
+            scrub_state(&mut be, &mut out);
             free_space(&mut be, &mut out);
         }
         Err(e) => {
@@ -59,6 +60,39 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
         c.blocks_read, c.reads, c.blocks_written, c.writes, c.flushes
     );
     Ok(out)
+}
+
+/// The scrub state record (inode 4, attribute 13), if the volume has one.
+fn scrub_state(be: &mut Backend, out: &mut String) {
+    use tux3::structures::scrub_state::SCRUB_INO;
+    let dev = be.dev.clone();
+    let got = be.itable.get_mut().get_at(dev.as_ref(), SCRUB_INO);
+    let line = match got {
+        Ok(None) => return,
+        Ok(Some((raw, leaf))) => {
+            match InodeAttrs::decode(&raw, SCRUB_INO, leaf, &tux3::structures::bounds(dev.as_ref())) {
+                Ok(a) => match a.scrub {
+                    Some(s) => format!(
+                    "  {}: position block {}, {} of {} bytes checked, damaged blocks: {} data, {} metadata; \
+                     started {}, updated {}\n  data checksum errors met by reads: {}",
+                    s.phase.name(),
+                    s.position,
+                    s.done,
+                    s.total,
+                    s.data_damage,
+                    s.meta_damage,
+                    s.started,
+                    s.updated,
+                    s.data_errors
+                ),
+                    None => "  inode 4 holds no scrub state".to_string(),
+                },
+                Err(e) => format!("  damaged: {e}"),
+            }
+        }
+        Err(e) => format!("  unreadable: {e}"),
+    };
+    let _ = writeln!(out, "\nscrub state (inode {SCRUB_INO})\n{line}");
 }
 
 /// The snapshot table: each snapshot, what it alone holds, the dead list.

@@ -71,6 +71,18 @@ pub enum Hook {
     Abandon,
 }
 
+/// The exit code of a scrub that ended `ended` with `report` (fsck's: 0
+/// clean, 4 damage found, 32 cancelled; 8 is an operational error).
+pub fn exit_code(ended: Ended, report: &Report) -> u8 {
+    if !report.is_clean() {
+        4
+    } else if ended == Ended::Finished {
+        0
+    } else {
+        32
+    }
+}
+
 /// How a scrub ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
