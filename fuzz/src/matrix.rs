@@ -324,9 +324,11 @@ impl Outcome {
 /// fsck of `dev`, its exit code (8 for an error, 101 for a panic) and the
 /// first problem.
 fn fsck(dev: Arc<dyn Device>, repair: bool) -> (u8, String) {
+    // Data checksums too: a changed checksum is damage to find.
     let opts = FsckOptions {
         repair,
         progress: false,
+        data: true,
     };
     match catch_unwind(AssertUnwindSafe(|| check(dev, &opts))) {
         Ok(Ok(r)) => (exit_code(&r), r.problems.first().cloned().unwrap_or_default()),
