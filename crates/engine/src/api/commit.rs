@@ -275,11 +275,18 @@ impl Shared {
             drop(log.take());
             during.at(Phase::LogWritten, false);
         }
-        during.at(Phase::LogWritten, true);
-        if r.is_ok() {
-            guard::assert_unguarded("a delta commit's flush");
-            r = job.flush_log();
+        if let Err(e) = r {
+            // A failed commit turns the volume read-only before the log's
+            // tail is let go (and before a test's callback, which may
+            // fsync, runs): nothing may follow blocks that never landed.
+            let failed = self.vol().finish(job, Err(e)).map(drop);
+            drop(log);
+            during.at(Phase::LogWritten, true);
+            return failed;
         }
+        during.at(Phase::LogWritten, true);
+        guard::assert_unguarded("a delta commit's flush");
+        let r = job.flush_log();
         let retired = self.vol().finish(job, r)?;
         turn.durable(number);
         // Freed once writers and fsyncs no longer wait on our locks.

@@ -374,6 +374,9 @@ impl Device for ReadsOnly {
     fn counters(&self) -> crate::device::CounterSnapshot {
         self.0.counters()
     }
+    fn name(&self) -> String {
+        self.0.name()
+    }
 }
 
 /// Each check fires when its invariant is broken on the commit path it

@@ -232,7 +232,7 @@ impl Backend {
                     format!("bitmap block {index} maps outside the volume"),
                 ));
             }
-            dev.read(addr, &mut buf)?;
+            crate::device::read_named(dev.as_ref(), addr, &mut buf)?;
             alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
         }
         alloc.dirty.clear();

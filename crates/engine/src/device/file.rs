@@ -34,6 +34,8 @@ pub struct FileDevice {
     /// Urgent I/O under way, which other threads' batches make way for.
     gate: Gate,
     counters: Counters,
+    /// The path it was opened by, for messages.
+    name: String,
 }
 
 /// Whether this build can batch device writes through an io_uring (the
@@ -95,6 +97,7 @@ impl FileDevice {
             urgent_batch: ring(),
             gate: Gate::default(),
             counters: Counters::default(),
+            name: path.display().to_string(),
         })
     }
 
@@ -253,6 +256,9 @@ impl Device for FileDevice {
     }
     fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
+    }
+    fn name(&self) -> String {
+        self.name.clone()
     }
 }
 

@@ -53,6 +53,26 @@ pub trait Device: Send + Sync {
     fn urgent_end(&self) {}
     /// The device's I/O counters.
     fn counters(&self) -> CounterSnapshot;
+    /// What messages call the device: the path of an image file or block
+    /// device. A wrapper names the device it wraps.
+    fn name(&self) -> String {
+        "the device".into()
+    }
+}
+
+/// Read `buf.len() / block_size` blocks from `block` on, an error naming
+/// the blocks and the device ("read of block N on DEV: ..."), its kind and
+/// OS error kept for the errno. Every read of the engine goes through here.
+pub fn read_named(dev: &dyn Device, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    dev.read(block, buf).map_err(|e| {
+        let n = buf.len() / (dev.block_size().max(1) as usize);
+        let what = if n > 1 {
+            format!("blocks {block}..{}", block.saturating_add(n as u64))
+        } else {
+            format!("block {block}")
+        };
+        std::io::Error::new(e.kind(), format!("read of {what} on {} failed: {e}", dev.name()))
+    })
 }
 
 /// Urgent I/O on a device while it lives ([`Device::urgent_begin`] to

@@ -94,6 +94,9 @@ impl Device for RecordingDevice {
     fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
     }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
 }
 
 /// Replay the writes in `ops` onto `image` (a whole device image with

@@ -26,7 +26,7 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
     let mut buf = vec![0u8; bs as usize];
     // An unwritten (preallocated) extent reads as zeros.
     if let Some(e) = extent::lookup(&mut i.tree, dev, lblock)?.filter(|e| !e.unwritten) {
-        dev.read(e.physical(lblock), &mut buf)?;
+        crate::device::read_named(dev, e.physical(lblock), &mut buf)?;
         // A write into part of a block keeps the rest: never bytes that
         // fail their checksum, which the new one would cover.
         verify(i.ino, &e, lblock, &buf)?;
@@ -241,7 +241,7 @@ pub(super) fn read_blocks(dev: &dyn Device, bs: u64, out: &mut [u8], reads: &[De
         let check = |pblock: u64, data: &[u8]| verify(r.ino, e, e.lblock + (pblock - r.pblock), data);
         let partial = |pblock: u64, skip: usize, into: &mut [u8]| -> Result<()> {
             let mut buf = vec![0u8; bsz];
-            dev.read(pblock, &mut buf)?;
+            crate::device::read_named(dev, pblock, &mut buf)?;
             check(pblock, &buf)?;
             into.copy_from_slice(&buf[skip..skip + into.len()]);
             Ok(())
@@ -255,7 +255,7 @@ pub(super) fn read_blocks(dev: &dyn Device, bs: u64, out: &mut [u8], reads: &[De
         let whole = len / bsz * bsz;
         if whole > 0 {
             let into = &mut out[pos..pos + whole];
-            dev.read(pblock, into)?;
+            crate::device::read_named(dev, pblock, into)?;
             if e.is_summed() {
                 for (k, block) in into.chunks(bsz).enumerate() {
                     check(pblock + k as u64, block)?;
@@ -405,15 +405,29 @@ impl Volume {
         let last = (end - 1) / bs;
         let (old_size, clean_before) = (i.attrs.size, i.pages.clean_len());
         let mut newly_dirty = 0;
+        // Only the first and the last block can be written in part: read
+        // what they hold before anything changes, so that a failed read
+        // leaves the file as it was.
+        let mut fills = [None, None];
+        for (k, lblock) in [first, last].into_iter().enumerate() {
+            let start = lblock * bs;
+            let (from, to) = (offset.max(start) - start, end.min(start + bs) - start);
+            let whole = from == 0 && to == bs;
+            if !(whole || i.pages.get(lblock).is_some() || start >= old_size || (k == 1 && last == first)) {
+                fills[k] = Some(block_of(i, dev, bs, lblock)?);
+            }
+        }
         for lblock in first..=last {
             let start = lblock * bs;
             let from = offset.max(start) - start;
             let to = end.min(start + bs) - start;
             let whole = from == 0 && to == bs;
-            let fill = if whole || i.pages.get(lblock).is_some() || start >= old_size {
-                None
+            let fill = if lblock == first {
+                fills[0].take()
+            } else if lblock == last {
+                fills[1].take()
             } else {
-                Some(block_of(i, dev, bs, lblock)?)
+                None
             };
             if !i.pages.is_dirty(lblock) {
                 newly_dirty += bs;

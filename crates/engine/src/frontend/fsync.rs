@@ -210,7 +210,9 @@ impl Volume {
     /// are durable (only attributes that reading the data back does not
     /// need — times, mode, owner, xattrs — may be pending).
     pub fn datasync_needless(&self, ino: Ino) -> bool {
-        if self.commit_in_flight() || self.data_changed.lock().contains(&ino) {
+        // After a failed commit nothing the session changed is known to be
+        // durable (the failed delta's books were cleared at its freeze).
+        if self.failed || self.commit_in_flight() || self.data_changed.lock().contains(&ino) {
             return false;
         }
         let books = self.books.lock();

@@ -107,7 +107,7 @@ impl ColdNode {
                     // One block, or the run's read failed: the block asked
                     // for alone, whose error is the operation's.
                     let mut b = vec![0u8; bs].into_boxed_slice();
-                    self.dev.read(start, &mut b)?;
+                    crate::device::read_named(self.dev.as_ref(), start, &mut b)?;
                     staged.blocks.push((start, b));
                 }
                 staged._entered.push(self.entered);
@@ -149,6 +149,10 @@ impl Device for ColdReads<'_> {
 
     fn block_count(&self) -> u64 {
         self.dev.block_count()
+    }
+
+    fn name(&self) -> String {
+        self.dev.name()
     }
 
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {

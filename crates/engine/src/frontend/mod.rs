@@ -94,7 +94,11 @@ pub struct Volume {
     /// every number above it is free (creates under the shared guard take
     /// the next one).
     max_ino: AtomicU64,
-    /// A commit failed: refuse further changes rather than risk the image.
+    /// A commit failed (a device write or flush, or a step before them):
+    /// the volume is read-only until it is mounted again — changes get
+    /// EROFS, fsync and sync EIO — and the last durable state stays as it
+    /// is on the device (`Volume::fail`; ARCHITECTURE.md, *When the device
+    /// fails*).
     failed: bool,
     /// Where the delta commit and the fsync commit in flight are
     /// (`pipeline.rs`).
@@ -304,12 +308,37 @@ impl Volume {
 
     /// Commit everything; the volume stays usable (the caller drops it).
     /// Open handles end here, so orphans are freed first.
+    /// On a volume a failed commit left read-only, EIO: what the session
+    /// changed since its last durable commit is lost.
     pub fn close_in_place(&mut self) -> Result<()> {
-        if !self.be.read_only && !self.failed {
+        if self.failed {
+            return err(Errno::EIO);
+        }
+        if !self.be.read_only {
             self.release_all()?;
             self.sync()?;
         }
         Ok(())
+    }
+
+    /// A commit failed with `e` while it was `doing` something: the volume
+    /// turns read-only until it is mounted again, and says so once, naming
+    /// the device and the error. Nothing is retried elsewhere: the last
+    /// durable state is what a later mount replays to.
+    pub(crate) fn fail(&mut self, doing: &str, e: &Error) {
+        if !self.failed {
+            tracing::error!(
+                "tux3: {}: {doing} failed: {e}; the volume is read-only until it is mounted again \
+                 (changes since the last durable commit are lost)",
+                self.be.dev.name()
+            );
+        }
+        self.failed = true;
+    }
+
+    /// Whether a failed commit turned the volume read-only ([`Volume::fail`]).
+    pub fn has_failed(&self) -> bool {
+        self.failed
     }
 
     pub fn device(&self) -> &dyn Device {
@@ -400,11 +429,8 @@ impl Volume {
         } else {
             blocks
         };
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
-        }
-        if self.failed {
-            return err(Errno::EIO);
         }
         self.changed.store(true, Relaxed);
         if self.spare() < blocks {
@@ -502,7 +528,7 @@ impl Volume {
                 Ok(Some(job))
             }
             Err(e) => {
-                self.failed = true;
+                self.fail("freezing a delta", &e);
                 Err(e)
             }
         }
@@ -537,8 +563,8 @@ impl Volume {
     pub fn encode_log(&mut self, job: &mut CommitJob) -> Result<()> {
         self.pipeline.encode_log();
         let r = self.be.encode_log(job);
-        if r.is_err() {
-            self.failed = true;
+        if let Err(e) = &r {
+            self.fail("encoding a commit's log", e);
         }
         r
     }
@@ -577,15 +603,21 @@ impl Volume {
             }
             // Its blocks were placed on the chain and never encoded: no
             // block may follow them.
-            if job.log_unwritten() {
-                self.failed = true;
+            if job.log_unwritten() && result.is_ok() {
+                let e = Error::Posix(Errno::EIO);
+                self.fail("an fsync commit (its log never written)", &e);
             }
         } else {
             self.pipeline.finish_delta();
         }
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
         if let Err(e) = result {
-            self.failed = true;
+            let what = match (job.is_fsync(), job.is_unify()) {
+                (true, _) => "an fsync commit",
+                (false, true) => "a unify commit",
+                (false, false) => "a delta commit",
+            };
+            self.fail(what, &e);
             return Err(e);
         }
         // A commit that failed before this one ended (its log written
@@ -629,6 +661,10 @@ impl Volume {
     /// that dirty file data — the open delta's plus what the commit in
     /// flight holds — stays within `dirty_limit`.
     pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
+        // A volume a failed commit left read-only refuses the write itself.
+        if self.failed {
+            return Pressure::Clear;
+        }
         let over = {
             let i = self.cache.lock(ino);
             self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
@@ -778,7 +814,7 @@ impl Volume {
 
     /// Commit and unify, under the caller's lock.
     pub fn unify(&mut self) -> Result<()> {
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
         }
         self.commit(true)

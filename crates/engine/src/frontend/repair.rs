@@ -22,11 +22,8 @@ use crate::types::Ino;
 
 impl Volume {
     fn repair_begin(&self) -> Result<()> {
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
-        }
-        if self.failed {
-            return err(Errno::EIO);
         }
         Ok(())
     }

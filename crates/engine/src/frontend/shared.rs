@@ -106,11 +106,8 @@ impl Volume {
         } else {
             blocks
         };
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return Some(err(Errno::EROFS));
-        }
-        if self.failed {
-            return Some(err(Errno::EIO));
         }
         let room = self.be.alloc.available().saturating_sub(self.slack());
         let mut held = self.reserved.load(Relaxed);
@@ -396,7 +393,12 @@ impl Volume {
     pub fn accessed_shared(&self, ino: Ino, rule: AtimeRule, now: Timespec) -> Option<Result<bool>> {
         let mut i = or_fail!(self.inode_shared(ino));
         let a = &i.attrs;
-        if self.be.read_only || a.flags & flags::NOATIME != 0 || !rule.moves(a.atime, a.mtime, a.ctime, now) {
+        // (A volume a failed commit left read-only keeps its times.)
+        if self.be.read_only
+            || self.failed
+            || a.flags & flags::NOATIME != 0
+            || !rule.moves(a.atime, a.mtime, a.ctime, now)
+        {
             return Some(Ok(false));
         }
         or_fail!(self.reserve_shared_as(3, false)?);

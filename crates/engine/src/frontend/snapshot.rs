@@ -17,7 +17,7 @@ impl Volume {
     /// the stream named. EEXIST also when a snapshot of that origin is
     /// here already.
     pub fn snapshot_request(&mut self, name: &[u8], received: Option<SnapOrigin>) -> Result<()> {
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
         }
         check_name(name)?;
@@ -61,7 +61,7 @@ impl Volume {
     /// Delete the snapshot named `name` in the open delta: its name goes,
     /// and the allocator stops keeping what only it holds.
     pub fn snapshot_delete(&mut self, name: &[u8]) -> Result<()> {
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
         }
         let Some(id) = self.be.snaps.find(name).map(|r| r.id) else {
@@ -127,7 +127,7 @@ impl Volume {
     /// kernel's lookups through a mount).
     pub fn snapshot_rollback(&mut self, name: &[u8]) -> Result<()> {
         use crate::backend::snapshot::{image_blocks, merged, subtract};
-        if self.be.read_only {
+        if self.be.read_only || self.failed {
             return err(Errno::EROFS);
         }
         let Some(target) = self.be.snaps.find(name).map(|r| r.itable) else {
@@ -160,7 +160,30 @@ impl Volume {
                 ));
             }
         }
-        for (s, c, birth) in subtract(&live, &merged(&snap)) {
+        // From here on the live image is being replaced: a failure (a
+        // device read or write) leaves neither image whole in cache, so it
+        // turns the volume read-only; the device still holds the last
+        // durable state (the commit above).
+        let r = self.rollback_swap(target, &live, &snap, orphans);
+        if let Err(e) = &r {
+            self.fail("rolling back to a snapshot", e);
+        }
+        r
+    }
+
+    /// The second half of [`Volume::snapshot_rollback`]: the snapshot's
+    /// image becomes the live one, committed by a unify.
+    fn rollback_swap(
+        &mut self,
+        target: crate::structures::superblock::Root,
+        live: &[(u64, u64, u32)],
+        snap: &[(u64, u64, u32)],
+        orphans: Vec<u64>,
+    ) -> Result<()> {
+        use crate::backend::snapshot::{merged, subtract};
+        let dev = self.be.dev.clone();
+        let revived = subtract(snap, &merged(live));
+        for (s, c, birth) in subtract(live, &merged(snap)) {
             self.be.alloc.free_born(s, c, birth);
         }
         for (s, c, _) in revived {

@@ -80,7 +80,7 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
             end = format!("next log block address {} is outside the volume", at.next);
             break;
         }
-        dev.read(at.next, &mut buf)?;
+        crate::device::read_named(dev, at.next, &mut buf)?;
         let lb = match LogBlock::decode(&buf, at.next, dev.block_count()) {
             Ok(lb) => lb,
             Err(e) => {
@@ -183,7 +183,7 @@ fn check_sums(dev: &dyn Device, d: &LoggedDelta) -> Result<Option<String>> {
         // count <= 2^16 and bs <= 2^16: at most 4 GiB, within usize on the
         // 64-bit targets this builds for; saturate elsewhere.
         buf.resize((count as usize).saturating_mul(bs), 0);
-        dev.read(start, &mut buf)?;
+        crate::device::read_named(dev, start, &mut buf)?;
         let got = crc32c::crc32c(&buf);
         if got != crc {
             let which = if count == 1 {

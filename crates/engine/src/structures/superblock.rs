@@ -331,7 +331,7 @@ impl Superblock {
         let mut errors = Vec::new();
         for addr in 0..2u64 {
             let mut b = vec![0u8; bs];
-            dev.read(addr, &mut b)?;
+            crate::device::read_named(dev, addr, &mut b)?;
             match Superblock::decode(&b, addr) {
                 Ok(sb) => {
                     if best.as_ref().is_none_or(|x| sb.seq > x.seq) {

@@ -630,8 +630,7 @@ impl Volume {
                     self.be.orphans.remove(&tree);
                     self.cache.unify_pending.remove(&tree);
                     if let Err(e) = self.be.itable.get_mut().remove(dev.as_ref(), tree) {
-                        tracing::error!("inode {tree} freed, but not removed from the inode table: {e}");
-                        self.failed = true;
+                        self.fail(&format!("removing freed inode {tree} from the inode table"), &e);
                     }
                 }
                 _ => {}

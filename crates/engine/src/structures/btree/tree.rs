@@ -645,7 +645,7 @@ pub(super) fn read_node(dev: &dyn Device, addr: u64, owner: u64, kind: TreeKind,
         ));
     }
     let mut b = vec![0u8; dev.block_size() as usize];
-    dev.read(addr, &mut b)?;
+    crate::device::read_named(dev, addr, &mut b)?;
     decode(&b, addr, owner, kind, level, count)
 }
 
