@@ -1,11 +1,13 @@
 //! Faults the harness can put between a volume and its recording device,
-//! so a test can show the harness catches a broken engine, and the gate
+//! so a test can show the harness catches a broken engine, or a device
+//! that fails on purpose (`failing.rs`, for the device-fault loops), and the gate
 //! that holds a flush while a workload puts a second fsync commit in
 //! flight (`hold.rs`). They live here, in the harness, and never in the
 //! engine's own write path.
 //!
 //! Calls the engine's device layer only.
 
+use crate::failing::{FailPlan, FailingDevice};
 use crate::hold::HoldFlush;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +32,8 @@ pub enum Fault {
     /// can land without the data its extents' checksums describe. The
     /// volume itself reads the held blocks as written.
     DataWritesAfterFlush,
+    /// A device that fails on purpose as the plan says (`failing.rs`).
+    Fail(FailPlan),
 }
 
 /// Magic numbers of blocks with a metadata header (FORMAT.md section 2).
@@ -44,8 +48,16 @@ fn is_data(b: u64, data: &[u8]) -> bool {
 impl Fault {
     /// `dev` with this fault (and a flush gate) in front of it.
     pub fn wrap(self, dev: Arc<dyn Device>) -> Arc<FaultyDevice> {
+        let failing = match self {
+            Fault::Fail(plan) => Some(Arc::new(FailingDevice::new(dev.clone(), plan))),
+            _ => None,
+        };
         Arc::new(FaultyDevice {
-            inner: dev,
+            inner: match &failing {
+                Some(f) => f.clone(),
+                None => dev,
+            },
+            failing,
             fault: self,
             flushes: AtomicU64::new(0),
             held: Mutex::new(BTreeMap::new()),
@@ -58,6 +70,8 @@ impl Fault {
 /// each flush through its gate.
 pub struct FaultyDevice {
     inner: Arc<dyn Device>,
+    /// The failing device under it, for [`Fault::Fail`].
+    pub failing: Option<Arc<FailingDevice>>,
     fault: Fault,
     /// Flushes asked for so far.
     flushes: AtomicU64,
@@ -134,5 +148,8 @@ impl Device for FaultyDevice {
     }
     fn counters(&self) -> CounterSnapshot {
         self.inner.counters()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
     }
 }

@@ -55,6 +55,22 @@ impl HoldFlush {
         false
     }
 
+    /// [`HoldFlush::wait_held`], giving up early once `gone` says the
+    /// flush will not come (the commit failed before it); false then.
+    pub fn wait_held_unless(&self, limit: Duration, gone: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let step =
+                Duration::from_millis(5).min(deadline.saturating_duration_since(std::time::Instant::now()));
+            if self.held_rx.recv_timeout(step).is_ok() {
+                return true;
+            }
+            if gone() || std::time::Instant::now() >= deadline {
+                return self.wait_held(Duration::ZERO);
+            }
+        }
+    }
+
     /// Let the held flush go.
     pub fn release(&self) {
         let _ = self.go_tx.try_send(());

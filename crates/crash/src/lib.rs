@@ -24,6 +24,8 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod check;
+mod devfail;
+mod failing;
 mod faults;
 mod hold;
 mod receive;
@@ -35,6 +37,8 @@ mod tests;
 mod workloads;
 
 pub use check::{Ordering, Promise};
+pub use devfail::{combos, run_device_fault_case, run_device_faults, DevFailOptions, DevFailReport};
+pub use failing::{FailEffect, FailMode, FailOp, FailPlan, FailingDevice};
 pub use faults::{Fault, FaultyDevice};
 pub use receive::{run_receive, ReceiveReport};
 

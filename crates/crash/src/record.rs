@@ -17,6 +17,8 @@
 //! ([`Recorder::with_setup`]): the crash states then all have them.
 
 use super::snapshot::Snapshot;
+
+mod after_fault;
 use crate::faults::{Fault, FaultyDevice};
 use crate::hold::HoldFlush;
 use std::collections::{BTreeMap, BTreeSet};
@@ -280,6 +282,12 @@ impl Recorder {
         self.snapsets.last().map_or(0, |s| s.len())
     }
 
+    /// The failing device's quiet section, if there is one: the
+    /// recorder's own walks are never failed (`failing.rs`).
+    fn quiet(&self) -> Option<crate::failing::Quiet> {
+        self.hold.failing.as_ref().map(|f| f.quiet())
+    }
+
     /// Length of the device op log so far.
     fn pos(&self) -> usize {
         log_pos(&self.dev)
@@ -382,15 +390,27 @@ impl Recorder {
             // Whatever happens below, the held flush goes through in the end.
             let _release = ReleaseOnDrop(hold);
             let a = s.spawn(|| fsync(first));
-            if !hold.wait_held(Duration::from_secs(30)) {
-                return Err(Error::BadImage(format!("the fsync of ino {first} never flushed")));
+            let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, usize, u64)>| {
+                h.join()
+                    .map_err(|_| Error::BadImage("an fsync thread panicked".into()))
+            };
+            if !hold.wait_held_unless(Duration::from_secs(30), || a.is_finished()) {
+                if !a.is_finished() {
+                    return Err(Error::BadImage(format!("the fsync of ino {first} never flushed")));
+                }
+                // It ended before its flush (a device error): the second
+                // goes alone.
+                let (start_b, f0_b) = (log_pos(dev), dev.counters().flushes);
+                let b = s.spawn(|| fsync(second));
+                return Ok(((start_b, f0_b), join(a)?, join(b)?));
             }
             let (start_b, f0_b) = (log_pos(dev), dev.counters().flushes);
             let b = s.spawn(|| fsync(second));
             // The second commit is taken and has written its first block
             // (the committer writes a group's blocks at once).
             let deadline = Instant::now() + Duration::from_secs(30);
-            while fs.pending_fsyncs() > 0 || log_pos(dev) == start_b {
+            // (Or it ended: it failed before writing.)
+            while (fs.pending_fsyncs() > 0 || log_pos(dev) == start_b) && !b.is_finished() {
                 if Instant::now() > deadline {
                     return Err(Error::BadImage(format!(
                         "the fsync of ino {second} was not written while the one before flushed"
@@ -399,14 +419,11 @@ impl Recorder {
                 std::thread::yield_now();
             }
             hold.release();
-            let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, usize, u64)>| {
-                h.join()
-                    .map_err(|_| Error::BadImage("an fsync thread panicked".into()))
-            };
             Ok(((start_b, f0_b), join(a)?, join(b)?))
         });
         let ((start_b, f0_b), (ra, end_a, f_a), (rb, end_b, f_b)) = outcome?;
         let full = self.deltas() != d0;
+        let _quiet = self.quiet();
         let snap = snapshot_after(self.fs()?, &self.dev, self.pos(), "two fsyncs in flight")?;
         let names = self.note(&snap)?;
         // Each call's flushes are those the device saw while it ran (the
@@ -442,6 +459,7 @@ impl Recorder {
         fsynced: Vec<Ino>,
         (flushes, full): (u64, bool),
     ) -> Result<()> {
+        let _quiet = self.quiet();
         let snap = snapshot_after(self.fs()?, &self.dev, end, &desc)?;
         let names = self.note(&snap)?;
         self.ops.push(OpRecord {
@@ -473,11 +491,14 @@ impl Recorder {
         after_log: bool,
         during: impl FnOnce(&mut Interleaved<'_>) -> Result<()>,
     ) -> Result<()> {
+        let quiet = self.quiet();
         let before = Snapshot::take(self.fs()?)?;
         let names = self.note(&before)?;
+        drop(quiet);
         let (start, f0) = (self.pos(), self.flushes());
         let fs = self.fs.as_ref().ok_or_else(not_mounted)?;
         let mut inner = Interleaved {
+            failing: self.hold.failing.clone(),
             fs,
             dev: &self.dev,
             ops: Vec::new(),
@@ -492,10 +513,9 @@ impl Recorder {
         } else {
             fs.sync_with(run)
         };
+        // (A call during the commit that failed ends the workload, but
+        // what the calls before it did is recorded: it may be durable.)
         let (ops, snaps) = (inner.ops, inner.snaps);
-        if let Some(e) = failed {
-            return Err(e);
-        }
         let end = self.pos();
         let inner_flushes: u64 = ops.iter().map(|o| o.flushes).sum();
         self.ops.push(OpRecord {
@@ -518,6 +538,9 @@ impl Recorder {
         }
         self.ops.extend(ops);
         self.snaps.extend(snaps);
+        if let Some(e) = failed {
+            return Err(e);
+        }
         r.map_err(|e| Error::BadImage(format!("sync failed: {e}")))
     }
 
@@ -543,6 +566,7 @@ impl Recorder {
             .rev()
             .take_while(|o| !o.durable || o.is_fast_fsync())
             .any(|o| o.is_fast_fsync());
+        let _quiet = self.quiet();
         let got = Snapshot::take(self.fs()?)?;
         if !fast && !self.snaps[lo..].contains(&got) {
             let diff = got.diff(&self.snaps[lo], 6).join("; ");
@@ -601,27 +625,7 @@ impl Recorder {
         });
         self.snaps.push(snap);
         self.snapsets.push(names);
-        let log = self.dev.take_ops();
-        // The log must reproduce the device exactly.
-        let mut check = self.base.clone();
-        tux3::device::recording::apply(&log, &mut check, self.mem.block_size());
-        if check != self.mem.image() {
-            return Err(Error::BadImage(
-                "recorded log does not reproduce the device".into(),
-            ));
-        }
-        let fingerprints = self.snaps.iter().map(Snapshot::fingerprint).collect();
-        Ok(Recording {
-            block_size: self.mem.block_size(),
-            base: self.base,
-            log,
-            ops: self.ops,
-            snaps: self.snaps,
-            fingerprints,
-            open: self.open,
-            snapsets: self.snapsets,
-            snap_contents: self.snap_contents,
-        })
+        self.into_recording(Ok(())).map(|(rec, _)| rec)
     }
 }
 
@@ -629,6 +633,7 @@ impl Recorder {
 /// ([`Recorder::sync_interleaved`]), recorded like [`Recorder::op`] and
 /// [`Recorder::fsync`].
 pub struct Interleaved<'a> {
+    failing: Option<Arc<crate::failing::FailingDevice>>,
     fs: &'a Fs,
     dev: &'a RecordingDevice,
     ops: Vec<OpRecord>,
@@ -650,7 +655,9 @@ impl Interleaved<'_> {
     ) -> Result<()> {
         let end = self.pos();
         let flushes = self.dev.counters().flushes - f0;
+        let quiet = self.failing.as_ref().map(|f| f.quiet());
         self.snaps.push(snapshot_after(self.fs, self.dev, end, &desc)?);
+        drop(quiet);
         self.ops.push(OpRecord {
             desc,
             start,

@@ -37,6 +37,17 @@ const BS: u32 = 4096;
 
 /// Run workload `name` with `seed` and return its recording.
 pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
+    let (mut rec, mut rng) = recorder(name, seed, fault)?;
+    drive(name, &mut rec, &mut rng)?;
+    rec.finish()
+}
+
+/// The recorder workload `name` runs on (its volume formatted, set up and
+/// open), and the random numbers it goes on with.
+pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> {
+    if !NAMES.contains(&name) {
+        return Err(Error::BadImage(format!("unknown crash workload {name:?}")));
+    }
     let mut rng = Rng::new(seed ^ hash_name(name));
     let opts = |dirty_limit: u64, unify: u64| OpenOptions {
         dirty_limit,
@@ -44,7 +55,7 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         commit_interval: None,
         ..OpenOptions::default()
     };
-    let mut rec = match name {
+    let rec = match name {
         "large_writes" => Recorder::new(BS, 1536, opts(64 << 10, 64), fault)?,
         "unify" => Recorder::new(BS, 512, opts(256 << 10, 2), fault)?,
         "random_mix" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
@@ -57,25 +68,30 @@ pub fn record(name: &str, seed: u64, fault: Fault) -> Result<Recording> {
         })?,
         _ => Recorder::new(BS, 512, opts(1 << 20, 256), fault)?,
     };
+    Ok((rec, rng))
+}
+
+/// Run workload `name`'s calls on `rec`.
+pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     match name {
-        "rename_over" => rename_over(&mut rec, &mut rng)?,
-        "append_fsync" => append_fsync(&mut rec, &mut rng)?,
-        "dir_churn" => churn(&mut rec, &mut rng, 90, false)?,
-        "large_writes" => large_writes(&mut rec, &mut rng)?,
-        "truncate_links" => truncate_links(&mut rec, &mut rng)?,
-        "random_mix" => churn(&mut rec, &mut rng, 110, true)?,
-        "unify" => unify(&mut rec, &mut rng)?,
-        "remount" => remount(&mut rec, &mut rng)?,
-        "fsync_ahead" => fsync_ahead(&mut rec, &mut rng)?,
-        "names_fsync" => names::names_fsync(&mut rec, &mut rng)?,
-        "snapshots" => snapshots(&mut rec, &mut rng)?,
-        "fsync_pipeline" => pipeline::fsync_pipeline(&mut rec, &mut rng)?,
-        "many_snapshots" => many_snapshots(&mut rec, &mut rng)?,
-        "large_xattrs" => xattrs::large_xattrs(&mut rec, &mut rng)?,
-        "fallocate" => falloc::fallocate(&mut rec, &mut rng)?,
+        "rename_over" => rename_over(rec, rng)?,
+        "append_fsync" => append_fsync(rec, rng)?,
+        "dir_churn" => churn(rec, rng, 90, false)?,
+        "large_writes" => large_writes(rec, rng)?,
+        "truncate_links" => truncate_links(rec, rng)?,
+        "random_mix" => churn(rec, rng, 110, true)?,
+        "unify" => unify(rec, rng)?,
+        "remount" => remount(rec, rng)?,
+        "fsync_ahead" => fsync_ahead(rec, rng)?,
+        "names_fsync" => names::names_fsync(rec, rng)?,
+        "snapshots" => snapshots(rec, rng)?,
+        "fsync_pipeline" => pipeline::fsync_pipeline(rec, rng)?,
+        "many_snapshots" => many_snapshots(rec, rng)?,
+        "large_xattrs" => xattrs::large_xattrs(rec, rng)?,
+        "fallocate" => falloc::fallocate(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
-    rec.finish()
+    Ok(())
 }
 
 fn hash_name(name: &str) -> u64 {
