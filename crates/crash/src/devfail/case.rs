@@ -171,6 +171,12 @@ pub fn run(workload: &str, seed: u64, plan: FailPlan) -> Outcome {
                 continue;
             }
             during = calls_during(&o.desc);
+            // The first of two fsyncs in flight was written whole before
+            // the second (whose write may be the one that failed): its
+            // flush may make it durable.
+            if o.desc.contains("the first of two in flight") {
+                continue;
+            }
             if is_ack(o) && o.durable {
                 out.violations.push((
                     Kind::FalseDurability,
@@ -310,7 +316,8 @@ fn probe(rec: &mut Recorder, plan: FailPlan, in_call: bool, out: &mut Outcome) {
         };
         let r = fs.create(ROOT_INO, b"after-the-fault", 0o644, 0, 0).map(drop);
         erofs("create", r, out);
-        if let Some(&ino) = inos.iter().find(|&&i| i != ROOT_INO) {
+        // (A rollback that failed halfway may have taken the file away.)
+        if let Some(&ino) = inos.iter().find(|&&i| i != ROOT_INO && fs.getattr(i).is_ok()) {
             erofs("write", fs.write(ino, 0, b"x").map(drop), out);
         }
         if reads_work {

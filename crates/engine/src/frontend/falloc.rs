@@ -222,6 +222,9 @@ impl Volume {
             edges.push((end - 1) / bs);
         }
         let dev = self.be.dev.clone();
+        // Both edges are read before either changes, so that a failed read
+        // leaves the file as it was.
+        let mut zeroed = Vec::new();
         for lblock in edges {
             let start = lblock * bs;
             let (from, to) = (offset.max(start) - start, end.min(start + bs) - start);
@@ -233,10 +236,14 @@ impl Volume {
             if !mapped && i.pages.content(lblock).is_none() {
                 continue;
             }
-            let clean_before = i.pages.clean_len();
-            let was_dirty = i.pages.is_dirty(lblock);
             let mut b = self.block(ino, lblock)?;
             b[from as usize..to as usize].fill(0);
+            zeroed.push((lblock, b));
+        }
+        for (lblock, b) in zeroed {
+            let i = self.inode(ino)?;
+            let clean_before = i.pages.clean_len();
+            let was_dirty = i.pages.is_dirty(lblock);
             let delta = self.be.delta;
             let i = self.inode(ino)?;
             *i.pages.page_mut(lblock, delta, Vec::new) = b;
