@@ -3,44 +3,18 @@
 //! harness's failing device (`crates/crash/src/failing.rs`) over a memory
 //! device: a failed commit write or flush fails every later fsync,
 //! fdatasync and sync of every file (it sticks), changes get EROFS,
-//! readers go on, nothing is retried, the close reports it, the message
-//! names the device and the error, and the healed device mounts to the
+//! readers go on, nothing is retried, the close reports it, and the
+//! healed device mounts to the
 //! last durable state; a failed read is EIO naming its block and leaves
-//! the cache as it was.
+//! the cache as it was. (The message: `device_error_message.rs`.)
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tux3::api::Fs;
 use tux3::device::{Device, MemDevice};
 use tux3::error::Errno;
 use tux3::types::{FormatOptions, Ino, OpenOptions, ROOT_INO};
 use tux3_crash::{FailEffect, FailMode, FailOp, FailingDevice};
 use tux3_tools::fsck::{self, FsckOptions};
-
-/// Everything the engine logs, for the tests that look for its message.
-static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct LogWriter;
-
-impl Write for LogWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        LOG.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_log() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_writer(|| LogWriter)
-            .with_ansi(false)
-            .try_init();
-    });
-}
 
 /// A formatted memory device, the failing device over it, and the volume
 /// open on that (no commit thread: commits happen when the test asks).
@@ -178,23 +152,6 @@ fn a_torn_log_write_leaves_the_last_durable_state() {
     let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
     assert_eq!(fs.read(a, 0, 10_000).unwrap(), one);
     fs.close().unwrap();
-}
-
-#[test]
-fn the_message_names_the_device_and_the_error() {
-    capture_log();
-    let (_mem, failing, fs) = volume();
-    file(&fs, "a", b"x");
-    failing.arm(FailOp::Flush, FailMode::Once, FailEffect::Eio);
-    assert_eq!(errno(fs.sync()), Errno::EIO);
-    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).to_string();
-    let line = log
-        .lines()
-        .find(|l| l.contains("read-only until it is mounted again"))
-        .unwrap_or_else(|| panic!("no message of the failed commit in {log:?}"));
-    assert!(line.contains("failing device over the device"), "{line}");
-    assert!(line.contains("injected flush error"), "{line}");
-    assert!(line.contains("ERROR"), "{line}");
 }
 
 #[test]
