@@ -135,6 +135,9 @@ pub fn pass(
     let runs = runs(plan, from, bs);
     let count = dev.block_count();
     let (tx, rx) = crossbeam_channel::bounded::<(Run, std::io::Result<Vec<u8>>)>(AHEAD);
+    // Buffers go back to the reader once checked: a few, reused, rather
+    // than a fresh megabyte (and its page faults) per run.
+    let (give_back, reuse) = crossbeam_channel::bounded::<Vec<u8>>(AHEAD + 2);
     let mut bad = Vec::new();
     let mut read = 0u64;
     let began = Instant::now();
@@ -142,7 +145,9 @@ pub fn pass(
         let reader_runs = &runs;
         s.spawn(move || {
             for r in reader_runs {
-                let mut buf = vec![0u8; (r.count * bs) as usize];
+                let mut buf = reuse.try_recv().unwrap_or_default();
+                // The read fills it whole: old bytes are never seen.
+                buf.resize((r.count * bs) as usize, 0);
                 let res = dev.read(r.start, &mut buf).map(|()| buf);
                 if tx.send((*r, res)).is_err() {
                     return;
@@ -163,6 +168,7 @@ pub fn pass(
                     }
                 }
             }
+            let _ = give_back.try_send(buf);
             read += run.count;
             if rate > 0 {
                 let due = Duration::from_secs_f64((read * bs) as f64 / rate as f64);
