@@ -23,11 +23,10 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use tux3::device::Device;
-use tux3::log::read_chain;
 use tux3::structures::superblock::Superblock;
 use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
 use tux3_fuzz::fields::{fields, interesting, Field};
-use tux3_fuzz::{check, device, fit, reseal_changed, seeds, walk, BS, MIN_BLOCKS};
+use tux3_fuzz::{check, device, fit, live_blocks, reseal_changed, seeds, walk, BS, MIN_BLOCKS};
 
 struct Base {
     image: Vec<u8>,
@@ -44,22 +43,12 @@ fn bases() -> &'static [Base] {
         seeds()
             .into_iter()
             .map(|(_, image)| {
-                let dev = device(&image);
-                let sb = Superblock::load(dev.as_ref()).expect("base superblock");
-                let chain = read_chain(dev.as_ref(), sb.log_start()).expect("base log");
-                let mut log: Vec<usize> = chain.blocks().map(|b| b as usize).collect();
-                log.push(chain.tail.next as usize);
-                let mut meta: BTreeSet<usize> = tux3_tools::fsck::metadata_blocks(dev)
-                    .expect("base metadata")
-                    .into_iter()
-                    .map(|b| b as usize)
-                    .collect();
-                meta.extend([0, 1]);
-                meta.extend(log.iter().copied());
+                let sb = Superblock::load(device(&image).as_ref()).expect("base superblock");
+                let (meta, log) = live_blocks(&image);
                 Base {
                     image,
                     blocks: sb.block_count,
-                    meta: meta.into_iter().collect(),
+                    meta,
                     log,
                 }
             })

@@ -94,6 +94,26 @@ pub fn reseal_changed(img: &mut [u8], log: &[usize], touched: impl IntoIterator<
     }
 }
 
+/// The blocks of `img` a structure-aware mutation may touch: its live
+/// metadata blocks (superblock copies, tree nodes, bitmap and log blocks),
+/// sorted, and its committed log blocks in chain order followed by the
+/// reserved next one (for [`reseal_changed`]).
+pub fn live_blocks(img: &[u8]) -> (Vec<usize>, Vec<usize>) {
+    let dev = device(img);
+    let sb = superblock::Superblock::load(dev.as_ref()).expect("base superblock");
+    let chain = tux3::log::read_chain(dev.as_ref(), sb.log_start()).expect("base log");
+    let mut log: Vec<usize> = chain.blocks().map(|b| b as usize).collect();
+    log.push(chain.tail.next as usize);
+    let mut meta: std::collections::BTreeSet<usize> = tux3_tools::fsck::metadata_blocks(dev)
+        .expect("base metadata")
+        .into_iter()
+        .map(|b| b as usize)
+        .collect();
+    meta.extend([0, 1]);
+    meta.extend(log.iter().copied());
+    (meta.into_iter().collect(), log)
+}
+
 /// A memory device over a copy of `img`.
 pub fn device(img: &[u8]) -> Arc<dyn Device> {
     Arc::new(MemDevice::from_image(BS as u32, img.to_vec()))

@@ -13,16 +13,14 @@
 //! Calls the engine's public API, `tux3_tools::fsck`, and `fields`.
 
 use crate::fields::{fields, Field};
-use crate::{device, reseal_changed};
+use crate::{device, live_blocks, reseal_changed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tux3::device::{CounterSnapshot, Device, Gather};
-use tux3::log::read_chain;
-use tux3::structures::superblock::Superblock;
 use tux3::{FileType, Fs, OpenOptions, ROOT_INO};
-use tux3_tools::fsck::{check, metadata_blocks, FsckOptions, FsckReport};
+use tux3_tools::fsck::{check, FsckOptions, FsckReport};
 
 /// How a field is changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,18 +124,8 @@ pub struct Base {
 
 impl Base {
     pub fn new(image: Vec<u8>, bs: usize) -> Base {
+        let (meta, log) = live_blocks(&image);
         let dev = device(&image);
-        let sb = Superblock::load(dev.as_ref()).expect("base superblock");
-        let chain = read_chain(dev.as_ref(), sb.log_start()).expect("base log");
-        let mut log: Vec<usize> = chain.blocks().map(|b| b as usize).collect();
-        log.push(chain.tail.next as usize);
-        let mut meta: BTreeSet<usize> = metadata_blocks(dev.clone())
-            .expect("base metadata")
-            .into_iter()
-            .map(|b| b as usize)
-            .collect();
-        meta.extend([0, 1]);
-        meta.extend(log.iter().copied());
         let files = files_of(dev.clone()).expect("base mounts");
         let state = state_of(dev);
         let crash_states = log
@@ -151,7 +139,7 @@ impl Base {
         Base {
             image,
             bs,
-            meta: meta.into_iter().collect(),
+            meta,
             log,
             files,
             state,
