@@ -40,6 +40,11 @@ pub struct MkfsArgs {
     /// is then not verified on reads or by scrub
     #[arg(long)]
     pub no_data_sums: bool,
+    /// Write every bitmap block, as programs reading format versions 1
+    /// to 4 expect (format version 4, or 3 with --no-data-sums); by
+    /// default all-clear bitmap blocks are left out (version 5)
+    #[arg(long)]
+    pub no_sparse_bitmap: bool,
     /// Image file (created sparse if missing) or block device
     pub target: PathBuf,
 }
@@ -128,6 +133,7 @@ fn make(args: &MkfsArgs, source: Option<(&Path, fs::Metadata)>) -> Result<u8, Cl
 
     let mut opts = FormatOptions {
         data_sums: !args.no_data_sums,
+        sparse_bitmap: !args.no_sparse_bitmap,
         ..FormatOptions::default()
     };
     if let Some((_, meta)) = &source {

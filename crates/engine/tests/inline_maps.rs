@@ -195,7 +195,13 @@ fn rewrites_truncates_and_full_records() {
 /// 2) writes no attribute 9: older programs can still read it.
 #[test]
 fn volumes_without_the_flag_keep_extent_trees() {
-    let mem = fresh();
+    let mem = Arc::new(MemDevice::new(BS as u32, 16384));
+    let dev: Arc<dyn Device> = mem.clone();
+    let opts = FormatOptions {
+        sparse_bitmap: false,
+        ..FormatOptions::default()
+    };
+    Fs::format(dev, &opts).unwrap();
     for copy in 0..2u64 {
         let mut b = vec![0u8; BS as usize];
         mem.read(copy, &mut b).unwrap();

@@ -22,7 +22,9 @@ use tux3::device::Device;
 use tux3::error::Result;
 use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
-use tux3::structures::superblock::{Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS};
+use tux3::structures::superblock::{
+    Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS, FLAG_SPARSE_BITMAP,
+};
 use tux3::structures::{bitmap, extent};
 use tux3::types::FileType;
 
@@ -161,6 +163,7 @@ fn geometry(sb: &Superblock, out: &mut String) {
         (FLAG_SNAPSHOTS, "SNAPSHOTS"),
         (FLAG_INLINE_MAPS, "INLINE_MAPS"),
         (FLAG_DATA_SUMS, "DATA_SUMS"),
+        (FLAG_SPARSE_BITMAP, "SPARSE_BITMAP"),
     ]
     .iter()
     .filter(|(bit, _)| flags & bit != 0)

@@ -120,7 +120,7 @@ fn dump_shows_the_flag_and_inline_extents_like_tree_extents() {
     assert!(s.inline.len() == 1 && b.inline.is_empty() && b.root.addr != 0);
     let text = dump::report(dev.clone()).unwrap();
     assert!(
-        text.contains("format version 4, flags 0x6 (INLINE_MAPS, DATA_SUMS)"),
+        text.contains("format version 5, flags 0xe (INLINE_MAPS, DATA_SUMS, SPARSE_BITMAP)"),
         "{text}"
     );
     let e = s.inline[0].clone();

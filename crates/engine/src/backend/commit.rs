@@ -723,10 +723,10 @@ impl Backend {
             self.sb.generation = u64::from(self.alloc.generation);
         }
         let relocated = self.relocate_bitmap(writes)?;
-        for (index, addr) in &relocated {
+        for (index, addr) in relocated.iter().filter_map(|(i, a)| Some((i, (*a)?))) {
             writes.push((
-                *addr,
-                bitmap::encode(*addr, *index, &self.alloc.bits(*index, bs), bs),
+                addr,
+                bitmap::encode(addr, *index, &self.alloc.bits(*index, bs), bs),
             ));
         }
         self.alloc.dirty.clear();
@@ -779,29 +779,47 @@ impl Backend {
 
     /// Give every changed bitmap block a new address, updating the bitmap
     /// file's extent tree, until allocation stops changing further bitmap
-    /// blocks (each block relocates at most once, so this ends).
-    fn relocate_bitmap(&mut self, writes: &mut Writes) -> Result<BTreeMap<u64, u64>> {
+    /// blocks. On a sparse bitmap a changed block whose bits are all clear
+    /// becomes a hole instead (`None`), and is written after all if the
+    /// relocation itself allocates in its group; so each block changes at
+    /// most twice, and this ends.
+    fn relocate_bitmap(&mut self, writes: &mut Writes) -> Result<BTreeMap<u64, Option<u64>>> {
         let dev = self.dev.clone();
         let bs = self.bs;
-        let mut relocated: BTreeMap<u64, u64> = BTreeMap::new();
+        let sparse = self.sb.sparse_bitmap;
+        let mut relocated: BTreeMap<u64, Option<u64>> = BTreeMap::new();
         loop {
             let todo: Vec<u64> = self
                 .alloc
                 .dirty
                 .iter()
-                .filter(|i| !relocated.contains_key(i))
+                .filter(|i| match relocated.get(i) {
+                    None => true,
+                    Some(None) => !self.alloc.is_clear(**i),
+                    Some(Some(_)) => false,
+                })
                 .copied()
                 .collect();
             if todo.is_empty() && !self.bitmap.needs_unify() {
                 break;
             }
             for index in todo {
-                let goal = extent::lookup(&mut self.bitmap, dev.as_ref(), index)?.map_or(2, |e| e.pblock);
+                let old = extent::lookup(&mut self.bitmap, dev.as_ref(), index)?;
+                if sparse && self.alloc.is_clear(index) {
+                    if old.is_some() {
+                        for (s, c, _) in extent::punch(&mut self.bitmap, dev.as_ref(), index, index + 1)? {
+                            self.alloc.free_range(s, c);
+                        }
+                    }
+                    relocated.insert(index, None);
+                    continue;
+                }
+                let goal = old.map_or(2, |e| e.pblock);
                 let addr = self.alloc.alloc_one(goal)?;
                 for (s, c, _) in extent::map(&mut self.bitmap, dev.as_ref(), index, addr, 1, 0)? {
                     self.alloc.free_range(s, c);
                 }
-                relocated.insert(index, addr);
+                relocated.insert(index, Some(addr));
             }
             let mut maps = Vec::new();
             let alloc = &mut self.alloc;

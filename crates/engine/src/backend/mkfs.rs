@@ -1,9 +1,10 @@
 //! Backend layer: mkfs writes an empty volume — a unified image with no log.
 //!
-//! Layout of a new volume: blocks 0 and 1 superblocks, then the bitmap
-//! blocks, then the bitmap file's extent leaf, the inode-table leaf holding
-//! the root directory, and the reserved log head (zeroed). Everything after
-//! that is free.
+//! Layout of a new volume: blocks 0 and 1 superblocks, then bitmap block
+//! 0 (the bitmap is sparse: the other bitmap blocks, all clear, are holes
+//! of the bitmap file), then the bitmap file's extent leaf, the inode-table
+//! leaf holding the root directory, and the reserved log head (zeroed).
+//! Everything after that is free, so mkfs takes the same time at any size.
 //!
 //! Calls structures (superblock, bitmap, btree leaves) and the device.
 
@@ -37,12 +38,15 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
     let nbitmap = bitmap::blocks_needed(bs, blocks);
     let mut alloc = Allocator::new(blocks, bs);
     alloc.apply_alloc(0, 2);
-    alloc.apply_alloc(2, nbitmap);
+    // Sparse, bitmap block 0 only: everything mkfs allocates lies in its
+    // group. Otherwise all of them.
+    let mapped = if opts.sparse_bitmap { 1 } else { nbitmap };
+    alloc.apply_alloc(2, mapped);
     let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
 
     // The bitmap file: one extent over its blocks.
     let mut bitmap_tree = Tree::new_empty(BITMAP_INO, TreeKind::Extents);
-    extent::map(&mut bitmap_tree, dev, 0, 2, nbitmap, 0)?;
+    extent::map(&mut bitmap_tree, dev, 0, 2, mapped, 0)?;
     let mut maps = Vec::new();
     let mut freed = Vec::new();
     let bitmap_root = {
@@ -78,10 +82,11 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
     // The log head: reserved and zeroed so no stale block can pass for it.
     let log_head = alloc.alloc_one(2)?;
     writes.push((log_head, vec![0u8; bs]));
-    for index in 0..nbitmap {
+    for index in 0..mapped {
         let addr = 2 + index;
         writes.push((addr, bitmap::encode(addr, index, &alloc.bits(index, bs), bs)));
     }
+    debug_assert!((mapped..nbitmap).all(|i| alloc.is_clear(i)), "holes are clear");
     for (addr, image) in &writes {
         dev.write(*addr, image)?;
     }
@@ -108,6 +113,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         generation: 0,
         inline_maps: true,
         data_sums: opts.data_sums,
+        sparse_bitmap: opts.sparse_bitmap,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

@@ -179,6 +179,49 @@ pub(crate) fn nonce() -> u64 {
     h.finish()
 }
 
+/// Read the bitmap blocks the bitmap file maps into `alloc`: every one
+/// of `sb.bitmap_blocks`, or on a sparse bitmap those that are not holes
+/// (the rest are all clear), so a mount reads what is in use, not the
+/// volume's size.
+fn load_bitmap(dev: &dyn Device, sb: &Superblock, tree: &mut Tree, alloc: &mut Allocator) -> Result<()> {
+    let bs = dev.block_size() as usize;
+    let mut buf = vec![0u8; bs];
+    let mut next = 0u64;
+    for e in extent::all(tree, dev)? {
+        if e.lblock < next || e.lblock.saturating_add(e.count) > sb.bitmap_blocks {
+            return Err(Error::corrupt(
+                sb.bitmap.addr,
+                format!(
+                    "bitmap file maps blocks {}+{} (overlapping, or past its {} blocks)",
+                    e.lblock, e.count, sb.bitmap_blocks
+                ),
+            ));
+        }
+        if e.lblock > next && !sb.sparse_bitmap {
+            break;
+        }
+        for index in e.lblock..e.end() {
+            let addr = e.pblock + (index - e.lblock);
+            if addr >= sb.block_count {
+                return Err(Error::corrupt(
+                    sb.bitmap.addr,
+                    format!("bitmap block {index} maps outside the volume"),
+                ));
+            }
+            crate::device::read_named(dev, addr, &mut buf)?;
+            alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
+        }
+        next = e.end();
+    }
+    if next < sb.bitmap_blocks && !sb.sparse_bitmap {
+        return Err(Error::corrupt(
+            sb.bitmap.addr,
+            format!("bitmap file has a hole at block {next}"),
+        ));
+    }
+    Ok(())
+}
+
 impl Backend {
     /// Read the superblock and bitmap, then replay the log: bitmap records
     /// and inode-table changes are applied at once; file-tree changes are
@@ -220,21 +263,7 @@ impl Backend {
         }
         let mut alloc = Allocator::new(sb.block_count, bs);
         let mut bitmap_tree = Tree::open(BITMAP_INO, TreeKind::Extents, sb.bitmap);
-        let mut buf = vec![0u8; bs];
-        for index in 0..sb.bitmap_blocks {
-            let e = extent::lookup(&mut bitmap_tree, dev.as_ref(), index)?.ok_or_else(|| {
-                Error::corrupt(sb.bitmap.addr, format!("bitmap file has a hole at block {index}"))
-            })?;
-            let addr = e.pblock + (index - e.lblock);
-            if addr >= sb.block_count {
-                return Err(Error::corrupt(
-                    sb.bitmap.addr,
-                    format!("bitmap block {index} maps outside the volume"),
-                ));
-            }
-            crate::device::read_named(dev.as_ref(), addr, &mut buf)?;
-            alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
-        }
+        load_bitmap(dev.as_ref(), &sb, &mut bitmap_tree, &mut alloc)?;
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);

@@ -14,6 +14,7 @@ use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Largest bounce buffer; bigger requests are done in pieces.
 const BOUNCE_MAX: usize = 1 << 20;
@@ -22,7 +23,8 @@ const BOUNCE_MAX: usize = 1 << 20;
 pub struct FileDevice {
     file: File,
     block_size: u32,
-    block_count: u64,
+    /// Blocks on the device (an image file may be resized).
+    block_count: AtomicU64,
     writable: bool,
     /// Opened with `O_DIRECT`: all I/O goes through aligned bounce buffers.
     direct: bool,
@@ -90,7 +92,7 @@ impl FileDevice {
         Ok(FileDevice {
             file,
             block_size,
-            block_count: bytes / block_size as u64,
+            block_count: AtomicU64::new(bytes / block_size as u64),
             writable,
             direct,
             batch: ring(),
@@ -160,10 +162,34 @@ impl Device for FileDevice {
         self.block_size
     }
     fn block_count(&self) -> u64 {
-        self.block_count
+        self.block_count.load(Relaxed)
+    }
+    fn resize(&self, blocks: u64) -> io::Result<u64> {
+        let meta = self.file.metadata()?;
+        let bytes = if meta.file_type().is_block_device() {
+            block_device_size(&self.file)?
+        } else {
+            if !self.writable {
+                return Err(read_only_error());
+            }
+            let bytes = blocks.checked_mul(u64::from(self.block_size)).ok_or_else(|| {
+                io::Error::new(ErrorKind::InvalidInput, format!("{blocks} blocks is too large"))
+            })?;
+            self.file.set_len(bytes)?;
+            bytes
+        };
+        let have = bytes / u64::from(self.block_size);
+        self.block_count.store(have, Relaxed);
+        if have < blocks {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("{} has {have} blocks, not {blocks}", self.name),
+            ));
+        }
+        Ok(have)
     }
     fn read(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
-        let n = check_range(self.block_size, self.block_count, block, buf.len())?;
+        let n = check_range(self.block_size, self.block_count(), block, buf.len())?;
         let base = block * self.block_size as u64;
         if self.direct && !is_aligned(buf) {
             let chunk = self.chunk_len(buf.len());
@@ -183,7 +209,7 @@ impl Device for FileDevice {
         if !self.writable {
             return Err(read_only_error());
         }
-        let n = check_range(self.block_size, self.block_count, block, buf.len())?;
+        let n = check_range(self.block_size, self.block_count(), block, buf.len())?;
         let base = block * self.block_size as u64;
         if self.direct && !is_aligned(buf) {
             let chunk = self.chunk_len(buf.len());
@@ -213,7 +239,7 @@ impl Device for FileDevice {
         let mut blocks = Vec::with_capacity(reqs.len());
         for (block, parts) in reqs {
             let len = parts.iter().map(|p| p.len()).sum();
-            blocks.push(check_range(self.block_size, self.block_count, *block, len)?);
+            blocks.push(check_range(self.block_size, self.block_count(), *block, len)?);
         }
         let urgent = URGENT_HERE.get() > 0;
         let ring = if urgent {

@@ -45,6 +45,12 @@ impl Device for MemDevice {
     fn block_count(&self) -> u64 {
         self.data.read().len() as u64 / self.block_size as u64
     }
+    fn resize(&self, blocks: u64) -> std::io::Result<u64> {
+        self.data
+            .write()
+            .resize((self.block_size as u64 * blocks) as usize, 0);
+        Ok(blocks)
+    }
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let data = self.data.read();
         let n = check_range(

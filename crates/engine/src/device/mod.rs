@@ -58,6 +58,20 @@ pub trait Device: Send + Sync {
     fn name(&self) -> String {
         "the device".into()
     }
+    /// Make the device `blocks` long where it can (an image file grows or
+    /// shrinks; a block device is measured again) and return its block
+    /// count now. The default can change nothing: it answers the count,
+    /// or an error if that is less than `blocks`.
+    fn resize(&self, blocks: u64) -> std::io::Result<u64> {
+        let have = self.block_count();
+        if have < blocks {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} has {have} blocks, not {blocks}, and cannot grow", self.name()),
+            ));
+        }
+        Ok(have)
+    }
 }
 
 /// Read `buf.len() / block_size` blocks from `block` on, an error naming

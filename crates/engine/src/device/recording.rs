@@ -63,6 +63,9 @@ impl Device for RecordingDevice {
     fn block_count(&self) -> u64 {
         self.inner.block_count()
     }
+    fn resize(&self, blocks: u64) -> std::io::Result<u64> {
+        self.inner.resize(blocks)
+    }
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.inner.read(block, buf)?;
         self.counters

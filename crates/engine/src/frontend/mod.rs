@@ -454,7 +454,12 @@ impl Volume {
 
     /// Blocks kept back for the metadata of commits and unify.
     fn slack(&self) -> u64 {
-        24 + 2 * self.be.sb.bitmap_blocks + self.be.log.since_unify.len() as u64 / 8
+        // A unify rewrites each changed bitmap block: at most those of the
+        // groups in use, and of a group or two it allocates in afresh.
+        let alloc = &self.be.alloc;
+        let groups = (alloc.groups_loaded() + alloc.dirty.len()) as u64 + 2;
+        let groups = groups.min(self.be.sb.bitmap_blocks);
+        24 + 2 * groups + self.be.log.since_unify.len() as u64 / 8
     }
 
     /// Whether the current delta holds any change.

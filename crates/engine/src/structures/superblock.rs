@@ -27,7 +27,9 @@
 //! the inode record (made so by mkfs) sets flag bit 1 (`INLINE_MAPS`) and
 //! version 3, whatever its other flag. A volume whose written extents carry
 //! a CRC32C per data block (made so by mkfs, the default) sets flag bit 2
-//! (`DATA_SUMS`) and version 4, whatever its other flags.
+//! (`DATA_SUMS`) and version 4, whatever its other flags. A volume whose
+//! bitmap file may leave out bitmap blocks of free blocks only (made so by
+//! mkfs, and by a resize) sets flag bit 3 (`SPARSE_BITMAP`) and version 5.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -49,13 +51,20 @@ pub const FLAG_INLINE_MAPS: u32 = 2;
 pub const VERSION_DATA_SUMS: u32 = 4;
 /// Flag bit: every written extent of a file carries its blocks' checksums.
 pub const FLAG_DATA_SUMS: u32 = 4;
+/// Format version of a volume with the `SPARSE_BITMAP` flag.
+pub const VERSION_SPARSE_BITMAP: u32 = 5;
+/// Flag bit: the bitmap file may have holes, each a bitmap block of
+/// blocks all free.
+pub const FLAG_SPARSE_BITMAP: u32 = 8;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 
 /// The format version that goes with `flags`.
 fn flags_version(flags: u32) -> u32 {
-    if flags & FLAG_DATA_SUMS != 0 {
+    if flags & FLAG_SPARSE_BITMAP != 0 {
+        VERSION_SPARSE_BITMAP
+    } else if flags & FLAG_DATA_SUMS != 0 {
         VERSION_DATA_SUMS
     } else if flags & FLAG_INLINE_MAPS != 0 {
         VERSION_INLINE_MAPS
@@ -101,6 +110,9 @@ pub struct Superblock {
     pub inline_maps: bool,
     /// Written extents carry a CRC32C per data block (flag `DATA_SUMS`).
     pub data_sums: bool,
+    /// The bitmap file may have holes: bitmap blocks whose bits are all
+    /// clear (flag `SPARSE_BITMAP`).
+    pub sparse_bitmap: bool,
 }
 
 impl Superblock {
@@ -162,10 +174,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if !(VERSION..=VERSION_DATA_SUMS).contains(&version) {
+        if !(VERSION..=VERSION_SPARSE_BITMAP).contains(&version) {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_DATA_SUMS}"),
+                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_SPARSE_BITMAP}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -185,7 +197,7 @@ impl Superblock {
             ));
         }
         let flags = r.u32("flags")?;
-        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS) != 0
+        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS | FLAG_SPARSE_BITMAP) != 0
             || flags_version(flags) != version
         {
             return Err(Error::corrupt(
@@ -230,6 +242,7 @@ impl Superblock {
             generation: 0,
             inline_maps: flags & FLAG_INLINE_MAPS != 0,
             data_sums: flags & FLAG_DATA_SUMS != 0,
+            sparse_bitmap: flags & FLAG_SPARSE_BITMAP != 0,
         };
         let mut sb = sb;
         if flags & FLAG_SNAPSHOTS != 0 {
@@ -308,6 +321,9 @@ impl Superblock {
         }
         if self.data_sums {
             flags |= FLAG_DATA_SUMS;
+        }
+        if self.sparse_bitmap {
+            flags |= FLAG_SPARSE_BITMAP;
         }
         (flags_version(flags), flags)
     }
@@ -432,6 +448,7 @@ mod tests {
             generation: 0,
             inline_maps: false,
             data_sums: false,
+            sparse_bitmap: false,
         }
     }
 

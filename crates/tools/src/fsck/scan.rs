@@ -335,8 +335,8 @@ fn check_copies(dev: &dyn Device, sb: &Superblock, f: &mut Findings) {
     }
 }
 
-/// The bitmap file: its extent tree, that it maps exactly its blocks, and
-/// every bitmap block. Returns whether everything could be read.
+/// The bitmap file: its extent tree, that it maps exactly its blocks (or,
+/// sparse, none past them), and every bitmap block. Returns whether everything could be read.
 fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool {
     let dev = be.dev.clone();
     let dev = dev.as_ref();
@@ -410,7 +410,8 @@ fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool
         }
         next = next.max(e.lblock.saturating_add(e.count));
     }
-    if next < nb {
+    // A sparse bitmap leaves out blocks whose bits are all clear.
+    if next < nb && !be.sb.sparse_bitmap {
         f.problem(
             "bitmap",
             format!(

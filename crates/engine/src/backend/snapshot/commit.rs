@@ -63,7 +63,12 @@ impl Backend {
             })?;
             nodes += (tree.freed.len() + tree.retired.len()) as u64;
         }
+        // The bitmap blocks the bitmap file maps (a sparse one has holes).
+        let bitmap: u64 = crate::structures::extent::all(&mut self.bitmap, dev.as_ref())?
+            .iter()
+            .map(|e| e.count)
+            .sum();
         let used = self.alloc.blocks() - self.alloc.free();
-        Ok(used.saturating_sub(2 + self.sb.bitmap_blocks + nodes + self.snaps.dead_blocks + 1))
+        Ok(used.saturating_sub(2 + bitmap + nodes + self.snaps.dead_blocks + 1))
     }
 }
