@@ -32,6 +32,7 @@ pub mod mount;
 mod mount_opts;
 mod receive;
 mod remount;
+mod resize;
 mod scrub;
 mod send;
 mod snapshot;
@@ -90,6 +91,9 @@ pub enum Command {
     /// Check every block of a volume and its snapshots (mounted or not)
     #[command(long_about = scrub::LONG_ABOUT)]
     Scrub(scrub::ScrubArgs),
+    /// Grow or shrink a volume (mounted or not)
+    #[command(long_about = resize::LONG_ABOUT)]
+    Resize(resize::ResizeArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -115,6 +119,7 @@ impl Command {
             Command::Umount(_) => "umount",
             Command::Snapshot(a) => a.action.command_name(),
             Command::Scrub(_) => "scrub",
+            Command::Resize(_) => "resize",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -199,6 +204,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Umount(a) => umount::run(&a),
         Command::Snapshot(a) => snapshot::run(&a),
         Command::Scrub(a) => scrub::run(&a),
+        Command::Resize(a) => resize::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),

@@ -12,6 +12,7 @@ use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 mod falloc;
 mod names;
 mod pipeline;
+mod resize;
 mod xattrs;
 
 /// Names accepted by [`record`].
@@ -31,6 +32,7 @@ pub const NAMES: &[&str] = &[
     "many_snapshots",
     "large_xattrs",
     "fallocate",
+    "resize",
 ];
 
 const BS: u32 = 4096;
@@ -63,6 +65,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         "snapshots" => Recorder::new(BS, 1024, opts(256 << 10, 4), fault)?,
         "large_xattrs" => Recorder::new(BS, 1024, opts(128 << 10, 8), fault)?,
         "fallocate" => Recorder::new(BS, 2048, opts(128 << 10, 8), fault)?,
+        "resize" => Recorder::new(BS, 2048, opts(1 << 20, 8), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -89,6 +92,7 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         "many_snapshots" => many_snapshots(rec, rng)?,
         "large_xattrs" => xattrs::large_xattrs(rec, rng)?,
         "fallocate" => falloc::fallocate(rec, rng)?,
+        "resize" => resize::resize(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     Ok(())

@@ -200,6 +200,14 @@ fn fallocate() {
 }
 
 #[test]
+fn resize() {
+    // Shrink, fill, grow past the old end, free, shrink and grow again:
+    // every state has the old size or the new one, intact.
+    check("resize", 1, 1500, &opts());
+    check("resize", 2, 1500, &opts());
+}
+
+#[test]
 fn many_snapshots() {
     // At least 100 snapshots alive at every crash point, some read back in
     // each state.

@@ -508,6 +508,19 @@ impl Tux3Fuse {
         if cmd == crate::IOC_REMOUNT {
             return self.remount(arg).map(|()| Vec::new());
         }
+        if cmd == crate::IOC_RESIZE {
+            let bytes = word64(arg).ok_or_else(einval)?;
+            let bs = u64::from(self.fs.statfs()?.block_size);
+            let blocks = if bytes == 0 {
+                self.fs.device_capacity()?
+            } else {
+                bytes / bs
+            };
+            let r = self.fs.resize(blocks)?;
+            let mut out = r.old_blocks.to_ne_bytes().to_vec();
+            out.extend_from_slice(&r.new_blocks.to_ne_bytes());
+            return Ok(out);
+        }
         if cmd == crate::IOC_MOUNT_INFO {
             let mut out = vec![0u8; crate::MOUNT_INFO_LEN];
             let (src, opts) = (self.opts.fsname.as_bytes(), self.opts.mount_options.as_bytes());
@@ -559,7 +572,13 @@ pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
             | crate::IOC_MOUNT_INFO
             | crate::IOC_REMOUNT
             | crate::IOC_SCRUB
+            | crate::IOC_RESIZE
     )
+}
+
+/// The first 8 bytes of an ioctl argument, native order.
+fn word64(arg: &[u8]) -> Option<u64> {
+    Some(u64::from_ne_bytes(arg.get(..8)?.try_into().ok()?))
 }
 
 pub(super) fn einval() -> Error {

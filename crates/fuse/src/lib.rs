@@ -120,6 +120,16 @@ pub const IOC_MOUNT_INFO: u32 = libc::_IOR::<[u8; MOUNT_INFO_LEN]>(0xE3, 5) as u
 /// scrub is running already; ESRCH: none to cancel.
 pub const IOC_SCRUB: u32 = libc::_IOWR::<[u8; SCRUB_ARG_LEN]>(0xE3, 6) as u32;
 
+/// The ioctl that resizes the mounted volume (`_IOWR(0xE3, 9, [u8;
+/// 16])`): in, the new size in bytes (u64, native order, rounded down to
+/// whole blocks; 0: as large as the device is now); out, the old and the
+/// new size in blocks. For root
+/// and the mounter only (EPERM). Errors as `Fs::resize`'s: ENOSPC, EIO,
+/// EROFS, EINVAL (a size the volume cannot take).
+pub const IOC_RESIZE: u32 = libc::_IOWR::<[u8; RESIZE_ARG_LEN]>(0xE3, 9) as u32;
+/// Size of [`IOC_RESIZE`]'s argument.
+pub const RESIZE_ARG_LEN: usize = 16;
+
 pub use scrub::{
     decode_status, encode_request, ScrubStatus, NO_EXIT, SCRUB_ARG_LEN, SCRUB_CANCEL, SCRUB_RESTART,
     SCRUB_START, SCRUB_STATUS,

@@ -21,6 +21,7 @@ mod image;
 mod inode_flags;
 mod integrity;
 mod receive;
+mod resize;
 mod snapshot;
 
 use crate::device::{CounterSnapshot, Device};
@@ -34,6 +35,7 @@ pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
 pub use integrity::BadDataReport;
+pub use resize::Resized;
 use std::sync::Arc;
 
 /// At most this many nodes are read without the guard for one operation

@@ -714,9 +714,10 @@ impl Backend {
         self.bury(&mut Vec::new())?;
         self.take_snapshots()?;
         let (old, known) = (self.log.tail, self.log.order.known());
+        let fresh = self.fresh_log_head();
         let head = self.restart_log(writes)?;
         // U2, asserted: the old chain's next block, or a fresh one written here.
-        new_log_head(old, known, head, !self.orphans.is_empty(), writes);
+        new_log_head(old, known, head, fresh, writes);
         if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
             let dev = self.dev.clone();
             self.sb.snapshots = self.snaps.write(dev.as_ref(), &mut self.alloc, bs, writes)?;
@@ -752,9 +753,11 @@ impl Backend {
     /// delta stays open, with one `Orphan` record per orphan in ascending
     /// order. It goes out with the unify's other writes, before the flush
     /// that precedes the superblock.
+    /// A fresh block also when the old chain's next block lies past the
+    /// allocator's limit (a shrink moving the log out of the tail).
     fn restart_log(&mut self, writes: &mut Writes) -> Result<Tail> {
         let old = self.log.tail;
-        if self.orphans.is_empty() {
+        if !self.fresh_log_head() {
             return Ok(old);
         }
         let head = self.alloc.alloc_one(old.next)?;
@@ -775,6 +778,11 @@ impl Backend {
             seq: old.seq,
             prev_crc: 0,
         })
+    }
+
+    /// Whether the unify starts the log in a fresh block ([`Backend::restart_log`]).
+    fn fresh_log_head(&self) -> bool {
+        !self.orphans.is_empty() || self.log.tail.next >= self.alloc.limit()
     }
 
     /// Give every changed bitmap block a new address, updating the bitmap

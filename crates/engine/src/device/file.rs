@@ -164,6 +164,15 @@ impl Device for FileDevice {
     fn block_count(&self) -> u64 {
         self.block_count.load(Relaxed)
     }
+    fn capacity(&self) -> io::Result<u64> {
+        let meta = self.file.metadata()?;
+        let bytes = if meta.file_type().is_block_device() {
+            block_device_size(&self.file)?
+        } else {
+            meta.len()
+        };
+        Ok(bytes / u64::from(self.block_size))
+    }
     fn resize(&self, blocks: u64) -> io::Result<u64> {
         let meta = self.file.metadata()?;
         let bytes = if meta.file_type().is_block_device() {

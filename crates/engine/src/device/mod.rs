@@ -58,6 +58,12 @@ pub trait Device: Send + Sync {
     fn name(&self) -> String {
         "the device".into()
     }
+    /// Blocks the device holds now, measured again (an image file's
+    /// length, a block device's size), for a resize to "as large as the
+    /// device". The default is [`Device::block_count`].
+    fn capacity(&self) -> std::io::Result<u64> {
+        Ok(self.block_count())
+    }
     /// Make the device `blocks` long where it can (an image file grows or
     /// shrinks; a block device is measured again) and return its block
     /// count now. The default can change nothing: it answers the count,

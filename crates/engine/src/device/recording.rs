@@ -66,6 +66,9 @@ impl Device for RecordingDevice {
     fn resize(&self, blocks: u64) -> std::io::Result<u64> {
         self.inner.resize(blocks)
     }
+    fn capacity(&self) -> std::io::Result<u64> {
+        self.inner.capacity()
+    }
     fn read(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.inner.read(block, buf)?;
         self.counters

@@ -36,6 +36,7 @@ mod namespace;
 pub mod pipeline;
 mod receive;
 mod repair;
+mod resize;
 mod scrub_state;
 mod shared;
 mod snapshot;

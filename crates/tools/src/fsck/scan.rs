@@ -312,9 +312,11 @@ fn check_copies(dev: &dyn Device, sb: &Superblock, f: &mut Findings) {
                         ),
                     );
                 }
+                // An older copy may still have the size from before a
+                // resize that crashed before its second unify.
                 let same = other.volume_id == sb.volume_id
                     && other.block_size == sb.block_size
-                    && other.block_count == sb.block_count;
+                    && (other.block_count == sb.block_count || other.seq < sb.seq);
                 if !same {
                     f.problem(
                         "superblock",

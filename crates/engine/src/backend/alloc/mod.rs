@@ -105,6 +105,10 @@ impl Allocator {
     pub fn blocks(&self) -> u64 {
         self.blocks
     }
+    /// Blocks at or past this are not handed out (a shrink in progress).
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
     /// Blocks that can be allocated now.
     pub fn available(&self) -> u64 {
         self.available - self.past_limit
