@@ -526,19 +526,33 @@ fn free_space(be: &mut Backend, out: &mut String) {
         listed.join(", ")
     );
     let a = &be.alloc;
-    let (mut best, mut best_at, mut run, mut run_at) = (0u64, 0u64, 0u64, 0u64);
-    for b in 0..total {
-        if a.is_used(b) {
-            run = 0;
-            continue;
+    // Free runs, a batch at a time (the runs of a fragmented volume are
+    // many); a run that crosses a batch's end is whole in the next.
+    let (mut best, mut best_at, mut from, mut runs) = (0u64, 0u64, 0u64, 0u64);
+    loop {
+        let batch = a.free_runs(from, total, 4096);
+        let Some(&(last, last_n)) = batch.last() else {
+            break;
+        };
+        let done = batch.len() < 4096;
+        let take = if done { batch.len() } else { batch.len() - 1 };
+        for &(s, n) in &batch[..take] {
+            runs += 1;
+            if n > best {
+                (best, best_at) = (n, s);
+            }
         }
-        if run == 0 {
-            run_at = b;
+        if done {
+            break;
         }
-        run += 1;
-        if run > best {
-            (best, best_at) = (run, run_at);
-        }
+        from = if take == 0 { last + last_n } else { last };
     }
+    let _ = writeln!(
+        out,
+        "  {runs} free runs; allocator: {} groups, {} with bits in memory, {} bytes",
+        bitmap::blocks_needed(be.bs, total),
+        a.groups_loaded(),
+        a.memory()
+    );
     let _ = writeln!(out, "  largest free run: {best} blocks at block {best_at}");
 }
