@@ -492,10 +492,14 @@ impl Backend {
                         }
                         Run::Other { count } => count,
                     };
+                    // A file's data follows its last extent; a new file's
+                    // goes to the first room from where its directory's
+                    // data begins (holes its deleted files left first).
+                    let parent = inode.attrs.parent;
                     let goal = if inode.goal != 0 {
                         inode.goal
                     } else {
-                        self.data_cursor
+                        self.dir_goals.get(&parent).copied().unwrap_or(self.data_cursor)
                     };
                     let (start, n) = self.alloc.alloc(goal, want, true)?;
                     for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
@@ -512,6 +516,10 @@ impl Backend {
                     inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
                     inode.goal = start + n;
                     self.data_cursor = start + n;
+                    if self.dir_goals.len() >= super::DIR_GOALS {
+                        self.dir_goals.clear();
+                    }
+                    self.dir_goals.entry(parent).or_insert(start);
                     i += n as usize;
                 }
             }

@@ -147,6 +147,13 @@ pub struct Backend {
     /// Where the last new file's data went: the goal for the next new file,
     /// so files written together lie together.
     pub data_cursor: u64,
+    /// Where the data of the files in each directory begins (by the
+    /// directory's inode; the first allocation for one of its files since
+    /// the mount): the goal of a new file there, so the files of one
+    /// directory lie together however they age, a new version filling the
+    /// room an old one left. Bounded: it starts again past [`DIR_GOALS`]
+    /// directories.
+    pub dir_goals: HashMap<u64, u64>,
     /// The orphan list as of the open delta: inodes whose link count is 0
     /// but which an open handle keeps alive. Each entered it with an
     /// `Orphan` record and leaves it with its `Drop`; a unify re-logs the
@@ -221,6 +228,9 @@ fn load_bitmap(dev: &dyn Device, sb: &Superblock, tree: &mut Tree, alloc: &mut A
     }
     Ok(())
 }
+
+/// Directories whose last allocation [`Backend::dir_goals`] remembers.
+pub const DIR_GOALS: usize = 1 << 16;
 
 impl Backend {
     /// Read the superblock and bitmap, then replay the log: bitmap records
@@ -468,6 +478,7 @@ impl Backend {
             read_only,
             replayed_pages: pages,
             data_cursor: 2,
+            dir_goals: HashMap::new(),
             durable_orphans: checks::DurableOrphans::replayed(&orphans),
             orphans,
             named: BTreeSet::new(),
