@@ -18,7 +18,7 @@ HELPERS := mount mkfs fsck
 # The tree copied into images by `make demo` and the import check.
 SAMPLE := $(firstword $(wildcard /usr/include) crates)
 
-.PHONY: all build test demo install clean bench bench-quick fuzz fuzz-repair loom
+.PHONY: all build test demo install clean bench bench-quick bench-aging fuzz fuzz-repair loom
 
 all: build
 
@@ -73,6 +73,23 @@ clean:
 bench: build
 	bench/sendrecv.py $(SENDRECV_ARGS)
 	bench/run $(BENCH_ARGS)
+	$(MAKE) bench-aging
+
+# Free space (root): git-checkout aging of tux3, ext4, XFS and Btrfs, empty
+# and 90% full (bench/aging.sh, some 40 minutes); a write into a volume
+# filled, half freed and refilled, and small-file allocation at 10% and
+# 99% full (bench/fill.sh); memory and mount times of a 16 TiB tux3
+# volume, resize and trim once they exist (bench/bigvol.sh). Each writes
+# its markdown table to bench/NAME.md, which the report copies into
+# docs/BENCHMARKS.md. AGING_ARGS e.g. "300 tux3,ext4 0 2048 3".
+AGING_ARGS ?=
+FILL_ARGS ?=
+BIGVOL_ARGS ?=
+bench-aging: build
+	TUX3=$(TUX3) bench/aging.sh $(AGING_ARGS) > bench/aging.md.new && mv bench/aging.md.new bench/aging.md
+	TUX3=$(TUX3) bench/fill.sh $(FILL_ARGS) > bench/fill.md.new && mv bench/fill.md.new bench/fill.md
+	TUX3=$(TUX3) bench/bigvol.sh $(BIGVOL_ARGS) > bench/bigvol.md.new && mv bench/bigvol.md.new bench/bigvol.md
+	bench/run --report-only bench/results/results.json
 
 bench-quick: build
 	bench/run --quick $(BENCH_ARGS)

@@ -638,6 +638,27 @@ def hand_measured(name):
     return text
 
 
+SPACE_PARTS = [("aging.md", "Aging by git checkouts"),
+               ("fill.md", "A full, fragmented volume; allocation at fill levels"),
+               ("bigvol.md", "A 16 TiB volume: memory and mount time")]
+
+
+def space_section():
+    """Free space and aging: bench/space.md (how to read it), then what
+    bench/aging.sh, fill.sh and bigvol.sh wrote (make bench-aging)."""
+    parts = [(title, hand_measured(name)) for name, title in SPACE_PARTS]
+    if not any(text for _, text in parts):
+        return []
+    L = ["## Free space and aging", ""]
+    intro = hand_measured("space.md")
+    if intro:
+        L += [intro.strip(), ""]
+    for title, text in parts:
+        L += ["### " + title, "", text.strip() if text else
+              "Not measured yet (`make bench-aging`).", ""]
+    return L
+
+
 def write(res, path, plotdir, plots):
     rows = res["rows"]
     fss = [f for f in FILESYSTEMS if any(r["fs"] == f for r in rows)]
@@ -713,6 +734,7 @@ def write(res, path, plotdir, plots):
         text = hand_measured(name)
         if text:
             L += ["## " + title, "", text.strip(), ""]
+    L += space_section()
     ft = fsync_targets(rows)
     if ft:
         L += ["## Fast fsync targets", "",
