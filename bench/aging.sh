@@ -131,12 +131,14 @@ greps() {
         space_slot fresh; space_mount "$fs"
         for kind in $([ $((r % 2)) = 1 ] && echo aged fresh || echo fresh aged); do
             space_slot "$kind"
+            trace_reads_start
             s0=$(dev_stat)
             t0=$(now)
             grep -r -F --exclude-dir=.git "$NEEDLE" "$SPACE_MNT/repo" && die "needle found"
             t1=$(now)
             s1=$(dev_stat)
-            echo "grep $kind $fs $fill $(elapsed "$t0" "$t1") $(dev_delta "$s0" "$s1") $r" | tee -a "$RESULTS" >&2
+            echo "grep $kind $fs $fill $(elapsed "$t0" "$t1") $(dev_delta "$s0" "$s1") $r $(trace_reads_stop)" \
+                | tee -a "$RESULTS" >&2
         done
     done
     space_slot aged; space_unmount
@@ -178,8 +180,8 @@ for fill in fills:
     print()
     print("| filesystem | checkouts s (ms each) | blocks written | full before → after | fresh `cp -a` s "
           "| grep aged s | grep fresh s | **aged/fresh** | read I/Os aged / fresh "
-          "| blocks read aged / fresh |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| blocks read aged / fresh | sequential reads aged / fresh | mean jump MiB aged / fresh |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = {}
     for fs in [r[1] for r in rows if r[0] == "checkouts" and r[2] == fill]:
         co = next(r for r in rows if r[0] == "checkouts" and r[1] == fs and r[2] == fill)
@@ -191,16 +193,22 @@ for fill in fills:
         ios = {k: statistics.median(int(r[5]) for r in v) if v else None for k, v in g.items()}
         blk = {k: statistics.median(int(r[6]) for r in v) if v else None for k, v in g.items()}
         ratio = med["aged"] / med["fresh"] if med["aged"] and med["fresh"] else None
+        # from the block-layer trace: reads, sequential share, mean jump (MiB)
+        def tr(k, i, f, scale=1):
+            v = [float(r[i]) * scale for r in g[k] if len(r) > i and r[i] != "-"]
+            return f % statistics.median(v) if v else "—"
+        seqs = "%s / %s" % (tr("aged", 12, "%.0f%%", 100), tr("fresh", 12, "%.0f%%", 100))
+        jump = "%s / %s" % (tr("aged", 13, "%.1f"), tr("fresh", 13, "%.1f"))
         ratios[fs] = ratio
         secs = float(co[3])
-        print("| %s | %.1f (%.0f) | %s | %s%% → %s%% | %s | %s | %s | **%s** | %s / %s | %s / %s |" % (
+        print("| %s | %.1f (%.0f) | %s | %s%% → %s%% | %s | %s | %s | **%s** | %s / %s | %s / %s | %s | %s |" % (
             label.get(fs, fs), secs, secs * 1000 / int(checkouts), "{:,}".format(int(co[7])),
             co[9], co[10], "%s (%s%% full)" % (cp[3], cp[4]) if cp else "—",
             "%.3f" % med["aged"] if med["aged"] else "—",
             "%.3f" % med["fresh"] if med["fresh"] else "—",
             "%.2f" % ratio if ratio else "—",
             "{:,.0f}".format(ios["aged"] or 0), "{:,.0f}".format(ios["fresh"] or 0),
-            "{:,.0f}".format(blk["aged"] or 0), "{:,.0f}".format(blk["fresh"] or 0)))
+            "{:,.0f}".format(blk["aged"] or 0), "{:,.0f}".format(blk["fresh"] or 0), seqs, jump))
     t = ratios.get("tux3")
     peers = {f: r for f, r in ratios.items() if f != "tux3" and r}
     if t and peers:

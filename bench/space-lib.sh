@@ -66,6 +66,7 @@ space_slot() {
 space_cleanup() {
     set +e
     local s
+    [ -n "$TRACE_DIR" ] && [ -d "$TRACE_DIR" ] && { echo 0 > "$TRACE_DIR/tracing_on"; rmdir "$TRACE_DIR"; }
     space_slot "$SPACE_SLOT"
     for s in "${!SLOT_MNT[@]}"; do
         space_slot "$s"
@@ -260,4 +261,54 @@ md_header() {
     echo "<!-- Written by bench/$name.sh (make bench-aging); bench/py/report.py copies it into"
     echo "docs/BENCHMARKS.md. -->"
     echo "Measured by \`bench/$name.sh${*:+ $*}\` on $cpu ($(nproc) cores, $(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo) GiB, Linux $(uname -r)), tux3 at $commit, $(date -u '+%Y-%m-%d %H:%M') UTC."
+}
+
+# Where the reads go: the block layer's requests issued to the current loop
+# device (tracepoint block:block_rq_issue, in a tracing instance of this
+# script's own, removed on exit). trace_reads_start before a step,
+# trace_reads_stop after it prints: reads, the share of them that start
+# where the one before ended (sequential), and the mean distance in MiB
+# from the end of one read to the start of the next. On an SSD or a
+# virtual disk the distance costs little time, but it is the layout's own
+# measure, free of the disk's latency. Prints "- - -" without tracefs.
+TRACE_DIR=
+trace_reads_start() {
+    local t=/sys/kernel/tracing
+    [ -d $t/instances ] || t=/sys/kernel/debug/tracing
+    if [ -z "$TRACE_DIR" ]; then
+        [ -d $t/instances ] && [ -d $t/events/block/block_rq_issue ] || return 0
+        TRACE_DIR=$t/instances/tux3-space-$$
+        mkdir "$TRACE_DIR" 2>/dev/null || { TRACE_DIR=; return 0; }
+        echo 16384 > "$TRACE_DIR/buffer_size_kb"
+    fi
+    local mm
+    mm=$(cat "/sys/block/$(basename "$SPACE_LOOP")/dev")
+    echo 0 > "$TRACE_DIR/tracing_on"
+    echo "dev == $(( (${mm%:*} << 20) | ${mm#*:} ))" > "$TRACE_DIR/events/block/block_rq_issue/filter"
+    echo 1 > "$TRACE_DIR/events/block/block_rq_issue/enable"
+    : > "$TRACE_DIR/trace"
+    echo 1 > "$TRACE_DIR/tracing_on"
+}
+trace_reads_stop() {
+    if [ -z "$TRACE_DIR" ]; then
+        echo "- - -"
+        return 0
+    fi
+    echo 0 > "$TRACE_DIR/tracing_on"
+    python3 -c '
+import re, sys
+reads = []
+for line in open(sys.argv[1]):
+    m = re.search(r"block_rq_issue: \d+,\d+ (\S+) \d+ \(.*?\) (\d+) \+ (\d+)", line)
+    if m and "R" in m.group(1):
+        reads.append((int(m.group(2)), int(m.group(3))))
+seq, dist, end = 0, 0, None
+for start, n in reads:
+    if end is not None:
+        seq += start == end
+        dist += abs(start - end)
+    end = start + n
+k = max(len(reads) - 1, 1)
+print(len(reads), "%.3f" % (seq / k), "%.2f" % (dist * 512 / k / 1048576))
+' "$TRACE_DIR/trace"
 }
