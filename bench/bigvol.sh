@@ -77,8 +77,13 @@ done
 [ "$DATA_GIB" -gt 0 ] || die "not enough room in $SCRATCH ($((avail_kib / 1024)) MiB free)"
 [ "$DATA_GIB" = "$want" ] || note "scaled down: $want GiB of data would not fit in $SCRATCH ($((avail_kib / 1024)) MiB free); $DATA_GIB GiB written instead"
 
-rss() { # VmRSS VmHWM of the server, MiB
-    awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {printf "%.1f %.1f", r / 1024, h / 1024}' "/proc/$SPACE_PID/status"
+# VmRSS, VmHWM and VmData of the server, MiB. VmData counts memory the
+# server allocated but never touched (a zeroed allocation is mapped lazily
+# and only the pages written become resident), so it shows what a bitmap
+# allocated whole costs once the volume is in use.
+rss() {
+    awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} /^VmData/ {d = $2}
+         END {printf "%.1f %.1f %.1f", r / 1024, h / 1024, d / 1024}' "/proc/$SPACE_PID/status"
 }
 mount_row() { # LABEL: cold mount, then RSS after it and after df + a file
     space_unmount
@@ -192,7 +197,9 @@ PY
     space_mount tux3
     [ -n "$SPACE_PID" ] || die "no server process after the mount"
     [ -f "$SPACE_MNT/c$r/f999" ] || note "crash $r: a synced file is missing after the mount"
-    row "mount crash $SPACE_MOUNT_SECS $(rss) $(rss)"
+    r1=$(rss)
+    df "$SPACE_MNT" >/dev/null
+    row "mount crash $SPACE_MOUNT_SECS $r1 $(rss)"
 done
 space_unmount
 
@@ -274,7 +281,7 @@ print("A sparse image of %s, `tux3 mkfs` on it, %s GiB written in %s KiB files, 
       "(caches dropped before each). RSS is the server's VmRSS, HWM its VmHWM (peak), from "
       "/proc/PID/status, in MiB." % (size, gib, kib, int(kib) * 3 // 2, runs))
 print()
-print("| step | time | server RSS / HWM after it, MiB | host disk used by the image |")
+print("| step | time | server RSS / HWM / data after it, MiB | host disk used by the image |")
 print("|---|---|---|---|")
 mk = next((r for r in rows if r[0] == "mkfs"), None)
 if mk:
@@ -285,19 +292,19 @@ def mounts(kind, text):
     if not m:
         return
     t = med(float(r[2]) for r in m)
-    print("| %s (each: %s) | **%s** | %.0f / %.0f after the mount; %.0f / %.0f after df and a file "
-          "| |" % (text, ", ".join(ms(r[2]) for r in m), ms(t), med(float(r[3]) for r in m),
-                   med(float(r[4]) for r in m), med(float(r[5]) for r in m),
-                   med(float(r[6]) for r in m)))
+    # mount KIND SECS rss hwm data (after the mount) rss hwm data (after df and a file)
+    print("| %s (each: %s) | **%s** | %.0f / %.0f / %.0f after the mount; %.0f / %.0f / %.0f "
+          "after df and a file | |" % (text, ", ".join(ms(r[2]) for r in m), ms(t),
+                                       *[med(float(r[i]) for r in m) for i in range(3, 9)]))
 mounts("small", "baseline: mount of an empty 1 GiB volume")
 mounts("empty", "mount, empty volume")
 for r in rows:
     if r[0] == "phase":
-        print("| %s | %.1f s | %s / %s | %s MiB |" % (
+        print("| %s | %.1f s | %s / %s / %s | %s MiB |" % (
             {"fill": "write %s GiB in %s KiB files" % (gib, kib),
              "free": "delete every other file",
              "refill": "refill half in %d KiB files" % (int(kib) * 3 // 2)}[r[1]],
-            float(r[2]), r[3], r[4], r[5]))
+            float(r[2]), r[3], r[4], r[5], r[6]))
 mounts("clean", "clean mount after the fill/free/refill")
 mounts("crash", "mount after kill -9 (log replay)")
 f = next((r for r in rows if r[0] == "fsck"), None)
@@ -328,13 +335,18 @@ if e:
     clean = [float(r[2]) for r in e if r[1] == "clean"]
     crash = [float(r[2]) for r in e if r[1] == "crash"]
     print()
-    small = [float(r[5]) for r in e if r[1] == "small"]
+    small = [float(r[6]) for r in e if r[1] == "small"]
     base = med(small) if small else 0
-    worst_rss = max(float(r[5]) for r in e if r[1] != "small")
-    print("Targets: free-space memory at most 64 MiB: the largest RSS after a mount of this "
-          "volume less the 1 GiB volume's, %.0f MiB (%s); clean "
+    worst_rss = max(float(r[6]) for r in e if r[1] != "small")
+    small_d = [float(r[8]) for r in e if r[1] == "small"]
+    worst_d = max(float(r[8]) for r in e if r[1] != "small")
+    print("Targets: free-space memory at most 64 MiB: the largest RSS after a mount (and df "
+          "and a file) of this volume less the 1 GiB volume's, %.0f MiB (%s), and of the "
+          "data allocated (VmData, touched or not), %.0f MiB (%s); clean "
           "mount under 200 ms: %s (%s); after a crash under 1 s: %s (%s)." % (
               worst_rss - base, "met" if worst_rss - base <= 64 else "not met",
+              worst_d - (med(small_d) if small_d else 0),
+              "met" if worst_d - (med(small_d) if small_d else 0) <= 64 else "not met",
               ms(med(clean)) if clean else "—", "met" if clean and med(clean) < 0.2 else "not met",
               ms(med(crash)) if crash else "—", "met" if crash and med(crash) < 1 else "not met"))
 n = open(notes).read().strip()

@@ -46,22 +46,27 @@ IFS=, read -ra FS_LIST <<< "$FSS"
 # seq_write FS STATE RUN: the timed write, then the cold read, of WRITE_MIB.
 seq_write() {
     local s0 s1 t0 t1 t2 t3 w r
+    local wt rt
     sync
+    trace_reads_start
     s0=$(dev_stat)
     t0=$(now)
     dd if=/dev/zero of="$SPACE_MNT/seq" bs=1M count="$WRITE_MIB" conv=fsync status=none \
         || die "$1: the write of $WRITE_MIB MiB failed ($2)"
     t1=$(now)
     s1=$(dev_stat)
+    wt=$(trace_reads_stop W)
     w=$(dev_delta "$s0" "$s1")
     space_cold
+    trace_reads_start
     s0=$(dev_stat)
     t2=$(now)
     dd if="$SPACE_MNT/seq" of=/dev/null bs=1M status=none || die "$1: read back"
     t3=$(now)
     s1=$(dev_stat)
+    rt=$(trace_reads_stop R)
     r=$(dev_delta "$s0" "$s1")
-    echo "write $1 $2 $3 $(elapsed "$t0" "$t1") $(elapsed "$t2" "$t3") $w $r $(fs_used_kib) $ROOM" \
+    echo "write $1 $2 $3 $(elapsed "$t0" "$t1") $(elapsed "$t2" "$t3") $w $r $(fs_used_kib) $ROOM $wt $rt" \
         | tee -a "$RESULTS" >&2
     rm "$SPACE_MNT/seq"
     space_sync
@@ -227,8 +232,10 @@ if w:
           "median of %s; then a cold read of the file." % (wmib, vol, runs))
     print()
     print("| filesystem | write MB/s empty | write MB/s full | **full/empty** | write I/Os empty / full "
-          "| read MB/s empty | read MB/s full | read full/empty | read I/Os empty / full | used after the write |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| sequential writes empty / full "
+          "| read MB/s empty | read MB/s full | read full/empty | read I/Os empty / full "
+          "| sequential reads empty / full | used after the write |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for fs in fss:
         e = [r for r in w if r[1] == fs and r[2] == "empty"]
         f = [r for r in w if r[1] == fs and r[2] == "full"]
@@ -240,9 +247,15 @@ if w:
         wio = lambda rs: med(int(r[8]) for r in rs)
         rio = lambda rs: med(int(r[11]) for r in rs)
         used = int(f[-1][16]) * 100 / int(f[-1][17])
-        print("| %s | %.0f | %.0f | **%.2f** | %s / %s | %.0f | %.0f | %.2f | %s / %s | %.1f%% |" % (
+        # block-layer trace: writes n seq dist (18-20), reads n seq dist (21-23)
+        def sq(rs, i):
+            v = [float(r[i]) * 100 for r in rs if len(r) > i and r[i] != "-"]
+            return "%.0f%%" % med(v) if v else "—"
+        print("| %s | %.0f | %.0f | **%.2f** | %s / %s | %s / %s | %.0f | %.0f | %.2f | %s / %s | %s / %s "
+              "| %.1f%% |" % (
             label.get(fs, fs), we, wf, wf / we, "{:,}".format(wio(e)), "{:,}".format(wio(f)),
-            re_, rf, rf / re_, "{:,}".format(rio(e)), "{:,}".format(rio(f)), used))
+            sq(e, 19), sq(f, 19),
+            re_, rf, rf / re_, "{:,}".format(rio(e)), "{:,}".format(rio(f)), sq(e, 22), sq(f, 22), used))
     fl = [r for r in rows if r[0] == "filled"]
     if fl:
         print()

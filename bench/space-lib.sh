@@ -266,7 +266,7 @@ md_header() {
 # Where the reads go: the block layer's requests issued to the current loop
 # device (tracepoint block:block_rq_issue, in a tracing instance of this
 # script's own, removed on exit). trace_reads_start before a step,
-# trace_reads_stop after it prints: reads, the share of them that start
+# trace_reads_stop after it prints (for writes: trace_reads_stop W): reads, the share of them that start
 # where the one before ended (sequential), and the mean distance in MiB
 # from the end of one read to the start of the next. On an SSD or a
 # virtual disk the distance costs little time, but it is the layout's own
@@ -289,7 +289,8 @@ trace_reads_start() {
     : > "$TRACE_DIR/trace"
     echo 1 > "$TRACE_DIR/tracing_on"
 }
-trace_reads_stop() {
+trace_reads_stop() { # [R|W]: reads (default) or writes
+    local kind=${1:-R}
     if [ -z "$TRACE_DIR" ]; then
         echo "- - -"
         return 0
@@ -300,7 +301,7 @@ import re, sys
 reads = []
 for line in open(sys.argv[1]):
     m = re.search(r"block_rq_issue: \d+,\d+ (\S+) \d+ \(.*?\) (\d+) \+ (\d+)", line)
-    if m and "R" in m.group(1):
+    if m and sys.argv[2] in m.group(1):
         reads.append((int(m.group(2)), int(m.group(3))))
 seq, dist, end = 0, 0, None
 for start, n in reads:
@@ -310,5 +311,5 @@ for start, n in reads:
     end = start + n
 k = max(len(reads) - 1, 1)
 print(len(reads), "%.3f" % (seq / k), "%.2f" % (dist * 512 / k / 1048576))
-' "$TRACE_DIR/trace"
+' "$TRACE_DIR/trace" "$kind"
 }
