@@ -86,9 +86,12 @@ AGING_ARGS ?=
 FILL_ARGS ?=
 BIGVOL_ARGS ?=
 bench-aging: build
-	TUX3=$(TUX3) bench/aging.sh $(AGING_ARGS) > bench/aging.md.new && mv bench/aging.md.new bench/aging.md
-	TUX3=$(TUX3) bench/fill.sh $(FILL_ARGS) > bench/fill.md.new && mv bench/fill.md.new bench/fill.md
-	TUX3=$(TUX3) bench/bigvol.sh $(BIGVOL_ARGS) > bench/bigvol.md.new && mv bench/bigvol.md.new bench/bigvol.md
+	TUX3=$(TUX3) bench/aging.sh $(AGING_ARGS) > bench/aging.md.new && mv bench/aging.md.new bench/aging.md \
+		|| { rm -f bench/aging.md.new; exit 1; }
+	TUX3=$(TUX3) bench/fill.sh $(FILL_ARGS) > bench/fill.md.new && mv bench/fill.md.new bench/fill.md \
+		|| { rm -f bench/fill.md.new; exit 1; }
+	TUX3=$(TUX3) bench/bigvol.sh $(BIGVOL_ARGS) > bench/bigvol.md.new && mv bench/bigvol.md.new bench/bigvol.md \
+		|| { rm -f bench/bigvol.md.new; exit 1; }
 	bench/run --report-only bench/results/results.json
 
 bench-quick: build
