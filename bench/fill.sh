@@ -18,7 +18,8 @@
 #    fallocate so that the fill costs no host disk): fill to 10% and, on a
 #    fresh volume, to 99% less the new files' data, then create FILES files
 #    of 4 KiB each (100 directories) and sync (`tux3 sync` on tux3), timed
-#    whole; the 99% time over the 10% time.
+#    whole; RUNS of each, the levels alternating; the 99% time over the 10%
+#    time (medians).
 #
 # Usage: bench/fill.sh [FILESYSTEMS] [VOL_MIB] [WRITE_MIB] [RUNS] [ALLOC_GIB] [FILES] [SCRATCH]
 #        (defaults tux3,ext4,xfs,btrfs, 2048, VOL_MIB/10, 3, 16, 20000, /tmp)
@@ -183,7 +184,8 @@ part_alloc() {
     truncate -s "${ALLOC_GIB}G" "$IMG"
     space_attach "$IMG"
     for fs in "${FS_LIST[@]}"; do
-        for level in 10 99; do
+        # RUNS rounds, the levels alternating, each on a volume made afresh
+        for level in $(for r in $(seq "$RUNS"); do echo 10 99; done); do
             say "== $fs: $FILES files of 4 KiB at $level% full"
             space_unmount
             space_mkfs "$fs"
@@ -274,18 +276,23 @@ a = [r for r in rows if r[0] == "alloc"]
 if a:
     print()
     print("%s files of 4 KiB in 100 directories, created, written and synced, on a %s GiB volume "
-          "filled with fallocate to 10%% and to 99%% less the files' data (one run each)." % (
-              "{:,}".format(int(files)), agib))
+          "filled with fallocate to 10%% and to 99%% less the files' data; median of %s, the levels "
+          "alternating, each on a volume made afresh." % ("{:,}".format(int(files)), agib, runs))
     print()
-    print("| filesystem | 10% full s | 99% full s | **99%/10%** | blocks written 10% / 99% | full before → after, 10% / 99% |")
-    print("|---|---|---|---|---|---|")
+    print("| filesystem | 10% full s | 99% full s | **99%/10%** | each run 10% / 99%, s "
+          "| blocks written 10% / 99% | full before → after, 10% / 99% |")
+    print("|---|---|---|---|---|---|---|")
+    # alloc FS LEVEL SECS rd_ios rd_blocks wr_ios wr_blocks flushes USED ROOM BEFORE
     for fs in fss:
-        lo = next((r for r in a if r[1] == fs and r[2] == "10"), None)
-        hi = next((r for r in a if r[1] == fs and r[2] == "99"), None)
+        lo = [r for r in a if r[1] == fs and r[2] == "10"]
+        hi = [r for r in a if r[1] == fs and r[2] == "99"]
         if not lo or not hi:
             continue
-        print("| %s | %.2f | %.2f | **%.2f** | %s / %s | %s%% → %.1f%% / %s%% → %.1f%% |" % (
-            label.get(fs, fs), float(lo[3]), float(hi[3]), float(hi[3]) / float(lo[3]),
-            "{:,}".format(int(lo[7])), "{:,}".format(int(hi[7])),
-            lo[11], int(lo[9]) * 100 / int(lo[10]), hi[11], int(hi[9]) * 100 / int(hi[10])))
+        tl, th = med(float(r[3]) for r in lo), med(float(r[3]) for r in hi)
+        print("| %s | %.2f | %.2f | **%.2f** | %s / %s | %s / %s | %s%% → %.1f%% / %s%% → %.1f%% |" % (
+            label.get(fs, fs), tl, th, th / tl,
+            " ".join("%.2f" % float(r[3]) for r in lo), " ".join("%.2f" % float(r[3]) for r in hi),
+            "{:,}".format(med(int(r[7]) for r in lo)), "{:,}".format(med(int(r[7]) for r in hi)),
+            lo[-1][11], int(lo[-1][9]) * 100 / int(lo[-1][10]),
+            hi[-1][11], int(hi[-1][9]) * 100 / int(hi[-1][10])))
 PY

@@ -83,7 +83,7 @@ space_cleanup() {
 tux3_server_pid() {
     local p
     for p in $(pgrep -x tux3); do
-        if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF -- " $SPACE_DEV $SPACE_MNT"; then
+        if { tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null | grep -qF -- " $SPACE_DEV $SPACE_MNT"; then
             echo "$p"
         fi
     done | tail -1
