@@ -2,26 +2,30 @@
 # bench/aging.sh: git-checkout aging (Conway et al., FAST'17) of tux3 against
 # ext4, XFS and Btrfs, on an empty volume and on one filled to 90% first.
 #
-# For each fill level and filesystem, on a loop device (direct I/O) over one
-# image of VOL_MIB written in full in SCRATCH (the same image for every
-# filesystem, formatted again for each volume; tux3 through `tux3 mount`):
-#   aged:  mkfs, mount, fill to FILL% of the volume (64 MiB files of zeros,
-#          dd), `git clone --shared --no-checkout` of the cached repository
-#          (bench/aging-repo.sh: every version of an npm package, one commit
-#          each) into the volume (.git on the volume holds the index and
-#          refs, the objects stay in the cache), then CHECKOUTS
-#          `git checkout -f` of its commits (bench/aging-walk.py: forward
-#          through the history with some back-and-forth, ending on the last
-#          commit), timed whole;
+# For each fill level and filesystem, two volumes side by side, each on a
+# loop device (direct I/O) over an image of VOL_MIB written in full in
+# SCRATCH (the same two images for every filesystem, formatted again for
+# each; tux3 through `tux3 mount`):
+#   aged:  mkfs, mount, fill to FILL% (of df's used + available: 64 MiB
+#          files of zeros, dd), `git clone --shared --no-checkout` of the
+#          cached repository (bench/aging-repo.sh: every version of an npm
+#          package, one commit each) into the volume (.git on the volume
+#          holds the index and refs, the objects stay in the cache), then
+#          CHECKOUTS `git checkout -f` of its commits (bench/aging-walk.py:
+#          forward through the history with some back-and-forth, ending on
+#          the last commit), timed whole;
 #   fresh: mkfs, mount, the same fill, `cp -a` of the last commit's tree
 #          (from `git archive`, on the host) in one go;
-# and on both, after a `sync` (and `tux3 sync`), RUNS cold `grep -r` of the
-# tree (.git excluded) for a string it does not hold: before each, unmount,
-# drop the caches, mount (for tux3 that also empties the server's caches).
-# aged/fresh is the ratio of the medians: 1 means the history left no
-# trace on how fast the tree reads. The loop device's counters give the
-# read I/Os and 4 KiB blocks each grep read, and the blocks the checkouts
-# wrote.
+# then RUNS rounds of: both unmounted, caches dropped, both mounted again
+# (for tux3 that also empties the server's caches), a cold `grep -r` of
+# each tree (.git excluded) for a string it does not hold, the aged one
+# first in odd rounds and the fresh one first in even ones, so that a slow
+# spell of a shared disk falls on both. aged/fresh is the ratio of the
+# medians: 1 means the history left no trace on how fast the tree reads.
+# The loop devices' counters give the read I/Os and 4 KiB blocks of each
+# grep and the blocks the checkouts wrote; a block-layer trace
+# (block:block_rq_issue) gives where the reads went: the share that began
+# where the one before ended, and the mean jump between them (MiB).
 #
 # Usage: bench/aging.sh [CHECKOUTS] [FILESYSTEMS] [FILLS] [VOL_MIB] [RUNS] [SCRATCH]
 #        (defaults 1000, tux3,ext4,xfs,btrfs, 0,90, 2048, 3, /tmp)
@@ -86,8 +90,8 @@ aged() { # FS FILL
     local fs=$1 fill=$2 t0 t1 s0 s1 i k=0 used
     space_slot aged
     volume "$fs" "$fill"
-    git clone -q --shared --no-checkout "$REPO" "$SPACE_MNT/repo" || die "git clone on $fs"
-    git -C "$SPACE_MNT/repo" config gc.auto 0
+    timeout 600 git clone -q --shared --no-checkout "$REPO" "$SPACE_MNT/repo" || die "git clone on $fs"
+    timeout 60 git -C "$SPACE_MNT/repo" config gc.auto 0
     space_sync
     s0=$(dev_stat)
     t0=$(now)
@@ -102,7 +106,7 @@ aged() { # FS FILL
     space_sync
     t1=$(now)
     s1=$(dev_stat)
-    [ -z "$(git -C "$SPACE_MNT/repo" status --porcelain)" ] || die "$fs: the aged tree is not the last commit's"
+    [ -z "$(timeout 600 git -C "$SPACE_MNT/repo" status --porcelain)" ] || die "$fs: the aged tree is not the last commit's"
     used=$(python3 -c "print('%.1f' % ($(fs_used_kib) * 100 / $ROOM))")
     echo "checkouts $fs $fill $(elapsed "$t0" "$t1") $(dev_delta "$s0" "$s1") $FILL_PCT $used" | tee -a "$RESULTS" >&2
 }
@@ -112,7 +116,7 @@ fresh() { # FS FILL
     space_slot fresh
     volume "$fs" "$fill"
     t0=$(now)
-    cp -a "$FINAL" "$SPACE_MNT/repo" || die "cp -a on $fs"
+    timeout 600 cp -a "$FINAL" "$SPACE_MNT/repo" || die "cp -a on $fs"
     space_sync
     t1=$(now)
     echo "copy $fs $fill $(elapsed "$t0" "$t1") $FILL_PCT" | tee -a "$RESULTS" >&2
@@ -134,7 +138,8 @@ greps() {
             trace_reads_start
             s0=$(dev_stat)
             t0=$(now)
-            grep -r -F --exclude-dir=.git "$NEEDLE" "$SPACE_MNT/repo" && die "needle found"
+            timeout 600 grep -r -F --exclude-dir=.git "$NEEDLE" "$SPACE_MNT/repo"
+            [ $? = 1 ] || die "grep of the $kind tree on $fs failed or found the needle"
             t1=$(now)
             s1=$(dev_stat)
             echo "grep $kind $fs $fill $(elapsed "$t0" "$t1") $(dev_delta "$s0" "$s1") $r $(trace_reads_stop)" \

@@ -124,7 +124,7 @@ phase() { # NAME SECONDS
     row "phase $1 $2 $(rss) $(( $(host_used) / 1024 ))"
 }
 t0=$(now)
-python3 - "$SPACE_MNT/a" "$n" "$SMALL_KIB" <<'PY' || die "fill"
+timeout 3600 python3 - "$SPACE_MNT/a" "$n" "$SMALL_KIB" <<'PY' || die "fill"
 import os, sys
 top, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 buf = os.urandom(kib * 1024)
@@ -137,7 +137,7 @@ PY
 space_sync
 phase fill "$(elapsed "$t0" "$(now)")"
 t0=$(now)
-python3 - "$SPACE_MNT/a" "$n" <<'PY' || die "free"
+timeout 3600 python3 - "$SPACE_MNT/a" "$n" <<'PY' || die "free"
 import os, sys
 top, n = sys.argv[1], int(sys.argv[2])
 for i in range(0, n, 2):
@@ -146,7 +146,7 @@ PY
 space_sync
 phase free "$(elapsed "$t0" "$(now)")"
 t0=$(now)
-python3 - "$SPACE_MNT/b" "$((n / 3))" "$big" <<'PY' || die "refill"
+timeout 3600 python3 - "$SPACE_MNT/b" "$((n / 3))" "$big" <<'PY' || die "refill"
 import os, sys
 top, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 buf = os.urandom(kib * 1024)
@@ -164,7 +164,7 @@ for r in $(seq "$RUNS"); do mount_row clean; done
 
 # 5. crashes
 for r in $(seq "$RUNS"); do
-    python3 - "$SPACE_MNT" "$r" "$n" <<'PY' || die "crash writes"
+    timeout 600 python3 - "$SPACE_MNT" "$r" "$n" <<'PY' || die "crash writes"
 import os, sys
 mnt, r, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 buf = os.urandom(65536)
@@ -181,7 +181,7 @@ for k in range(500):
         os.unlink(p)
 PY
     timeout 300 "$TUX3" sync "$SPACE_MNT" || die "tux3 sync"
-    python3 - "$SPACE_MNT/c$r" <<'PY' || die "unsynced writes"
+    timeout 600 python3 - "$SPACE_MNT/c$r" <<'PY' || die "unsynced writes"
 import os, sys
 buf = os.urandom(65536)
 for i in range(100):

@@ -52,7 +52,7 @@ seq_write() {
     trace_reads_start
     s0=$(dev_stat)
     t0=$(now)
-    dd if=/dev/zero of="$SPACE_MNT/seq" bs=1M count="$WRITE_MIB" conv=fsync status=none \
+    timeout 600 dd if=/dev/zero of="$SPACE_MNT/seq" bs=1M count="$WRITE_MIB" conv=fsync status=none \
         || die "$1: the write of $WRITE_MIB MiB failed ($2)"
     t1=$(now)
     s1=$(dev_stat)
@@ -62,7 +62,7 @@ seq_write() {
     trace_reads_start
     s0=$(dev_stat)
     t2=$(now)
-    dd if="$SPACE_MNT/seq" of=/dev/null bs=1M status=none || die "$1: read back"
+    timeout 600 dd if="$SPACE_MNT/seq" of=/dev/null bs=1M status=none || die "$1: read back"
     t3=$(now)
     s1=$(dev_stat)
     rt=$(trace_reads_stop R)
@@ -85,7 +85,7 @@ fill_small() { # DIR PCT FIRST
         [ "$left" -gt 0 ] || break
         local k
         for k in $(seq "$left"); do
-            if ! head -c 1048576 /dev/zero > "$dir/f$i" 2>/dev/null; then
+            if ! timeout 120 head -c 1048576 /dev/zero > "$dir/f$i" 2>/dev/null; then
                 say "warning: $SPACE_FS full at $(fs_used_kib) KiB while filling to $pct%"
                 rm -f "$dir/f$i"
                 space_sync
@@ -138,7 +138,7 @@ small_files() { # FS LEVEL
     sync
     s0=$(dev_stat)
     t0=$(now)
-    python3 - "$SPACE_MNT/small" "$FILES" <<'PY' || die "$1: small files"
+    timeout 1800 python3 - "$SPACE_MNT/small" "$FILES" <<'PY' || die "$1: small files"
 import os, sys
 top, n = sys.argv[1], int(sys.argv[2])
 buf = b"s" * 4096
@@ -167,7 +167,7 @@ falloc_to() { # DIR KIB_WANTED
             c=1024
             [ "$left" -lt "$c" ] && c=$left
             i=$((i + 1))
-            if ! fallocate -l "${c}M" "$dir/fill.$i" 2>/dev/null; then
+            if ! timeout 600 fallocate -l "${c}M" "$dir/fill.$i" 2>/dev/null; then
                 say "warning: $SPACE_FS full at $(fs_used_kib) KiB while filling to $want KiB"
                 rm -f "$dir/fill.$i"
                 break 2

@@ -97,7 +97,7 @@ space_image() {
         return 0
     fi
     say "writing a $mib MiB image in full"
-    dd if=/dev/zero of="$f" bs=16M count=$((mib / 16)) oflag=direct conv=fsync status=none \
+    timeout 3600 dd if=/dev/zero of="$f" bs=16M count=$((mib / 16)) oflag=direct conv=fsync status=none \
         || die "cannot write $f"
 }
 
@@ -237,7 +237,7 @@ fill_to() {
             c=$chunk
             [ "$left" -lt "$c" ] && c=$left
             FILL_FILES=$((FILL_FILES + 1))
-            if ! dd if=/dev/zero of="$dir/fill.$FILL_FILES" bs=1M count="$c" status=none 2>/dev/null; then
+            if ! timeout 600 dd if=/dev/zero of="$dir/fill.$FILL_FILES" bs=1M count="$c" status=none 2>/dev/null; then
                 say "warning: $SPACE_FS full at $(fs_used_kib) of $room KiB while filling to $pct%"
                 space_sync
                 break 2
