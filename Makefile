@@ -76,7 +76,7 @@ bench: build
 	$(MAKE) bench-aging
 
 # Free space (root): git-checkout aging of tux3, ext4, XFS and Btrfs, empty
-# and 90% full (bench/aging.sh, some 40 minutes); a write into a volume
+# and 90% full (bench/aging.sh, 22 minutes here); a write into a volume
 # filled, half freed and refilled, and small-file allocation at 10% and
 # 99% full (bench/fill.sh); memory and mount times of a 16 TiB tux3
 # volume, resize and trim once they exist (bench/bigvol.sh). Each writes
