@@ -380,6 +380,13 @@ pub struct OpenOptions {
     /// `read_only` too), no log replayed, the tree the snapshot's unify
     /// wrote. It may be opened while the live volume is open elsewhere.
     pub snapshot: Option<Vec<u8>>,
+    /// Online discard (`-o discard`): once a commit is durable, the blocks
+    /// it freed for good (no durable image or snapshot refers to them) go
+    /// back to the device — a hole in an image file, a discard on a block
+    /// device — batched per commit. Off by default (`tux3 fstrim` does the
+    /// same on demand). A device that cannot discard is told once and
+    /// then left alone.
+    pub discard: bool,
 }
 
 use crate::memory_budget::{
@@ -399,6 +406,7 @@ impl Default for OpenOptions {
             commit_interval: None,
             fsync_strict: false,
             snapshot: None,
+            discard: false,
         }
     }
 }

@@ -265,6 +265,37 @@ fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
     }
 }
 
+/// Every block the volume refers to, as the engine would see it after
+/// mounting: metadata as [`metadata_blocks`] lists it, file data of the
+/// live volume and of every snapshot, the dead list and nodes the next
+/// unify frees — everything whose contents someone may read. The reserved
+/// next log block is left out: it holds nothing yet (replay reads it only
+/// to find that no valid block follows the chain). Ranges `(start,
+/// count)`, sorted and merged. The crash harness checks that no block whose
+/// last change was a discard is among them.
+pub fn referenced_blocks(dev: Arc<dyn Device>) -> Result<Vec<(u64, u64)>> {
+    let pass = scan::pass(dev, &FsckOptions::default())?;
+    if pass.refs.is_empty() {
+        let why = pass.findings.problems.join("; ");
+        return Err(Error::BadImage(format!("cannot list references: {why}")));
+    }
+    let mut v: Vec<(u64, u64)> = pass
+        .refs
+        .iter()
+        .filter(|r| !matches!(r.owner, refs::Owner::LogReserved))
+        .map(|r| (r.start, r.count))
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (s, c) in v {
+        match out.last_mut() {
+            Some((ls, lc)) if s <= *ls + *lc => *lc = (*lc).max(s + c - *ls),
+            _ => out.push((s, c)),
+        }
+    }
+    Ok(out)
+}
+
 /// Every block holding metadata, as the engine would see the volume after
 /// mounting: both superblock copies, bitmap blocks, every node of the bitmap
 /// file, the inode table and every file tree, and the committed log blocks

@@ -23,6 +23,7 @@ mod integrity;
 mod receive;
 mod resize;
 mod snapshot;
+mod trim;
 
 use crate::device::{CounterSnapshot, Device};
 use crate::error::Result;
@@ -37,6 +38,7 @@ pub use image::open_path;
 pub use integrity::BadDataReport;
 pub use resize::Resized;
 use std::sync::Arc;
+pub use trim::TrimReport;
 
 /// At most this many nodes are read without the guard for one operation
 /// (each read is followed by a new try, which finds the nodes read before

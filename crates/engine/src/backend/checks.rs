@@ -371,6 +371,9 @@ impl Device for ReadsOnly {
     fn flush(&self) -> std::io::Result<()> {
         panic!("R1: open flushed the device");
     }
+    fn discard(&self, start: u64, count: u64) -> std::io::Result<()> {
+        panic!("R1: open discarded blocks {start}+{count}");
+    }
     fn counters(&self) -> crate::device::CounterSnapshot {
         self.0.counters()
     }

@@ -30,7 +30,8 @@
 //!      (at most [`SINGLE_FLUSH_BLOCKS`] data and leaf blocks) skips the
 //!      first FLUSH: its log carries a `BlockSum` of those blocks, and
 //!      replay drops a last delta whose blocks do not match (`log::chain`).
-//!   6. `finish`          release pinned frees
+//!   6. `finish`          release pinned frees; with online discard, discard
+//!      what came free for good (`discard.rs`)
 //!
 //! Unify replaces step 5: after the leaves it also redirects every changed
 //! branch, relocates changed bitmap blocks, writes them all, FLUSH, writes
@@ -414,7 +415,8 @@ impl Backend {
     /// The job's I/O completed: the delta is durable. Release the pins of
     /// its frees (A2: in debug builds the allocator checks that the job's
     /// final flush returned and that the pinned frees were taken by its
-    /// delta or an earlier one) and install its superblock.
+    /// delta or an earlier one), discard what came free for good (online
+    /// discard) and install its superblock.
     pub fn finish(&mut self, job: &CommitJob) {
         if job.fsync {
             self.stats.fsyncs += 1;
@@ -428,6 +430,7 @@ impl Backend {
             .unpin_committed(job.flushed.then_some(job.delta), readers.close(), |e| {
                 readers.drained(e)
             });
+        self.discard_released();
         self.durable_orphans.durable(&job.checks);
         if let Some(sb) = &job.unified {
             self.sb = sb.clone();

@@ -13,6 +13,7 @@
 pub mod alloc;
 pub(crate) mod checks;
 pub mod commit;
+pub mod discard;
 pub mod logwriter;
 pub mod mkfs;
 pub mod readers;
@@ -171,6 +172,8 @@ pub struct Backend {
     /// Reads in the device without the delta guard, which a commit's frees
     /// wait for before they are handed out again (`readers.rs`).
     pub readers: Arc<readers::ReadEpochs>,
+    /// Giving blocks free for good back to the device (`discard.rs`).
+    pub discard: discard::Discard,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -484,6 +487,7 @@ impl Backend {
             named: BTreeSet::new(),
             snaps,
             readers: Arc::default(),
+            discard: discard::Discard::default(),
         };
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]

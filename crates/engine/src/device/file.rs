@@ -1,13 +1,14 @@
 //! Device layer: an image file or block device. Owns positional I/O on one
 //! file descriptor, `O_DIRECT` on block devices (through aligned bounce
 //! buffers when the caller's buffer is not aligned),
-//! the device-size ioctl, reading an image's head (where `tux3::open_path`
-//! looks for the superblock) and creating a sparse image.
+//! the device-size ioctl, discards (a hole punched in an image file,
+//! BLKDISCARD on a block device), reading an image's head (where
+//! `tux3::open_path` looks for the superblock) and creating a sparse image.
 //!
 //! Calls nothing else in the crate.
 
 use super::batch::{pieces, AlignedBuf, Batch, Gate, DIRECT_ALIGN, PIECE_MAX};
-use super::{check_range, CounterSnapshot, Counters, Device, Gather};
+use super::{check_discard, check_range, discard_unsupported, CounterSnapshot, Counters, Device, Gather};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind};
@@ -26,6 +27,8 @@ pub struct FileDevice {
     /// Blocks on the device (an image file may be resized).
     block_count: AtomicU64,
     writable: bool,
+    /// A block device (discards are BLKDISCARD), not an image file (holes).
+    block_dev: bool,
     /// Opened with `O_DIRECT`: all I/O goes through aligned bounce buffers.
     direct: bool,
     /// Batched writes (`O_DIRECT` only; `None` without io_uring).
@@ -78,7 +81,8 @@ impl FileDevice {
         }
         let file = opts.open(path)?;
         let meta = file.metadata()?;
-        let bytes = if meta.file_type().is_block_device() {
+        let block_dev = meta.file_type().is_block_device();
+        let bytes = if block_dev {
             block_device_size(&file)?
         } else {
             meta.len()
@@ -94,6 +98,7 @@ impl FileDevice {
             block_size,
             block_count: AtomicU64::new(bytes / block_size as u64),
             writable,
+            block_dev,
             direct,
             batch: ring(),
             urgent_batch: ring(),
@@ -121,6 +126,44 @@ fn read_only_error() -> io::Error {
 
 fn not_file_error() -> io::Error {
     io::Error::new(ErrorKind::InvalidInput, "not a regular file or block device")
+}
+
+/// Discard `len` bytes from `offset` of the block device open on `file`
+/// (BLKDISCARD).
+fn block_discard(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: BLKDISCARD reads two u64s through the pointer, which is valid.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::_IO(0x12, 119), range.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Punch a hole of `len` bytes from `offset` in the image file `file`,
+/// keeping its size.
+fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "hole beyond the largest file offset",
+        ));
+    };
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate takes plain integers.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, n) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `e` says the device or the host filesystem cannot discard.
+fn cannot_discard(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS)
+    ) || e.kind() == ErrorKind::Unsupported
 }
 
 /// Size in bytes of the block device open on `file` (BLKGETSIZE64).
@@ -281,6 +324,27 @@ impl Device for FileDevice {
         self.counters.on_flush();
         Ok(())
     }
+    fn discard(&self, start: u64, count: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(read_only_error());
+        }
+        check_discard(self.block_count, start, count)?;
+        let bs = self.block_size as u64;
+        let (offset, len) = (start * bs, count * bs);
+        let done = if self.block_dev {
+            block_discard(&self.file, offset, len)
+        } else {
+            punch_hole(&self.file, offset, len)
+        };
+        match done {
+            Ok(()) => {
+                self.counters.on_discard(count);
+                Ok(())
+            }
+            Err(e) if cannot_discard(&e) => Err(discard_unsupported()),
+            Err(e) => Err(e),
+        }
+    }
     fn urgent_begin(&self) {
         URGENT_HERE.set(URGENT_HERE.get() + 1);
         self.gate.begin();
@@ -384,7 +448,8 @@ mod tests {
                 blocks_written: 4,
                 reads: 1,
                 writes: 2,
-                flushes: 1
+                flushes: 1,
+                ..CounterSnapshot::default()
             }
         );
         // A second open sees the data.
@@ -392,6 +457,47 @@ mod tests {
         let mut one = vec![0; BS as usize];
         dev2.read(6, &mut one).unwrap();
         assert_eq!(one, data[BS as usize..2 * BS as usize]);
+    }
+
+    /// A discard punches a hole in the image: the host gives the blocks
+    /// back, they read as zeros, the size stays, the neighbours keep
+    /// their data.
+    #[test]
+    fn discard_punches_a_hole() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        create_image(&path, 64 * BS as u64).unwrap();
+        let dev = FileDevice::open(&path, BS, true).unwrap();
+        dev.write(0, &pattern(64 * BS as usize, 3)).unwrap();
+        dev.flush().unwrap();
+        let before = std::fs::metadata(&path).unwrap().blocks();
+        match dev.discard(8, 32) {
+            Err(e) if e.kind() == ErrorKind::Unsupported => return, // the host cannot punch holes
+            r => r.unwrap(),
+        }
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), 64 * BS as u64, "the size stays");
+        assert!(
+            before - meta.blocks() >= 32 * BS as u64 / 512,
+            "{before} -> {} sectors",
+            meta.blocks()
+        );
+        let mut back = vec![1; 32 * BS as usize];
+        dev.read(8, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        let mut edge = vec![0; BS as usize];
+        dev.read(40, &mut edge).unwrap();
+        assert_eq!(
+            edge,
+            pattern(64 * BS as usize, 3)[40 * BS as usize..41 * BS as usize]
+        );
+        let c = dev.counters();
+        assert_eq!((c.discards, c.blocks_discarded), (1, 32));
+        assert_eq!(dev.discard(60, 5).unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(dev.discard(0, 0).unwrap_err().kind(), ErrorKind::InvalidInput);
+        let ro = FileDevice::open(&path, BS, false).unwrap();
+        assert_eq!(ro.discard(0, 1).unwrap_err().kind(), ErrorKind::PermissionDenied);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Device layer: the in-memory device, for tests — a vector of bytes behind a
-//! lock. Writes are durable at once; `flush` only counts.
+//! lock. Writes are durable at once; `flush` only counts; a discard zeroes
+//! the blocks (what a thinly provisioned device reads back).
 //!
 //! Calls nothing else in the crate.
 
-use super::{check_range, CounterSnapshot, Counters, Device};
+use super::{check_discard, check_range, CounterSnapshot, Counters, Device};
 use parking_lot::RwLock;
 
 /// A RAM-backed device.
@@ -79,6 +80,15 @@ impl Device for MemDevice {
     }
     fn flush(&self) -> std::io::Result<()> {
         self.counters.on_flush();
+        Ok(())
+    }
+    fn discard(&self, start: u64, count: u64) -> std::io::Result<()> {
+        let mut data = self.data.write();
+        let bs = self.block_size as u64;
+        check_discard(data.len() as u64 / bs, start, count)?;
+        let (from, to) = ((start * bs) as usize, ((start + count) * bs) as usize);
+        data[from..to].fill(0);
+        self.counters.on_discard(count);
         Ok(())
     }
     fn counters(&self) -> CounterSnapshot {

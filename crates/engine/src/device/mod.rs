@@ -4,9 +4,9 @@
 //!
 //! Implementations: [`file::FileDevice`] (image file or block device,
 //! `O_DIRECT` on block devices), [`memory::MemDevice`] (tests),
-//! [`recording::RecordingDevice`] (logs every write and flush for the crash
-//! harness). Each counts blocks read, blocks written and flushes in
-//! [`Counters`]. `batch.rs` puts a batch of writes in flight at once
+//! [`recording::RecordingDevice`] (logs every write, flush and discard for
+//! the crash harness). Each counts blocks read, blocks written, flushes and
+//! blocks discarded in [`Counters`]. `batch.rs` puts a batch of writes in flight at once
 //! (io_uring) for the file device.
 //!
 //! This layer calls nothing else in the crate.
@@ -44,6 +44,17 @@ pub trait Device: Send + Sync {
     }
     /// Make every completed write durable.
     fn flush(&self) -> std::io::Result<()>;
+    /// Tell the device that `count` blocks from `start` hold nothing
+    /// anyone will read again (they are free for good): an image file
+    /// punches a hole, a block device discards them (TRIM/UNMAP). Reading
+    /// them afterwards may give zeros or anything else. A device that
+    /// cannot discard says so with [`std::io::ErrorKind::Unsupported`],
+    /// which callers take as "nothing to do", not as a failure; that is
+    /// the default.
+    fn discard(&self, start: u64, count: u64) -> std::io::Result<()> {
+        let _ = (start, count);
+        Err(discard_unsupported())
+    }
     /// The calling thread starts urgent I/O (an fsync commit's writes and
     /// flush, which an application waits for): other threads' batches hold
     /// back new writes until the matching [`Device::urgent_end`], so the
@@ -95,6 +106,26 @@ pub fn read_named(dev: &dyn Device, block: u64, buf: &mut [u8]) -> std::io::Resu
     })
 }
 
+/// The error of a device that cannot discard.
+pub fn discard_unsupported() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, "the device cannot discard")
+}
+
+/// Check that a discard of `count` blocks from `start` lies on a device of
+/// `block_count` blocks and is not empty.
+pub(crate) fn check_discard(block_count: u64, start: u64, count: u64) -> std::io::Result<()> {
+    match start.checked_add(count) {
+        Some(end) if count > 0 && end <= block_count => Ok(()),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "discard of blocks {start}..{} does not lie on the device ({block_count} blocks)",
+                start.saturating_add(count)
+            ),
+        )),
+    }
+}
+
 /// Urgent I/O on a device while it lives ([`Device::urgent_begin`] to
 /// [`Device::urgent_end`], on every path).
 pub struct Urgent<'a>(&'a dyn Device);
@@ -141,6 +172,9 @@ pub struct CounterSnapshot {
     pub reads: u64,
     pub writes: u64,
     pub flushes: u64,
+    /// Discard requests that the device carried out, and their blocks.
+    pub discards: u64,
+    pub blocks_discarded: u64,
 }
 
 /// Live counters, shared by the device implementations.
@@ -151,6 +185,8 @@ pub struct Counters {
     reads: AtomicU64,
     writes: AtomicU64,
     flushes: AtomicU64,
+    discards: AtomicU64,
+    blocks_discarded: AtomicU64,
 }
 
 impl Counters {
@@ -165,6 +201,10 @@ impl Counters {
     pub fn on_flush(&self) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn on_discard(&self, blocks: u64) {
+        self.discards.fetch_add(1, Ordering::Relaxed);
+        self.blocks_discarded.fetch_add(blocks, Ordering::Relaxed);
+    }
     pub fn snapshot(&self) -> CounterSnapshot {
         CounterSnapshot {
             blocks_read: self.blocks_read.load(Ordering::Relaxed),
@@ -172,6 +212,8 @@ impl Counters {
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
+            discards: self.discards.load(Ordering::Relaxed),
+            blocks_discarded: self.blocks_discarded.load(Ordering::Relaxed),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Device layer: the recording device for the crash harness — passes all I/O
-//! to an inner device and logs every successful write (one entry per block)
-//! and flush, in the order the inner device saw them. `apply` replays a log
-//! onto a byte image.
+//! to an inner device and logs every successful write (one entry per block),
+//! flush and discard, in the order the inner device saw them. `apply`
+//! replays a log onto a byte image.
 //!
 //! Calls nothing else in the crate.
 
@@ -16,9 +16,12 @@ pub enum RecordedOp {
     Write { block: u64, data: Vec<u8> },
     /// A flush (durability barrier).
     Flush,
+    /// `count` blocks from `start` discarded (the crash harness checks
+    /// that no crash state's volume refers to them).
+    Discard { start: u64, count: u64 },
 }
 
-/// A device that records the writes and flushes it forwards.
+/// A device that records the writes, flushes and discards it forwards.
 pub struct RecordingDevice {
     inner: Arc<dyn Device>,
     log: Mutex<Vec<RecordedOp>>,
@@ -97,6 +100,14 @@ impl Device for RecordingDevice {
         self.counters.on_flush();
         Ok(())
     }
+    /// Logged only when the inner device carried it out.
+    fn discard(&self, start: u64, count: u64) -> std::io::Result<()> {
+        let mut log = self.log.lock();
+        self.inner.discard(start, count)?;
+        log.push(RecordedOp::Discard { start, count });
+        self.counters.on_discard(count);
+        Ok(())
+    }
     fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
     }
@@ -106,7 +117,8 @@ impl Device for RecordingDevice {
 }
 
 /// Replay the writes in `ops` onto `image` (a whole device image with
-/// `block_size`-byte blocks). Flushes are ignored.
+/// `block_size`-byte blocks). Flushes are ignored; discards zero their
+/// blocks, as [`crate::device::MemDevice`] does.
 ///
 /// # Panics
 /// If a write lies beyond the end of `image`: the log and image do not match.
@@ -124,6 +136,20 @@ pub fn apply(ops: &[RecordedOp], image: &mut [u8], block_size: u32) {
                 image.len()
             );
             image[start..end].copy_from_slice(data);
+        }
+        if let RecordedOp::Discard { start, count } = *op {
+            let bs = block_size as u64;
+            let (from, to) = (
+                start.saturating_mul(bs),
+                start.saturating_add(count).saturating_mul(bs),
+            );
+            let to = usize::try_from(to).unwrap_or(usize::MAX);
+            assert!(
+                to <= image.len(),
+                "recorded discard of blocks {start}+{count} lies beyond the {}-byte image",
+                image.len()
+            );
+            image[from as usize..to].fill(0);
         }
     }
 }
@@ -197,6 +223,36 @@ mod tests {
         let mut image = vec![0u8; 8 * BS as usize];
         apply(&dev.ops(), &mut image, BS);
         assert_eq!(image, mem.image());
+    }
+
+    /// Discards reach the inner device (which zeroes them), are logged in
+    /// order with the writes, and `apply` zeroes them too.
+    #[test]
+    fn records_discards_in_order() {
+        let mem = Arc::new(MemDevice::new(BS, 8));
+        let dev = RecordingDevice::new(mem.clone());
+        dev.write(2, &[block(5), block(6)].concat()).unwrap();
+        dev.discard(2, 1).unwrap();
+        assert!(dev.discard(7, 2).is_err(), "past the end");
+        dev.flush().unwrap();
+        assert_eq!(dev.ops()[2], RecordedOp::Discard { start: 2, count: 1 });
+        assert_eq!(dev.ops().len(), 4);
+        let c = dev.counters();
+        assert_eq!((c.discards, c.blocks_discarded), (1, 1));
+        let mut back = block(9);
+        dev.read(2, &mut back).unwrap();
+        assert_eq!(back, block(0));
+        let mut image = vec![0xaa; 8 * BS as usize];
+        apply(&dev.ops(), &mut image, BS);
+        assert_eq!(image[..2 * BS as usize], vec![0xaa; 2 * BS as usize][..]);
+        assert_eq!(image[2 * BS as usize..3 * BS as usize], block(0)[..]);
+        assert_eq!(image[3 * BS as usize..4 * BS as usize], block(6)[..]);
+        assert_eq!(image, {
+            let mut m = mem.image();
+            m[..2 * BS as usize].fill(0xaa);
+            m[4 * BS as usize..].fill(0xaa);
+            m
+        });
     }
 
     #[test]

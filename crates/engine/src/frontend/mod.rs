@@ -41,6 +41,7 @@ mod scrub_state;
 mod shared;
 mod snapshot;
 mod tail;
+mod trim;
 mod xattr;
 
 use crate::backend::commit::CommitJob;
@@ -197,7 +198,8 @@ impl Volume {
         // its device panics (debug builds).
         #[cfg(debug_assertions)]
         let (callers, dev) = (dev.clone(), crate::backend::checks::reads_only(dev));
-        let (be, replays) = Backend::open_as(dev, opts.read_only, opts.snapshot.as_deref())?;
+        let (mut be, replays) = Backend::open_as(dev, opts.read_only, opts.snapshot.as_deref())?;
+        be.discard.online = opts.discard && !opts.read_only;
         let mut v = Volume {
             be,
             cache: InodeCache::default(),

@@ -63,8 +63,10 @@ pub struct Allocator {
     /// that may have mapped them: (read epoch, ranges), oldest first
     /// (`backend/readers.rs`).
     held_for_reads: VecDeque<(u64, Vec<(u64, u64)>)>,
-    /// Ranges unpinned since `take_released` last ran, when kept (discard).
-    released: Option<Vec<(u64, u64)>>,
+    /// Blocks unpinned and free since the last `take_released`: free for
+    /// good (no durable image or snapshot refers to them, no read in
+    /// flight may map them), for discard (`backend/discard.rs`).
+    released: Vec<(u64, u64)>,
     /// Generation of the blocks allocated now (the birth they get).
     pub generation: u32,
     /// The newest snapshot not being deleted: a block born at or below it
@@ -93,7 +95,7 @@ impl Allocator {
             committing_frees: Vec::new(),
             committing_delta: None,
             held_for_reads: VecDeque::new(),
-            released: None,
+            released: Vec::new(),
             generation: 0,
             held_upto: None,
             dying: Vec::new(),
@@ -636,9 +638,7 @@ impl Allocator {
             }
             self.raise_hints(s, c);
         }
-        if let Some(r) = &mut self.released {
-            r.extend(frees);
-        }
+        self.released.extend(frees);
     }
 
     /// Bitmap block holding block `b`'s bit.

@@ -165,15 +165,14 @@ fn a_group_freed_whole_drops_its_bits() {
 }
 
 #[test]
-fn released_ranges_are_kept_only_when_asked() {
+fn released_ranges_are_taken_once_each() {
     let mut a = Allocator::new(1000, 1024);
     a.apply_alloc(0, 2);
     a.alloc(10, 10, true).unwrap();
     a.free_range(10, 4);
     a.take_delta(1);
     a.unpin_committed(Some(1), 0, |_| true);
-    assert!(a.take_released().is_empty());
-    a.keep_released(true);
+    assert_eq!(a.take_released(), vec![(10, 4)]);
     a.free_range(14, 6);
     a.take_delta(2);
     assert!(a.take_released().is_empty(), "pinned still");
@@ -314,4 +313,30 @@ fn a_limit_keeps_allocation_below_it_and_truncate_cuts_a_free_tail() {
     assert_eq!(a.free_runs(0, u64::MAX, 10), vec![(52, 10_000 - 52)]);
     a.grow(12_000);
     assert_eq!(a.available(), 12_000 - 52);
+}
+
+/// Released ranges are the unpinned, still free blocks, coalesced,
+/// once each; blocks still held for a read wait for it.
+#[test]
+fn released_ranges_are_unpinned_free_blocks() {
+    let mut a = Allocator::new(100, 1024);
+    a.apply_alloc(0, 2);
+    assert_eq!(a.alloc(10, 20, true).unwrap(), (10, 20));
+    a.free_range(10, 4);
+    a.free_range(20, 2);
+    a.free_range(14, 2);
+    assert!(a.take_released().is_empty(), "pinned");
+    a.take_delta(1);
+    a.unpin_committed(Some(1), 0, |_| true);
+    assert_eq!(a.take_released(), vec![(10, 6), (20, 2)]);
+    assert!(a.take_released().is_empty(), "once");
+    a.free_range(25, 2);
+    a.take_delta(2);
+    a.unpin_committed(Some(2), 1, |e| e < 1);
+    assert!(a.take_released().is_empty(), "held for a read");
+    a.take_delta(3);
+    a.unpin_committed(Some(3), 2, |_| true);
+    // Handed out again before the caller took it: left out.
+    assert_eq!(a.alloc(26, 1, true).unwrap(), (26, 1));
+    assert_eq!(a.take_released(), vec![(25, 1)]);
 }
