@@ -31,6 +31,16 @@
 //!    (`record.rs`). So a crash leaves each snapshot wholly there or
 //!    wholly gone, and never changes one.
 //!
+//! 8. discard (promise 11): no block whose last change before the crash
+//!    is a discard (`states::discarded`: every discard issued before the
+//!    epoch's closing flush, no write to the block landing after it) is
+//!    one the recovered volume refers to (fsck's reference walk of the
+//!    crash image: the walk of the fsck above, the image being unchanged,
+//!    or `referenced_blocks` of a copy when the mount freed orphans and
+//!    changed it). A discarded
+//!    block may read back as anything, so a volume that still needs one
+//!    has lost it; this holds whether or not the device zeroes it.
+//!
 //! A fast fsync (one during which no delta commit ended) promises its inodes and the name changes connected to
 //! them, which may then be durable ahead of unrelated earlier changes.
 //! [`Ordering::FsyncMayLead`] (the default) also accepts state `j`
@@ -69,6 +79,8 @@ pub enum Promise {
     /// A snapshot is missing, or there when it should not be, or does
     /// not hold what the volume did when it was taken.
     Snapshots,
+    /// The volume refers to a block that was discarded.
+    Discard,
 }
 
 /// How strictly recovered states must follow the order of calls.
@@ -140,10 +152,14 @@ pub fn check(
     rec: &Recording,
     w: Window,
     mode: Ordering,
+    discarded: &BTreeSet<u64>,
 ) -> Vec<(Promise, String)> {
     let mut out = Vec::new();
     // Counters right after the open, when the crash left orphans.
     let mut freed_orphans = None;
+    // The crash image as it was, for the discard check when the mount
+    // changes it (it frees orphans); otherwise fsck's walk below serves.
+    let pristine = (!discarded.is_empty()).then(|| image.clone());
     let mem = Arc::new(MemDevice::from_image(rec.block_size, image));
     let dev: Arc<dyn Device> = mem.clone();
     let opts = OpenOptions {
@@ -177,7 +193,18 @@ pub fn check(
         data: true,
         ..FsckOptions::default()
     };
-    match fsck::check(dev.clone(), &every_block) {
+    let report = fsck::check(dev.clone(), &every_block);
+    if let Some(pristine) = pristine {
+        let refs = match (&report, freed_orphans) {
+            (Ok(r), None) if !r.referenced.is_empty() => Some(r.referenced.clone()),
+            _ => {
+                let dev: Arc<dyn Device> = Arc::new(MemDevice::from_image(rec.block_size, pristine));
+                fsck::referenced_blocks(dev).ok()
+            }
+        };
+        out.extend(refs.and_then(|r| check_discarded(&r, discarded)));
+    }
+    match report {
         Err(e) => out.push((Promise::Integrity, format!("fsck failed: {e}"))),
         Ok(r) if !r.problems.is_empty() => {
             let mut lines = r.problems.clone();
@@ -210,6 +237,24 @@ pub fn check(
         ));
     }
     out
+}
+
+/// Promise 8: the crash image's volume, which refers to `refs` (as a
+/// mount would replay it), refers to none of the `discarded` blocks. A
+/// volume that does not open is left to the integrity check.
+fn check_discarded(refs: &[(u64, u64)], discarded: &BTreeSet<u64>) -> Option<(Promise, String)> {
+    let hits: Vec<String> = refs
+        .iter()
+        .filter_map(|&(s, c)| discarded.range(s..s.saturating_add(c)).next().map(|b| (b, s, c)))
+        .take(4)
+        .map(|(b, s, c)| format!("block {b} (in referenced range {s}+{c})"))
+        .collect();
+    (!hits.is_empty()).then(|| {
+        (
+            Promise::Discard,
+            format!("the volume refers to discarded blocks: {}", hits.join(", ")),
+        )
+    })
 }
 
 /// Snapshots read back per crash state besides the newest two.

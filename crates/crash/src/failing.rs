@@ -179,7 +179,7 @@ impl FailingDevice {
         if hit && !self.fired.load(Ordering::SeqCst) {
             let c = self.inner.counters();
             self.fired_at
-                .store(c.blocks_written + c.flushes, Ordering::SeqCst);
+                .store(c.blocks_written + c.flushes + c.discards, Ordering::SeqCst);
             self.fired.store(true, Ordering::SeqCst);
         }
         let fails = hit || dead;
@@ -187,6 +187,18 @@ impl FailingDevice {
             self.errors.fetch_add(1, Ordering::SeqCst);
         }
         fails
+    }
+
+    /// A dead disk (the plan fired in [`FailMode::Dead`]): every request
+    /// fails, discards too (counted as errors).
+    fn is_dead(&self) -> bool {
+        let dead = self.quiet.load(Ordering::SeqCst) == 0
+            && self.plan().mode == FailMode::Dead
+            && self.fired.load(Ordering::SeqCst);
+        if dead {
+            self.errors.fetch_add(1, Ordering::SeqCst);
+        }
+        dead
     }
 
     /// The effect of the plan on a request of kind `op` (a dead disk's other
@@ -299,6 +311,13 @@ impl Device for FailingDevice {
             }
         }
         Err(io::Error::other("injected flush error"))
+    }
+    /// Passed on, except on a dead disk.
+    fn discard(&self, start: u64, count: u64) -> io::Result<()> {
+        if self.is_dead() {
+            return Err(injected("discard", start));
+        }
+        self.inner.discard(start, count)
     }
     fn urgent_begin(&self) {
         self.inner.urgent_begin()

@@ -140,6 +140,9 @@ impl Device for FaultyDevice {
             _ => self.inner.flush(),
         }
     }
+    fn discard(&self, start: u64, count: u64) -> std::io::Result<()> {
+        self.inner.discard(start, count)
+    }
     fn urgent_begin(&self) {
         self.inner.urgent_begin()
     }

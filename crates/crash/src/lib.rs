@@ -44,6 +44,7 @@ pub use receive::{run_receive, ReceiveReport};
 
 use record::Recording;
 use states::{Epoch, State};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
@@ -115,6 +116,8 @@ pub struct CrashReport {
     pub epochs: usize,
     pub writes: usize,
     pub flushes: usize,
+    /// Blocks discarded (online discard, trims).
+    pub discarded: u64,
     /// Crash states generated, distinct ones, and those checked (budget).
     pub generated: usize,
     pub distinct: usize,
@@ -126,8 +129,16 @@ impl fmt::Display for CrashReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "workload {} seed {}: {} calls, {} block writes, {} flushes, {} epochs; {} states generated, {} distinct",
-            self.workload, self.seed, self.calls, self.writes, self.flushes, self.epochs, self.generated, self.distinct
+            "workload {} seed {}: {} calls, {} block writes, {} flushes, {} blocks discarded, {} epochs; {} states generated, {} distinct",
+            self.workload,
+            self.seed,
+            self.calls,
+            self.writes,
+            self.flushes,
+            self.discarded,
+            self.epochs,
+            self.generated,
+            self.distinct
         )?;
         writeln!(
             f,
@@ -199,6 +210,14 @@ pub fn run_with(workload: &str, seed: u64, budget: usize, opts: &CrashOptions) -
             .filter(|o| matches!(o, RecordedOp::Write { .. }))
             .count(),
         flushes: rec.log.iter().filter(|o| matches!(o, RecordedOp::Flush)).count(),
+        discarded: rec
+            .log
+            .iter()
+            .map(|o| match o {
+                RecordedOp::Discard { count, .. } => *count,
+                _ => 0,
+            })
+            .sum(),
         generated,
         distinct,
         states: chosen.len(),
@@ -223,18 +242,20 @@ fn check_all(
     let bs = rec.block_size as usize;
     let found = Mutex::new(Vec::new());
     let kept = AtomicUsize::new(0);
-    let (tx, rx) = crossbeam_channel::bounded::<(Arc<Vec<u8>>, State)>(opts.threads.max(1) * 4);
+    type Job = (Arc<Vec<u8>>, Arc<BTreeSet<u64>>, State);
+    let (tx, rx) = crossbeam_channel::bounded::<Job>(opts.threads.max(1) * 4);
     std::thread::scope(|s| {
         for _ in 0..opts.threads.max(1) {
             let rx = rx.clone();
             let (found, kept) = (&found, &kept);
             s.spawn(move || {
-                for (durable, st) in rx.iter() {
+                for (durable, before, st) in rx.iter() {
                     let e = &eps[st.epoch];
                     let image = states::build(&durable, &rec.log, e, &st, bs);
                     let w = check::window(rec, e.start, e.end);
                     let same = |img: &[u8]| states::matches(img, &durable, &rec.log, e, &st, bs);
-                    let broken = check::check(image, same, rec, w, opts.ordering);
+                    let discarded = states::discarded(&before, &rec.log, e, &st);
+                    let broken = check::check(image, same, rec, w, opts.ordering, &discarded);
                     if broken.is_empty() {
                         continue;
                     }
@@ -269,18 +290,22 @@ fn check_all(
         }
         drop(rx);
         let mut durable = rec.base.clone();
+        // Blocks whose last change in the durable prefix is a discard.
+        let mut discarded = BTreeSet::new();
         let mut chosen = chosen.into_iter().peekable();
         for (i, e) in eps.iter().enumerate() {
             if chosen.peek().is_some_and(|s| s.epoch == i) {
                 let shared = Arc::new(durable.clone());
+                let before = Arc::new(discarded.clone());
                 while let Some(st) = chosen.next_if(|s| s.epoch == i) {
-                    if tx.send((shared.clone(), st)).is_err() {
+                    if tx.send((shared.clone(), before.clone(), st)).is_err() {
                         return;
                     }
                 }
             }
             let writes: Vec<RecordedOp> = e.writes.iter().map(|&w| rec.log[w].clone()).collect();
             tux3::device::recording::apply(&writes, &mut durable, rec.block_size);
+            states::note_discards(&mut discarded, &rec.log, e);
         }
         drop(tx);
     });

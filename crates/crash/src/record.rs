@@ -726,7 +726,8 @@ impl Interleaved<'_> {
 /// flush one entry).
 fn log_pos(dev: &RecordingDevice) -> usize {
     let c = dev.counters();
-    (c.blocks_written + c.flushes) as usize
+    // One entry per block written, per flush and per discard.
+    (c.blocks_written + c.flushes + c.discards) as usize
 }
 
 /// The snapshot after call `desc`, which ended at log position `end`;

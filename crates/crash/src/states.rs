@@ -25,7 +25,7 @@
 
 use super::snapshot::hash128;
 use super::Rng;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use tux3::device::RecordedOp;
 
 /// Epochs of at most this many writes get every subset.
@@ -46,29 +46,75 @@ pub struct Epoch {
     pub end: usize,
     /// Log indices of its writes, in issue order.
     pub writes: Vec<usize>,
+    /// Log indices of its discards (`RecordedOp::Discard`), in issue order:
+    /// not applied to crash images, but a crash state's volume must refer
+    /// to none of their blocks (`discarded`).
+    pub discards: Vec<usize>,
+}
+
+/// Blocks whose last change before the end of `epoch` is a discard, for a
+/// crash in `epoch` that landed the writes of `state`: `before` holds
+/// those of the durable prefix (every epoch before). Each of the epoch's
+/// discards counts as issued (the crash may follow it), each of its
+/// writes only if it landed whole (a torn write leaves the block neither
+/// old nor new, so nothing may refer to it either way).
+pub fn discarded(before: &BTreeSet<u64>, log: &[RecordedOp], epoch: &Epoch, state: &State) -> BTreeSet<u64> {
+    let mut out = before.clone();
+    if out.is_empty() && epoch.discards.is_empty() {
+        return out;
+    }
+    let landed: HashMap<usize, bool> = epoch
+        .writes
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| (i, state.has(k)))
+        .collect();
+    for (i, op) in log.iter().enumerate().take(epoch.end).skip(epoch.start) {
+        match op {
+            RecordedOp::Write { block, .. } if landed.get(&i) == Some(&true) => {
+                out.remove(block);
+            }
+            RecordedOp::Discard { start, count } => out.extend(*start..start.saturating_add(*count)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Take the ops of a durable epoch into `set`: discarded blocks in,
+/// written ones out.
+pub fn note_discards(set: &mut BTreeSet<u64>, log: &[RecordedOp], epoch: &Epoch) {
+    if set.is_empty() && epoch.discards.is_empty() {
+        return;
+    }
+    for op in log.iter().take(epoch.end).skip(epoch.start) {
+        match op {
+            RecordedOp::Write { block, .. } => {
+                set.remove(block);
+            }
+            RecordedOp::Discard { start, count } => set.extend(*start..start.saturating_add(*count)),
+            RecordedOp::Flush => {}
+        }
+    }
 }
 
 /// Cut a log into flush epochs; the last one follows the final flush.
 pub fn epochs(log: &[RecordedOp]) -> Vec<Epoch> {
     let mut out = Vec::new();
-    let mut cur = Epoch {
-        start: 0,
+    let epoch = |start| Epoch {
+        start,
         end: 0,
         writes: Vec::new(),
+        discards: Vec::new(),
     };
+    let mut cur = epoch(0);
     for (i, op) in log.iter().enumerate() {
         match op {
             RecordedOp::Write { .. } => cur.writes.push(i),
+            RecordedOp::Discard { .. } => cur.discards.push(i),
             RecordedOp::Flush => {
                 cur.end = i;
-                out.push(std::mem::replace(
-                    &mut cur,
-                    Epoch {
-                        start: i + 1,
-                        end: 0,
-                        writes: Vec::new(),
-                    },
-                ));
+                out.push(std::mem::replace(&mut cur, epoch(i + 1)));
             }
         }
     }
@@ -94,7 +140,7 @@ pub struct State {
 }
 
 impl State {
-    fn has(&self, i: usize) -> bool {
+    pub(crate) fn has(&self, i: usize) -> bool {
         self.landed[i / 64] >> (i % 64) & 1 == 1
     }
 

@@ -2,12 +2,18 @@
 //! and deduplication, image building, budget selection, and the promise
 //! checks (a lost sync must be reported as a durability violation, a state
 //! from the middle of a call as an atomicity/ordering one, a snapshot
-//! there that should be gone or one changed as a snapshot one).
+//! there that should be gone or one changed as a snapshot one, a volume
+//! that refers to a discarded block as a discard one).
 
 use super::check::{self, Ordering, Promise};
 use super::states::{self, Generator};
 use super::{workloads, Fault, Rng};
+use std::collections::BTreeSet;
 use tux3::device::RecordedOp;
+
+fn none() -> BTreeSet<u64> {
+    BTreeSet::new()
+}
 
 fn w(block: u64, fill: u8, bs: usize) -> RecordedOp {
     // Different halves, so a torn write differs from the whole one.
@@ -98,7 +104,7 @@ fn the_checks_catch_lost_and_partial_states() {
     let mut full = rec.base.clone();
     tux3::device::recording::apply(&rec.log, &mut full, rec.block_size);
     let same = |img: &[u8]| img == &full[..];
-    assert!(check::check(full.clone(), same, &rec, w_end, Ordering::Strict).is_empty());
+    assert!(check::check(full.clone(), same, &rec, w_end, Ordering::Strict, &none()).is_empty());
     // The freshly formatted image claims nothing was ever synced.
     let base = rec.base.clone();
     let broken = check::check(
@@ -107,6 +113,7 @@ fn the_checks_catch_lost_and_partial_states() {
         &rec,
         w_end,
         Ordering::Strict,
+        &none(),
     );
     assert_eq!(broken.len(), 1, "{broken:?}");
     assert_eq!(broken[0].0, Promise::Durability, "{broken:?}");
@@ -164,7 +171,14 @@ fn the_checks_catch_a_lost_or_changed_snapshot() {
     tux3::device::recording::apply(&rec.log, &mut full, rec.block_size);
     let run = |rec: &super::record::Recording| {
         let image = full.clone();
-        check::check(image, |i: &[u8]| i == &full[..], rec, w, Ordering::Strict)
+        check::check(
+            image,
+            |i: &[u8]| i == &full[..],
+            rec,
+            w,
+            Ordering::Strict,
+            &none(),
+        )
     };
     assert!(run(&rec).is_empty(), "{:?}", run(&rec));
     let names: Vec<Vec<u8>> = rec.snapset(w.hi).iter().cloned().collect();
@@ -186,4 +200,79 @@ fn the_checks_catch_a_lost_or_changed_snapshot() {
     assert_eq!(broken.len(), 1, "{broken:?}");
     assert_eq!(broken[0].0, Promise::Snapshots, "{broken:?}");
     assert!(broken[0].1.contains("holds other than"), "{broken:?}");
+}
+
+/// A block counts as discarded from its discard on (issued in the crash's
+/// epoch or before), until a write to it lands whole.
+#[test]
+fn discarded_blocks_are_those_not_written_since() {
+    let bs = 1024;
+    let d = |start, count| RecordedOp::Discard { start, count };
+    let log = vec![
+        d(10, 3),
+        w(11, 1, bs),
+        RecordedOp::Flush,
+        w(10, 2, bs),
+        d(20, 1),
+        w(20, 3, bs),
+        RecordedOp::Flush,
+    ];
+    let eps = states::epochs(&log);
+    assert_eq!(eps[0].discards, vec![0]);
+    let mut before = none();
+    states::note_discards(&mut before, &log, &eps[0]);
+    assert_eq!(before, BTreeSet::from([10, 12]));
+    let state = |landed: u64| states::State {
+        epoch: 1,
+        landed: vec![landed],
+        torn: None,
+        tier: 0,
+        must: false,
+    };
+    // Neither write of epoch 1 landed: its discard counts all the same.
+    let got = states::discarded(&before, &log, &eps[1], &state(0));
+    assert_eq!(got, BTreeSet::from([10, 12, 20]));
+    // Both landed.
+    let got = states::discarded(&before, &log, &eps[1], &state(0b11));
+    assert_eq!(got, BTreeSet::from([12]));
+}
+
+/// The discard check flags a recovered volume that refers to a block the
+/// log discarded, and passes the same image when nothing it refers to was.
+#[test]
+fn the_checks_catch_a_discarded_block_in_use() {
+    let rec = workloads::record("discard", 1, Fault::None).unwrap();
+    assert!(
+        rec.log.iter().any(|o| matches!(o, RecordedOp::Discard { .. })),
+        "the workload discards"
+    );
+    let eps = states::epochs(&rec.log);
+    let last = eps.last().unwrap();
+    let w = check::window(&rec, last.start, last.end);
+    let mut full = rec.base.clone();
+    tux3::device::recording::apply(&rec.log, &mut full, rec.block_size);
+    let dev: std::sync::Arc<dyn tux3::device::Device> =
+        std::sync::Arc::new(tux3::device::MemDevice::from_image(rec.block_size, full.clone()));
+    let refs = tux3_tools::fsck::referenced_blocks(dev).unwrap();
+    let used = refs.iter().find(|r| r.0 > 1).unwrap().0;
+    let run = |discarded: &BTreeSet<u64>| {
+        check::check(
+            full.clone(),
+            |i: &[u8]| i == &full[..],
+            &rec,
+            w,
+            Ordering::Strict,
+            discarded,
+        )
+    };
+    let mut free = none();
+    free.extend(
+        (0..rec.base.len() as u64 / rec.block_size as u64)
+            .filter(|b| !refs.iter().any(|&(s, c)| (s..s + c).contains(b))),
+    );
+    assert!(run(&free).is_empty(), "{:?}", run(&free));
+    let broken = run(&BTreeSet::from([used]));
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert_eq!(broken[0].0, Promise::Discard, "{broken:?}");
+    assert!(broken[0].1.contains(&format!("block {used}")), "{broken:?}");
 }

@@ -1,14 +1,18 @@
 //! The crash harness's workloads. Each is deterministic from its seed and
 //! runs through the `Fs` API under a [`Recorder`]; the volume options are
 //! chosen per workload (`dirty_limit` small to force deltas mid-workload,
-//! `unify_log_blocks` small to force unifies). Data written is a pattern of
-//! the seed and the call, so every version of a file differs.
+//! `unify_log_blocks` small to force unifies; online discard on in all but
+//! `fallocate`, whose preallocated blocks are referenced without being
+//! written, which the discard check cannot tell from a lost block). Data
+//! written is a pattern of the seed and the call, so every version of a
+//! file differs.
 
 use super::record::{Recorder, Recording, Setup};
 use super::{Fault, Rng};
 use tux3::error::{Error, Result};
 use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
+mod discard;
 mod falloc;
 mod names;
 mod pipeline;
@@ -33,6 +37,7 @@ pub const NAMES: &[&str] = &[
     "large_xattrs",
     "fallocate",
     "resize",
+    "discard",
 ];
 
 const BS: u32 = 4096;
@@ -55,6 +60,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         dirty_limit,
         unify_log_blocks: unify,
         commit_interval: None,
+        discard: name != "fallocate",
         ..OpenOptions::default()
     };
     let rec = match name {
@@ -66,6 +72,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         "large_xattrs" => Recorder::new(BS, 1024, opts(128 << 10, 8), fault)?,
         "fallocate" => Recorder::new(BS, 2048, opts(128 << 10, 8), fault)?,
         "resize" => Recorder::new(BS, 2048, opts(1 << 20, 8), fault)?,
+        "discard" => Recorder::new(BS, 1024, opts(128 << 10, 6), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -93,6 +100,7 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         "large_xattrs" => xattrs::large_xattrs(rec, rng)?,
         "fallocate" => falloc::fallocate(rec, rng)?,
         "resize" => resize::resize(rec, rng)?,
+        "discard" => discard::discard(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     Ok(())

@@ -192,6 +192,14 @@ fn snapshots() {
 }
 
 #[test]
+fn discard() {
+    // Online discard, trims, snapshots holding deleted files' blocks until
+    // reclaimed: no crash state refers to a discarded block.
+    check("discard", 1, 1500, &opts());
+    check("discard", 2, 1500, &opts());
+}
+
+#[test]
 fn fallocate() {
     // Preallocation, writes into it, punch, zero, collapse and insert,
     // under snapshots.

@@ -79,6 +79,9 @@ pub struct FsckReport {
     pub unify_frees: u64,
     /// Data blocks read and compared with their checksums (`data` only).
     pub data_checked: Option<u64>,
+    /// What the volume refers to, as [`referenced_blocks`] lists it (empty
+    /// when it did not open).
+    pub referenced: Vec<(u64, u64)>,
 }
 
 /// A count of blocks and of the ranges they form.
@@ -251,7 +254,9 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
 
 fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {
     pass.findings.finish();
+    let referenced = readable(&pass.refs);
     FsckReport {
+        referenced,
         problems: pass.findings.problems,
         notes: pass.findings.notes,
         repaired,
@@ -279,8 +284,13 @@ pub fn referenced_blocks(dev: Arc<dyn Device>) -> Result<Vec<(u64, u64)>> {
         let why = pass.findings.problems.join("; ");
         return Err(Error::BadImage(format!("cannot list references: {why}")));
     }
-    let mut v: Vec<(u64, u64)> = pass
-        .refs
+    Ok(readable(&pass.refs))
+}
+
+/// The ranges of `refs` whose contents someone may read (all but the
+/// reserved next log block), sorted and merged.
+fn readable(refs: &[refs::Ref]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = refs
         .iter()
         .filter(|r| !matches!(r.owner, refs::Owner::LogReserved))
         .map(|r| (r.start, r.count))
@@ -293,7 +303,7 @@ pub fn referenced_blocks(dev: Arc<dyn Device>) -> Result<Vec<(u64, u64)>> {
             _ => out.push((s, c)),
         }
     }
-    Ok(out)
+    out
 }
 
 /// Every block holding metadata, as the engine would see the volume after

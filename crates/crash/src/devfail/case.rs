@@ -247,6 +247,7 @@ fn healed(mut rec: Recording) -> Vec<(Promise, String)> {
             &rec,
             w,
             Ordering::default(),
+            &Default::default(),
         );
         if broken.is_empty() {
             return broken;
