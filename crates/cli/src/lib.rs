@@ -19,6 +19,7 @@ mod dump;
 mod format;
 mod fsck;
 pub mod fsck_helper;
+mod fstrim;
 mod graph;
 mod host;
 mod image;
@@ -94,6 +95,9 @@ pub enum Command {
     /// Grow or shrink a volume (mounted or not)
     #[command(long_about = resize::LONG_ABOUT)]
     Resize(resize::ResizeArgs),
+    /// Give a volume's free space back to the device (mounted or not)
+    #[command(long_about = fstrim::LONG_ABOUT)]
+    Fstrim(fstrim::FstrimArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -120,6 +124,7 @@ impl Command {
             Command::Snapshot(a) => a.action.command_name(),
             Command::Scrub(_) => "scrub",
             Command::Resize(_) => "resize",
+            Command::Fstrim(_) => "fstrim",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -205,6 +210,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Snapshot(a) => snapshot::run(&a),
         Command::Scrub(a) => scrub::run(&a),
         Command::Resize(a) => resize::run(&a),
+        Command::Fstrim(a) => fstrim::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),
@@ -264,12 +270,12 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout and succeed; usage errors exit 2
-            // (16 for fsck, as e2fsck does).
+            // (16 for fsck, as e2fsck does, and fstrim, whose codes are fsck's).
             let _ = e.print();
             if !e.use_stderr() {
                 return ExitCode::SUCCESS;
             }
-            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck");
+            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck" || a == "fstrim");
             return ExitCode::from(if is_fsck { fsck::EXIT_USAGE } else { 2 });
         }
     };

@@ -56,6 +56,7 @@ pub fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
         let extra = match sub.get_name() {
             "mount" => mount_sections(),
             "fsck" => vec![exit_status()],
+            "fstrim" => vec![exit_status_of(super::fstrim::EXIT_CODES)],
             "send" | "receive" => vec![exit_status_of(super::send::EXIT_CODES)],
             _ => Vec::new(),
         };

@@ -202,6 +202,7 @@ fn start(target: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<(Mount
         read_only: ro,
         commit_interval: opts.commit_interval,
         fsync_strict: opts.fsync_strict,
+        discard: opts.discard,
         snapshot: opts.snapshot.as_ref().map(|n| n.as_bytes().to_vec()),
         ..OpenOptions::default()
     };

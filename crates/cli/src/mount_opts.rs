@@ -41,6 +41,9 @@ pub struct MountOptions {
     /// `log=FILE`: where the server's messages go once it has detached
     /// (appended; default: the system log).
     pub log: Option<PathBuf>,
+    /// `discard` / `nodiscard` (the default): after each commit, discard
+    /// the blocks it freed for good (`OpenOptions::discard`).
+    pub discard: bool,
 }
 
 /// Default of `commit=SECONDS`.
@@ -99,6 +102,7 @@ pub fn parse_options_over<S: AsRef<str>>(
         commit_interval: Some(Duration::from_secs(DEFAULT_COMMIT_SECONDS)),
         snapshot: None,
         log: None,
+        discard: false,
     };
     let mut rw = false;
     // As given, for a rollback through the mount that mounts again.
@@ -183,6 +187,8 @@ const FLAGS: &[&str] = &[
     "sync",
     "async",
     "dirsync",
+    "discard",
+    "nodiscard",
 ];
 
 /// The value `v` of mount option `name`: a count of `what`, more than 0.
@@ -231,6 +237,7 @@ fn apply(o: &mut MountOptions, opt: &str) -> Result<(), String> {
         "diratime" | "nodiratime" => f.diratime = name == "diratime",
         "sync" | "async" => f.sync = Some(name == "sync"),
         "dirsync" => f.dirsync = true,
+        "discard" | "nodiscard" => o.discard = name == "discard",
         "fsync" => {
             o.fsync_strict = match need()? {
                 "fast" => false,
@@ -360,6 +367,13 @@ pub const OPTION_DOCS: &[(&str, &str)] = &[
         "fast (the default): fsync makes just that file durable, ahead of the open delta, with \
          the name changes it is part of. strict: fsync commits the whole delta (strict \
          ordering).",
+    ),
+    (
+        "discard, nodiscard",
+        "discard: once a commit is durable, the blocks it freed for good (that no durable state \
+         and no snapshot refers to) go back to the device, batched per commit: holes punched in \
+         an image file, discards (TRIM) on a block device. A device that cannot discard is noted \
+         once in the log and left alone. nodiscard (the default) leaves that to tux3 fstrim.",
     ),
     (
         "commit=SECONDS",

@@ -502,6 +502,9 @@ impl Tux3Fuse {
         if cmd == crate::IOC_SCRUB {
             return self.scrub.ioctl(&self.fs, arg, may_change);
         }
+        if cmd == crate::IOC_FSTRIM || cmd == crate::FITRIM {
+            return crate::trim::ioctl(&self.fs, arg, may_change);
+        }
         if !may_change {
             return Err(Error::Posix(Errno::EPERM));
         }
@@ -562,7 +565,8 @@ pub(super) fn xattr_answer(bytes: &[u8], size: u32) -> Result<XattrAnswer<'_>> {
     }
 }
 
-/// Whether `cmd` is one of the snapshot ioctls (create, delete, list).
+/// Whether `cmd` is one of the volume's ioctls: snapshots (create, delete,
+/// list), mount info, remount, scrub and trim (ours and FITRIM).
 pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
     matches!(
         cmd,
@@ -573,6 +577,8 @@ pub(super) fn is_snapshot_ioctl(cmd: u32) -> bool {
             | crate::IOC_REMOUNT
             | crate::IOC_SCRUB
             | crate::IOC_RESIZE
+            | crate::IOC_FSTRIM
+            | crate::FITRIM
     )
 }
 

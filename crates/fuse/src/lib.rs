@@ -26,6 +26,7 @@
 //!   purpose (a queue thread that panics);
 //! - `snapshot.rs`: the arguments of the snapshot ioctls, encoded and
 //!   decoded (the `tux3 snapshot` command uses the same code);
+//! - `trim.rs`: the trim ioctls (`tux3 fstrim`, fstrim(8)'s FITRIM);
 //! - this file: the mount-time options, the ioctl numbers and value
 //!   conversions.
 //!
@@ -45,6 +46,7 @@ mod snapshot;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod test_hooks;
+mod trim;
 mod uring;
 
 pub use adapter::Tux3Fuse;
@@ -129,6 +131,14 @@ pub const IOC_SCRUB: u32 = libc::_IOWR::<[u8; SCRUB_ARG_LEN]>(0xE3, 6) as u32;
 pub const IOC_RESIZE: u32 = libc::_IOWR::<[u8; RESIZE_ARG_LEN]>(0xE3, 9) as u32;
 /// Size of [`IOC_RESIZE`]'s argument.
 pub const RESIZE_ARG_LEN: usize = 16;
+/// The ioctl that discards the free space of the mounted volume
+/// (`_IOWR(0xE3, 7, [u8; 24])`, the argument fstrim(8)'s FITRIM takes,
+/// layout in `trim.rs`; the server answers [`FITRIM`] the same way). For
+/// root and the mounter only (EPERM). EROFS on a read-only mount, EINVAL
+/// for a range past the volume, EOPNOTSUPP if the device cannot discard.
+pub const IOC_FSTRIM: u32 = libc::_IOWR::<[u8; FSTRIM_ARG_LEN]>(0xE3, 7) as u32;
+
+pub use trim::{decode_range, encode_range, FITRIM, FSTRIM_ARG_LEN, TRIM_STEP};
 
 pub use scrub::{
     decode_status, encode_request, ScrubStatus, NO_EXIT, SCRUB_ARG_LEN, SCRUB_CANCEL, SCRUB_RESTART,
