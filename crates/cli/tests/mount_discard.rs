@@ -78,7 +78,10 @@ fn fstrim_gives_the_free_space_back_through_the_mount_and_offline() {
     let m = fx.mount(&[]);
     // nodiscard, the default: the deleted file stays allocated.
     let (full, kept) = write_then_delete(&fx, &mnt);
-    assert!(full - kept.min(full) < MIB, "nothing discarded yet: {full} -> {kept}");
+    assert!(
+        full - kept.min(full) < MIB,
+        "nothing discarded yet: {full} -> {kept}"
+    );
     let o = tux3(&["fstrim", "-v", &mnt]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -88,7 +91,7 @@ fn fstrim_gives_the_free_space_back_through_the_mount_and_offline() {
         .and_then(|(_, r)| r.strip_suffix(" bytes) trimmed\n"))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("fstrim -v said {line:?}"));
-    assert!(bytes >= WANT && bytes <= 256 * MIB, "{line}");
+    assert!((WANT..=256 * MIB).contains(&bytes), "{line}");
     let after = allocated(&fx.img);
     assert!(kept - after >= WANT, "allocated {kept} -> {after}");
     // Silent on success; fstrim(8)'s FITRIM reaches the server too.

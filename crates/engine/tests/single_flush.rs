@@ -42,7 +42,7 @@ fn writes(ops: &[RecordedOp]) -> Vec<(u64, Vec<u8>)> {
     ops.iter()
         .filter_map(|op| match op {
             RecordedOp::Write { block, data } => Some((*block, data.clone())),
-            RecordedOp::Flush => None,
+            RecordedOp::Flush | RecordedOp::Discard { .. } => None,
         })
         .collect()
 }
