@@ -61,7 +61,7 @@ use super::snapshot::{Node, Snapshot};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use tux3::api::Fs;
-use tux3::device::{Device, MemDevice};
+use tux3::device::{Device, MemDevice, RecordedOp};
 use tux3::types::{FileType, Ino, OpenOptions};
 use tux3_tools::fsck::{self, FsckOptions};
 
@@ -117,11 +117,21 @@ pub struct Window {
 /// Window of a crash in the epoch spanning log positions `start..end`
 /// (`end` is the closing flush).
 pub fn window(rec: &Recording, start: usize, end: usize) -> Window {
+    // A call's durability is settled at the last write or flush before it
+    // returned: the discards that online discard issues after a durable
+    // commit (this call's or an earlier one's) change nothing it promised.
+    let settled = |o: &super::record::OpRecord| {
+        let mut end = o.end;
+        while end > 0 && matches!(rec.log.get(end - 1), Some(RecordedOp::Discard { .. })) {
+            end -= 1;
+        }
+        end
+    };
     let last = |full: bool| {
         rec.ops
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.durable && o.end <= start && !(full && o.is_fast_fsync()))
+            .filter(|(_, o)| o.durable && settled(o) <= start && !(full && o.is_fast_fsync()))
             .map(|(i, _)| i + 1)
             .max()
             .unwrap_or(0)
