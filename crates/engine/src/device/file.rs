@@ -328,7 +328,7 @@ impl Device for FileDevice {
         if !self.writable {
             return Err(read_only_error());
         }
-        check_discard(self.block_count, start, count)?;
+        check_discard(self.block_count(), start, count)?;
         let bs = self.block_size as u64;
         let (offset, len) = (start * bs, count * bs);
         let done = if self.block_dev {

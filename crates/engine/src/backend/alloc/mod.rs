@@ -230,17 +230,23 @@ impl Allocator {
         true
     }
 
-    /// Keep (or stop keeping) the ranges unpinned, for discard.
-    pub fn keep_released(&mut self, on: bool) {
-        self.released = on.then(Vec::new);
-    }
-
-    /// Ranges unpinned (free for good) since the last call, coalesced.
+    /// The ranges `(start, count)` unpinned (by
+    /// [`Allocator::unpin_committed`]) and free since the last call, sorted
+    /// and coalesced: free for good, past the reads that may have mapped
+    /// them. Blocks handed out again since are left out.
     pub fn take_released(&mut self) -> Vec<(u64, u64)> {
-        self.released
-            .as_mut()
-            .map(|r| coalesce(std::mem::take(r)))
-            .unwrap_or_default()
+        let all = coalesce(std::mem::take(&mut self.released));
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+        for (s, c) in all {
+            let free = |b: &u64| *b < self.blocks && !self.is_used(*b) && !self.is_pinned(*b);
+            for b in (s..s + c).filter(free) {
+                match out.last_mut() {
+                    Some((ls, lc)) if *ls + *lc == b => *lc += 1,
+                    _ => out.push((b, 1)),
+                }
+            }
+        }
+        out
     }
 
     /// Runs of blocks free and not pinned in `[from, to)`, in order, at
