@@ -177,11 +177,18 @@ pub struct DirEntry {
 pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
+    /// Blocks free: not in use, not pinned by a commit still to become
+    /// durable, not promised to the open delta's changes.
     pub blocks_free: u64,
-    /// Inodes the volume could hold (inodes are allocated dynamically, so
-    /// this is the block count, as on Btrfs).
+    /// Of those, what an ordinary change may still take: less the reserve
+    /// kept for deletions, commits and unify (ARCHITECTURE.md, *Full
+    /// volumes*).
+    pub blocks_avail: u64,
+    /// Inodes the volume could hold: those in use and `files_free`
+    /// (inodes are allocated dynamically).
     pub files: u64,
-    /// Inodes that could still be created.
+    /// Inodes that could still be created: as many records as the
+    /// available space holds.
     pub files_free: u64,
     pub name_max: u32,
 }

@@ -154,6 +154,13 @@ impl Shared {
     }
 
     pub(super) fn commit(&self, unify: bool) -> Result<()> {
+        // On a full volume a unify finds room only once the open delta's
+        // frees are free space: a delta commit goes first
+        // (`Volume::frees_first`).
+        if unify && self.vol().frees_first() {
+            let turn = self.durability.turn();
+            self.commit_locked(&turn, false, During::none())?;
+        }
         let turn = self.durability.turn();
         self.commit_locked(&turn, unify, During::none())
     }

@@ -56,9 +56,6 @@ use std::collections::{BTreeSet, HashSet};
 /// twice, in the log and later in place, but an fsync of a file past it
 /// commits the whole delta: every file's dirty data, with its own flush.)
 pub const INLINE_PAGES: usize = 64;
-/// Pages an fsync commit logs whatever the free space: their log blocks
-/// fit the metadata slack (`Volume::slack`).
-const SLACK_PAGES: u64 = 16;
 /// Bytes of file data per inline record (fits a 1 KiB log block).
 pub const INLINE_CHUNK: usize = 896;
 
@@ -339,10 +336,10 @@ impl Volume {
             }
             pages += n as u64;
         }
-        // Past a few pages, the log blocks come out of free space, not out
-        // of the metadata slack: only with room to spare (a nearly full
-        // volume commits the delta instead).
-        if pages > SLACK_PAGES && self.spare() < 2 * (pages + 8) {
+        // Its log blocks come out of the space ordinary changes may take,
+        // never out of the reserve (`space.rs`): a nearly full volume
+        // commits the delta instead, which the reserve covers.
+        if self.spare() < 2 * (pages + 8) {
             return Ok(None);
         }
         Ok(Some(c))

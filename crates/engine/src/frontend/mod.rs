@@ -40,6 +40,8 @@ mod resize;
 mod scrub_state;
 mod shared;
 mod snapshot;
+mod space;
+pub use space::Reserve;
 mod tail;
 mod trim;
 mod xattr;
@@ -90,6 +92,11 @@ pub struct Volume {
     clean: Mutex<CleanPages>,
     /// Blocks promised to the current delta's data and metadata.
     reserved: AtomicU64,
+    /// Changes that reserved space in the open delta (`space.rs`).
+    changes: AtomicU64,
+    /// Branches the next unify writes, as counted at the last freeze (or
+    /// at open): what the reserve keeps for them (`space.rs`).
+    unify_work: u64,
     /// Where the last inode allocated near each directory went.
     ino_cursor: HashMap<Ino, Ino>,
     /// Highest inode number in the inode table or given out since open:
@@ -208,6 +215,8 @@ impl Volume {
             dirty_bytes: AtomicU64::new(0),
             in_flight_bytes: 0,
             reserved: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+            unify_work: 0,
             ino_cursor: HashMap::new(),
             max_ino: AtomicU64::new(0),
             failed: false,
@@ -280,6 +289,7 @@ impl Volume {
             file::check_tail(v.inode(ino)?, bs as u64);
         }
         v.note_itable_end()?;
+        v.count_unify_work();
         // The root must be a directory, or nothing else can be trusted.
         let root = v.inode(ROOT_INO)?;
         if !root.is_dir() {
@@ -413,58 +423,6 @@ impl Volume {
         self.cache.mark_dirty(ino);
     }
 
-    /// Refuse changes on a read-only or failed volume; reserve `blocks` of
-    /// space for the change (committing first if pinned frees could help).
-    fn begin_change(&mut self, blocks: u64) -> Result<()> {
-        self.reserve(blocks, false)
-    }
-
-    /// Like `begin_change`, for changes that free space (unlink, rmdir,
-    /// truncate): they may use half of the metadata slack, so a full volume
-    /// can always be emptied.
-    fn begin_release(&mut self, blocks: u64) -> Result<()> {
-        self.reserve(blocks, true)
-    }
-
-    fn reserve(&mut self, blocks: u64, releases: bool) -> Result<()> {
-        let blocks = if releases {
-            blocks.saturating_sub(self.slack() / 2)
-        } else {
-            blocks
-        };
-        if self.be.read_only || self.failed {
-            return err(Errno::EROFS);
-        }
-        self.changed.store(true, Relaxed);
-        if self.spare() < blocks {
-            self.commit(false)?;
-            if self.spare() < blocks {
-                return err(Errno::ENOSPC);
-            }
-        }
-        self.reserved.fetch_add(blocks, Relaxed);
-        Ok(())
-    }
-
-    /// Blocks still free for new changes after every promise and the
-    /// metadata a commit and a unify may need.
-    fn spare(&self) -> u64 {
-        self.be
-            .alloc
-            .available()
-            .saturating_sub(self.reserved.load(Relaxed) + self.slack())
-    }
-
-    /// Blocks kept back for the metadata of commits and unify.
-    fn slack(&self) -> u64 {
-        // A unify rewrites each changed bitmap block: at most those of the
-        // groups in use, and of a group or two it allocates in afresh.
-        let alloc = &self.be.alloc;
-        let groups = (alloc.groups_loaded() + alloc.dirty.len()) as u64 + 2;
-        let groups = groups.min(self.be.sb.bitmap_blocks);
-        24 + 2 * groups + self.be.log.since_unify.len() as u64 / 8
-    }
-
     /// Whether the current delta holds any change.
     fn delta_dirty(&self) -> bool {
         !self.cache.dirty.lock().is_empty()
@@ -481,6 +439,9 @@ impl Volume {
     pub(super) fn commit(&mut self, unify: bool) -> Result<()> {
         if self.commit_in_flight() {
             return Ok(());
+        }
+        if unify && self.frees_first() {
+            self.commit(false)?;
         }
         let Some(mut job) = self.freeze(unify)? else {
             return Ok(());
@@ -508,9 +469,13 @@ impl Volume {
         if !(unify || changed && self.delta_dirty()) {
             return Ok(None);
         }
-        let unify = unify || self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
+        // The log at its bound makes this commit a unify, unless the
+        // delta's frees must become free space first on a full volume
+        // (`frees_first`): then the next commit unifies.
+        let long = self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
+        let unify = unify || long && !self.frees_first();
         debug_assert!(
-            unify || (self.be.log.since_unify.len() as u64) < self.opts.unify_log_blocks,
+            unify || !long || self.frees_first(),
             "P6: a delta commit with the log at its bound is not a unify"
         );
         // (A unify gives trees new roots; an fsync commit that goes ahead
@@ -518,6 +483,7 @@ impl Volume {
         let frozen = self.frozen_state();
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
+                self.count_unify_work();
                 // Nothing may go ahead of a job that holds the log.
                 self.pipeline.freeze((!job.holds_log()).then_some(frozen));
                 self.in_flight_bytes += job.data_bytes();
@@ -835,18 +801,6 @@ impl Volume {
     pub fn getattr(&mut self, ino: Ino) -> Result<Attr> {
         let bs = self.be.bs as u32;
         Ok(self.inode(ino)?.attr(bs))
-    }
-
-    pub fn statfs(&self) -> Result<StatFs> {
-        let free = self.spare();
-        Ok(StatFs {
-            block_size: self.be.bs as u32,
-            blocks: self.be.sb.block_count,
-            blocks_free: free,
-            files: self.be.sb.block_count,
-            files_free: free,
-            name_max: NAME_MAX as u32,
-        })
     }
 
     /// Largest total xattr cost per inode (see `inode::xattr_cost`).

@@ -64,7 +64,7 @@ impl Volume {
             )));
         }
         // What is in use, with room for the unifies' metadata, must fit.
-        let used = self.be.alloc.blocks() - self.be.alloc.free() + self.slack();
+        let used = self.be.alloc.blocks() - self.be.alloc.free() + self.reserve_now().total();
         if used > blocks {
             tracing::warn!(
                 "resize: {used} blocks are in use or kept for metadata: more than fit in {blocks}"

@@ -79,53 +79,6 @@ pub struct Written {
 }
 
 impl Volume {
-    /// Reserve `blocks` for a change without exclusive access; `None` when
-    /// the space is not there now (the exclusive path commits to make room,
-    /// or fails with ENOSPC).
-    pub(super) fn reserve_shared(&self, blocks: u64) -> Option<Result<()>> {
-        let r = self.reserve_shared_as(blocks, false);
-        if matches!(r, Some(Ok(()))) {
-            self.changed.store(true, Relaxed);
-        }
-        r
-    }
-
-    /// [`Volume::reserve_shared`] for changes that free space (see
-    /// `begin_release`).
-    pub(super) fn reserve_release_shared(&self, blocks: u64) -> Option<Result<()>> {
-        let r = self.reserve_shared_as(blocks, true);
-        if matches!(r, Some(Ok(()))) {
-            self.changed.store(true, Relaxed);
-        }
-        r
-    }
-
-    fn reserve_shared_as(&self, blocks: u64, releases: bool) -> Option<Result<()>> {
-        let blocks = if releases {
-            blocks.saturating_sub(self.slack() / 2)
-        } else {
-            blocks
-        };
-        if self.be.read_only || self.failed {
-            return Some(err(Errno::EROFS));
-        }
-        let room = self.be.alloc.available().saturating_sub(self.slack());
-        let mut held = self.reserved.load(Relaxed);
-        loop {
-            if room.saturating_sub(held) < blocks {
-                return None;
-            }
-            match self
-                .reserved
-                .compare_exchange_weak(held, held + blocks, Relaxed, Relaxed)
-            {
-                Ok(_) => break,
-                Err(now) => held = now,
-            }
-        }
-        Some(Ok(()))
-    }
-
     /// `i` changed in the open delta (the caller holds its lock). Only its
     /// first change in the delta takes the dirty set's lock.
     pub(super) fn touch_locked(&self, i: &mut Inode) {

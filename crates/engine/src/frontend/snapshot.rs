@@ -25,6 +25,9 @@ impl Volume {
         if snaps.find(name).is_some() || snaps.pending.iter().any(|p| p.name == name) {
             return err(Errno::EEXIST);
         }
+        // Its record and the table's nodes are written by the unify that
+        // takes it: an ordinary change's space.
+        self.begin_change(super::space::SNAPSHOT_BLOCKS)?;
         let received = received.map(|o| (o.volume, o.id));
         if let Some(o) = received {
             if self

@@ -135,7 +135,7 @@ impl<'a> Out<'a> {
 
     /// `struct fuse_statfs_out`.
     pub fn statfs(&mut self, s: &StatFs) {
-        for v in [s.blocks, s.blocks_free, s.blocks_free, s.files, s.files_free] {
+        for v in [s.blocks, s.blocks_free, s.blocks_avail, s.files, s.files_free] {
             self.u64(v);
         }
         for v in [s.block_size, s.name_max, s.block_size, 0] {
@@ -238,6 +238,7 @@ mod tests {
                         block_size: 4096,
                         blocks: 1,
                         blocks_free: 1,
+                        blocks_avail: 1,
                         files: 1,
                         files_free: 1,
                         name_max: 255,

@@ -1,7 +1,9 @@
 //! Redirecting a tree: dirty leaves at each delta commit
 //! ([`Redirect::leaves`]), changed branches at unify
 //! ([`Redirect::branches`]), each to a new address, born in the current
-//! generation; the old address and its birth go to `freed`.
+//! generation; the old address and its birth go to `freed`. Also counts
+//! the branches a unify would write ([`unify_branches`]), for the space a
+//! full volume keeps back.
 //! Calls only the node encoders.
 
 use super::node::{Branch, FreedNode, Node, Slot, TreeKind};
@@ -88,5 +90,28 @@ impl Redirect<'_> {
         b.addr = self.place(old, |new| b.encode(new, owner, kind, bs))?;
         b.dirty = false;
         Ok(true)
+    }
+}
+
+/// Branches under (and including) `n` that the next unify writes: those
+/// changed or new since the last unify, those above a dirty leaf (the
+/// delta commit before it redirects the leaf, which changes its parent),
+/// and every branch above one of them. Returns (whether `n` itself gets a
+/// new address, the count). Only nodes in memory can have changed.
+pub(super) fn unify_branches(n: &Node) -> (bool, u64) {
+    match n {
+        Node::Leaf(l) => (l.dirty || l.addr == 0, 0),
+        Node::Branch(b) => {
+            let mut moved = b.dirty || b.leaves_dirty || b.addr == 0;
+            let mut count = 0;
+            for c in &b.children {
+                if let Slot::Mem(child) = &c.slot {
+                    let (m, k) = unify_branches(child);
+                    moved |= m;
+                    count += k;
+                }
+            }
+            (moved, count + u64::from(moved))
+        }
     }
 }

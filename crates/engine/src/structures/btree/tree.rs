@@ -597,6 +597,15 @@ impl Tree {
             }
     }
 
+    /// Branches the next unify writes (each needs a new block), counted
+    /// over the nodes in memory (`redirect::unify_branches`).
+    pub fn unify_branches(&self) -> u64 {
+        match &self.root {
+            Some(Slot::Mem(n)) => super::redirect::unify_branches(n).1,
+            _ => 0,
+        }
+    }
+
     /// True if the next delta commit has leaves to write.
     pub fn has_dirty_leaves(&self) -> bool {
         match &self.root {
