@@ -14,6 +14,7 @@ use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 
 mod discard;
 mod falloc;
+mod full;
 mod names;
 mod pipeline;
 mod resize;
@@ -38,6 +39,7 @@ pub const NAMES: &[&str] = &[
     "fallocate",
     "resize",
     "discard",
+    "full_volume",
 ];
 
 const BS: u32 = 4096;
@@ -73,6 +75,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         "fallocate" => Recorder::new(BS, 2048, opts(128 << 10, 8), fault)?,
         "resize" => Recorder::new(BS, 2048, opts(1 << 20, 8), fault)?,
         "discard" => Recorder::new(BS, 1024, opts(128 << 10, 6), fault)?,
+        "full_volume" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -101,6 +104,7 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         "fallocate" => falloc::fallocate(rec, rng)?,
         "resize" => resize::resize(rec, rng)?,
         "discard" => discard::discard(rec, rng)?,
+        "full_volume" => full::full_volume(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     Ok(())

@@ -216,6 +216,14 @@ fn resize() {
 }
 
 #[test]
+fn full_volume() {
+    // Filled to ENOSPC, emptied by unlinks, a truncate, an rmdir and a
+    // snapshot delete on the full volume, then filled again.
+    check("full_volume", 1, 1200, &opts());
+    check("full_volume", 2, 1200, &opts());
+}
+
+#[test]
 fn many_snapshots() {
     // At least 100 snapshots alive at every crash point, some read back in
     // each state.

@@ -257,7 +257,8 @@ impl Volume {
     /// Space as `df` shows it. `blocks_free`: blocks the allocator can
     /// hand out now, less those promised to the open delta's changes (its
     /// dirty data, allocated at its commit); `blocks_avail`: what an
-    /// ordinary change may still take, less the reserve. Inodes have no
+    /// ordinary change may still take, less the reserve and the share of
+    /// it the change itself adds. Inodes have no
     /// table of fixed size: `files_free` is what the space an ordinary
     /// change may take could hold (an inode record is at most a few dozen
     /// bytes of an inode-table leaf, counted as 64), and `files` that plus
@@ -269,7 +270,9 @@ impl Volume {
             .alloc
             .available()
             .saturating_sub(self.reserved.load(Relaxed));
-        let avail = self.spare();
+        // What one more change could write: the room it must leave for
+        // its own share of the reserve does not count.
+        let avail = self.spare().saturating_sub(CHANGE_GROWTH);
         let in_use = self.max_ino.load(Relaxed);
         let files_free = avail.saturating_mul(bs / 64).min((1 << 48) - in_use.min(1 << 48));
         Ok(StatFs {
