@@ -297,12 +297,6 @@ fn run(seed: u64) {
     fs.unify().unwrap();
     fs.sync().unwrap();
     let full = fs.statfs().unwrap();
-    eprintln!(
-        "DEBUG serial {serial} failures {failures} files {} dirs {} snaps {} full {full:?}",
-        m.files.len(),
-        m.dirs.len(),
-        m.snaps.len()
-    );
 
     // Truncate (down) and punch a hole in the biggest file.
     let big = m
