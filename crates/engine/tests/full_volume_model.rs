@@ -134,39 +134,36 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut Rng, serial: &mut u32) -> bool {
     *serial += 1;
     let n = *serial;
     let r = rng.below(100);
-    let res: tux3::Result<()> = if r < 20 || m.files.is_empty() {
+    let res: tux3::Result<()> = if r < 28 || m.files.is_empty() {
+        // A create, or one time in three a mkdir (directories two deep at
+        // most).
+        let is_dir = r >= 20 && !m.files.is_empty();
         let dir = rng.pick(m.dirs.iter()).unwrap().clone();
-        let path = join(&dir, &format!("f{n}"));
-        let parent = ino_of(fs, &dir).unwrap();
-        match fs.create(parent, split(&path).1.as_bytes(), 0o644, 0, 0) {
-            Ok(_) => {
-                m.files.insert(path, File::default());
-                Ok(())
-            }
-            Err(e) => {
-                assert_eq!(
-                    fs.lookup(parent, split(&path).1.as_bytes()).unwrap_err().errno(),
-                    Errno::ENOENT
-                );
-                Err(e)
-            }
-        }
-    } else if r < 28 {
-        let dir = rng.pick(m.dirs.iter()).unwrap().clone();
-        if dir.matches('/').count() >= 2 {
+        if is_dir && dir.matches('/').count() >= 2 {
             return false;
         }
-        let path = join(&dir, &format!("d{n}"));
+        let name = format!("{}{n}", if is_dir { "d" } else { "f" });
         let parent = ino_of(fs, &dir).unwrap();
-        match fs.mkdir(parent, split(&path).1.as_bytes(), 0o755, 0, 0) {
+        let made = if is_dir {
+            fs.mkdir(parent, name.as_bytes(), 0o755, 0, 0)
+        } else {
+            fs.create(parent, name.as_bytes(), 0o644, 0, 0)
+        };
+        match made {
+            Ok(_) if is_dir => {
+                m.dirs.insert(join(&dir, &name));
+                Ok(())
+            }
             Ok(_) => {
-                m.dirs.insert(path);
+                m.files.insert(join(&dir, &name), File::default());
                 Ok(())
             }
             Err(e) => {
+                let after = fs.lookup(parent, name.as_bytes());
                 assert_eq!(
-                    fs.lookup(parent, split(&path).1.as_bytes()).unwrap_err().errno(),
-                    Errno::ENOENT
+                    after.unwrap_err().errno(),
+                    Errno::ENOENT,
+                    "{name} after a failure"
                 );
                 Err(e)
             }

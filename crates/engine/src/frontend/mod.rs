@@ -94,9 +94,12 @@ pub struct Volume {
     reserved: AtomicU64,
     /// Changes that reserved space in the open delta (`space.rs`).
     changes: AtomicU64,
-    /// Branches the next unify writes, as counted at the last freeze (or
-    /// at open): what the reserve keeps for them (`space.rs`).
+    /// Nodes the next unify writes, as counted at the last freeze (or at
+    /// open, or when space ran short): what the reserve keeps for them
+    /// (`space.rs`).
     unify_work: u64,
+    /// `changes` when they were counted: those since add to the estimate.
+    counted_changes: u64,
     /// Where the last inode allocated near each directory went.
     ino_cursor: HashMap<Ino, Ino>,
     /// Highest inode number in the inode table or given out since open:
@@ -217,6 +220,7 @@ impl Volume {
             reserved: AtomicU64::new(0),
             changes: AtomicU64::new(0),
             unify_work: 0,
+            counted_changes: 0,
             ino_cursor: HashMap::new(),
             max_ino: AtomicU64::new(0),
             failed: false,
@@ -483,12 +487,13 @@ impl Volume {
         let frozen = self.frozen_state();
         match self.be.prepare(&mut self.cache, unify) {
             Ok(job) => {
-                self.count_unify_work();
                 // Nothing may go ahead of a job that holds the log.
                 self.pipeline.freeze((!job.holds_log()).then_some(frozen));
                 self.in_flight_bytes += job.data_bytes();
                 *self.dirty_bytes.get_mut() = 0;
                 *self.reserved.get_mut() = 0;
+                *self.changes.get_mut() = 0;
+                self.count_unify_work();
                 // Reclaim goes on in the next delta while it has work.
                 *self.changed.get_mut() = self.be.snaps.reclaiming();
                 *self.lazy_changed.get_mut() = false;

@@ -28,9 +28,12 @@ use std::sync::atomic::Ordering::Relaxed;
 /// commit block, the partly filled last log block, the reserved next log
 /// block, and a fresh log head with the orphan list.
 const COMMIT_FIXED: u64 = 8;
-/// Bytes a delta commit logs at most per record the open delta holds
-/// (`Record::size`: LeafMap, the largest kind a delta commit logs, is 25).
-const RECORD_BYTES: u64 = 25;
+/// Bytes of the records a delta commit logs (`Record::size`): the largest
+/// kind (LeafMap), a Balloc, Bfree, Reclaim (or Orphan) record, a Dead (or
+/// BlockSum) record.
+const LARGEST_RECORD: u64 = 25;
+const RANGE_RECORD: u64 = 13;
+const DEAD_RECORD: u64 = 17;
 /// Branches one change may make the next unify write, besides those the
 /// last freeze counted: up to three trees (a directory, the inode table,
 /// a file or xattr file), each redirected leaf dirtying the path above it
@@ -42,10 +45,9 @@ const CHANGE_BRANCHES: u64 = 8;
 const BITMAP_MARGIN: u64 = 16;
 /// Blocks of the snapshot table a snapshot asked for takes at the unify.
 pub(super) const SNAPSHOT_BLOCKS: u64 = 4;
-/// What one ordinary change adds to the reserve besides the blocks it
-/// reserves: its branches and the log block of its records. An ordinary
-/// change must leave room for it (S1); a change that frees space takes it
-/// from the headroom.
+/// What one change adds to the reserve besides the blocks it reserves:
+/// its branches and the log block of its records. A change must leave room
+/// for it (S1).
 const CHANGE_GROWTH: u64 = CHANGE_BRANCHES + 1;
 
 /// What a volume keeps back from ordinary changes, in blocks.
@@ -69,9 +71,16 @@ impl Reserve {
         self.commit + self.unify + self.headroom
     }
 
-    /// What no change may use: the commit and the unify.
-    pub fn kept(&self) -> u64 {
-        self.commit + self.unify
+    /// What a change may not use: the whole reserve, or for a change that
+    /// frees space the commit, the unify and half the headroom (the other
+    /// half is for the log of what it frees, which only its commit turns
+    /// into free space).
+    pub fn kept_from(&self, releases: bool) -> u64 {
+        if releases {
+            self.commit + self.unify + self.headroom / 2
+        } else {
+            self.total()
+        }
     }
 }
 
@@ -101,7 +110,12 @@ impl Volume {
             return err(Errno::EROFS);
         }
         self.changed.store(true, Relaxed);
-        let need = if releases { blocks } else { blocks + CHANGE_GROWTH };
+        let need = blocks + CHANGE_GROWTH;
+        if self.room(releases) < need {
+            // The reserve counts what each change since the last count may
+            // add to a unify; count what they did add.
+            self.count_unify_work();
+        }
         if self.room(releases) < need {
             // The open delta's reservations and frees come back once it
             // is committed.
@@ -121,12 +135,10 @@ impl Volume {
         self.room(false)
     }
 
-    /// Blocks a change may still take: what no one has promised, less the
-    /// reserve (for a change that frees space, less what the commit and
-    /// the unify need).
+    /// Blocks a change may still take: what no one has promised, less
+    /// what the reserve keeps from it (`Reserve::kept_from`).
     fn room(&self, releases: bool) -> u64 {
-        let r = self.reserve_now();
-        let kept = if releases { r.kept() } else { r.total() };
+        let kept = self.reserve_now().kept_from(releases);
         self.be
             .alloc
             .available()
@@ -135,37 +147,42 @@ impl Volume {
     }
 
     /// The reserve as the volume stands: O(1), from counts the allocator,
-    /// the log writer and the open delta keep, and the branches the last
+    /// the log writer and the open delta keep, and the nodes the last
     /// freeze counted (`unify_work`).
     pub fn reserve_now(&self) -> Reserve {
         let be = &self.be;
         let alloc = &be.alloc;
-        let changes = self.changes.load(Relaxed);
-        // The open delta's records, and those its commit adds: a LeafMap
-        // per leaf its changes dirty, Balloc and Bfree records (one per
-        // range, before coalescing), Dead records, BlockSums of a small
-        // commit, and a reclaim batch (a Reclaim and a Bfree per extent).
-        let mut records = be.records.len() as u64
-            + alloc.delta_allocs.len() as u64
-            + alloc.delta_frees.len() as u64
-            + alloc.dying.len() as u64
-            + 3 * changes
-            + SINGLE_FLUSH_BLOCKS as u64;
+        // Changes since the trees were last counted: each may dirty three
+        // leaves, and with them the branches above.
+        let uncounted = self.changes.load(Relaxed).saturating_sub(self.counted_changes);
+        // The bytes of the open delta's log (`Record::size`): its records;
+        // a LeafMap or LeafUnmap per leaf its changes dirty (at most one
+        // per node counted, three per change since); a Balloc per
+        // range it allocated and per block promised to it (its commit
+        // allocates them, each maybe a range of its own); a Bfree per range
+        // it freed and a Dead per extent a snapshot holds, before
+        // coalescing; the BlockSums of a small commit; a reclaim batch (a
+        // Reclaim and a Bfree per extent).
+        let ranges = alloc.delta_allocs.len() + alloc.delta_frees.len();
+        let mut bytes = be.records.len() as u64 * LARGEST_RECORD
+            + (3 * uncounted + self.unify_work) * LARGEST_RECORD
+            + (ranges as u64 + self.reserved.load(Relaxed)) * RANGE_RECORD
+            + alloc.dying.len() as u64 * DEAD_RECORD
+            + SINGLE_FLUSH_BLOCKS as u64 * DEAD_RECORD;
         if be.snaps.reclaiming() {
-            records += 2 * RECLAIM_BATCH as u64;
+            bytes += 2 * RECLAIM_BATCH as u64 * RANGE_RECORD;
         }
         let per_block = capacity(be.bs) as u64;
-        let log = (records * RECORD_BYTES).div_ceil(per_block);
-        let commit = COMMIT_FIXED + log;
-        // A unify: the branches counted at the last freeze and those the
-        // changes since may add; a new home for every changed bitmap block
-        // (the unify's own allocations dirty a few more); the snapshot
-        // table's dead extents of this delta and the snapshots asked for;
-        // the orphan list's fresh log head.
-        let dead = (alloc.dying.len() as u64 * RECORD_BYTES).div_ceil(per_block);
-        let orphans = (be.orphans.len() as u64 * RECORD_BYTES).div_ceil(per_block);
+        let commit = COMMIT_FIXED + bytes.div_ceil(per_block);
+        // A unify: the nodes counted at the last freeze and the branches
+        // the changes since may add; a new home for every changed bitmap
+        // block (the unify's own allocations dirty a few more); the
+        // snapshot table's dead extents of this delta and the snapshots
+        // asked for; the orphan list's fresh log head.
+        let dead = (alloc.dying.len() as u64 * DEAD_RECORD).div_ceil(per_block);
+        let orphans = (be.orphans.len() as u64 * RANGE_RECORD).div_ceil(per_block);
         let unify = self.unify_work
-            + CHANGE_BRANCHES * changes
+            + CHANGE_BRANCHES * uncounted
             + alloc.dirty.len() as u64
             + BITMAP_MARGIN
             + dead
@@ -178,22 +195,28 @@ impl Volume {
         }
     }
 
-    /// Count what the next unify writes of the trees as they are now (the
-    /// branches of every tree a unify has work in, and the snapshot
-    /// table's and the bitmap file's changed leaves): after a freeze and at
-    /// open, when the open delta holds no change yet.
+    /// Count what the next unify (and the delta commit it starts with)
+    /// writes of the trees as they are now: the changed nodes of every
+    /// tree with work for it — the inode table, the trees of the files
+    /// changed in the open delta or waiting for a unify, the bitmap file
+    /// and the snapshot table. After a freeze, at open, and when the
+    /// estimate (`CHANGE_BRANCHES` per change since) leaves too little
+    /// room: the changes counted are then part of the count.
     pub(super) fn count_unify_work(&mut self) {
-        let mut n = self.be.itable.get_mut().unify_branches();
-        n += self.be.bitmap.unify_branches();
-        n += self.be.snaps.tree.unify_branches();
-        let pending: Vec<_> = self.cache.unify_pending.iter().copied().collect();
-        for ino in pending {
+        let mut n = self.be.itable.get_mut().unify_nodes();
+        n += self.be.bitmap.unify_nodes();
+        n += self.be.snaps.tree.unify_nodes();
+        let mut inos: Vec<_> = self.cache.unify_pending.iter().copied().collect();
+        inos.extend(self.cache.dirty.get_mut().iter().copied());
+        inos.sort_unstable();
+        inos.dedup();
+        for ino in inos {
             if let Some(i) = self.cache.get_mut(ino) {
-                n += i.tree.unify_branches();
+                n += i.tree.unify_nodes();
             }
         }
         self.unify_work = n;
-        *self.changes.get_mut() = 0;
+        self.counted_changes = *self.changes.get_mut();
     }
 
     /// A unify now would have to find room for frees that are still
@@ -233,10 +256,9 @@ impl Volume {
         if self.be.read_only || self.failed {
             return Some(err(Errno::EROFS));
         }
-        let r = self.reserve_now();
-        let kept = if releases { r.kept() } else { r.total() };
+        let kept = self.reserve_now().kept_from(releases);
         let room = self.be.alloc.available().saturating_sub(kept);
-        let need = if releases { blocks } else { blocks + CHANGE_GROWTH };
+        let need = blocks + CHANGE_GROWTH;
         let mut held = self.reserved.load(Relaxed);
         loop {
             if room.saturating_sub(held) < need {

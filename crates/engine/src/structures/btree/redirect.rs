@@ -2,8 +2,8 @@
 //! ([`Redirect::leaves`]), changed branches at unify
 //! ([`Redirect::branches`]), each to a new address, born in the current
 //! generation; the old address and its birth go to `freed`. Also counts
-//! the branches a unify would write ([`unify_branches`]), for the space a
-//! full volume keeps back.
+//! the nodes a unify would write ([`unify_nodes`]), for the space a full
+//! volume keeps back.
 //! Calls only the node encoders.
 
 use super::node::{Branch, FreedNode, Node, Slot, TreeKind};
@@ -93,20 +93,21 @@ impl Redirect<'_> {
     }
 }
 
-/// Branches under (and including) `n` that the next unify writes: those
-/// changed or new since the last unify, those above a dirty leaf (the
-/// delta commit before it redirects the leaf, which changes its parent),
-/// and every branch above one of them. Returns (whether `n` itself gets a
-/// new address, the count). Only nodes in memory can have changed.
-pub(super) fn unify_branches(n: &Node) -> (bool, u64) {
+/// Nodes under (and including) `n` that the next unify writes: dirty
+/// leaves (written by a delta commit, or by the unify for the trees only
+/// a unify writes), branches changed or new since the last unify, those
+/// above a dirty leaf (redirecting the leaf changes its parent), and every
+/// branch above one of them. Returns (whether `n` itself gets a new
+/// address, the count). Only nodes in memory can have changed.
+pub(super) fn unify_nodes(n: &Node) -> (bool, u64) {
     match n {
-        Node::Leaf(l) => (l.dirty || l.addr == 0, 0),
+        Node::Leaf(l) => (l.dirty || l.addr == 0, u64::from(l.dirty)),
         Node::Branch(b) => {
             let mut moved = b.dirty || b.leaves_dirty || b.addr == 0;
             let mut count = 0;
             for c in &b.children {
                 if let Slot::Mem(child) = &c.slot {
-                    let (m, k) = unify_branches(child);
+                    let (m, k) = unify_nodes(child);
                     moved |= m;
                     count += k;
                 }

@@ -597,11 +597,12 @@ impl Tree {
             }
     }
 
-    /// Branches the next unify writes (each needs a new block), counted
-    /// over the nodes in memory (`redirect::unify_branches`).
-    pub fn unify_branches(&self) -> u64 {
+    /// Nodes the next unify (and the delta commit it starts with) writes,
+    /// each in a new block, counted over the nodes in memory
+    /// (`redirect::unify_nodes`).
+    pub fn unify_nodes(&self) -> u64 {
         match &self.root {
-            Some(Slot::Mem(n)) => super::redirect::unify_branches(n).1,
+            Some(Slot::Mem(n)) => super::redirect::unify_nodes(n).1,
             _ => 0,
         }
     }
