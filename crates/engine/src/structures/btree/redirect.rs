@@ -104,15 +104,15 @@ pub(super) fn unify_nodes(n: &Node) -> (bool, u64) {
         Node::Leaf(l) => (l.dirty || l.addr == 0, u64::from(l.dirty)),
         Node::Branch(b) => {
             let mut moved = b.dirty || b.leaves_dirty || b.addr == 0;
-            let mut count = 0;
+            let mut count = 0u64;
             for c in &b.children {
                 if let Slot::Mem(child) = &c.slot {
                     let (m, k) = unify_nodes(child);
                     moved |= m;
-                    count += k;
+                    count = count.saturating_add(k);
                 }
             }
-            (moved, count + u64::from(moved))
+            (moved, count.saturating_add(u64::from(moved)))
         }
     }
 }
