@@ -1,5 +1,5 @@
 //! Scenario: a small volume filled to 100% by random creates, writes,
-//! mkdirs, xattrs and snapshots, checked against a model of its namespace,
+//! mkdirs, xattrs, renames and snapshots, checked against a model of its namespace,
 //! contents and xattrs. Every operation that fails with ENOSPC must have
 //! changed nothing (the model, which skips it, still matches the volume);
 //! then, on the full volume, sync, fsync, unify, truncate, punch hole,
@@ -231,6 +231,27 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut Rng, serial: &mut u32) -> bool {
             }
             Err(e) => {
                 assert_eq!(snaps(fs), m.snaps, "snapshots after a failed one");
+                Err(e)
+            }
+        }
+    } else if r < 99 {
+        // A rename of a file to a new name, maybe in another directory.
+        let from = rng.pick(m.files.keys()).unwrap().clone();
+        let dir = rng.pick(m.dirs.iter()).unwrap().clone();
+        let to = join(&dir, &format!("r{n}"));
+        let (old_dir, old_name) = split(&from);
+        let (src, dst) = (ino_of(fs, old_dir).unwrap(), ino_of(fs, &dir).unwrap());
+        let flags = tux3::RenameFlags::default();
+        match fs.rename(src, old_name.as_bytes(), dst, split(&to).1.as_bytes(), flags) {
+            Ok(()) => {
+                let f = m.files.remove(&from).unwrap();
+                m.files.insert(to, f);
+                Ok(())
+            }
+            Err(e) => {
+                assert!(ino_of(fs, &from).is_ok(), "{from} gone after a failed rename");
+                let after = ino_of(fs, &to).unwrap_err().errno();
+                assert_eq!(after, Errno::ENOENT, "{to} after a failed rename");
                 Err(e)
             }
         }

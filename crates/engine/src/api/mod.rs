@@ -705,7 +705,9 @@ impl Fs {
         self.vol().readdir(ino, pos, max)
     }
 
-    /// Volume statistics.
+    /// Volume statistics: free blocks as the allocator counts them, and
+    /// what an ordinary change may still take, less the reserve kept for
+    /// deletes and commits (ARCHITECTURE.md, *Full volumes*).
     pub fn statfs(&self) -> Result<StatFs> {
         self.shared_vol().statfs()
     }
