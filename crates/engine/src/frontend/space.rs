@@ -5,12 +5,13 @@
 //! reports. docs/ARCHITECTURE.md, *Full volumes*, argues the sizes.
 //!
 //! Invariant S1: an ordinary change (one that may allocate) goes in only if
-//! the blocks no one has promised yet (`available - reserved`) still cover
-//! the whole reserve after it; a change that frees space may dip into the
-//! reserve's headroom, never into what the open delta's commit and a unify
-//! after it need. So the commit of whatever was accepted, and a unify, can
-//! always allocate what they need: ENOSPC is returned before an operation
-//! changes anything, never by a commit.
+//! the blocks no one has promised yet (`available - reserved`) cover its
+//! blocks, its own share of the reserve and the whole reserve; a change
+//! that frees space may use half of the reserve's headroom, never what the
+//! open delta's commit and a unify after it need. So the commit of
+//! whatever was accepted, and a unify, can always allocate what they need:
+//! ENOSPC is returned before an operation changes anything, never by a
+//! commit.
 //!
 //! Calls the backend's allocator, log writer, trees and snapshot table
 //! (to size the reserve); the delta commit (`Volume::commit`) when space is
@@ -58,8 +59,9 @@ pub struct Reserve {
     /// fixed blocks of a commit. (An fsync commit's log comes out of the
     /// space ordinary changes may take, or the delta is committed instead.)
     pub commit: u64,
-    /// A unify after that commit: every branch it rewrites, the changed
-    /// bitmap blocks' new homes, the snapshot table's changed nodes.
+    /// A unify after that commit: every node it rewrites (branches, the
+    /// snapshot table's and the bitmap file's changed nodes), the changed
+    /// bitmap blocks' new homes.
     pub unify: u64,
     /// Room for changes that free space (unlink, rmdir, truncate, punch),
     /// whose own leaves and log the reservations above do not cover.
