@@ -15,6 +15,7 @@
 
 mod answer;
 mod commit;
+mod defrag;
 mod falloc;
 mod guard;
 mod image;
@@ -33,6 +34,7 @@ pub use crate::memory_budget::{
 };
 pub use crate::types::*;
 pub use commit::FsyncDone;
+pub use defrag::{DefragOptions, DefragReport};
 use commit::{Phase, Shared, Worker};
 pub use image::open_path;
 pub use integrity::BadDataReport;

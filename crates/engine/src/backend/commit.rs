@@ -588,7 +588,13 @@ impl Backend {
             let mut maps = Vec::new();
             let birth = self.alloc.generation;
             let alloc = &mut self.alloc;
-            let goal = inode.goal;
+            // Leaves follow the data, unless defrag keeps them out of the
+            // run it fills (`Inode::leaf_goal`).
+            let goal = if inode.leaf_goal != 0 {
+                inode.leaf_goal
+            } else {
+                inode.goal
+            };
             let mut next_goal = goal;
             tree.redirect_leaves(
                 bs,

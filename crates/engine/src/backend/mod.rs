@@ -14,6 +14,7 @@ pub mod alloc;
 pub(crate) mod checks;
 pub mod commit;
 pub mod discard;
+pub mod free_space;
 pub mod logwriter;
 pub mod mkfs;
 pub mod readers;

@@ -32,6 +32,10 @@ pub struct Inode {
     pub pages: PageMap,
     /// Allocation goal: where this file's next data block should go.
     pub goal: u64,
+    /// Where the commit puts this file's tree leaves; 0: right after the
+    /// data it allocated (`goal`). Defrag sets it past the run it fills,
+    /// so that leaves do not cut the run in pieces.
+    pub leaf_goal: u64,
     /// Delta of the last change to attrs (for fsync and forking). While
     /// it is the open delta, the inode is in the delta's dirty set, so a
     /// later change need not take the set's lock again.
@@ -63,6 +67,7 @@ impl Inode {
             tree,
             pages: PageMap::default(),
             goal: 0,
+            leaf_goal: 0,
             delta: 0,
             data_delta: 0,
             gone: false,

@@ -23,6 +23,8 @@ macro_rules! or_fail {
 }
 
 pub mod acl;
+mod defrag;
+pub use defrag::DefragPlan;
 mod evict;
 mod falloc;
 mod file;

@@ -1,0 +1,147 @@
+//! API layer: [`Fs::defrag`], rewriting a fragmented file so that it lies
+//! in as few runs as the free space allows.
+//!
+//! The file is rewritten in batches of at most [`DefragOptions::batch_bytes`]
+//! (and a quarter of the dirty limit), one delta each: before a batch the
+//! file's goal is aimed at free room for it, following the batch before
+//! (`Volume::defrag_aim`); its blocks are made dirty a small chunk at a
+//! time, each chunk under the exclusive delta guard (so that a write
+//! racing with defrag is never undone: see `frontend/defrag.rs`); then the
+//! delta is committed. Between chunks other operations run.
+//!
+//! Calls the frontend (`Volume::defrag_*`) and the commit scheduling.
+
+use super::Fs;
+use crate::error::{Errno, Error, Result};
+use crate::types::Ino;
+
+/// Blocks made dirty under one hold of the delta guard.
+const CHUNK_BLOCKS: u64 = 256;
+
+/// How [`Fs::defrag`] works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefragOptions {
+    /// Rewrite extents a snapshot shares too (they then take space twice:
+    /// the snapshot keeps the old copy). Off: they stay where they are.
+    pub unshare: bool,
+    /// Bytes rewritten per delta, at most.
+    pub batch_bytes: u64,
+}
+
+impl Default for DefragOptions {
+    fn default() -> Self {
+        DefragOptions {
+            unshare: false,
+            batch_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What [`Fs::defrag`] did to one file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DefragReport {
+    /// Physically contiguous runs of the file's map before and after.
+    pub extents_before: u64,
+    pub extents_after: u64,
+    /// Bytes rewritten (0: the file needed nothing).
+    pub bytes_rewritten: u64,
+    /// Bytes still in extents a snapshot shares: what `unshare` would
+    /// rewrite, and the space that would take.
+    pub shared_bytes: u64,
+}
+
+impl Fs {
+    /// Rewrite regular file `ino` so that each stretch of its data lies in
+    /// one run where free space allows, keeping its contents, checksums
+    /// and times; `progress(done, total)` is called in blocks. Every batch
+    /// is committed before this returns. EISDIR for a directory (its
+    /// entries live in tree leaves, not data blocks), EINVAL for other
+    /// non-regular files, EROFS on a read-only volume, ENOSPC when no room
+    /// is left (the batches committed stay rewritten), EIO for a block
+    /// failing its checksum (counted and logged as a read's would be).
+    pub fn defrag(
+        &self,
+        ino: Ino,
+        opts: &DefragOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<DefragReport> {
+        let (plan, bs, batch) = {
+            let mut v = self.vol();
+            if v.is_read_only() {
+                return Err(Error::Posix(Errno::EROFS));
+            }
+            let bs = u64::from(v.statfs()?.block_size);
+            let batch = (opts.batch_bytes.min(v.dirty_limit() / 4) / bs).max(CHUNK_BLOCKS);
+            // A run as long as a batch is as good as a rewrite makes.
+            (v.defrag_plan(ino, opts.unshare, batch)?, bs, batch)
+        };
+        let total = plan.blocks();
+        let mut report = DefragReport {
+            extents_before: plan.extents,
+            ..DefragReport::default()
+        };
+        let r = self.rewrite(ino, &plan.ranges, opts.unshare, batch, &mut |done, dirtied| {
+            report.bytes_rewritten += dirtied * bs;
+            progress(done, total);
+        });
+        self.vol().defrag_done(ino);
+        self.checked(r)?;
+        let after = self.vol().defrag_plan(ino, opts.unshare, batch)?;
+        report.extents_after = after.extents;
+        report.shared_bytes = after.shared_bytes;
+        Ok(report)
+    }
+
+    /// Make `ranges` of `ino` dirty and commit them, `batch` blocks per
+    /// delta; `step(done, dirtied)` after each chunk.
+    fn rewrite(
+        &self,
+        ino: Ino,
+        ranges: &[(u64, u64)],
+        unshare: bool,
+        batch: u64,
+        step: &mut dyn FnMut(u64, u64),
+    ) -> Result<()> {
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        let (mut done, mut in_batch, mut prefer) = (0, 0, None);
+        for &(from, count) in ranges {
+            let mut at = from;
+            while at < from + count {
+                if in_batch == 0 {
+                    let want = batch.min(total - done);
+                    prefer = Some(self.vol().defrag_aim(ino, prefer, want, total - done)?);
+                }
+                let to = (at + CHUNK_BLOCKS).min(from + count).min(at + batch - in_batch);
+                let dirtied = self.chunk(ino, at, to, unshare)?;
+                (done, in_batch) = (done + to - at, in_batch + to - at);
+                step(done, dirtied);
+                at = to;
+                if in_batch >= batch {
+                    self.shared.commit(false)?;
+                    prefer = self.vol().defrag_follow(ino, to - 1)?;
+                    in_batch = 0;
+                }
+            }
+        }
+        if in_batch > 0 {
+            self.shared.commit(false)?;
+        }
+        Ok(())
+    }
+
+    /// One chunk; on ENOSPC while a commit is in flight (its frees come
+    /// back once it is durable), again after it.
+    fn chunk(&self, ino: Ino, from: u64, to: u64, unshare: bool) -> Result<u64> {
+        loop {
+            let mut v = self.vol();
+            let in_flight = v.commit_in_flight();
+            match v.defrag_chunk(ino, from, to, unshare) {
+                Err(e) if in_flight && e.errno() == Errno::ENOSPC => {
+                    drop(v);
+                    self.shared.with_commit_lock(|| ());
+                }
+                r => return r,
+            }
+        }
+    }
+}

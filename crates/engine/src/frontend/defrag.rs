@@ -1,0 +1,253 @@
+//! Frontend layer: the steps of defragmenting one file, each run under the
+//! exclusive delta guard by `api/defrag.rs`, which strings them together
+//! and commits between batches.
+//!
+//! Defrag moves no data itself. It makes the file's blocks dirty again
+//! with the contents they have, and the commit does the rest as for any
+//! write: `allocate_data` takes each run of dirty pages as one request
+//! near the file's goal, maps the new blocks (checksums computed from the
+//! pages), and frees the old ones — or, for blocks a snapshot holds,
+//! puts them on the dead list. A crash leaves each block in its old place
+//! or its new one, with the same contents either way.
+//!
+//! * [`Volume::defrag_plan`]: the file's extents now, what a snapshot
+//!   shares, and the logical ranges worth rewriting;
+//! * [`Volume::defrag_aim`]: point the file's goal at free room for the
+//!   next batch (its leaves go past that room, `Inode::leaf_goal`);
+//! * [`Volume::defrag_chunk`]: read a small range and make it dirty.
+//!   Under the guard nothing else runs, so the read is of the newest
+//!   contents: a page dirty already is left as it is (it holds newer data
+//!   than the block), and a page under writeback or a clean page is the
+//!   contents, not the device.
+//!
+//! Calls the cache (pages), structures (extent trees) and the backend's
+//! free-space questions.
+
+use super::file::{check_file, verify};
+use super::Volume;
+use crate::backend::free_space;
+use crate::error::{err, Errno, Result};
+use crate::structures::extent::{self, Extent};
+use crate::structures::extent_range;
+use crate::types::Ino;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Blocks read from the device in one request.
+const READ_BLOCKS: u64 = 256;
+
+/// What defrag sees of a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DefragPlan {
+    /// Physically contiguous runs of its map (preallocated runs count).
+    pub extents: u64,
+    /// Bytes in written extents a snapshot shares.
+    pub shared_bytes: u64,
+    /// Logical ranges `(lblock, count)` worth rewriting, in order: each a
+    /// stretch of logically contiguous blocks defrag may move that lies in
+    /// more runs than one per `good_run` blocks.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+impl DefragPlan {
+    /// Blocks in [`DefragPlan::ranges`].
+    pub fn blocks(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+/// Whether a snapshot (the newest being `held_upto`) holds `e`'s blocks.
+fn shared(e: &Extent, held_upto: Option<u32>) -> bool {
+    !e.unwritten && held_upto.is_some_and(|s| e.birth <= s)
+}
+
+/// Whether `b` goes on where `a` ends, logically and physically.
+fn follows(a: &Extent, b: &Extent) -> bool {
+    a.end() == b.lblock && a.physical(a.end()) == b.pblock && a.unwritten == b.unwritten
+}
+
+/// The plan for a file whose map is `extents` (in logical order): a
+/// stretch in one run per `good_run` blocks (or fewer) is left as it is.
+pub fn plan(extents: &[Extent], held_upto: Option<u32>, unshare: bool, good_run: u64, bs: u64) -> DefragPlan {
+    let mut p = DefragPlan::default();
+    let mut prev: Option<&Extent> = None;
+    for e in extents {
+        if prev.is_none_or(|a| !follows(a, e)) {
+            p.extents += 1;
+        }
+        if shared(e, held_upto) {
+            p.shared_bytes += e.count * bs;
+        }
+        prev = Some(e);
+    }
+    // Stretches of movable blocks, with the runs each lies in.
+    let movable = |e: &Extent| !e.unwritten && (unshare || !shared(e, held_upto));
+    let mut stretch: Option<(u64, u64, u64)> = None; // (start, end, runs)
+    let mut last: Option<&Extent> = None;
+    let close = |s: Option<(u64, u64, u64)>, ranges: &mut Vec<(u64, u64)>| {
+        let good_run = good_run.max(1);
+        if let Some((start, end, _)) = s.filter(|(start, end, runs)| *runs > (end - start).div_ceil(good_run)) {
+            ranges.push((start, end - start));
+        }
+    };
+    for e in extents.iter().filter(|e| movable(e)) {
+        stretch = match (stretch, last) {
+            (Some((start, end, runs)), Some(a)) if end == e.lblock => {
+                Some((start, e.end(), runs + u64::from(!follows(a, e))))
+            }
+            (s, _) => {
+                close(s, &mut p.ranges);
+                Some((e.lblock, e.end(), 1))
+            }
+        };
+        last = Some(e);
+    }
+    close(stretch, &mut p.ranges);
+    p
+}
+
+impl Volume {
+    /// The defrag plan of regular file `ino` as its map is now (EISDIR for
+    /// a directory, EINVAL for other kinds), a run of `good_run` blocks
+    /// being good enough.
+    pub fn defrag_plan(&mut self, ino: Ino, unshare: bool, good_run: u64) -> Result<DefragPlan> {
+        let (bs, dev, held) = (self.bs(), self.be.dev.clone(), self.be.alloc.held_upto);
+        let i = self.inode(ino)?;
+        check_file(i)?;
+        let extents = extent::all(&mut i.tree, dev.as_ref())?;
+        Ok(plan(&extents, held, unshare, good_run, bs))
+    }
+
+    /// Aim `ino`'s next allocations at room for `batch` blocks, with
+    /// `rest` blocks (this batch included) still to come: at `prefer` (the
+    /// block after the last batch) if `batch` blocks are free there, else
+    /// at the tail of the first free run that takes `rest` blocks and some
+    /// leaves after them, else of the longest free run. Leaves go past
+    /// that room. Returns the goal; ENOSPC when nothing is free.
+    ///
+    /// The tail, not the head: what allocates first-fit from just before
+    /// the run (the log's next block, other files' data) fills its head
+    /// and reaches the file's room last.
+    pub fn defrag_aim(&mut self, ino: Ino, prefer: Option<u64>, batch: u64, rest: u64) -> Result<u64> {
+        let alloc = &self.be.alloc;
+        let leaves = rest / 256 + 64;
+        let goal = match prefer.filter(|&g| free_space::free_at(alloc, g, batch) >= batch) {
+            Some(g) => g,
+            None => match free_space::free_run(alloc, rest + leaves) {
+                Some((start, len)) => start + len.saturating_sub(rest + leaves),
+                None => return err(Errno::ENOSPC),
+            },
+        };
+        let i = self.inode(ino)?;
+        i.goal = goal;
+        i.leaf_goal = goal.saturating_add(rest);
+        Ok(goal)
+    }
+
+    /// The block after the one that maps logical block `lblock` of `ino`
+    /// now (where the next batch should follow), if it is mapped.
+    pub fn defrag_follow(&mut self, ino: Ino, lblock: u64) -> Result<Option<u64>> {
+        let dev = self.be.dev.clone();
+        let i = self.inode(ino)?;
+        let e = extent::lookup(&mut i.tree, dev.as_ref(), lblock)?;
+        Ok(e.map(|e| e.physical(lblock) + 1))
+    }
+
+    /// Defrag of `ino` is over: its leaves follow its data again.
+    pub fn defrag_done(&mut self, ino: Ino) {
+        if let Some(i) = self.cache.get_mut(ino) {
+            i.leaf_goal = 0;
+        }
+    }
+
+    /// Make the movable blocks of `[from, to)` of `ino` dirty with the
+    /// contents they hold (see the module comment): those of written
+    /// extents no snapshot shares, or (`unshare`) of every written extent.
+    /// Returns how many it made dirty. Space for them is reserved first
+    /// (ENOSPC if there is none); a block failing its checksum fails the
+    /// chunk with `Error::BadData`, the blocks before it staying dirty
+    /// with their unchanged contents.
+    pub fn defrag_chunk(&mut self, ino: Ino, from: u64, to: u64, unshare: bool) -> Result<u64> {
+        let (bs, dev, held) = (self.bs(), self.be.dev.clone(), self.be.alloc.held_upto);
+        check_file(self.inode(ino)?)?;
+        self.begin_change(to.saturating_sub(from) + 2)?;
+        let delta = self.be.delta;
+        let i = self.inode(ino)?;
+        let clean_before = i.pages.clean_len();
+        let targets: Vec<Extent> = extent_range::clipped(&mut i.tree, dev.as_ref(), from, to)?
+            .into_iter()
+            .filter(|e| !e.unwritten && (unshare || !shared(e, held)))
+            .collect();
+        let mut dirtied = 0;
+        let mut buf = Vec::new();
+        for e in &targets {
+            let mut b = e.lblock;
+            while b < e.end() {
+                if i.pages.is_dirty(b) {
+                    b += 1;
+                    continue;
+                }
+                if let Some(data) = i.pages.content(b).cloned() {
+                    i.pages.page_mut(b, delta, || data.as_ref().clone());
+                    dirtied += 1;
+                    b += 1;
+                    continue;
+                }
+                // Uncached blocks, read in one request.
+                let mut n = 1;
+                while b + n < e.end() && n < READ_BLOCKS && i.pages.content(b + n).is_none() {
+                    n += 1;
+                }
+                buf.resize((n * bs) as usize, 0);
+                crate::device::read_named(dev.as_ref(), e.physical(b), &mut buf)?;
+                for (k, block) in buf.chunks(bs as usize).enumerate() {
+                    verify(ino, e, b + k as u64, block)?;
+                }
+                for (k, block) in buf.chunks(bs as usize).enumerate() {
+                    i.pages.page_mut(b + k as u64, delta, || block.to_vec());
+                }
+                dirtied += n;
+                b += n;
+            }
+        }
+        let clean_after = i.pages.clean_len();
+        if dirtied > 0 {
+            self.dirty_bytes.fetch_add(dirtied * bs, Relaxed);
+            self.touch(ino);
+        }
+        if clean_before != clean_after {
+            self.clean.get_mut().changed(ino, clean_before, clean_after, bs);
+        }
+        Ok(dirtied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn x(lblock: u64, pblock: u64, count: u64, birth: u32) -> Extent {
+        Extent::written(lblock, pblock, count, birth)
+    }
+
+    #[test]
+    fn a_plan_counts_runs_and_picks_the_stretches_in_pieces() {
+        // 0..4 in two runs, a hole, 10..12 in one run, 12..14 shared.
+        let map = [x(0, 100, 2, 0), x(2, 50, 2, 0), x(10, 200, 2, 3), x(12, 202, 2, 1)];
+        let p = plan(&map, Some(1), false, 1000, 4096);
+        assert_eq!(p.extents, 3, "10..14 is one run across births");
+        assert_eq!(p.shared_bytes, 2 * 4096);
+        assert_eq!(p.ranges, vec![(0, 4)], "10..12 lies in one run already");
+        // With --unshare, 10..14 is still one run: nothing to gain there.
+        assert_eq!(plan(&map, Some(1), true, 1000, 4096).ranges, vec![(0, 4)]);
+        // Runs of two blocks are good enough for a two-block batch.
+        assert!(plan(&map, Some(1), false, 2, 4096).ranges.is_empty());
+        // A shared block between two movable ones splits the stretch.
+        let map = [x(0, 100, 1, 2), x(1, 7, 1, 1), x(2, 300, 1, 2)];
+        assert!(plan(&map, Some(1), false, 1000, 4096).ranges.is_empty());
+        assert_eq!(plan(&map, Some(1), true, 1000, 4096).ranges, vec![(0, 3)]);
+        // No snapshot: nothing is shared.
+        let p = plan(&map, None, false, 1000, 4096);
+        assert_eq!((p.shared_bytes, p.ranges.clone()), (0, vec![(0, 3)]));
+        assert_eq!(p.blocks(), 3);
+    }
+}

@@ -1,0 +1,270 @@
+//! Scenario: defrag (`Fs::defrag`) rewrites a fragmented file into a
+//! handful of runs and changes nothing else. Files are written 4 KiB at a
+//! time in random order, committing every few blocks, so that their
+//! blocks land in write order (many extents); defrag then runs in small
+//! batches (several deltas). Checked each time: the extents as the device
+//! holds them (read back through the tools' data-map reader, not the
+//! report), the contents block by block, fsck, and a reopen. Extents a
+//! snapshot shares stay where they are unless `unshare` is set, and the
+//! snapshot reads what it held either way. A writer racing with defrag
+//! never loses a write.
+//!
+//! Calls the engine API, the tools' fsck and data-map reader.
+
+use proptest::prelude::*;
+use std::sync::Arc;
+use tux3::device::{Device, MemDevice};
+use tux3::structures::extent::Extent;
+use tux3::{DefragOptions, Errno, FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
+
+mod sums;
+
+const BS: u64 = 4096;
+
+fn fresh(blocks: u64) -> Arc<MemDevice> {
+    let mem = Arc::new(MemDevice::new(BS as u32, blocks));
+    let dev: Arc<dyn Device> = mem.clone();
+    let opts = FormatOptions {
+        data_sums: true,
+        ..FormatOptions::default()
+    };
+    Fs::format(dev, &opts).unwrap();
+    mem
+}
+
+fn open(mem: &Arc<MemDevice>) -> Fs {
+    let dev: Arc<dyn Device> = mem.clone();
+    Fs::open(dev, OpenOptions::default()).unwrap()
+}
+
+fn open_snapshot(mem: &Arc<MemDevice>, name: &[u8]) -> Fs {
+    let dev: Arc<dyn Device> = mem.clone();
+    let opts = OpenOptions {
+        read_only: true,
+        snapshot: Some(name.to_vec()),
+        ..OpenOptions::default()
+    };
+    Fs::open(dev, opts).unwrap()
+}
+
+/// Block `b`'s contents in version `v` of a file: every byte differs
+/// between blocks and versions.
+fn block(b: u64, v: u8) -> Vec<u8> {
+    (0..BS)
+        .map(|i| (i as u8) ^ (b as u8).wrapping_mul(31) ^ ((b >> 8) as u8) ^ v.wrapping_mul(97))
+        .collect()
+}
+
+/// A permutation of `0..n` from `seed` (a small LCG: no dependency).
+fn shuffled(n: u64, seed: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..n).collect();
+    let mut s = seed | 1;
+    for i in (1..v.len()).rev() {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let j = (s >> 33) as usize % (i + 1);
+        v.swap(i, j);
+    }
+    v
+}
+
+/// Write `blocks` blocks of a new file `name` in the order of `order`,
+/// committing every `every` blocks; returns its inode.
+fn write_scattered(fs: &Fs, name: &[u8], order: &[u64], every: usize) -> Ino {
+    let ino = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
+    for (k, &b) in order.iter().enumerate() {
+        fs.write(ino, b * BS, &block(b, 0)).unwrap();
+        if (k + 1) % every == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    ino
+}
+
+/// Physically contiguous runs of `map`.
+fn runs(map: &[Extent]) -> usize {
+    map.windows(2)
+        .filter(|w| !(w[0].end() == w[1].lblock && w[0].physical(w[0].end()) == w[1].pblock))
+        .count()
+        + usize::from(!map.is_empty())
+}
+
+/// The file reads as `expect(b)` for each of its `blocks` blocks.
+fn check_contents(fs: &Fs, ino: Ino, blocks: u64, expect: impl Fn(u64) -> Vec<u8>) {
+    for b in 0..blocks {
+        let got = fs.read(ino, b * BS, BS as usize).unwrap();
+        assert!(got == expect(b), "block {b} of inode {ino} changed");
+    }
+}
+
+fn fsck(mem: &Arc<MemDevice>) {
+    let r = tux3_tools::fsck::check(mem.clone(), &Default::default()).unwrap();
+    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
+}
+
+fn small_batches() -> DefragOptions {
+    DefragOptions {
+        batch_bytes: 1 << 20,
+        ..DefragOptions::default()
+    }
+}
+
+#[test]
+fn a_file_written_in_random_order_comes_down_to_a_handful_of_extents() {
+    let mem = fresh(16384);
+    let blocks = 2048;
+    let fs = open(&mem);
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 7), 8);
+    let before = runs(&sums::extents(&mem, ino));
+    assert!(before > 100, "written scattered: {before} runs");
+    let mut calls = 0;
+    let report = fs.defrag(ino, &small_batches(), &mut |_, _| calls += 1).unwrap();
+    assert_eq!(report.extents_before, before as u64);
+    assert_eq!(report.bytes_rewritten, blocks * BS);
+    assert_eq!(report.shared_bytes, 0);
+    assert!(calls >= 8, "progress reported per chunk: {calls}");
+    let map = sums::extents(&mem, ino);
+    assert!(runs(&map) <= 4, "after defrag: {} runs: {map:?}", runs(&map));
+    assert_eq!(report.extents_after, runs(&map) as u64);
+    assert!(map.iter().all(|e| e.is_summed()), "checksums kept");
+    check_contents(&fs, ino, blocks, |b| block(b, 0));
+    // A second run finds nothing to do.
+    let again = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
+    assert_eq!(again.bytes_rewritten, 0);
+    assert_eq!(fs.defrag(ROOT_INO, &small_batches(), &mut |_, _| {}).unwrap_err().errno(), Errno::EISDIR);
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = open(&mem);
+    fs.lookup(ROOT_INO, b"f").unwrap();
+    check_contents(&fs, ino, blocks, |b| block(b, 0));
+}
+
+#[test]
+fn shared_extents_stay_unless_unshared_and_the_snapshot_keeps_its_contents() {
+    let mem = fresh(16384);
+    let blocks = 1024;
+    let fs = open(&mem);
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 11), 8);
+    fs.snapshot_create(b"s").unwrap();
+    // The live file changes after the snapshot: its first quarter, in
+    // random order again.
+    let unshared_blocks = blocks / 4;
+    for (k, b) in shuffled(unshared_blocks, 13).into_iter().enumerate() {
+        fs.write(ino, b * BS, &block(b, 1)).unwrap();
+        if k % 8 == 7 {
+            fs.sync().unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    let live = |b: u64| block(b, u8::from(b < unshared_blocks));
+    let shared_map = sums::extents(&mem, ino);
+    let report = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
+    assert_eq!(report.bytes_rewritten, unshared_blocks * BS, "only the blocks no snapshot holds");
+    assert_eq!(report.shared_bytes, (blocks - unshared_blocks) * BS);
+    // The shared extents did not move.
+    let map = sums::extents(&mem, ino);
+    for e in shared_map.iter().filter(|e| e.birth == 0) {
+        for b in e.lblock..e.end() {
+            let now = map.iter().find(|x| x.lblock <= b && b < x.end()).unwrap();
+            assert_eq!(now.physical(b), e.physical(b), "shared block {b} moved");
+        }
+    }
+    check_contents(&fs, ino, blocks, live);
+    let report = fs
+        .defrag(
+            ino,
+            &DefragOptions {
+                unshare: true,
+                ..small_batches()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap();
+    assert_eq!(report.shared_bytes, 0);
+    assert_eq!(report.bytes_rewritten, blocks * BS);
+    let map = sums::extents(&mem, ino);
+    assert!(runs(&map) <= 4, "unshared: {} runs", runs(&map));
+    check_contents(&fs, ino, blocks, live);
+    fs.close().unwrap();
+    fsck(&mem);
+    let snap = open_snapshot(&mem, b"s");
+    let sino = snap.lookup(ROOT_INO, b"f").unwrap().ino;
+    check_contents(&snap, sino, blocks, |b| block(b, 0));
+    drop(snap);
+    // Deleting the snapshot gives its copy back; the volume stays clean.
+    let fs = open(&mem);
+    fs.snapshot_delete(b"s").unwrap();
+    fs.snapshot_reclaim(&mut |_| {}).unwrap();
+    fs.close().unwrap();
+    fsck(&mem);
+}
+
+#[test]
+fn a_write_racing_with_defrag_is_never_lost() {
+    let mem = fresh(16384);
+    let blocks = 1024;
+    let fs = Arc::new(open(&mem));
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 3), 4);
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            for b in shuffled(blocks, 5) {
+                fs.write(ino, b * BS, &block(b, 2)).unwrap();
+            }
+        })
+    };
+    let report = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
+    writer.join().unwrap();
+    assert!(report.extents_before > 1);
+    check_contents(&fs, ino, blocks, |b| block(b, 2));
+    fs.sync().unwrap();
+    check_contents(&fs, ino, blocks, |b| block(b, 2));
+    Arc::into_inner(fs).unwrap().close().unwrap();
+    fsck(&mem);
+    let fs = open(&mem);
+    fs.lookup(ROOT_INO, b"f").unwrap();
+    check_contents(&fs, ino, blocks, |b| block(b, 2));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Any file made of writes of any size at any place, committed at any
+    /// points, with holes and a partial last block: defrag leaves the same
+    /// bytes and size, at most one run per stretch of data, and a clean
+    /// volume.
+    #[test]
+    fn defrag_keeps_every_byte(
+        writes in prop::collection::vec((0u64..600_000, 1usize..20_000, any::<u8>(), any::<bool>()), 1..60),
+        batch in 1u64..5,
+    ) {
+        let mem = fresh(8192);
+        let fs = open(&mem);
+        let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+        let mut model: Vec<u8> = Vec::new();
+        for (off, len, byte, commit) in writes {
+            let data: Vec<u8> = (0..len).map(|i| byte ^ (i as u8)).collect();
+            fs.write(ino, off, &data).unwrap();
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(&data);
+            if commit {
+                fs.sync().unwrap();
+            }
+        }
+        fs.sync().unwrap();
+        let opts = DefragOptions { batch_bytes: batch << 20, ..DefragOptions::default() };
+        let report = fs.defrag(ino, &opts, &mut |_, _| {}).unwrap();
+        prop_assert!(report.extents_after <= report.extents_before);
+        let map = sums::extents(&mem, ino);
+        // Stretches of logically contiguous blocks: each one run now.
+        let stretches = map.windows(2).filter(|w| w[0].end() != w[1].lblock).count() + usize::from(!map.is_empty());
+        prop_assert!(runs(&map) <= stretches + (model.len() as u64 / BS / 256) as usize, "{} runs for {} stretches", runs(&map), stretches);
+        prop_assert_eq!(fs.getattr(ino).unwrap().size, model.len() as u64);
+        prop_assert!(fs.read(ino, 0, model.len() + 1).unwrap() == model);
+        fs.close().unwrap();
+        fsck(&mem);
+    }
+}
