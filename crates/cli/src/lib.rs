@@ -15,6 +15,7 @@
 
 mod args;
 mod cat;
+mod defrag;
 mod dump;
 mod format;
 mod fsck;
@@ -98,6 +99,9 @@ pub enum Command {
     /// Give a volume's free space back to the device (mounted or not)
     #[command(long_about = fstrim::LONG_ABOUT)]
     Fstrim(fstrim::FstrimArgs),
+    /// Rewrite fragmented files contiguously (mounted or not)
+    #[command(long_about = defrag::LONG_ABOUT)]
+    Defrag(defrag::DefragArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -125,6 +129,7 @@ impl Command {
             Command::Scrub(_) => "scrub",
             Command::Resize(_) => "resize",
             Command::Fstrim(_) => "fstrim",
+            Command::Defrag(_) => "defrag",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -211,6 +216,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Scrub(a) => scrub::run(&a),
         Command::Resize(a) => resize::run(&a),
         Command::Fstrim(a) => fstrim::run(&a),
+        Command::Defrag(a) => defrag::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),
@@ -270,12 +276,13 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout and succeed; usage errors exit 2
-            // (16 for fsck, as e2fsck does, and fstrim, whose codes are fsck's).
+            // (16 for fsck, as e2fsck does, and for fstrim and defrag,
+            // whose codes are fsck's).
             let _ = e.print();
             if !e.use_stderr() {
                 return ExitCode::SUCCESS;
             }
-            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck" || a == "fstrim");
+            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck" || a == "fstrim" || a == "defrag");
             return ExitCode::from(if is_fsck { fsck::EXIT_USAGE } else { 2 });
         }
     };

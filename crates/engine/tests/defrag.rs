@@ -60,7 +60,9 @@ fn shuffled(n: u64, seed: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
     let mut s = seed | 1;
     for i in (1..v.len()).rev() {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let j = (s >> 33) as usize % (i + 1);
         v.swap(i, j);
     }
@@ -131,7 +133,12 @@ fn a_file_written_in_random_order_comes_down_to_a_handful_of_extents() {
     // A second run finds nothing to do.
     let again = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
     assert_eq!(again.bytes_rewritten, 0);
-    assert_eq!(fs.defrag(ROOT_INO, &small_batches(), &mut |_, _| {}).unwrap_err().errno(), Errno::EISDIR);
+    assert_eq!(
+        fs.defrag(ROOT_INO, &small_batches(), &mut |_, _| {})
+            .unwrap_err()
+            .errno(),
+        Errno::EISDIR
+    );
     fs.close().unwrap();
     fsck(&mem);
     let fs = open(&mem);
@@ -159,7 +166,11 @@ fn shared_extents_stay_unless_unshared_and_the_snapshot_keeps_its_contents() {
     let live = |b: u64| block(b, u8::from(b < unshared_blocks));
     let shared_map = sums::extents(&mem, ino);
     let report = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
-    assert_eq!(report.bytes_rewritten, unshared_blocks * BS, "only the blocks no snapshot holds");
+    assert_eq!(
+        report.bytes_rewritten,
+        unshared_blocks * BS,
+        "only the blocks no snapshot holds"
+    );
     assert_eq!(report.shared_bytes, (blocks - unshared_blocks) * BS);
     // The shared extents did not move.
     let map = sums::extents(&mem, ino);

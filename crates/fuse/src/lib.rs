@@ -27,6 +27,8 @@
 //! - `snapshot.rs`: the arguments of the snapshot ioctls, encoded and
 //!   decoded (the `tux3 snapshot` command uses the same code);
 //! - `trim.rs`: the trim ioctls (`tux3 fstrim`, fstrim(8)'s FITRIM);
+//! - `scrub.rs`, `defrag.rs`: the scrub and defrag ioctls, served and
+//!   encoded;
 //! - this file: the mount-time options, the ioctl numbers and value
 //!   conversions.
 //!
@@ -34,6 +36,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod defrag;
 mod devfuse;
 mod forgets;
 mod idle_poll;
@@ -50,6 +53,7 @@ mod trim;
 mod uring;
 
 pub use adapter::Tux3Fuse;
+pub use defrag::{decode_defrag_report, encode_defrag_request, DEFRAG_ARG_LEN, DEFRAG_UNSHARE, IOC_DEFRAG};
 pub use remount::{RemountArg, IOC_REMOUNT};
 use serve::log;
 pub use serve::{block_signals, mount, Mounted};

@@ -34,8 +34,8 @@ pub use crate::memory_budget::{
 };
 pub use crate::types::*;
 pub use commit::FsyncDone;
-pub use defrag::{DefragOptions, DefragReport};
 use commit::{Phase, Shared, Worker};
+pub use defrag::{DefragOptions, DefragReport};
 pub use image::open_path;
 pub use integrity::BadDataReport;
 pub use resize::Resized;

@@ -85,7 +85,8 @@ pub fn plan(extents: &[Extent], held_upto: Option<u32>, unshare: bool, good_run:
     let mut last: Option<&Extent> = None;
     let close = |s: Option<(u64, u64, u64)>, ranges: &mut Vec<(u64, u64)>| {
         let good_run = good_run.max(1);
-        if let Some((start, end, _)) = s.filter(|(start, end, runs)| *runs > (end - start).div_ceil(good_run)) {
+        if let Some((start, end, _)) = s.filter(|(start, end, runs)| *runs > (end - start).div_ceil(good_run))
+        {
             ranges.push((start, end - start));
         }
     };
@@ -232,7 +233,12 @@ mod tests {
     #[test]
     fn a_plan_counts_runs_and_picks_the_stretches_in_pieces() {
         // 0..4 in two runs, a hole, 10..12 in one run, 12..14 shared.
-        let map = [x(0, 100, 2, 0), x(2, 50, 2, 0), x(10, 200, 2, 3), x(12, 202, 2, 1)];
+        let map = [
+            x(0, 100, 2, 2),
+            x(2, 50, 2, 2),
+            x(10, 200, 2, 3),
+            x(12, 202, 2, 1),
+        ];
         let p = plan(&map, Some(1), false, 1000, 4096);
         assert_eq!(p.extents, 3, "10..14 is one run across births");
         assert_eq!(p.shared_bytes, 2 * 4096);

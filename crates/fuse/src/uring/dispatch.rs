@@ -427,8 +427,8 @@ impl Tux3Fuse {
 
     /// The work of an ioctl (`fuse_ioctl_in`: fh, flags, cmd at 12; its
     /// argument `arg` in the payload), to run on a thread that may block:
-    /// `tux3 sync` (a whole commit) and the snapshot ioctls (create and
-    /// delete commit). It gives the data that follows `fuse_ioctl_out` in
+    /// `tux3 sync` (a whole commit), the snapshot ioctls (create and
+    /// delete commit) and defrag (commits as it goes). It gives the data that follows `fuse_ioctl_out` in
     /// the reply. `None` for a command we do not know.
     fn ring_ioctl(&self, ino: Ino, uid: u32, cmd: u32, arg: &[u8]) -> Option<IoctlJob> {
         let fuse = self.clone();
@@ -445,6 +445,10 @@ impl Tux3Fuse {
         if is_snapshot_ioctl(cmd) {
             let arg = arg.to_vec();
             return Some(Box::new(move || fuse.snapshot_ioctl(uid, cmd, &arg)));
+        }
+        if cmd == crate::IOC_DEFRAG {
+            let arg = arg.to_vec();
+            return Some(Box::new(move || fuse.defrag_ioctl(ino, uid, &arg)));
         }
         None
     }
