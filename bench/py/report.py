@@ -730,7 +730,7 @@ def write(res, path, plotdir, plots):
             L += ["![blocks and flushes per fsync](%s)" % os.path.relpath(
                 os.path.join(plotdir, name), os.path.dirname(path)), ""]
     # Sections measured by their own scripts, outside a run.
-    for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub")]:
+    for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub"), ("defrag.md", "Defrag")]:
         text = hand_measured(name)
         if text:
             L += ["## " + title, "", text.strip(), ""]

@@ -8,7 +8,8 @@
 //!
 //! A directory is walked with `-r` (not across mounts, links not
 //! followed). Silent on success; `-v` prints a line per file (extents
-//! before and after, bytes rewritten) and a summary. Extents shared with
+//! before and after, bytes rewritten) and a summary; `-n` changes nothing
+//! and prints each file's extents and what a rewrite would take. Extents shared with
 //! snapshots are left as they are unless `--unshare`: a line on standard
 //! error says how many bytes that leaves and what unsharing would take.
 //! A bar on a terminal. Exit codes are fsck's: 0 done, 4 a file could not
@@ -33,7 +34,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use tux3::types::{FileType, Ino};
 use tux3::{DefragOptions, DefragReport, Errno, Error, Fs};
-use tux3_fuse::{decode_defrag_report, encode_defrag_request, DEFRAG_UNSHARE, IOC_DEFRAG};
+use tux3_fuse::{decode_defrag_report, encode_defrag_request, DEFRAG_DRY_RUN, DEFRAG_UNSHARE, IOC_DEFRAG};
 
 pub const LONG_ABOUT: &str = "Rewrite fragmented files so that each lies in one run of blocks, or \
 as few as free space allows. Contents, times and checksums stay as they are; a crash leaves each \
@@ -43,7 +44,8 @@ is kept. With --image, PATHs are inside the unmounted image or block device IMAG
 volume's root).\n\nExtents shared with snapshots are left where they are, so the snapshots keep \
 sharing them; a line on standard error says how many bytes that leaves. --unshare rewrites them \
 too: the snapshots keep the old copy, and the file takes that space again.\n\nSilent on success; \
--v prints, per file, its extents before and after and the bytes rewritten, then a summary.\n\n\
+-v prints, per file, its extents before and after and the bytes rewritten, then a summary; -n \
+changes nothing and prints each file's extents and what a rewrite would take.\n\n\
 Exit codes: 0 done, 4 some file could not be rewritten (no room, a block failing its checksum, \
 not a regular file), 8 operational error, 16 usage error.";
 
@@ -66,6 +68,10 @@ pub struct DefragArgs {
     /// PATHs are inside this unmounted image file or block device
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<PathBuf>,
+    /// Change nothing: print each file's extents and what a rewrite
+    /// would take
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
 }
 
 /// A file to rewrite: how to reach it, and its name for messages.
@@ -98,13 +104,22 @@ fn usage(msg: String) -> CliError {
 pub fn run(a: &DefragArgs) -> Result<u8, CliError> {
     let opts = DefragOptions {
         unshare: a.unshare,
+        dry_run: a.dry_run,
         ..DefragOptions::default()
     };
     let totals = match &a.image {
         Some(image) => on_image(image, a, &opts)?,
         None => on_mount(a)?,
     };
-    if a.verbose {
+    if a.dry_run {
+        println!(
+            "{} files, {} to rewrite: {} extents; {:.1} MiB to rewrite",
+            totals.files,
+            totals.rewritten_files,
+            totals.before,
+            mib(totals.bytes)
+        );
+    } else if a.verbose {
         println!(
             "{} files, {} rewritten: {} extents before, {} after; {:.1} MiB rewritten",
             totals.files,
@@ -143,12 +158,28 @@ fn bar(total: u64) -> Option<indicatif::ProgressBar> {
     Some(b)
 }
 
-/// Count one file's outcome, with its line (-v) or its error.
+/// What to print per file.
+#[derive(Clone, Copy)]
+struct Show {
+    verbose: bool,
+    dry_run: bool,
+}
+
+impl Show {
+    fn of(a: &DefragArgs) -> Show {
+        Show {
+            verbose: a.verbose,
+            dry_run: a.dry_run,
+        }
+    }
+}
+
+/// Count one file's outcome, with its line (-v, -n) or its error.
 fn note(
     t: &mut Totals,
     shown: &str,
     r: Result<DefragReport, String>,
-    verbose: bool,
+    show: Show,
     bar: Option<&indicatif::ProgressBar>,
 ) {
     let say = |line: String| match bar {
@@ -163,13 +194,19 @@ fn note(
             t.bytes += r.bytes_rewritten;
             t.shared += r.shared_bytes;
             t.rewritten_files += u64::from(r.bytes_rewritten > 0);
-            if verbose {
+            if show.verbose || show.dry_run {
                 let shared = if r.shared_bytes > 0 {
                     format!("; {:.1} MiB shared with snapshots", mib(r.shared_bytes))
                 } else {
                     String::new()
                 };
-                say(if r.bytes_rewritten > 0 {
+                say(if show.dry_run {
+                    format!(
+                        "{shown}: {} extents, {:.1} MiB to rewrite{shared}",
+                        r.extents_before,
+                        mib(r.bytes_rewritten)
+                    )
+                } else if r.bytes_rewritten > 0 {
                     format!(
                         "{shown}: {} extents -> {}, {:.1} MiB rewritten{shared}",
                         r.extents_before,
@@ -229,7 +266,7 @@ fn on_mount(a: &DefragArgs) -> Result<Totals, CliError> {
                 &mut t,
                 &path.display().to_string(),
                 Err("not a regular file".into()),
-                a.verbose,
+                Show::of(a),
                 None,
             );
             continue;
@@ -238,7 +275,7 @@ fn on_mount(a: &DefragArgs) -> Result<Totals, CliError> {
     }
     let total = items.iter().map(|i| i.bytes).sum();
     let b = bar(total);
-    let flags = if a.unshare { DEFRAG_UNSHARE } else { 0 };
+    let flags = if a.unshare { DEFRAG_UNSHARE } else { 0 } | if a.dry_run { DEFRAG_DRY_RUN } else { 0 };
     for item in items {
         let r = ioctl(&item.file, flags);
         if let Err(e) = &r {
@@ -254,7 +291,7 @@ fn on_mount(a: &DefragArgs) -> Result<Totals, CliError> {
             Some(code) => why(&Error::Posix(Errno(code))),
             None => e.to_string(),
         });
-        note(&mut t, &item.shown, r, a.verbose, b.as_ref());
+        note(&mut t, &item.shown, r, Show::of(a), b.as_ref());
         if let Some(b) = &b {
             b.inc(item.bytes);
         }
@@ -318,7 +355,7 @@ fn ioctl(f: &File, flags: u32) -> io::Result<DefragReport> {
 /// Rewrite the files of PATHs inside the unmounted `image`.
 fn on_image(image: &Path, a: &DefragArgs, opts: &DefragOptions) -> Result<Totals, CliError> {
     let op = |e: CliError| e.with_exit(EXIT_OPERATIONAL);
-    let (fs, lock) = open_image(image, true).map_err(op)?;
+    let (fs, lock) = open_image(image, !a.dry_run).map_err(op)?;
     let mut t = Totals::default();
     let r = defrag_in(&fs, a, opts, &mut t);
     let closed = close(image, fs).map_err(op);
@@ -344,7 +381,7 @@ fn defrag_in(fs: &Fs, a: &DefragArgs, opts: &DefragOptions, t: &mut Totals) -> R
             FileType::Directory | FileType::Regular => {
                 walk_volume(fs, attr.ino, attr.kind, attr.size, path, &mut seen, &mut items)?
             }
-            _ => note(t, &shown, Err("not a regular file".into()), a.verbose, None),
+            _ => note(t, &shown, Err("not a regular file".into()), Show::of(a), None),
         }
     }
     let total = items.iter().map(|i| i.bytes).sum();
@@ -361,7 +398,7 @@ fn defrag_in(fs: &Fs, a: &DefragArgs, opts: &DefragOptions, t: &mut Totals) -> R
             }
         });
         base += item.bytes;
-        note(t, &item.shown, r.map_err(|e| why(&e)), a.verbose, b.as_ref());
+        note(t, &item.shown, r.map_err(|e| why(&e)), Show::of(a), b.as_ref());
     }
     if let Some(b) = b {
         b.finish_and_clear();

@@ -116,6 +116,11 @@ fn defrag_through_the_mount_and_on_the_image() {
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{}", text(&o));
         assert!(fs::read(fx.path("a")).unwrap() == contents(1, |_| 0));
+        // A dry run changes nothing.
+        let o = defrag(&["-n", &c]);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains(&format!("{c}: ")) && out.contains("2.0 MiB to rewrite"), "{out}");
         // The tree, verbose: the file done already needs nothing, the
         // other is rewritten once for both its names.
         let o = defrag(&["-r", "-v", &mnt]);

@@ -5,7 +5,7 @@
 //!
 //! | offset | size | in | out |
 //! |---|---|---|---|
-//! | 0 | 4 | flags: 1 unshare | |
+//! | 0 | 4 | flags: 1 unshare, 2 dry run | |
 //! | 0 | 8 | | extents before |
 //! | 8 | 8 | | extents after |
 //! | 16 | 8 | | bytes rewritten |
@@ -14,7 +14,8 @@
 //! The call returns when the file is rewritten and committed. Errors are
 //! `Fs::defrag`'s: EISDIR, EINVAL (not a regular file, or unknown flags),
 //! EROFS, ENOSPC, EIO; EPERM for a caller that is neither root nor the
-//! mounter (defrag takes the volume's space and I/O).
+//! mounter (defrag takes the volume's space and I/O), unless it is a dry
+//! run.
 //!
 //! Calls the engine's `Fs::defrag` (through the adapter's `Fs`).
 
@@ -32,6 +33,8 @@ pub const IOC_DEFRAG: u32 = libc::_IOWR::<[u8; DEFRAG_ARG_LEN]>(0xE3, 16) as u32
 
 /// Flag: rewrite extents shared with snapshots too.
 pub const DEFRAG_UNSHARE: u32 = 1;
+/// Flag: change nothing, report what a rewrite would do.
+pub const DEFRAG_DRY_RUN: u32 = 2;
 
 /// The request: `flags`.
 pub fn encode_defrag_request(flags: u32) -> [u8; DEFRAG_ARG_LEN] {
@@ -82,21 +85,26 @@ impl Tux3Fuse {
     }
 }
 
+/// The request's flags (none if it is short: the kernel sends the
+/// argument's whole size).
+fn flags_of(arg: &[u8]) -> u32 {
+    arg.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
 /// Serve one request on `ino`, from a caller who `may_change` the volume.
 fn serve(fs: &Fs, ino: Ino, arg: &[u8], may_change: bool) -> Result<Vec<u8>> {
-    if !may_change {
+    if !may_change && flags_of(arg) & DEFRAG_DRY_RUN == 0 {
         return Err(Error::Posix(Errno::EPERM));
     }
-    let flags = arg
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_ne_bytes)
-        .ok_or(Error::Posix(Errno::EINVAL))?;
-    if flags & !DEFRAG_UNSHARE != 0 {
+    let flags = flags_of(arg);
+    if flags & !(DEFRAG_UNSHARE | DEFRAG_DRY_RUN) != 0 {
         return Err(Error::Posix(Errno::EINVAL));
     }
     let opts = DefragOptions {
         unshare: flags & DEFRAG_UNSHARE != 0,
+        dry_run: flags & DEFRAG_DRY_RUN != 0,
         ..DefragOptions::default()
     };
     let report = fs.defrag(ino, &opts, &mut |_, _| {})?;

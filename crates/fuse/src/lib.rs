@@ -53,7 +53,9 @@ mod trim;
 mod uring;
 
 pub use adapter::Tux3Fuse;
-pub use defrag::{decode_defrag_report, encode_defrag_request, DEFRAG_ARG_LEN, DEFRAG_UNSHARE, IOC_DEFRAG};
+pub use defrag::{
+    decode_defrag_report, encode_defrag_request, DEFRAG_ARG_LEN, DEFRAG_DRY_RUN, DEFRAG_UNSHARE, IOC_DEFRAG,
+};
 pub use remount::{RemountArg, IOC_REMOUNT};
 use serve::log;
 pub use serve::{block_signals, mount, Mounted};

@@ -26,6 +26,9 @@ pub struct DefragOptions {
     pub unshare: bool,
     /// Bytes rewritten per delta, at most.
     pub batch_bytes: u64,
+    /// Change nothing: report what a rewrite would do (the bytes it would
+    /// rewrite as [`DefragReport::bytes_rewritten`]).
+    pub dry_run: bool,
 }
 
 impl Default for DefragOptions {
@@ -33,6 +36,7 @@ impl Default for DefragOptions {
         DefragOptions {
             unshare: false,
             batch_bytes: 64 << 20,
+            dry_run: false,
         }
     }
 }
@@ -67,7 +71,7 @@ impl Fs {
     ) -> Result<DefragReport> {
         let (plan, bs, batch) = {
             let mut v = self.vol();
-            if v.is_read_only() {
+            if v.is_read_only() && !opts.dry_run {
                 return Err(Error::Posix(Errno::EROFS));
             }
             let bs = u64::from(v.statfs()?.block_size);
@@ -76,6 +80,14 @@ impl Fs {
             (v.defrag_plan(ino, opts.unshare, batch)?, bs, batch)
         };
         let total = plan.blocks();
+        if opts.dry_run {
+            return Ok(DefragReport {
+                extents_before: plan.extents,
+                extents_after: plan.extents,
+                bytes_rewritten: total * bs,
+                shared_bytes: plan.shared_bytes,
+            });
+        }
         let mut report = DefragReport {
             extents_before: plan.extents,
             ..DefragReport::default()

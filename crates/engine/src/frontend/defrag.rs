@@ -121,20 +121,22 @@ impl Volume {
     /// Aim `ino`'s next allocations at room for `batch` blocks, with
     /// `rest` blocks (this batch included) still to come: at `prefer` (the
     /// block after the last batch) if `batch` blocks are free there, else
-    /// at the tail of the first free run that takes `rest` blocks and some
-    /// leaves after them, else of the longest free run. Leaves go past
-    /// that room. Returns the goal; ENOSPC when nothing is free.
+    /// in the first free run that takes `rest` blocks and some leaves
+    /// after them, else in the longest free run. Leaves go past that
+    /// room. Returns the goal; ENOSPC when nothing is free.
     ///
-    /// The tail, not the head: what allocates first-fit from just before
-    /// the run (the log's next block, other files' data) fills its head
-    /// and reaches the file's room last.
+    /// A run's head is left free where the run is long enough (a
+    /// sixteenth of `rest`, and 1024 blocks): what allocates first-fit from
+    /// just before the run — the log's next block above all, taken at
+    /// every commit — fills it, instead of the block after a batch.
     pub fn defrag_aim(&mut self, ino: Ino, prefer: Option<u64>, batch: u64, rest: u64) -> Result<u64> {
         let alloc = &self.be.alloc;
-        let leaves = rest / 256 + 64;
+        let need = rest + rest / 256 + 64;
+        let head = rest / 16 + 1024;
         let goal = match prefer.filter(|&g| free_space::free_at(alloc, g, batch) >= batch) {
             Some(g) => g,
-            None => match free_space::free_run(alloc, rest + leaves) {
-                Some((start, len)) => start + len.saturating_sub(rest + leaves),
+            None => match free_space::free_run(alloc, need) {
+                Some((start, len)) => start + len.saturating_sub(need).min(head),
                 None => return err(Errno::ENOSPC),
             },
         };
