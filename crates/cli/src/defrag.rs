@@ -21,13 +21,14 @@
 
 use super::fsck::{EXIT_CLEAN, EXIT_ERRORS_LEFT, EXIT_OPERATIONAL, EXIT_USAGE};
 use super::image::{join, read_dir_sorted, resolve_arg};
+use super::scrub::bytes_bar;
 use super::snapshot::{close, locate, open_image, Target};
 use super::CliError;
 use clap::Args;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, IsTerminal};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
@@ -142,20 +143,6 @@ pub fn run(a: &DefragArgs) -> Result<u8, CliError> {
     } else {
         EXIT_CLEAN
     })
-}
-
-/// A bar over bytes on a terminal.
-fn bar(total: u64) -> Option<indicatif::ProgressBar> {
-    if !io::stderr().is_terminal() {
-        return None;
-    }
-    let b = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "defrag {bar:40} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-    ) {
-        b.set_style(style);
-    }
-    Some(b)
 }
 
 /// What to print per file.
@@ -274,7 +261,7 @@ fn on_mount(a: &DefragArgs) -> Result<Totals, CliError> {
         walk_host(path, &meta, &mut seen, &mut items)?;
     }
     let total = items.iter().map(|i| i.bytes).sum();
-    let b = bar(total);
+    let b = bytes_bar("defrag", total);
     let flags = if a.unshare { DEFRAG_UNSHARE } else { 0 } | if a.dry_run { DEFRAG_DRY_RUN } else { 0 };
     for item in items {
         let r = ioctl(&item.file, flags);
@@ -385,7 +372,7 @@ fn defrag_in(fs: &Fs, a: &DefragArgs, opts: &DefragOptions, t: &mut Totals) -> R
         }
     }
     let total = items.iter().map(|i| i.bytes).sum();
-    let b = bar(total);
+    let b = bytes_bar("defrag", total);
     let mut base = 0;
     let bs = fs
         .statfs()

@@ -147,15 +147,14 @@ fn ioctl(target: &Path, f: &File, command: u32, flags: u32, rate: u64) -> Result
     Ok(decode_status(&arg))
 }
 
-/// A bar over bytes, with rate and ETA, on a terminal.
-fn bar(total: u64) -> Option<indicatif::ProgressBar> {
+/// A bar over bytes, with rate and ETA, on a terminal, headed `what`.
+pub(crate) fn bytes_bar(what: &str, total: u64) -> Option<indicatif::ProgressBar> {
     if !io::stderr().is_terminal() {
         return None;
     }
     let b = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "scrub {bar:40} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-    ) {
+    let template = format!("{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ETA {{eta}}");
+    if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
         b.set_style(style);
     }
     Some(b)
@@ -163,7 +162,7 @@ fn bar(total: u64) -> Option<indicatif::ProgressBar> {
 
 /// Follow a scrub on a mount to its end.
 fn wait(target: &Path, f: &File, mut st: ScrubStatus) -> Result<u8, CliError> {
-    let b = bar(st.total.max(1));
+    let b = bytes_bar("scrub", st.total.max(1));
     while st.running || st.exit == NO_EXIT {
         if let Some(b) = &b {
             b.set_length(st.total.max(1));
@@ -251,7 +250,8 @@ fn foreground(target: &Path, s: &StartArgs) -> Result<u8, CliError> {
     let mut b: Option<indicatif::ProgressBar> = None;
     let began = Instant::now();
     let r = scrub::run(&fs, opts, &ctl, &mut |_, done, total| {
-        let b = b.get_or_insert_with(|| bar(total).unwrap_or_else(indicatif::ProgressBar::hidden));
+        let b =
+            b.get_or_insert_with(|| bytes_bar("scrub", total).unwrap_or_else(indicatif::ProgressBar::hidden));
         b.set_position(done);
         Hook::Go
     });

@@ -120,7 +120,10 @@ fn defrag_through_the_mount_and_on_the_image() {
         let o = defrag(&["-n", &c]);
         let out = text(&o);
         assert_eq!(o.status.code(), Some(0), "{out}");
-        assert!(out.contains(&format!("{c}: ")) && out.contains("2.0 MiB to rewrite"), "{out}");
+        assert!(
+            out.contains(&format!("{c}: ")) && out.contains("2.0 MiB to rewrite"),
+            "{out}"
+        );
         // The tree, verbose: the file done already needs nothing, the
         // other is rewritten once for both its names.
         let o = defrag(&["-r", "-v", &mnt]);

@@ -15,24 +15,17 @@
 use std::sync::Arc;
 mod sums;
 
-use sums::extents;
+use sums::{extents, open_snapshot};
 use tux3::device::{Device, MemDevice};
 use tux3::error::BadData;
 use tux3::structures::extent::{block_sum, Extent};
-use tux3::{Errno, Error, FormatOptions, Fs, OpenOptions, ROOT_INO};
+use tux3::{Errno, Error, Fs, OpenOptions, ROOT_INO};
 
 const BS: u64 = 4096;
 const KEEP_SIZE: i32 = 1;
 
 fn fresh(sums: bool) -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(BS as u32, 16384));
-    let dev: Arc<dyn Device> = mem.clone();
-    let opts = FormatOptions {
-        data_sums: sums,
-        ..FormatOptions::default()
-    };
-    Fs::format(dev, &opts).unwrap();
-    mem
+    sums::volume(16384, sums)
 }
 
 /// The volume opened, each name of its root looked up (as a mount's
@@ -46,16 +39,6 @@ fn open(mem: &Arc<MemDevice>) -> Fs {
         }
     }
     fs
-}
-
-fn open_snapshot(mem: &Arc<MemDevice>, name: &[u8]) -> Fs {
-    let dev: Arc<dyn Device> = mem.clone();
-    let opts = OpenOptions {
-        read_only: true,
-        snapshot: Some(name.to_vec()),
-        ..OpenOptions::default()
-    };
-    Fs::open(dev, opts).unwrap()
 }
 
 /// Flip 8 bytes at `at` in device block `pblock`.

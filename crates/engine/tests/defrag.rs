@@ -13,38 +13,22 @@
 
 use proptest::prelude::*;
 use std::sync::Arc;
+use sums::open_snapshot;
 use tux3::device::{Device, MemDevice};
 use tux3::structures::extent::Extent;
-use tux3::{DefragOptions, Errno, FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
+use tux3::{DefragOptions, Errno, Fs, Ino, OpenOptions, ROOT_INO};
 
 mod sums;
 
 const BS: u64 = 4096;
 
 fn fresh(blocks: u64) -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(BS as u32, blocks));
-    let dev: Arc<dyn Device> = mem.clone();
-    let opts = FormatOptions {
-        data_sums: true,
-        ..FormatOptions::default()
-    };
-    Fs::format(dev, &opts).unwrap();
-    mem
+    sums::volume(blocks, true)
 }
 
 fn open(mem: &Arc<MemDevice>) -> Fs {
     let dev: Arc<dyn Device> = mem.clone();
     Fs::open(dev, OpenOptions::default()).unwrap()
-}
-
-fn open_snapshot(mem: &Arc<MemDevice>, name: &[u8]) -> Fs {
-    let dev: Arc<dyn Device> = mem.clone();
-    let opts = OpenOptions {
-        read_only: true,
-        snapshot: Some(name.to_vec()),
-        ..OpenOptions::default()
-    };
-    Fs::open(dev, opts).unwrap()
 }
 
 /// Block `b`'s contents in version `v` of a file: every byte differs
@@ -144,6 +128,48 @@ fn a_file_written_in_random_order_comes_down_to_a_handful_of_extents() {
     let fs = open(&mem);
     fs.lookup(ROOT_INO, b"f").unwrap();
     check_contents(&fs, ino, blocks, |b| block(b, 0));
+}
+
+/// Device reads of a cold read of the whole of `name` (`blocks` blocks),
+/// 1 MiB at a time, on a volume opened afresh.
+fn cold_reads(mem: &Arc<MemDevice>, name: &[u8], blocks: u64) -> u64 {
+    let fs = open(mem);
+    let ino = fs.lookup(ROOT_INO, name).unwrap().ino;
+    let before = fs.counters().reads;
+    let mut off = 0;
+    while off < blocks * BS {
+        fs.read(ino, off, 1 << 20).unwrap();
+        off += 1 << 20;
+    }
+    fs.counters().reads - before
+}
+
+#[test]
+fn a_defragmented_file_reads_cold_with_no_more_device_reads_than_a_fresh_copy() {
+    let mem = fresh(65536);
+    let blocks = 16384;
+    let fs = open(&mem);
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 17), 256);
+    let copy = fs.create(ROOT_INO, b"copy", 0o644, 0, 0).unwrap().ino;
+    for b in 0..blocks {
+        fs.write(copy, b * BS, &block(b, 0)).unwrap();
+    }
+    fs.close().unwrap();
+    let scattered = cold_reads(&mem, b"f", blocks);
+    let fresh_copy = cold_reads(&mem, b"copy", blocks);
+    let fs = open(&mem);
+    fs.lookup(ROOT_INO, b"f").unwrap();
+    fs.defrag(ino, &DefragOptions::default(), &mut |_, _| {}).unwrap();
+    fs.close().unwrap();
+    let defragged = cold_reads(&mem, b"f", blocks);
+    assert!(
+        scattered > 4 * fresh_copy,
+        "{scattered} reads scattered, {fresh_copy} fresh"
+    );
+    assert!(
+        defragged <= fresh_copy,
+        "{defragged} reads after defrag, {fresh_copy} for a fresh copy"
+    );
 }
 
 #[test]

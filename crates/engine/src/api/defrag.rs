@@ -141,19 +141,8 @@ impl Fs {
         Ok(())
     }
 
-    /// One chunk; on ENOSPC while a commit is in flight (its frees come
-    /// back once it is durable), again after it.
+    /// One chunk; on ENOSPC while a commit is in flight, again after it.
     fn chunk(&self, ino: Ino, from: u64, to: u64, unshare: bool) -> Result<u64> {
-        loop {
-            let mut v = self.vol();
-            let in_flight = v.commit_in_flight();
-            match v.defrag_chunk(ino, from, to, unshare) {
-                Err(e) if in_flight && e.errno() == Errno::ENOSPC => {
-                    drop(v);
-                    self.shared.with_commit_lock(|| ());
-                }
-                r => return r,
-            }
-        }
+        self.retrying_enospc(|v| v.defrag_chunk(ino, from, to, unshare))
     }
 }

@@ -6,6 +6,7 @@
 
 use super::Fs;
 use crate::error::{Errno, Result};
+use crate::frontend::Volume;
 use crate::types::Ino;
 
 impl Fs {
@@ -20,10 +21,16 @@ impl Fs {
     /// a commit is in flight (its frees come back once it is durable), it
     /// is retried after it.
     pub fn fallocate(&self, ino: Ino, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.retrying_enospc(|vol| vol.fallocate(ino, mode, offset, len))
+    }
+
+    /// Run `op` on the volume, exclusively; on ENOSPC while a commit is in
+    /// flight (its frees come back once it is durable), again after it.
+    pub(super) fn retrying_enospc<T>(&self, mut op: impl FnMut(&mut Volume) -> Result<T>) -> Result<T> {
         loop {
             let mut vol = self.vol();
             let in_flight = vol.commit_in_flight();
-            match vol.fallocate(ino, mode, offset, len) {
+            match op(&mut vol) {
                 Err(e) if in_flight && e.errno() == Errno::ENOSPC => {
                     drop(vol);
                     self.shared.with_commit_lock(|| ());
