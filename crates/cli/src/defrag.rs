@@ -37,9 +37,10 @@ use tux3::types::{FileType, Ino};
 use tux3::{DefragOptions, DefragReport, Errno, Error, Fs};
 use tux3_fuse::{decode_defrag_report, encode_defrag_request, DEFRAG_DRY_RUN, DEFRAG_UNSHARE, IOC_DEFRAG};
 
-pub const LONG_ABOUT: &str = "Rewrite fragmented files so that each lies in one run of blocks, or \
-as few as free space allows. Contents, times and checksums stay as they are; a crash leaves each \
-file as it was or rewritten. A file in one run per 64 MiB already is left alone.\n\nPATHs on a tux3 \
+pub const LONG_ABOUT: &str = "Rewrite fragmented files so that each lies in one run of blocks per \
+64 MiB (the most one commit rewrites; its tree leaves follow each run), or as few as free space \
+allows. Contents, times and checksums stay as they are; a crash leaves each file as it was or \
+rewritten. A file in one run per 64 MiB already is left alone.\n\nPATHs on a tux3 \
 mount are rewritten by the mount's server while the volume is in use: a write racing with defrag \
 is kept. With --image, PATHs are inside the unmounted image or block device IMAGE (`/` is the \
 volume's root).\n\nExtents shared with snapshots are left where they are, so the snapshots keep \

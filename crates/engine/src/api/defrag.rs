@@ -56,7 +56,7 @@ pub struct DefragReport {
 
 impl Fs {
     /// Rewrite regular file `ino` so that each stretch of its data lies in
-    /// one run where free space allows, keeping its contents, checksums
+    /// one run per batch where free space allows, keeping its contents, checksums
     /// and times; `progress(done, total)` is called in blocks. Every batch
     /// is committed before this returns. EISDIR for a directory (its
     /// entries live in tree leaves, not data blocks), EINVAL for other

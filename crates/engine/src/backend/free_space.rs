@@ -47,6 +47,25 @@ pub fn free_run(alloc: &Allocator, want: u64) -> Option<(u64, u64)> {
     best
 }
 
+/// The first block at or after `from`, and before `from + within`, where
+/// `want` free blocks start.
+pub fn free_after(alloc: &Allocator, from: u64, want: u64, within: u64) -> Option<u64> {
+    let end = from.saturating_add(within).min(alloc.blocks());
+    let mut b = from;
+    while b < end {
+        if !free(alloc, b) {
+            b += 1;
+            continue;
+        }
+        let len = free_at(alloc, b, want);
+        if len >= want {
+            return Some(b);
+        }
+        b += len.max(1);
+    }
+    None
+}
+
 /// Free blocks from `start` on, counted up to `max`.
 pub fn free_at(alloc: &Allocator, start: u64, max: u64) -> u64 {
     let mut len = 0;
@@ -74,6 +93,9 @@ mod tests {
         assert_eq!(free_at(&a, 12, 10), 3);
         assert_eq!(free_at(&a, 10, 10), 0);
         assert_eq!(free_at(&a, 95, 10), 5, "the volume's end");
+        assert_eq!(free_after(&a, 9, 3, 20), Some(12));
+        assert_eq!(free_after(&a, 9, 4, 20), Some(20));
+        assert_eq!(free_after(&a, 9, 4, 10), None, "not within 10 blocks");
         // A pinned block is not free.
         let (s, _) = a.alloc(20, 1, true).unwrap();
         a.free_range(s, 1);

@@ -33,8 +33,8 @@ pub struct Inode {
     /// Allocation goal: where this file's next data block should go.
     pub goal: u64,
     /// Where the commit puts this file's tree leaves; 0: right after the
-    /// data it allocated (`goal`). Defrag sets it past the run it fills,
-    /// so that leaves do not cut the run in pieces.
+    /// data it allocated (`goal`). Defrag sets it past the room of the
+    /// batch it rewrites, so that leaves do not cut the batch in pieces.
     pub leaf_goal: u64,
     /// Delta of the last change to attrs (for fsync and forking). While
     /// it is the open delta, the inode is in the delta's dirty set, so a

@@ -13,7 +13,7 @@
 //! * [`Volume::defrag_plan`]: the file's extents now, what a snapshot
 //!   shares, and the logical ranges worth rewriting;
 //! * [`Volume::defrag_aim`]: point the file's goal at free room for the
-//!   next batch (its leaves go past that room, `Inode::leaf_goal`);
+//!   next batch (its leaves go right after that room, `Inode::leaf_goal`);
 //! * [`Volume::defrag_chunk`]: read a small range and make it dirty.
 //!   Under the guard nothing else runs, so the read is of the newest
 //!   contents: a page dirty already is left as it is (it holds newer data
@@ -34,6 +34,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// Blocks read from the device in one request.
 const READ_BLOCKS: u64 = 256;
+
+/// A batch follows the one before if it finds room within this many
+/// blocks of its end (past the leaves that batch's commit wrote there).
+const FOLLOW_WITHIN: u64 = 4096;
 
 /// What defrag sees of a file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,11 +123,14 @@ impl Volume {
     }
 
     /// Aim `ino`'s next allocations at room for `batch` blocks, with
-    /// `rest` blocks (this batch included) still to come: at `prefer` (the
-    /// block after the last batch) if `batch` blocks are free there, else
-    /// in the first free run that takes `rest` blocks and some leaves
-    /// after them, else in the longest free run. Leaves go past that
-    /// room. Returns the goal; ENOSPC when nothing is free.
+    /// `rest` blocks (this batch included) still to come: right after
+    /// `prefer` (the block after the last batch; past the leaves written
+    /// there) if `batch` blocks are free there, else in the first free run
+    /// that takes `rest` blocks and some leaves, else in the longest free
+    /// run. The leaves the batch's commits write go right after its room,
+    /// as a fresh file's go after each delta's data: near the data they
+    /// map, and never in the middle of a batch, however many commits it
+    /// takes. Returns the goal; ENOSPC when nothing is free.
     ///
     /// A run's head is left free where the run is long enough (a
     /// sixteenth of `rest`, and 1024 blocks): what allocates first-fit from
@@ -133,7 +140,8 @@ impl Volume {
         let alloc = &self.be.alloc;
         let need = rest + rest / 256 + 64;
         let head = rest / 16 + 1024;
-        let goal = match prefer.filter(|&g| free_space::free_at(alloc, g, batch) >= batch) {
+        let follow = prefer.and_then(|g| free_space::free_after(alloc, g, batch, FOLLOW_WITHIN));
+        let goal = match follow {
             Some(g) => g,
             None => match free_space::free_run(alloc, need) {
                 Some((start, len)) => start + len.saturating_sub(need).min(head),
@@ -142,7 +150,7 @@ impl Volume {
         };
         let i = self.inode(ino)?;
         i.goal = goal;
-        i.leaf_goal = goal.saturating_add(rest);
+        i.leaf_goal = goal.saturating_add(batch);
         Ok(goal)
     }
 
