@@ -265,7 +265,12 @@ fn on_mount(a: &DefragArgs) -> Result<Totals, CliError> {
     let b = bytes_bar("defrag", total);
     let flags = if a.unshare { DEFRAG_UNSHARE } else { 0 } | if a.dry_run { DEFRAG_DRY_RUN } else { 0 };
     for item in items {
-        let r = ioctl(&item.file, flags);
+        // Opened one at a time: a tree may hold more files than descriptors.
+        let r = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(&item.file)
+            .and_then(|f| ioctl(&f, flags));
         if let Err(e) = &r {
             if matches!(e.raw_os_error(), Some(libc::ENOTTY)) {
                 return Err(CliError::new(format!(
@@ -295,18 +300,13 @@ fn walk_host(
     path: &Path,
     meta: &std::fs::Metadata,
     seen: &mut HashSet<(u64, u64)>,
-    out: &mut Vec<Item<File>>,
+    out: &mut Vec<Item<PathBuf>>,
 ) -> Result<(), CliError> {
     let op = |e: io::Error| CliError::at(path.display(), e).with_exit(EXIT_OPERATIONAL);
     if meta.is_file() {
         if seen.insert((meta.dev(), meta.ino())) {
-            let file = File::options()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-                .open(path)
-                .map_err(op)?;
             out.push(Item {
-                file,
+                file: path.to_path_buf(),
                 shown: path.display().to_string(),
                 bytes: meta.len(),
             });
