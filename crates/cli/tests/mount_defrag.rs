@@ -139,7 +139,7 @@ fn defrag_through_the_mount_and_on_the_image() {
     }
     fx.fsck();
     {
-        let _m = fx.mount(&[]);
+        let m = fx.mount(&[]);
         assert!(
             fs::read(fx.path("a")).unwrap() == contents(1, |_| 0),
             "after a remount"
@@ -175,12 +175,14 @@ fn defrag_through_the_mount_and_on_the_image() {
         assert!(o.stderr.is_empty(), "{out}");
         assert!(fs::read(fx.path("a")).unwrap() == contents(1, |_| 1));
         assert!(fs::read(fx.path("f")).unwrap() == contents(4, |_| 0));
+        m.unmount();
     }
     fx.fsck();
     // The same on the unmounted image: a fragmented file written there.
     {
-        let _m = fx.mount(&[]);
+        let m = fx.mount(&[]);
         write_scattered(&fx.path("e"), 3, 0);
+        m.unmount();
     }
     let img = fx.img.to_str().unwrap();
     let o = defrag(&["--image", img, "-v", "/e", "d/c"]);
