@@ -282,7 +282,9 @@ pub fn main() -> ExitCode {
             if !e.use_stderr() {
                 return ExitCode::SUCCESS;
             }
-            let is_fsck = argv.get(1).is_some_and(|a| a == "fsck" || a == "fstrim" || a == "defrag");
+            let is_fsck = argv
+                .get(1)
+                .is_some_and(|a| a == "fsck" || a == "fstrim" || a == "defrag");
             return ExitCode::from(if is_fsck { fsck::EXIT_USAGE } else { 2 });
         }
     };
