@@ -311,17 +311,22 @@ impl Drop for Mounted<'_> {
         if is_mounted(mnt) {
             let _ = Command::new("umount").arg("-l").arg(mnt).status();
         }
-        if let Some(mut child) = self.child.take() {
-            // Give it until the deadline to close the volume, then kill it.
-            let start = Instant::now();
-            while start.elapsed() < DEADLINE {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+        // Give the server until the deadline to close the volume (and let
+        // go of the image's lock), then kill it.
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            self.reap();
+            if self.child.is_none() && is_gone(self.pid) {
+                return;
             }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        } else if self.pid > 0 {
+            // SAFETY: signalling our own server process.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
         }
     }
 }
