@@ -526,27 +526,14 @@ fn free_space(be: &mut Backend, out: &mut String) {
         listed.join(", ")
     );
     let a = &be.alloc;
-    // Free runs, a batch at a time (the runs of a fragmented volume are
-    // many); a run that crosses a batch's end is whole in the next.
-    let (mut best, mut best_at, mut from, mut runs) = (0u64, 0u64, 0u64, 0u64);
-    loop {
-        let batch = a.free_runs(from, total, 4096);
-        let Some(&(last, last_n)) = batch.last() else {
-            break;
-        };
-        let done = batch.len() < 4096;
-        let take = if done { batch.len() } else { batch.len() - 1 };
-        for &(s, n) in &batch[..take] {
-            runs += 1;
-            if n > best {
-                (best, best_at) = (n, s);
-            }
+    let (mut best, mut best_at, mut runs) = (0u64, 0u64, 0u64);
+    a.for_free_runs(0, total, |s, n| {
+        runs += 1;
+        if n > best {
+            (best, best_at) = (n, s);
         }
-        if done {
-            break;
-        }
-        from = if take == 0 { last + last_n } else { last };
-    }
+        true
+    });
     let _ = writeln!(
         out,
         "  {runs} free runs; allocator: {} groups, {} with bits in memory, {} bytes",

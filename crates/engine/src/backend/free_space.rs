@@ -4,19 +4,12 @@
 //! when the allocator could hand it out now: its bit is clear and it is
 //! not pinned.
 //!
-//! These scan the allocator block by block (`Allocator::is_used`,
-//! `is_pinned`): linear in the blocks passed over, which is fine for a
-//! defrag run but not for an allocation path. They stand in for an index
-//! of free extents by size, which belongs in the allocator itself.
+//! They walk the allocator's free runs (`Allocator::for_free_runs`),
+//! which skip what is in use a word or a group at a time.
 //!
 //! Calls the allocator (reads only).
 
 use super::alloc::Allocator;
-
-/// Whether `alloc` could hand block `b` out now.
-fn free(alloc: &Allocator, b: u64) -> bool {
-    !alloc.is_used(b) && !alloc.is_pinned(b)
-}
 
 /// The first free run of at least `want` blocks at or after block 2 (the
 /// first two hold the superblock copies), whole, as `(start, length)`; if
@@ -24,26 +17,14 @@ fn free(alloc: &Allocator, b: u64) -> bool {
 /// block.
 pub fn free_run(alloc: &Allocator, want: u64) -> Option<(u64, u64)> {
     let want = want.max(1);
-    let mut best: Option<(u64, u64)> = None;
-    let mut b = 2;
-    let n = alloc.blocks();
-    while b < n {
-        if !free(alloc, b) {
-            b += 1;
-            continue;
+    let (mut best, mut found): (Option<(u64, u64)>, bool) = (None, false);
+    alloc.for_free_runs(2, alloc.blocks(), |s, n| {
+        if best.is_none_or(|(_, l)| n > l) || n >= want {
+            best = Some((s, n));
         }
-        let start = b;
-        while b < n && free(alloc, b) {
-            b += 1;
-        }
-        let len = b - start;
-        if len >= want {
-            return Some((start, len));
-        }
-        if best.is_none_or(|(_, l)| len > l) {
-            best = Some((start, len));
-        }
-    }
+        found = n >= want;
+        !found
+    });
     best
 }
 
@@ -51,28 +32,25 @@ pub fn free_run(alloc: &Allocator, want: u64) -> Option<(u64, u64)> {
 /// `want` free blocks start.
 pub fn free_after(alloc: &Allocator, from: u64, want: u64, within: u64) -> Option<u64> {
     let end = from.saturating_add(within).min(alloc.blocks());
-    let mut b = from;
-    while b < end {
-        if !free(alloc, b) {
-            b += 1;
-            continue;
+    let mut at = None;
+    alloc.for_free_runs(from, end.saturating_add(want), |s, n| {
+        if s >= end {
+            return false;
         }
-        let len = free_at(alloc, b, want);
-        if len >= want {
-            return Some(b);
+        if n >= want {
+            at = Some(s);
         }
-        b += len.max(1);
-    }
-    None
+        at.is_none()
+    });
+    at
 }
 
 /// Free blocks from `start` on, counted up to `max`.
 pub fn free_at(alloc: &Allocator, start: u64, max: u64) -> u64 {
-    let mut len = 0;
-    while len < max && start.saturating_add(len) < alloc.blocks() && free(alloc, start + len) {
-        len += 1;
+    match alloc.free_runs(start, start.saturating_add(max), 1).first() {
+        Some(&(s, n)) if s == start => n,
+        _ => 0,
     }
-    len
 }
 
 #[cfg(test)]

@@ -275,6 +275,30 @@ impl Allocator {
         out
     }
 
+    /// Call `f(start, count)` on each run of blocks free and not pinned in
+    /// `[from, to)`, in order, until it returns false; the runs are taken
+    /// a batch at a time, so a fragmented volume's are never all in memory.
+    pub fn for_free_runs(&self, from: u64, to: u64, mut f: impl FnMut(u64, u64) -> bool) {
+        const BATCH: usize = 1024;
+        let mut from = from;
+        loop {
+            let batch = self.free_runs(from, to, BATCH);
+            // A full batch's last run may go on past where it stopped:
+            // it is taken whole by the next batch.
+            let full = batch.len() >= BATCH;
+            let take = if full { batch.len() - 1 } else { batch.len() };
+            for &(s, n) in &batch[..take] {
+                if !f(s, n) {
+                    return;
+                }
+            }
+            if !full {
+                return;
+            }
+            from = batch[take].0;
+        }
+    }
+
     /// Load bitmap block `index`'s bit bytes (at open).
     pub fn load_bits(&mut self, index: u64, bits: &[u8]) {
         let words = self.words();

@@ -340,3 +340,27 @@ fn released_ranges_are_unpinned_free_blocks() {
     assert_eq!(a.alloc(26, 1, true).unwrap(), (26, 1));
     assert_eq!(a.take_released(), vec![(25, 1)]);
 }
+
+#[test]
+fn free_runs_walked_in_batches_are_the_runs_there_are() {
+    // 2,999 runs of one free block, across groups, then a long tail.
+    let mut a = Allocator::new(20_000, 1024);
+    a.apply_alloc(0, 2);
+    for b in (3..6001).step_by(2) {
+        a.apply_alloc(b, 1);
+    }
+    let all = a.free_runs(0, 20_000, usize::MAX);
+    let mut walked = Vec::new();
+    a.for_free_runs(0, 20_000, |s, n| {
+        walked.push((s, n));
+        true
+    });
+    assert_eq!(walked, all);
+    assert_eq!(walked.len(), 3000);
+    let mut first = None;
+    a.for_free_runs(0, 20_000, |s, n| {
+        first = Some((s, n));
+        false
+    });
+    assert_eq!(first, Some((2, 1)));
+}
