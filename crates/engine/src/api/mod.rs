@@ -14,6 +14,7 @@
 //! the base modules.
 
 mod answer;
+mod clone;
 mod commit;
 mod defrag;
 mod falloc;
@@ -33,6 +34,7 @@ pub use crate::memory_budget::{
     default_clean_limit, default_dir_leaf_limit, default_dirty_limit, default_inode_limit, usable_memory,
 };
 pub use crate::types::*;
+pub use clone::Sharing;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
 pub use defrag::{DefragOptions, DefragReport};

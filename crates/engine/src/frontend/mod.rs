@@ -23,6 +23,7 @@ macro_rules! or_fail {
 }
 
 pub mod acl;
+mod clone;
 mod defrag;
 pub use defrag::DefragPlan;
 mod evict;
