@@ -27,6 +27,7 @@ mod names;
 mod refs;
 mod scan;
 mod scrub_state;
+mod shared;
 mod snapshots;
 pub(crate) mod walk;
 mod xattrs;
@@ -127,6 +128,9 @@ pub(crate) enum Fix {
     DropEntry { dir: u64, name: Vec<u8> },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
+    /// Set the shared-extent table's count of blocks `start..+count` to
+    /// `refs`, the times the files map them (below 2: no run).
+    SharedRefs { start: u64, count: u64, refs: u32 },
     /// Give the written extents of `ino` that lack checksums those of
     /// their blocks as the device holds them (a `DATA_SUMS` volume).
     Sums { ino: u64 },

@@ -1,12 +1,19 @@
 //! API layer: sharing blocks between files — [`Fs::clone_range`] (what
 //! copy_file_range(2) and `tux3 clone` ask for) and [`Fs::dedupe_range`]
-//! (what `tux3 dedupe` asks for), each under the exclusive delta guard, so
-//! a clone or a dedupe is one change in one delta.
+//! (what `tux3 dedupe` asks for).
 //!
-//! Calls the frontend (`Volume::clone_range`, `Volume::dedupe_range`).
+//! The whole blocks of a clone are shared under one hold of the exclusive
+//! delta guard, so they are one change in one delta; the unaligned bytes
+//! at its edges are copied by ordinary reads and writes. A source with
+//! pages not yet on the device in the range is committed first, so that
+//! its blocks can be shared rather than copied.
+//!
+//! Calls the frontend (`Volume::clone_*`, `Volume::dedupe_check`,
+//! `Volume::same_blocks`) and the commit scheduling.
 
 use super::Fs;
 use crate::error::Result;
+use crate::frontend::BlockRun;
 use crate::types::Ino;
 
 /// What sharing has saved on a volume (see [`Fs::sharing`]).
@@ -21,6 +28,9 @@ pub struct Sharing {
     pub saved_blocks: u64,
 }
 
+/// Bytes an edge copy moves per read and write.
+const COPY_CHUNK: u64 = 1 << 20;
+
 impl Fs {
     /// Make bytes `dst_off..dst_off+n` of regular file `dst` read as bytes
     /// `src_off..src_off+n` of regular file `src`, where `n` is `len`
@@ -30,19 +40,58 @@ impl Fs {
     /// read or written; a later write to either file takes new blocks and
     /// never changes the other), the partial blocks at the edges are
     /// copied, holes and preallocated ranges of `src` become holes in
-    /// `dst`. Errors: EISDIR or EINVAL for a file that is not regular,
-    /// EINVAL for overlapping ranges of one file, EFBIG past the largest
-    /// file, EPERM for an immutable or append-only `dst`, ENOSPC.
+    /// `dst`; when the offsets differ within a block everything is copied.
+    /// Errors: EISDIR or EINVAL for a file that is not regular, EINVAL for
+    /// overlapping ranges of one file, EFBIG past the largest file, EPERM
+    /// for an immutable or append-only `dst`, ENOSPC.
     pub fn clone_range(&self, src: Ino, src_off: u64, dst: Ino, dst_off: u64, len: u64) -> Result<u64> {
-        self.retrying_enospc(|vol| vol.clone_range(src, src_off, dst, dst_off, len))
+        let bs = self.vol().bs();
+        let plan = self.vol().clone_plan(src, src_off, dst, dst_off, len)?;
+        if plan.blocks > 0 {
+            if self.vol().has_unwritten_pages(src, plan.src_block, plan.blocks)? {
+                self.sync()?;
+            }
+            self.retrying_enospc(|vol| {
+                let run = BlockRun {
+                    src,
+                    src_block: plan.src_block,
+                    dst,
+                    dst_block: plan.dst_block,
+                    count: plan.blocks,
+                };
+                vol.clone_blocks(
+                    run,
+                    plan.size_after.min(dst_off + plan.head + plan.blocks * bs),
+                    true,
+                )
+            })?;
+        }
+        self.copy_bytes(src, src_off, dst, dst_off, plan.head)?;
+        let done = plan.head + (plan.blocks * bs).min(plan.n - plan.head);
+        self.copy_bytes(src, src_off + done, dst, dst_off + done, plan.n - done)?;
+        Ok(plan.n)
+    }
+
+    /// Copy `len` bytes by reads and writes.
+    fn copy_bytes(&self, src: Ino, src_off: u64, dst: Ino, dst_off: u64, len: u64) -> Result<()> {
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(COPY_CHUNK) as usize;
+            let data = self.read(src, src_off + done, chunk)?;
+            let mut buf = data;
+            buf.resize(chunk, 0);
+            self.write(dst, dst_off + done, &buf)?;
+            done += chunk as u64;
+        }
+        Ok(())
     }
 
     /// Share the blocks of `dst_off..dst_off+len` of `dst` with those of
     /// `src_off..src_off+len` of `src` if, compared byte by byte under the
     /// guard, they hold the same bytes: then return `Some(len)`, and
     /// `None` (nothing changed) if they differ. Both offsets and `len`
-    /// must be multiples of the block size (EINVAL), both ranges inside
-    /// their files (EINVAL). Neither file's size or times change.
+    /// must be multiples of the block size, both ranges inside their
+    /// files' blocks (EINVAL). Neither file's size or times change.
     pub fn dedupe_range(
         &self,
         src: Ino,
@@ -51,7 +100,35 @@ impl Fs {
         dst_off: u64,
         len: u64,
     ) -> Result<Option<u64>> {
-        self.retrying_enospc(|vol| vol.dedupe_range(src, src_off, dst, dst_off, len))
+        let (sb, db, count) = self.vol().dedupe_check(src, src_off, dst, dst_off, len)?;
+        {
+            let mut vol = self.vol();
+            if vol.same_blocks(src, sb, dst, db, count)? {
+                return Ok(Some(len));
+            }
+            if vol.has_unwritten_pages(src, sb, count)? || vol.has_unwritten_pages(dst, db, count)? {
+                drop(vol);
+                self.sync()?;
+            }
+        }
+        self.retrying_enospc(|vol| {
+            vol.dedupe_check(src, src_off, dst, dst_off, len)?;
+            let a = vol.read(src, src_off, len as usize)?;
+            let b = vol.read(dst, dst_off, len as usize)?;
+            if a != b {
+                return Ok(None);
+            }
+            let size = vol.getattr(dst)?.size;
+            let run = BlockRun {
+                src,
+                src_block: sb,
+                dst,
+                dst_block: db,
+                count,
+            };
+            vol.clone_blocks(run, size, false)?;
+            Ok(Some(len))
+        })
     }
 
     /// The shared-extent table's totals.

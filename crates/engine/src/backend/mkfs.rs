@@ -114,6 +114,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         inline_maps: true,
         data_sums: opts.data_sums,
         sparse_bitmap: opts.sparse_bitmap,
+        shared_extents: false,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

@@ -282,6 +282,10 @@ impl Backend {
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
         let mut snaps = Snapshots::load(dev.as_ref(), sb.snapshots)?;
+        for (start, count, refs) in snaps.take_shared() {
+            alloc.shared.apply(start, count, refs);
+        }
+        alloc.shared.clear_dirty();
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let chain = read_chain(dev.as_ref(), sb.log_start())?;
         if let Some(why) = &chain.unproven {
@@ -378,6 +382,9 @@ impl Backend {
                             )));
                         }
                     }
+                    Record::Share { start, count, refs } => {
+                        alloc.shared.apply(start, u64::from(count), refs);
+                    }
                     Record::SnapGone { id } => {
                         if !snaps.remove_record(dev.as_ref(), id)? {
                             return Err(bad(format!("drops snapshot {id}, which the table does not hold")));
@@ -447,6 +454,9 @@ impl Backend {
             pages.clear();
             orphans.clear();
         }
+        // The replayed runs go into the table's tree (written at the next unify).
+        let replayed = alloc.shared.take_dirty();
+        snaps.sync_shared(dev.as_ref(), replayed, None)?;
         alloc.generation = death;
         alloc.held_upto = snaps.held_upto();
         let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _, _)| *ino).collect();

@@ -45,9 +45,12 @@ pub use images::{image_blocks, merged, subtract, Born};
 
 /// Owner of the snapshot table's nodes (an inode number never used by files).
 pub const SNAP_INO: u64 = 3;
-/// Keys at or above this are snapshot records (`RECORD_KEY + id`); below
-/// it, dead extents keyed by their first block.
+/// Keys at or above this (and below [`SHARED_KEY`]) are snapshot records
+/// (`RECORD_KEY + id`); below it, dead extents keyed by their first block.
 pub const RECORD_KEY: u64 = 1 << 62;
+/// Keys at or above this are the shared-extent table's runs
+/// (`SHARED_KEY + start`; `alloc/shared.rs`).
+pub const SHARED_KEY: u64 = 1 << 63;
 /// Dead extents a delta commit reclaims at most.
 pub const RECLAIM_BATCH: usize = 1024;
 /// Longest snapshot name.
@@ -199,6 +202,42 @@ impl DeadExtent {
     }
 }
 
+/// A shared-extent run's value: varints `count` (1..2^32) and `refs` (≥ 2).
+pub fn encode_shared(count: u64, refs: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8);
+    put_varint(&mut v, count);
+    put_varint(&mut v, u64::from(refs));
+    v
+}
+
+/// Decode the run at `start` (key `SHARED_KEY + start`) of leaf `leaf`:
+/// (count, refs), checked to lie inside a volume of `block_count` blocks.
+pub fn decode_shared(start: u64, v: &[u8], leaf: u64, block_count: u64) -> Result<(u64, u32)> {
+    let bad = || {
+        Error::corrupt(
+            leaf,
+            format!("snapshot table: shared run at block {start}: bad value"),
+        )
+    };
+    let mut at = 0;
+    let count = get_varint(v, &mut at).ok_or_else(bad)?;
+    let refs = get_varint(v, &mut at).ok_or_else(bad)?;
+    if at != v.len()
+        || count == 0
+        || count > u64::from(u32::MAX)
+        || !(2..=u64::from(u32::MAX)).contains(&refs)
+    {
+        return Err(bad());
+    }
+    if start < 2 || start.saturating_add(count) > block_count {
+        return Err(Error::corrupt(
+            leaf,
+            format!("snapshot table: shared run {start}+{count} outside the volume"),
+        ));
+    }
+    Ok((count, refs as u32))
+}
+
 /// Append `x` as an LEB128 varint (7 bits a byte, low first).
 fn put_varint(v: &mut Vec<u8>, mut x: u64) {
     while x >= 0x80 {
@@ -247,6 +286,10 @@ pub struct Snapshots {
     names: std::collections::HashMap<Vec<u8>, u64>,
     /// Snapshots deleted whose records remain (reclaim's work).
     deleting: usize,
+    /// Shared-extent runs in the tree; those read by `load`, until the
+    /// allocator takes them (`take_shared`).
+    shared_runs: usize,
+    loaded_shared: Vec<(u64, u64, u32)>,
 }
 
 impl Snapshots {
@@ -261,6 +304,8 @@ impl Snapshots {
             pending: Vec::new(),
             names: std::collections::HashMap::new(),
             deleting: 0,
+            shared_runs: 0,
+            loaded_shared: Vec::new(),
         };
         if root.addr == 0 {
             return Ok(s);
@@ -272,8 +317,21 @@ impl Snapshots {
             Ok(std::ops::ControlFlow::Continue(()))
         })?;
         let mut end_of_last = 0u64;
+        let mut end_of_shared = 0u64;
         for (key, value, leaf) in entries {
-            if key >= RECORD_KEY {
+            if key >= SHARED_KEY {
+                let start = key - SHARED_KEY;
+                let (count, refs) = decode_shared(start, &value, leaf, n)?;
+                if start < end_of_shared {
+                    return Err(Error::corrupt(
+                        leaf,
+                        format!("snapshot table: shared run at {start} overlaps the one before"),
+                    ));
+                }
+                end_of_shared = start + count;
+                s.loaded_shared.push((start, count, refs));
+                s.shared_runs += 1;
+            } else if key >= RECORD_KEY {
                 let id = key - RECORD_KEY;
                 let rec = SnapRecord::decode(id, &value, leaf, n)?;
                 if !rec.deleting && s.names.insert(rec.name.clone(), id).is_some() {
@@ -518,6 +576,49 @@ impl Snapshots {
         self.only_held_by(id, usize::MAX).len() as u64
     }
 
+    /// The shared-extent runs `load` read: (start, count, refs).
+    pub fn take_shared(&mut self) -> Vec<(u64, u64, u32)> {
+        std::mem::take(&mut self.loaded_shared)
+    }
+
+    /// Write the shared-extent table's changes (keys and their runs now,
+    /// `SharedExtents::take_dirty`) into the tree; with `records`, log them
+    /// as `Share` records too.
+    pub fn sync_shared(
+        &mut self,
+        dev: &dyn Device,
+        changes: Vec<(u64, Option<crate::backend::alloc::SharedRun>)>,
+        mut records: Option<&mut Vec<Record>>,
+    ) -> Result<()> {
+        for (start, run) in changes {
+            let key = SHARED_KEY + start;
+            let had = self.tree.get(dev, key)?.is_some();
+            let (count, refs) = match run {
+                Some(r) => {
+                    self.tree.insert(dev, key, encode_shared(r.count, r.refs))?;
+                    self.shared_runs += usize::from(!had);
+                    (r.count as u32, r.refs)
+                }
+                None => {
+                    if had {
+                        self.tree.remove(dev, key)?;
+                        self.shared_runs -= 1;
+                    }
+                    (0, 0)
+                }
+            };
+            if let Some(r) = records.as_deref_mut() {
+                r.push(Record::Share { start, count, refs });
+            }
+        }
+        Ok(())
+    }
+
+    /// Shared-extent runs in the tree.
+    pub fn shared_runs(&self) -> usize {
+        self.shared_runs
+    }
+
     /// Unify: write the table's changed nodes (its own old nodes are freed
     /// at once: no snapshot holds them) and return its new root.
     /// An empty table (no record, no dead extent) has no node at all: its
@@ -530,7 +631,7 @@ impl Snapshots {
         bs: usize,
         writes: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<Root> {
-        if self.records.is_empty() && self.dead.is_empty() {
+        if self.records.is_empty() && self.dead.is_empty() && self.shared_runs == 0 {
             let mut nodes = Vec::new();
             self.tree.visit(dev, &mut |addr, _, _, _| {
                 nodes.push(addr);

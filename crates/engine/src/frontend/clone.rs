@@ -1,48 +1,291 @@
-//! Frontend layer: sharing blocks between files — cloning a range
-//! (copy_file_range(2), `tux3 clone`) and deduplicating one.
+//! Frontend layer: sharing blocks between files — cloning a run of whole
+//! blocks (copy_file_range(2), `tux3 clone`) and deduplicating one.
+//!
+//! A clone maps the destination's blocks to the source's physical blocks,
+//! with the source extents' births and checksums, and adds a reference to
+//! each in the shared-extent table (`backend/alloc/shared.rs`); no data is
+//! read or written. What the destination mapped there before is freed as
+//! an overwrite would free it (one reference less if it was shared). A
+//! later write to either file goes to new blocks at commit, as every write
+//! does, and frees its old ones through the same table: the other file
+//! keeps its data.
+//!
+//! Only blocks on the device are shared: a block of the source with a page
+//! dirty or under writeback (its data not yet written where the map says)
+//! is copied as a page instead. The API commits the source first when it
+//! has such pages, so a clone after a write shares too.
 //!
 //! Calls the cache (pages), structures (extent trees) and the backend's
 //! allocator, through `Volume`.
 
-use super::Volume;
+use super::file::check_file;
+use super::{max_file_size, Volume};
 use crate::api::Sharing;
-use crate::error::{err, Errno, Result};
+use crate::error::{err, Errno, Error, Result};
+use crate::structures::extent::{self, Extent, Freed};
+use crate::structures::extent_range;
 use crate::types::*;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// How a clone of `n` bytes splits: the bytes copied before and after,
+/// and the whole blocks shared between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClonePlan {
+    /// Bytes the clone makes (`len` clipped to the source's size).
+    pub n: u64,
+    /// Bytes from the start copied (up to the destination's first block
+    /// boundary; all of them when the offsets differ within a block).
+    pub head: u64,
+    /// Whole blocks shared: source block, destination block, count.
+    pub src_block: u64,
+    pub dst_block: u64,
+    pub blocks: u64,
+    /// The destination's size once the shared blocks are mapped.
+    pub size_after: u64,
+}
+
+impl ClonePlan {
+    /// Bytes copied after the shared blocks.
+    pub fn tail(&self, bs: u64) -> u64 {
+        self.n - self.head - (self.blocks * bs).min(self.n - self.head)
+    }
+}
+
+/// `count` blocks of `src` from `src_block`, to go to `dst` from `dst_block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRun {
+    pub src: Ino,
+    pub src_block: u64,
+    pub dst: Ino,
+    pub dst_block: u64,
+    pub count: u64,
+}
+
+/// Blocks a change of the extent map over `pieces` extents may add to the
+/// trees' leaves at commit, beyond the usual few.
+fn map_cost(pieces: u64) -> u64 {
+    4 + pieces / 8
+}
 
 impl Volume {
-    /// See [`crate::Fs::clone_range`].
-    pub fn clone_range(&mut self, src: Ino, src_off: u64, dst: Ino, dst_off: u64, len: u64) -> Result<u64> {
-        let size = self.getattr(src)?.size;
-        let n = len.min(size.saturating_sub(src_off));
-        if src == dst && src_off < dst_off + n && dst_off < src_off + n {
-            return err(Errno::EINVAL);
-        }
-        let mut done = 0;
-        while done < n {
-            let chunk = (n - done).min(1 << 20) as usize;
-            let data = self.read(src, src_off + done, chunk)?;
-            self.write(dst, dst_off + done, &data)?;
-            done += chunk as u64;
-        }
-        Ok(n)
-    }
-
-    /// See [`crate::Fs::dedupe_range`].
-    pub fn dedupe_range(
+    /// Check a clone of `len` bytes from `src_off` of `src` to `dst_off`
+    /// of `dst` and split it (see [`crate::Fs::clone_range`]).
+    pub fn clone_plan(
         &mut self,
         src: Ino,
         src_off: u64,
         dst: Ino,
         dst_off: u64,
         len: u64,
-    ) -> Result<Option<u64>> {
-        let a = self.read(src, src_off, len as usize)?;
-        let b = self.read(dst, dst_off, len as usize)?;
-        Ok((a == b).then_some(len))
+    ) -> Result<ClonePlan> {
+        let bs = self.bs();
+        let s = self.inode(src)?;
+        check_file(s)?;
+        let src_size = s.attrs.size;
+        let d = self.inode(dst)?;
+        check_file(d)?;
+        if d.attrs.flags & (flags::IMMUTABLE | flags::APPEND) != 0 {
+            return err(Errno::EPERM);
+        }
+        let dst_size = d.attrs.size;
+        let n = len.min(src_size.saturating_sub(src_off));
+        if n == 0 {
+            return Ok(ClonePlan {
+                size_after: dst_size,
+                ..ClonePlan::default()
+            });
+        }
+        if src == dst && src_off < dst_off + n && dst_off < src_off + n {
+            return err(Errno::EINVAL);
+        }
+        let end = dst_off
+            .checked_add(n)
+            .filter(|&e| e <= max_file_size(bs))
+            .ok_or(Error::Posix(Errno::EFBIG))?;
+        let mut plan = ClonePlan {
+            n,
+            head: n,
+            size_after: dst_size.max(end),
+            ..ClonePlan::default()
+        };
+        if src_off % bs != dst_off % bs {
+            return Ok(plan);
+        }
+        let head = ((bs - dst_off % bs) % bs).min(n);
+        // The source's last block may be shared whole when the clone ends
+        // at its end of file and at or past the destination's: the bytes
+        // past the end are zeros in both (F1).
+        let whole_tail = src_off + n == src_size && end >= dst_size;
+        let rest = n - head;
+        let blocks = if whole_tail { rest.div_ceil(bs) } else { rest / bs };
+        plan.head = head;
+        plan.src_block = (src_off + head) / bs;
+        plan.dst_block = (dst_off + head) / bs;
+        plan.blocks = blocks;
+        Ok(plan)
+    }
+
+    /// Whether blocks `from..from+count` of `ino` have pages dirty or under
+    /// writeback (their data is not on the device yet).
+    pub fn has_unwritten_pages(&mut self, ino: Ino, from: u64, count: u64) -> Result<bool> {
+        let i = self.inode(ino)?;
+        Ok(i.pages.next_from(from).is_some_and(|k| k < from + count))
+    }
+
+    /// Map `count` blocks of `dst` from `dst_block` to the blocks `src`
+    /// maps from `src_block` (shared; pages copied), and make `dst`'s size
+    /// at least `size_after`. `touch`: change its mtime and ctime.
+    pub fn clone_blocks(&mut self, run: BlockRun, size_after: u64, touch: bool) -> Result<()> {
+        let BlockRun {
+            src,
+            src_block,
+            dst,
+            dst_block,
+            count,
+        } = run;
+        let bs = self.bs();
+        let dev = self.be.dev.clone();
+        let (from, to) = (src_block, src_block + count);
+        let s = self.inode(src)?;
+        let extents = extent_range::clipped(&mut s.tree, dev.as_ref(), from, to)?;
+        let mut pages = Vec::new();
+        let mut at = from;
+        while let Some(k) = s.pages.next_from(at).filter(|&k| k < to) {
+            if let Some(p) = s.pages.get(k) {
+                pages.push((k, p.data.clone()));
+            }
+            at = k + 1;
+        }
+        let shared: Vec<Extent> = extents.into_iter().filter(|e| !e.unwritten).collect();
+        self.begin_change(map_cost(shared.len() as u64 + 2) + pages.len() as u64)?;
+        // The destination's old blocks there go; its pages too.
+        let d = self.inode(dst)?;
+        let clean_before = d.pages.clean_len();
+        let dropped = d.pages.drop_range(dst_block, dst_block + count) as u64;
+        let clean_after = d.pages.clean_len();
+        let freed: Vec<Freed> = extent::punch(&mut d.tree, dev.as_ref(), dst_block, dst_block + count)?;
+        let mut mapped = 0u64;
+        for e in &shared {
+            let moved = e.moved_to(dst_block + (e.lblock - src_block));
+            extent::map_extent(&mut d.tree, dev.as_ref(), &moved)?;
+            mapped += e.count;
+        }
+        for e in &shared {
+            self.be.alloc.shared.add_ref(e.pblock, e.count);
+        }
+        let n: u64 = freed.iter().map(|f| f.1).sum();
+        let d = self.inode(dst)?;
+        d.attrs.blocks = (d.attrs.blocks + mapped).saturating_sub(n);
+        for &(s, c, born) in &freed {
+            self.be.alloc.free_born(s, c, born);
+        }
+        let dirty = self.dirty_bytes.get_mut();
+        *dirty = dirty.saturating_sub(dropped * bs);
+        self.clean.get_mut().changed(dst, clean_before, clean_after, bs);
+        // Pages not on the device yet are copied (written at commit).
+        let delta = self.be.delta;
+        for (k, data) in pages {
+            let d = self.inode(dst)?;
+            let lblock = dst_block + (k - src_block);
+            let was_dirty = d.pages.is_dirty(lblock);
+            *d.pages.page_mut(lblock, delta, Vec::new) = data.as_ref().clone();
+            if !was_dirty {
+                self.dirty_bytes.fetch_add(bs, Relaxed);
+            }
+        }
+        let d = self.inode(dst)?;
+        if size_after > d.attrs.size {
+            d.attrs.size = size_after;
+        }
+        if touch {
+            let now = Timespec::now();
+            d.attrs.mtime = now;
+            d.attrs.ctime = now;
+        }
+        self.touch(dst);
+        self.data_changed.get_mut().insert(dst);
+        Ok(())
+    }
+
+    /// Check a dedupe (see [`crate::Fs::dedupe_range`]): the block range
+    /// of each side, or EINVAL.
+    pub fn dedupe_check(
+        &mut self,
+        src: Ino,
+        src_off: u64,
+        dst: Ino,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<(u64, u64, u64)> {
+        let bs = self.bs();
+        if !src_off.is_multiple_of(bs) || !dst_off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
+            return err(Errno::EINVAL);
+        }
+        for (ino, off) in [(src, src_off), (dst, dst_off)] {
+            let i = self.inode(ino)?;
+            check_file(i)?;
+            if off
+                .checked_add(len)
+                .is_none_or(|e| e > i.attrs.size.div_ceil(bs) * bs)
+            {
+                return err(Errno::EINVAL);
+            }
+        }
+        let d = self.inode(dst)?;
+        if d.attrs.flags & flags::IMMUTABLE != 0 {
+            return err(Errno::EPERM);
+        }
+        if src == dst && src_off < dst_off + len && dst_off < src_off + len {
+            return err(Errno::EINVAL);
+        }
+        Ok((src_off / bs, dst_off / bs, len / bs))
+    }
+
+    /// Whether `dst`'s blocks `dst_block..+count` are the very blocks
+    /// `src` maps from `src_block` (already shared: nothing to do).
+    pub fn same_blocks(
+        &mut self,
+        src: Ino,
+        src_block: u64,
+        dst: Ino,
+        dst_block: u64,
+        count: u64,
+    ) -> Result<bool> {
+        let dev = self.be.dev.clone();
+        let a = extent_range::clipped(
+            &mut self.inode(src)?.tree,
+            dev.as_ref(),
+            src_block,
+            src_block + count,
+        )?;
+        let b = extent_range::clipped(
+            &mut self.inode(dst)?.tree,
+            dev.as_ref(),
+            dst_block,
+            dst_block + count,
+        )?;
+        let phys = |v: &[Extent], base: u64| -> Vec<(u64, u64, u64)> {
+            let mut out: Vec<(u64, u64, u64)> = Vec::new();
+            for e in v.iter().filter(|e| !e.unwritten) {
+                match out.last_mut() {
+                    Some((l, p, c)) if *l + *c == e.lblock - base && *p + *c == e.pblock => *c += e.count,
+                    _ => out.push((e.lblock - base, e.pblock, e.count)),
+                }
+            }
+            out
+        };
+        let (pa, pb) = (phys(&a, src_block), phys(&b, dst_block));
+        let covered: u64 = pa.iter().map(|e| e.2).sum();
+        Ok(covered == count && pa == pb)
     }
 
     /// The shared-extent table's totals.
     pub fn sharing(&self) -> Sharing {
-        Sharing::default()
+        let t = &self.be.alloc.shared;
+        Sharing {
+            extents: t.len() as u64,
+            blocks: t.blocks(),
+            saved_blocks: t.saved(),
+        }
     }
 }

@@ -24,6 +24,7 @@ macro_rules! or_fail {
 
 pub mod acl;
 mod clone;
+pub use clone::{BlockRun, ClonePlan};
 mod defrag;
 pub use defrag::DefragPlan;
 mod evict;
@@ -382,7 +383,7 @@ impl Volume {
         self.cache.lock(ino).map_or(0, |i| i.tree.loaded_leaves())
     }
 
-    fn bs(&self) -> u64 {
+    pub fn bs(&self) -> u64 {
         self.be.bs as u64
     }
 

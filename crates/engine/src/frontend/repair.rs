@@ -51,6 +51,14 @@ impl Volume {
         Ok(())
     }
 
+    /// Set the shared-extent table's count of `start..start+count` to
+    /// `refs` (below 2: no run), the times the files map those blocks.
+    pub fn repair_shared(&mut self, start: u64, count: u64, refs: u32) -> Result<()> {
+        self.repair_begin()?;
+        self.be.alloc.shared.set(start, count, refs);
+        Ok(())
+    }
+
     /// Drop `owner`'s reference to xattr file `xf` if it names it (`owner`
     /// 0: none does), and free `xf` if it is an xattr file.
     pub fn repair_xattr_file(&mut self, owner: Ino, xf: Ino) -> Result<()> {

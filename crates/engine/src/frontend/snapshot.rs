@@ -192,6 +192,8 @@ impl Volume {
         for (s, c, _) in revived {
             self.be.snaps.revive(dev.as_ref(), s, c)?;
         }
+        // The snapshot's references, counted: its shared-extent table.
+        self.be.alloc.shared.rebuild(snap.iter().map(|&(s, c, _)| (s, c)));
         *self.be.itable.get_mut() =
             crate::structures::btree::Tree::open(0, crate::structures::btree::TreeKind::Itable, target);
         self.be.sb.itable = target;

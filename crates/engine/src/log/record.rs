@@ -20,6 +20,7 @@
 //! | 14 | SnapDelete | id u64 | snapshot `id` is deleted: its name is gone, its space is being reclaimed |
 //! | 15 | SnapGone  | id u64 | snapshot `id`'s space is all back: its record goes |
 //! | 16 | Named     | ino u64 | `ino` left the orphan list with a name: a file made without one (`O_TMPFILE`) was linked |
+//! | 17 | Share     | start u64, count u32, refs u32 | the shared-extent run at `start` is `count` blocks with `refs` (≥ 2) references each; refs 0 (count 0): no run starts at `start` any more |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
 //! Replay applies them unless a later full commit in the chain carries a
@@ -165,10 +166,16 @@ pub enum Record {
     SnapGone {
         id: u64,
     },
+    /// The shared-extent table's run at `start` (refs 0: none).
+    Share {
+        start: u64,
+        count: u32,
+        refs: u32,
+    },
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 16] = [
+pub const KINDS: [&str; 17] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -185,6 +192,7 @@ pub const KINDS: [&str; 16] = [
     "snapdelete",
     "snapgone",
     "named",
+    "share",
 ];
 
 impl Record {
@@ -192,7 +200,7 @@ impl Record {
     pub fn size(&self) -> usize {
         match self {
             Record::Balloc { .. } | Record::Bfree { .. } | Record::Reclaim { .. } => 13,
-            Record::Dead { .. } => 17,
+            Record::Dead { .. } | Record::Share { .. } => 17,
             Record::SnapDelete { .. } | Record::SnapGone { .. } => 9,
             Record::LeafMap { .. } => 25,
             Record::LeafUnmap { .. } | Record::DirentRemove { .. } => 17,
@@ -223,6 +231,7 @@ impl Record {
             Record::SnapDelete { .. } => 13,
             Record::SnapGone { .. } => 14,
             Record::Named { .. } => 15,
+            Record::Share { .. } => 16,
         }
     }
 
@@ -317,6 +326,12 @@ impl Record {
                 w.u8(15);
                 w.u64(id);
             }
+            Record::Share { start, count, refs } => {
+                w.u8(17);
+                w.u64(start);
+                w.u32(count);
+                w.u32(refs);
+            }
         }
     }
 
@@ -407,6 +422,11 @@ impl Record {
             16 => Record::Named {
                 ino: r.u64("named ino")?,
             },
+            17 => Record::Share {
+                start: r.u64("share start")?,
+                count: r.u32("share count")?,
+                refs: r.u32("share refs")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         };
         rec.check(r, bounds)?;
@@ -428,6 +448,16 @@ impl Record {
                         "blocks {start}+{count} outside the volume (2..{})",
                         bounds.block_count
                     ));
+                }
+            }
+            Record::Share { start, count, refs } => {
+                let shape = if refs == 0 {
+                    count == 0
+                } else {
+                    refs >= 2 && count > 0
+                };
+                if !shape || !bounds.holds_range(start, u64::from(count.max(1))) {
+                    return bad(format!("run {start}+{count} with {refs} references"));
                 }
             }
             Record::LeafMap { tree, .. } | Record::LeafUnmap { tree, .. } | Record::Drop { tree } => {

@@ -30,6 +30,9 @@
 //! (`DATA_SUMS`) and version 4, whatever its other flags. A volume whose
 //! bitmap file may leave out bitmap blocks of free blocks only (made so by
 //! mkfs, and by a resize) sets flag bit 3 (`SPARSE_BITMAP`) and version 5.
+//! A volume where a clone or a dedupe has shared blocks between files (the
+//! snapshot table may hold shared-extent runs, the log `Share` records)
+//! sets flag bit 4 (`SHARED_EXTENTS`) and version 6, and keeps it.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -56,13 +59,19 @@ pub const VERSION_SPARSE_BITMAP: u32 = 5;
 /// Flag bit: the bitmap file may have holes, each a bitmap block of
 /// blocks all free.
 pub const FLAG_SPARSE_BITMAP: u32 = 8;
+/// Format version of a volume with the `SHARED_EXTENTS` flag.
+pub const VERSION_SHARED_EXTENTS: u32 = 6;
+/// Flag bit: blocks may be shared between files (the shared-extent table).
+pub const FLAG_SHARED_EXTENTS: u32 = 16;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 
 /// The format version that goes with `flags`.
 fn flags_version(flags: u32) -> u32 {
-    if flags & FLAG_SPARSE_BITMAP != 0 {
+    if flags & FLAG_SHARED_EXTENTS != 0 {
+        VERSION_SHARED_EXTENTS
+    } else if flags & FLAG_SPARSE_BITMAP != 0 {
         VERSION_SPARSE_BITMAP
     } else if flags & FLAG_DATA_SUMS != 0 {
         VERSION_DATA_SUMS
@@ -113,6 +122,8 @@ pub struct Superblock {
     /// The bitmap file may have holes: bitmap blocks whose bits are all
     /// clear (flag `SPARSE_BITMAP`).
     pub sparse_bitmap: bool,
+    /// Blocks may be shared between files (flag `SHARED_EXTENTS`).
+    pub shared_extents: bool,
 }
 
 impl Superblock {
@@ -174,10 +185,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if !(VERSION..=VERSION_SPARSE_BITMAP).contains(&version) {
+        if !(VERSION..=VERSION_SHARED_EXTENTS).contains(&version) {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_SPARSE_BITMAP}"),
+                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_SHARED_EXTENTS}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -197,9 +208,9 @@ impl Superblock {
             ));
         }
         let flags = r.u32("flags")?;
-        if flags & !(FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS | FLAG_SPARSE_BITMAP) != 0
-            || flags_version(flags) != version
-        {
+        let known =
+            FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS | FLAG_SPARSE_BITMAP | FLAG_SHARED_EXTENTS;
+        if flags & !known != 0 || flags_version(flags) != version {
             return Err(Error::corrupt(
                 addr,
                 format!("superblock: flags {flags:#x} do not go with format version {version}"),
@@ -243,6 +254,7 @@ impl Superblock {
             inline_maps: flags & FLAG_INLINE_MAPS != 0,
             data_sums: flags & FLAG_DATA_SUMS != 0,
             sparse_bitmap: flags & FLAG_SPARSE_BITMAP != 0,
+            shared_extents: flags & FLAG_SHARED_EXTENTS != 0,
         };
         let mut sb = sb;
         if flags & FLAG_SNAPSHOTS != 0 {
@@ -324,6 +336,9 @@ impl Superblock {
         }
         if self.sparse_bitmap {
             flags |= FLAG_SPARSE_BITMAP;
+        }
+        if self.shared_extents {
+            flags |= FLAG_SHARED_EXTENTS;
         }
         (flags_version(flags), flags)
     }
@@ -449,6 +464,7 @@ mod tests {
             inline_maps: false,
             data_sums: false,
             sparse_bitmap: false,
+            shared_extents: false,
         }
     }
 

@@ -99,8 +99,12 @@ fn span(start: u64, count: u64) -> String {
 
 /// Run every ownership check. `leaks` is false when some structure could
 /// not be read completely (its blocks would look leaked).
+/// `shared`: ranges (start, end, sorted) the shared-extent table counts,
+/// where file data may be claimed more than once (`shared.rs` checks the
+/// counts).
 pub(super) fn check(
     refs: &[Ref],
+    shared: &[(u64, u64)],
     is_used: &dyn Fn(u64) -> bool,
     block_count: u64,
     leaks: bool,
@@ -137,8 +141,13 @@ pub(super) fn check(
     let mut widest: Option<Ref> = None;
     for r in &inside {
         if let Some(w) = widest {
-            if r.start < w.end() {
-                let end = r.end().min(w.end());
+            let end = r.end().min(w.end());
+            let both_data = matches!(r.owner, Owner::Data { .. }) && matches!(w.owner, Owner::Data { .. });
+            let counted = || {
+                let i = shared.partition_point(|s| s.1 <= r.start);
+                shared.get(i).is_some_and(|s| s.0 <= r.start && end <= s.1)
+            };
+            if r.start < w.end() && !(both_data && counted()) {
                 overlapped.push((r.start, end));
                 f.twice.add(end - r.start);
                 f.problem(

@@ -234,7 +234,15 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         &mut f,
     );
     let alloc = &be.alloc;
-    refs::check(&refs, &|b| alloc.is_used(b), be.sb.block_count, complete, &mut f);
+    let shared = super::shared::check(&refs, &alloc.shared, complete, &mut f);
+    refs::check(
+        &refs,
+        &shared,
+        &|b| alloc.is_used(b),
+        be.sb.block_count,
+        complete,
+        &mut f,
+    );
     Ok(Pass {
         findings: f,
         inodes: inodes.len() as u64,

@@ -29,12 +29,14 @@
 //! Calls structures (bitmap block geometry).
 
 mod group;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 
 use crate::error::{err, Errno, Result};
 use crate::structures::bitmap;
 use group::{set, Group};
+pub use shared::{SharedExtents, SharedRun};
 use std::collections::{BTreeSet, VecDeque};
 
 pub struct Allocator {
@@ -75,6 +77,8 @@ pub struct Allocator {
     /// Blocks the live volume freed that a snapshot holds: `(start,
     /// count, birth)`, not yet on the dead list.
     pub dying: Vec<(u64, u64, u32)>,
+    /// Blocks two or more references of the live volume map (`shared.rs`).
+    pub shared: SharedExtents,
 }
 
 impl Allocator {
@@ -99,6 +103,7 @@ impl Allocator {
             generation: 0,
             held_upto: None,
             dying: Vec::new(),
+            shared: SharedExtents::default(),
         };
         a.grow(blocks);
         a
@@ -608,7 +613,18 @@ impl Allocator {
     /// in generation `birth`: as [`Allocator::free_range`], unless a
     /// snapshot holds them (born at or below the newest snapshot), when
     /// they stay in use and go to `dying`.
+    /// A shared block (`shared.rs`) loses one reference instead.
     pub fn free_born(&mut self, start: u64, count: u64, birth: u32) {
+        if !self.shared.is_empty() && self.shared.any_shared(start, count) {
+            for (s, c) in self.shared.drop_ref(start, count) {
+                self.free_unshared(s, c, birth);
+            }
+        } else {
+            self.free_unshared(start, count, birth);
+        }
+    }
+
+    fn free_unshared(&mut self, start: u64, count: u64, birth: u32) {
         if self.held_upto.is_some_and(|s| birth <= s) {
             let end = start.saturating_add(count).min(self.blocks);
             if start < end {

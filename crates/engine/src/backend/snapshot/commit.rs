@@ -13,12 +13,19 @@ impl Backend {
     /// Put the blocks the delta freed that a snapshot holds on the dead
     /// list (they died in the current generation), with their `Dead`
     /// records.
+    /// The shared-extent table's changes go into the table's tree too,
+    /// with their `Share` records.
     pub(in crate::backend) fn bury(&mut self, records: &mut Vec<Record>) -> Result<()> {
+        let dev = self.dev.clone();
+        let shared = self.alloc.shared.take_dirty();
+        if !shared.is_empty() {
+            self.sb.shared_extents = true;
+            self.snaps.sync_shared(dev.as_ref(), shared, Some(records))?;
+        }
         let dying = std::mem::take(&mut self.alloc.dying);
         if dying.is_empty() {
             return Ok(());
         }
-        let dev = self.dev.clone();
         let death = self.alloc.generation;
         self.snaps.add_dead(dev.as_ref(), dying, death, Some(records))
     }

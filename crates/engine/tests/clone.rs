@@ -1,0 +1,217 @@
+//! Scenario: clones and dedupe share blocks. A clone reads as its source,
+//! takes no data blocks, and the two diverge correctly under writes; a
+//! shared block comes free only when its last reference goes; the table
+//! survives replay and unify, and fsck counts every reference.
+
+use std::sync::Arc;
+use tux3::device::{Device, MemDevice};
+use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
+
+const BS: u64 = 4096;
+
+fn fsck(mem: &Arc<MemDevice>) {
+    let r = tux3_tools::fsck::check(mem.clone(), &Default::default()).unwrap();
+    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
+}
+
+fn volume(blocks: u64) -> (Arc<MemDevice>, Fs) {
+    let mem = Arc::new(MemDevice::new(BS as u32, blocks));
+    let dev: Arc<dyn Device> = mem.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    (mem, Fs::open(dev, OpenOptions::default()).unwrap())
+}
+
+fn reopen(mem: &Arc<MemDevice>) -> Fs {
+    Fs::open(mem.clone(), OpenOptions::default()).unwrap()
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+        .collect()
+}
+
+fn free(fs: &Fs) -> u64 {
+    fs.statfs().unwrap().blocks_free
+}
+
+fn file(fs: &Fs, name: &str) -> Ino {
+    fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino
+}
+
+#[test]
+fn a_clone_takes_no_data_blocks_and_diverges_correctly() {
+    let (mem, fs) = volume(16384);
+    let len = 2 * 1024 * 1024 + 1234;
+    let mut a_model = pattern(1, len);
+    let a = file(&fs, "a");
+    fs.write(a, 0, &a_model).unwrap();
+    fs.sync().unwrap();
+    let before = free(&fs);
+    let b = file(&fs, "b");
+    assert_eq!(fs.clone_range(a, 0, b, 0, u64::MAX).unwrap(), len as u64);
+    fs.sync().unwrap();
+    let used = before - free(&fs);
+    assert!(used < 16, "a clone of {len} bytes took {used} blocks");
+    let s = fs.sharing();
+    assert_eq!(s.saved_blocks, (len as u64).div_ceil(BS), "{s:?}");
+    let mut b_model = a_model.clone();
+    assert_eq!(fs.read(b, 0, len + 10).unwrap(), b_model);
+    // Writes to either side change only that side.
+    for (i, on_a) in [true, false, true].into_iter().enumerate() {
+        let off = 5000 + i * 300_000;
+        let data = pattern(50 + i as u8, 70_000);
+        let (ino, model) = if on_a {
+            (a, &mut a_model)
+        } else {
+            (b, &mut b_model)
+        };
+        fs.write(ino, off as u64, &data).unwrap();
+        model[off..off + data.len()].copy_from_slice(&data);
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.read(a, 0, len).unwrap(), a_model);
+    assert_eq!(fs.read(b, 0, len).unwrap(), b_model);
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = reopen(&mem);
+    assert_eq!(fs.read(a, 0, len).unwrap(), a_model);
+    assert_eq!(fs.read(b, 0, len).unwrap(), b_model);
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    fsck(&mem);
+}
+
+#[test]
+fn a_shared_block_comes_free_with_its_last_reference() {
+    let (mem, fs) = volume(8192);
+    let a = file(&fs, "a");
+    fs.write(a, 0, &pattern(3, 64 * BS as usize)).unwrap();
+    fs.sync().unwrap();
+    let empty = free(&fs) + 64;
+    let copies: Vec<Ino> = (0..5)
+        .map(|i| {
+            let c = file(&fs, &format!("c{i}"));
+            fs.clone_range(a, 0, c, 0, u64::MAX).unwrap();
+            c
+        })
+        .collect();
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    for (i, c) in copies.iter().enumerate().take(4) {
+        fs.sync().unwrap();
+        assert_eq!(
+            fs.read(copies[4], 0, 64 * BS as usize).unwrap(),
+            pattern(3, 64 * BS as usize)
+        );
+        fs.unlink(ROOT_INO, format!("c{i}").as_bytes()).unwrap();
+        let _ = c;
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.sharing().blocks, 0, "one reference left is not shared");
+    assert!(
+        free(&fs) + 64 <= empty + 8,
+        "the last copy still holds its blocks"
+    );
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = reopen(&mem);
+    assert_eq!(
+        fs.read(copies[4], 0, 64 * BS as usize).unwrap(),
+        pattern(3, 64 * BS as usize)
+    );
+    fs.unlink(ROOT_INO, b"c4").unwrap();
+    fs.sync().unwrap();
+    let after = free(&fs);
+    assert!(
+        after + 8 >= empty,
+        "the blocks came back: {after} free, {empty} at first"
+    );
+    fs.close().unwrap();
+    fsck(&mem);
+}
+
+#[test]
+fn unaligned_clones_copy_their_edges() {
+    let (mem, fs) = volume(8192);
+    let src = pattern(7, 300_000);
+    let a = file(&fs, "a");
+    fs.write(a, 0, &src).unwrap();
+    let b = file(&fs, "b");
+    let mut model = pattern(9, 100_000);
+    fs.write(b, 0, &model).unwrap();
+    // Same offset within a block: edges copied, middle shared.
+    for (so, d, n) in [
+        (100u64, 8292u64, 50_000u64),
+        (5u64, 120_001u64, 7u64),
+        (10_000, 3, 40_000),
+        (250_000, 400_000, 1 << 30),
+    ] {
+        let got = fs.clone_range(a, so, b, d, n).unwrap();
+        let want = n.min(src.len() as u64 - so);
+        assert_eq!(got, want);
+        let end = (d + want) as usize;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[d as usize..end].copy_from_slice(&src[so as usize..so as usize + want as usize]);
+        assert_eq!(
+            fs.read(b, 0, model.len() + 1).unwrap(),
+            model,
+            "after {so} {d} {n}"
+        );
+    }
+    assert_eq!(
+        fs.clone_range(a, 300_000, b, 0, 10).unwrap(),
+        0,
+        "at the end of the source"
+    );
+    assert!(
+        fs.clone_range(a, 0, a, 4096, 8192).is_err(),
+        "overlapping ranges of one file"
+    );
+    fs.close().unwrap();
+    fsck(&mem);
+}
+
+#[test]
+fn dedupe_shares_only_equal_blocks() {
+    let (mem, fs) = volume(8192);
+    let a = file(&fs, "a");
+    let b = file(&fs, "b");
+    let data = pattern(11, 32 * BS as usize);
+    fs.write(a, 0, &data).unwrap();
+    let mut other = data.clone();
+    other[20 * BS as usize] ^= 1;
+    fs.write(b, 0, &other).unwrap();
+    fs.sync().unwrap();
+    let before = free(&fs);
+    assert_eq!(fs.dedupe_range(a, 0, b, 0, 16 * BS).unwrap(), Some(16 * BS));
+    assert_eq!(fs.dedupe_range(a, 16 * BS, b, 16 * BS, 16 * BS).unwrap(), None);
+    assert!(fs.dedupe_range(a, 1, b, 0, BS).is_err(), "unaligned");
+    fs.sync().unwrap();
+    assert!(free(&fs) >= before + 16 - 4, "the deduped blocks came back");
+    assert_eq!(fs.read(b, 0, other.len()).unwrap(), other);
+    assert_eq!(fs.read(a, 0, data.len()).unwrap(), data);
+    // Again: already shared, nothing to do.
+    assert_eq!(fs.dedupe_range(a, 0, b, 0, 16 * BS).unwrap(), Some(16 * BS));
+    fs.close().unwrap();
+    fsck(&mem);
+}
+
+#[test]
+fn a_clone_of_unwritten_data_copies_its_pages() {
+    let (mem, fs) = volume(8192);
+    let a = file(&fs, "a");
+    let data = pattern(13, 40 * BS as usize);
+    fs.write(a, 0, &data).unwrap();
+    // No sync: the source's pages are dirty.
+    let b = file(&fs, "b");
+    fs.clone_range(a, 0, b, 0, u64::MAX).unwrap();
+    assert_eq!(fs.read(b, 0, data.len()).unwrap(), data);
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = reopen(&mem);
+    assert_eq!(fs.read(b, 0, data.len()).unwrap(), data);
+    fs.close().unwrap();
+}
