@@ -215,3 +215,39 @@ fn a_clone_of_unwritten_data_copies_its_pages() {
     assert_eq!(fs.read(b, 0, data.len()).unwrap(), data);
     fs.close().unwrap();
 }
+
+#[test]
+fn snapshots_keep_shared_blocks_and_a_rollback_restores_the_counts() {
+    let (mem, fs) = volume(8192);
+    let a = file(&fs, "a");
+    let data = pattern(17, 48 * BS as usize);
+    fs.write(a, 0, &data).unwrap();
+    let b = file(&fs, "b");
+    fs.clone_range(a, 0, b, 0, u64::MAX).unwrap();
+    fs.snapshot_create(b"one").unwrap();
+    // After the snapshot: a second clone, an overwrite, a delete.
+    let c = file(&fs, "c");
+    fs.clone_range(b, 0, c, 0, u64::MAX).unwrap();
+    fs.write(a, 0, &pattern(18, 8 * BS as usize)).unwrap();
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    fs.sync().unwrap();
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = reopen(&mem);
+    assert_eq!(fs.read(c, 0, data.len()).unwrap(), data);
+    fs.snapshot_rollback(b"one").unwrap();
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    assert_eq!(fs.read(b, 0, data.len()).unwrap(), data);
+    assert!(fs.lookup(ROOT_INO, b"c").is_err());
+    assert_eq!(fs.sharing().saved_blocks, 48, "a and b share again, c is gone");
+    fs.close().unwrap();
+    fsck(&mem);
+    let fs = reopen(&mem);
+    fs.snapshot_delete(b"one").unwrap();
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    fsck(&mem);
+}
