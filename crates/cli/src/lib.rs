@@ -15,6 +15,7 @@
 
 mod args;
 mod cat;
+mod clone;
 mod defrag;
 mod dump;
 mod format;
@@ -102,6 +103,9 @@ pub enum Command {
     /// Rewrite fragmented files contiguously (mounted or not)
     #[command(long_about = defrag::LONG_ABOUT)]
     Defrag(defrag::DefragArgs),
+    /// Copy a file by sharing its blocks: constant time, no space taken (mounted or not)
+    #[command(long_about = clone::LONG_ABOUT)]
+    Clone(clone::CloneArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -130,6 +134,7 @@ impl Command {
             Command::Resize(_) => "resize",
             Command::Fstrim(_) => "fstrim",
             Command::Defrag(_) => "defrag",
+            Command::Clone(_) => "clone",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -217,6 +222,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Resize(a) => resize::run(&a),
         Command::Fstrim(a) => fstrim::run(&a),
         Command::Defrag(a) => defrag::run(&a),
+        Command::Clone(a) => clone::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),

@@ -58,6 +58,7 @@ pub fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
             "fsck" => vec![exit_status()],
             "fstrim" => vec![exit_status_of(super::fstrim::EXIT_CODES)],
             "send" | "receive" => vec![exit_status_of(super::send::EXIT_CODES)],
+            "clone" => vec![exit_status_of(super::clone::EXIT_CODES)],
             _ => Vec::new(),
         };
         pages.push((sub.clone(), extra));

@@ -27,7 +27,7 @@ fn pages_for_every_command() {
         .collect();
     for sub in [
         "mkfs", "fsck", "dump", "graph", "ls", "cat", "readlink", "mount", "umount", "sync", "snapshot",
-        "send", "receive", "scrub", "resize", "fstrim", "defrag",
+        "send", "receive", "scrub", "resize", "fstrim", "defrag", "clone",
     ] {
         want.insert(format!("tux3-{sub}.8"));
     }

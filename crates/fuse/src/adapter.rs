@@ -12,6 +12,7 @@ use super::idle_poll::Waker;
 use super::listing::ListingAdvice;
 use super::remount::Live;
 use super::snapshot::{decode_name, encode_snapshot, list_index};
+use super::uring::args::CopyFileRangeIn;
 use super::{FuseOptions, IOC_SNAPSHOT_CREATE, IOC_SNAPSHOT_DELETE, IOC_SNAPSHOT_LIST};
 use fuser::{INodeNo, Notifier};
 use parking_lot::Mutex;
@@ -21,6 +22,11 @@ use std::sync::{Arc, OnceLock};
 use tux3::error::{Errno, Error, Result};
 use tux3::types::{Attr, FileType, Ino, SetAttr, StripPrivs, Timespec, XattrMode, ROOT_INO};
 use tux3::Fs;
+
+/// The most a `FUSE_COPY_FILE_RANGE` clones: its reply counts the bytes
+/// in 32 bits. A multiple of 1 MiB, so every chunk but the last starts
+/// and ends on a block boundary and shares whole blocks.
+pub(super) const COPY_RANGE_32_MAX: u64 = (u32::MAX as u64) & !((1 << 20) - 1);
 
 /// Directory entries fetched from the engine per `readdir` call; a reply
 /// buffer (one page) holds about this many entries with short names.
@@ -209,6 +215,25 @@ impl Tux3Fuse {
     /// bits: the engine's modes and errors ([`tux3::Fs::fallocate`]).
     pub(super) fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<()> {
         self.fs.fallocate(ino, mode, offset, length)
+    }
+
+    /// copy_file_range(2) (`FUSE_COPY_FILE_RANGE`, or with `wide`
+    /// `FUSE_COPY_FILE_RANGE_64`) from file `src`: a clone of the range
+    /// ([`tux3::Fs::clone_range`]: the blocks it covers whole are shared,
+    /// its partial edge blocks copied), returning the bytes cloned. The
+    /// 32-bit reply cannot count more than [`COPY_RANGE_32_MAX`], so such
+    /// a request clones at most that; the kernel asks again for the rest.
+    /// Flags (none defined): EINVAL. A read-only mount or volume: EROFS,
+    /// as for a write (the kernel refuses most before they get here).
+    pub(super) fn copy_range(&self, src: Ino, a: &CopyFileRangeIn, wide: bool) -> Result<u64> {
+        if a.flags != 0 {
+            return Err(einval());
+        }
+        if self.opts.read_only || self.live.read_only() || self.fs.is_read_only() {
+            return Err(Error::Posix(Errno::EROFS));
+        }
+        let len = if wide { a.len } else { a.len.min(COPY_RANGE_32_MAX) };
+        self.fs.clone_range(src, a.off_in, a.nodeid_out, a.off_out, len)
     }
 
     /// Set extended attribute `name` (`flags`: 0, XATTR_CREATE or

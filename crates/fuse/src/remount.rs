@@ -101,6 +101,11 @@ impl Live {
         }
     }
 
+    /// The mount is read-only now (mounted so, or remounted).
+    pub(super) fn read_only(&self) -> bool {
+        self.read_only.load(Relaxed)
+    }
+
     /// The access-time rule for a file, or a directory (`dir`).
     pub(super) fn atime_rule(&self, dir: bool) -> AtimeRule {
         if self.read_only.load(Relaxed) || (dir && !self.diratime.load(Relaxed)) {

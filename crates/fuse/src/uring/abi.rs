@@ -54,6 +54,11 @@ pub mod op {
     pub const LSEEK: u32 = 46;
     pub const TMPFILE: u32 = 51;
     pub const STATX: u32 = 52;
+    pub const COPY_FILE_RANGE: u32 = 47;
+    /// Protocol 7.45: the same request, its reply a 64-bit count
+    /// (`fuse_copy_file_range_out`). A kernel that knows it asks with it
+    /// first and falls back to [`COPY_FILE_RANGE`] on ENOSYS.
+    pub const COPY_FILE_RANGE_64: u32 = 53;
 
     /// The size of an opcode's argument struct: what a request read from
     /// `/dev/fuse` holds between its header and its names or data (the
@@ -68,6 +73,7 @@ pub mod op {
             RELEASE | RELEASEDIR | FLUSH | LSEEK | STATX => 24,
             IOCTL | FALLOCATE => 32,
             READ | WRITE | READDIR | READDIRPLUS => 40,
+            COPY_FILE_RANGE | COPY_FILE_RANGE_64 => 56,
             INIT => 64,
             SETATTR => 88,
             _ => 0,

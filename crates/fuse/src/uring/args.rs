@@ -189,6 +189,20 @@ pub struct FallocateIn {
     pub padding: u32,
 }
 
+/// `struct fuse_copy_file_range_in` (COPY_FILE_RANGE and
+/// COPY_FILE_RANGE_64): the source is the request's node.
+#[derive(FromBytes, KnownLayout, Immutable, Debug, Clone, Copy)]
+#[repr(C)]
+pub struct CopyFileRangeIn {
+    pub fh_in: u64,
+    pub off_in: u64,
+    pub nodeid_out: u64,
+    pub fh_out: u64,
+    pub off_out: u64,
+    pub len: u64,
+    pub flags: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +228,6 @@ mod tests {
         assert_eq!(size_of::<IoctlIn>(), 32);
         assert_eq!(size_of::<LseekIn>(), 24);
         assert_eq!(size_of::<FallocateIn>(), 32);
+        assert_eq!(size_of::<CopyFileRangeIn>(), 56);
     }
 }

@@ -226,6 +226,73 @@ fn fallocate_is_served() {
     assert_eq!(e, -libc::EOPNOTSUPP);
 }
 
+/// COPY_FILE_RANGE and COPY_FILE_RANGE_64 (`fuse_copy_file_range_in`:
+/// fh_in, off_in at 8, nodeid_out at 16, fh_out, off_out at 32, len at 40,
+/// flags at 48; the source is the request's node): the range is cloned,
+/// the reply counts it in 32 bits (`fuse_write_out`) or 64
+/// (`fuse_copy_file_range_out`), a flag is EINVAL.
+#[test]
+fn copy_file_range_is_served() {
+    let f = fuse();
+    let mknod = [ne32(libc::S_IFREG | 0o644), ne32(0), ne32(0), ne32(0)].concat();
+    let (e, reply) = call(&f, op::MKNOD, ROOT_INO, &mknod, b"src\0").unwrap();
+    assert_eq!(e, 0);
+    let src = ino_of(&reply);
+    let (_, reply) = call(&f, op::MKNOD, ROOT_INO, &mknod, b"dst\0").unwrap();
+    let dst = ino_of(&reply);
+    let data: Vec<u8> = (0..20000u32).map(|i| (i * 7 + 3) as u8).collect();
+    f.fs.write(src, 0, &data).unwrap();
+    let cfr = |off_in: u64, off_out: u64, len: u64, flags: u64| {
+        [
+            ne64(0),
+            ne64(off_in),
+            ne64(dst),
+            ne64(0),
+            ne64(off_out),
+            ne64(len),
+            ne64(flags),
+        ]
+        .concat()
+    };
+    // On a thread that may block: answered later on a ring thread.
+    assert_eq!(call(&f, op::COPY_FILE_RANGE, src, &cfr(0, 0, 10, 0), b""), None);
+    let dev = |opcode, op_in: &[u8]| {
+        let h = header(opcode, src, op_in, 0);
+        let hdr = InHeader::parse(&h).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let defer = || -> Deferred { Box::new(|_, _| {}) };
+        match f.serve(&hdr, abi::op_in(&h), &mut buf, defer, None) {
+            Outcome::Reply { error, len } => (error, buf[..len].to_vec()),
+            Outcome::Later => panic!("a /dev/fuse thread answers it itself"),
+        }
+    };
+    let (e, reply) = dev(op::COPY_FILE_RANGE, &cfr(100, 5, 9000, 0));
+    assert_eq!(
+        (e, reply.len(), u32_at(&reply, 0)),
+        (0, 8, 9000),
+        "fuse_write_out"
+    );
+    let (e, reply) = dev(op::COPY_FILE_RANGE_64, &cfr(15000, 9005, 1 << 40, 0));
+    assert_eq!(
+        (e, u64_at(&reply, 0)),
+        (0, 5000),
+        "fuse_copy_file_range_out, clipped at EOF"
+    );
+    let mut want = vec![0u8; 5];
+    want.extend_from_slice(&data[100..9100]);
+    want.extend_from_slice(&data[15000..]);
+    assert_eq!(f.fs.read(dst, 0, 1 << 20).unwrap(), want);
+    let (e, reply) = dev(op::COPY_FILE_RANGE, &cfr(1 << 20, 0, 4096, 0));
+    assert_eq!((e, u32_at(&reply, 0)), (0, 0), "past the source's end");
+    assert_eq!(
+        dev(op::COPY_FILE_RANGE, &cfr(0, 0, 10, 1)).0,
+        -libc::EINVAL,
+        "a flag"
+    );
+    let (e, _) = dev(op::COPY_FILE_RANGE_64, &[0u8; 55]);
+    assert_eq!(e, -libc::EINVAL, "short");
+}
+
 #[test]
 fn short_requests_get_einval() {
     let f = fuse();

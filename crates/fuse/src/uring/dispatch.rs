@@ -10,8 +10,8 @@
 
 use super::abi::{self, fattr, op, read, InHeader, Short, Via};
 use super::args::{
-    CreateIn, FallocateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn, ReadIn,
-    Rename2In, RenameIn, SetattrIn, SetxattrIn, WriteIn,
+    CopyFileRangeIn, CreateIn, FallocateIn, FsyncIn, GetxattrIn, IoctlIn, LinkIn, LseekIn, MkdirIn, MknodIn,
+    ReadIn, Rename2In, RenameIn, SetattrIn, SetxattrIn, WriteIn,
 };
 use super::out::Out;
 use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
@@ -260,6 +260,34 @@ impl Tux3Fuse {
                     );
                     return Outcome::Later;
                 }
+            }
+            // A clone takes the volume's exclusive guard (and, while it
+            // copies, reads and writes the whole range): on a thread that
+            // may block.
+            op::COPY_FILE_RANGE | op::COPY_FILE_RANGE_64 => {
+                let a: CopyFileRangeIn = match read(op_in) {
+                    Ok(a) => a,
+                    Err(short) => return refused(short),
+                };
+                let wide = h.opcode == op::COPY_FILE_RANGE_64;
+                let (fuse, src) = (self.clone(), h.nodeid);
+                let job = move || fuse.copy_range(src, &a, wide).map(|n| copied(n, wide));
+                if offload.is_none() {
+                    return replied(job().map(|b| {
+                        let mut out = Out::new(payload);
+                        out.bytes(&b);
+                        out.len
+                    }));
+                }
+                let done = defer();
+                hand_off(
+                    offload.map(|o| &o.blocking),
+                    Box::new(move || match job() {
+                        Ok(b) => done(0, Reply::Bytes(&b)),
+                        Err(e) => done(errno_of(&e), Reply::Bytes(&[])),
+                    }),
+                );
+                return Outcome::Later;
             }
             op::IOCTL => {
                 let a: IoctlIn = match read(op_in) {
@@ -534,6 +562,18 @@ fn write_len(h: &InHeader, a: &WriteIn, payload: &[u8]) -> usize {
 /// `fuse_ioctl_out` of an ioctl that returns 0 and no data.
 fn ioctl_out() -> [u8; 16] {
     [0; 16]
+}
+
+/// The reply of a COPY_FILE_RANGE (`fuse_write_out`: the bytes copied,
+/// padding) or, `wide`, of a COPY_FILE_RANGE_64
+/// (`fuse_copy_file_range_out`: the bytes copied, 64 bits). The same 8
+/// bytes on a little-endian machine while the count fits in 32 bits.
+fn copied(n: u64, wide: bool) -> [u8; 8] {
+    if wide {
+        n.to_ne_bytes()
+    } else {
+        written(u32::try_from(n).unwrap_or(u32::MAX))
+    }
 }
 
 fn written(n: u32) -> [u8; 8] {
