@@ -11,7 +11,9 @@
 //! copies nothing; overlapping ranges of one file are EINVAL; fsck finds
 //! the volume clean. Through `/dev/fuse` and through the io_uring queues.
 //! A clone of a large file takes no data blocks (ignored until the engine
-//! shares extents: the first version of `Fs::clone_range` copies).
+//! shares extents: the first version of `Fs::clone_range` copies). The
+//! engine's clone race (`crates/engine/tests/clone_race.rs`) through the
+//! mount: pwrite, fallocate, copy_file_range, lseek SEEK_DATA/SEEK_HOLE.
 //!
 //! Needs root and /dev/fuse (and FUSE over io_uring for the ring run);
 //! without them the tests print a note and pass.
@@ -360,6 +362,214 @@ fn a_clone_takes_no_data_blocks() {
     assert!(taken < 256, "two clones of 16384 blocks took {taken} blocks");
     check(&fx.path("big2"), &data, "tux3 clone");
     check(&fx.path("big3"), &data, "cp");
+    m.unmount();
+    fx.fsck();
+}
+
+/// The engine's clone race (crates/engine/tests/clone_race.rs) through
+/// the mount: writers pwrite round-stamped patterns into their own
+/// regions of a sparse file (into holes too) and punch holes; then,
+/// while a thread commits without pause (`tux3 sync`'s ioctl), a cloner
+/// copy_file_ranges the whole file into a truncated one and a copier
+/// copies it as cp copies sparse files (lseek SEEK_DATA/SEEK_HOLE, read
+/// the data, leave the holes); each compares with the model of the round:
+/// a hole over data the model has, or any byte that differs, fails.
+/// `TUX3_CLONE_RACE_ROUNDS` sets the rounds (default 20).
+#[test]
+fn clone_race_through_the_mount() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Barrier, Mutex};
+    if !can_mount() {
+        return;
+    }
+    const REGION: u64 = 64 * 1024;
+    const REGIONS: u64 = 16;
+    const WRITERS: u64 = 2;
+    let rounds: u64 = std::env::var("TUX3_CLONE_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let fx = Fixture::new("256M");
+    let m = fx.mount(&[]);
+    let size0 = REGIONS * REGION - 5000;
+    let src = open_rw(&fx.path("src"));
+    src.set_len(size0).unwrap();
+    let clone = open_rw(&fx.path("clone"));
+    let copy = open_rw(&fx.path("copy"));
+    let model = Mutex::new(vec![0u8; size0 as usize]);
+    let errors = Mutex::new(Vec::<String>::new());
+    let stop = AtomicBool::new(false);
+    let phase = Barrier::new(WRITERS as usize + 2);
+    let fail = |round: u64, who: &str, what: String| {
+        errors
+            .lock()
+            .unwrap()
+            .push(format!("round {round}, {who}: {what}"))
+    };
+    let seek = |off: u64, whence: i32| {
+        // SAFETY: a valid descriptor; no pointers.
+        let r = unsafe { libc::lseek(src.as_raw_fd(), off as libc::off_t, whence) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            Ok(r as u64)
+        }
+    };
+    std::thread::scope(|scope| {
+        let syncer = scope.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: IOC_SYNC takes no argument; a valid descriptor.
+                if unsafe { libc::ioctl(src.as_raw_fd(), 0xE301 as _) } != 0 {
+                    fail(0, "syncer", format!("errno {}", errno()));
+                    break;
+                }
+                n += 1;
+            }
+            n
+        });
+        let mut threads = Vec::new();
+        for w in 0..WRITERS {
+            let (src, model, phase, fail, errors) = (&src, &model, &phase, &fail, &errors);
+            threads.push(scope.spawn(move || {
+                let mut rng = Rng::new(100 + w);
+                for round in 0..rounds {
+                    for region in (w..REGIONS).step_by(WRITERS as usize) {
+                        let base = region * REGION;
+                        let off = base + rng.below(REGION - 1);
+                        let len = rng.below(base + REGION - off) + 1;
+                        match rng.below(8) {
+                            0..=2 => {
+                                let data: Vec<u8> = (off..off + len)
+                                    .map(|o| ((o * 31 + round * 7 + w * 101) % 255) as u8 + 1)
+                                    .collect();
+                                if let Err(e) = src.write_all_at(&data, off) {
+                                    fail(round, "writer", e.to_string());
+                                }
+                                let mut m = model.lock().unwrap();
+                                if (m.len() as u64) < off + len {
+                                    m.resize((off + len) as usize, 0);
+                                }
+                                m[off as usize..(off + len) as usize].copy_from_slice(&data);
+                            }
+                            3 => {
+                                let mut m = model.lock().unwrap();
+                                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                                // SAFETY: a valid descriptor; no pointers.
+                                if unsafe { libc::fallocate(src.as_raw_fd(), mode, off as i64, len as i64) }
+                                    != 0
+                                {
+                                    fail(round, "writer", format!("punch: errno {}", errno()));
+                                }
+                                let end = ((off + len) as usize).min(m.len());
+                                if (off as usize) < end {
+                                    m[off as usize..end].fill(0);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    phase.wait();
+                    phase.wait();
+                    if !errors.lock().unwrap().is_empty() {
+                        break;
+                    }
+                }
+            }));
+        }
+        for role in 0..2 {
+            let (src, model, phase, fail, errors, seek) = (&src, &model, &phase, &fail, &errors, &seek);
+            let (clone, copy) = (&clone, &copy);
+            threads.push(scope.spawn(move || {
+                for round in 0..rounds {
+                    phase.wait();
+                    let want = model.lock().unwrap().clone();
+                    let r: Result<(), String> = (|| {
+                        let (dst, who) = if role == 0 {
+                            (clone, "cloner")
+                        } else {
+                            (copy, "copier")
+                        };
+                        dst.set_len(0).map_err(|e| e.to_string())?;
+                        if role == 0 {
+                            let n = cfr_all(src, 0, dst, 0, want.len() + 12345);
+                            if n != want.len() as u64 {
+                                return Err(format!("{who}: {n} bytes of {}", want.len()));
+                            }
+                        } else {
+                            let size = want.len() as u64;
+                            let mut off = 0;
+                            while off < size {
+                                let data = match seek(off, libc::SEEK_DATA) {
+                                    Ok(d) => d.min(size),
+                                    Err(libc::ENXIO) => size,
+                                    Err(e) => return Err(format!("SEEK_DATA {off}: errno {e}")),
+                                };
+                                if let Some(i) =
+                                    want[off as usize..data as usize].iter().position(|&b| b != 0)
+                                {
+                                    return Err(format!(
+                                        "a hole {off}..{data} over data at {}",
+                                        off + i as u64
+                                    ));
+                                }
+                                if data >= size {
+                                    break;
+                                }
+                                let hole = seek(data, libc::SEEK_HOLE)
+                                    .map_err(|e| format!("SEEK_HOLE: {e}"))?
+                                    .min(size);
+                                let mut buf = vec![0u8; (hole - data) as usize];
+                                src.read_exact_at(&mut buf, data).map_err(|e| e.to_string())?;
+                                dst.write_all_at(&buf, data).map_err(|e| e.to_string())?;
+                                off = hole;
+                            }
+                            dst.set_len(size).map_err(|e| e.to_string())?;
+                        }
+                        let mut got = vec![0u8; want.len() + 1];
+                        let mut n = 0;
+                        loop {
+                            let k = dst.read_at(&mut got[n..], n as u64).map_err(|e| e.to_string())?;
+                            if k == 0 || n + k == got.len() {
+                                n += k;
+                                break;
+                            }
+                            n += k;
+                        }
+                        if got[..n] != want[..] {
+                            let at = got[..n].iter().zip(&want).position(|(a, b)| a != b);
+                            return Err(format!(
+                                "{who}: {n} bytes, want {}; first difference at {at:?}",
+                                want.len()
+                            ));
+                        }
+                        Ok(())
+                    })();
+                    if let Err(e) = r {
+                        fail(round, if role == 0 { "cloner" } else { "copier" }, e);
+                    }
+                    phase.wait();
+                    if !errors.lock().unwrap().is_empty() {
+                        break;
+                    }
+                }
+            }));
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let syncs = syncer.join().unwrap();
+        eprintln!("{rounds} rounds, {syncs} syncs beside them");
+    });
+    let errors = errors.into_inner().unwrap();
+    assert!(
+        errors.is_empty(),
+        "{} failures:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
+    drop((src, clone, copy));
     m.unmount();
     fx.fsck();
 }
