@@ -781,6 +781,9 @@ def write(res, path, plotdir, plots):
           (sendrecv.strip() if sendrecv else
            "Not measured yet: `bench/sendrecv.py` (run by `make bench`) writes "
            "`bench/sendrecv.md`, which this section copies."), ""]
+    clones = hand_measured("send-clones.md")
+    if clones:
+        L += ["### Clones", "", clones.strip(), ""]
     L += ["## Not run, errors and notes", ""]
     notes = ["- **%s** skipped: %s" % (LABEL.get(f, f), why) for f, why in res.get("skipped", {}).items()]
     notes += ["- %s / %s / %s: %s" % (r["fs"], r["workload"], r["param"], r["error"])

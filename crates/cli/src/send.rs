@@ -165,6 +165,7 @@ pub fn run(a: &SendArgs) -> Result<u8, CliError> {
         snapshot: a.snapshot.as_ref().map(|s| s.as_bytes()),
         base: a.base.as_ref().map(|s| s.as_bytes()),
         resume,
+        ..SendOptions::default()
     };
     let bar = progress_bar("sent");
     let stdout = io::stdout();

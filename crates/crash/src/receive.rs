@@ -137,6 +137,7 @@ fn stream(dev: &Arc<dyn Device>, snap: &[u8], base: Option<&[u8]>, resume: Optio
         snapshot: if resume.is_some() { None } else { Some(snap) },
         base: if resume.is_some() { None } else { base },
         resume,
+        ..SendOptions::default()
     };
     send(dev.clone(), &o, &mut out, &mut |_| {}).map_err(to_err)?;
     Ok(out)

@@ -273,6 +273,13 @@ mod tests {
                 ino: 21,
                 rdev: 0x0801,
             },
+            Record::Clone {
+                dst: 22,
+                dst_offset: 8192,
+                src: 16,
+                src_offset: 4096,
+                len: 12_345,
+            },
             Record::End(attrs),
         ]
     }
@@ -355,5 +362,42 @@ mod tests {
             Reader::new(&b"hello world, not a stream"[..]),
             Err(StreamError::NotAStream)
         ));
+    }
+
+    /// A record of a kind this reader does not know (one a newer writer
+    /// added) is refused, named, never skipped or read as another; so is
+    /// a `Clone` of no bytes or past 2^64.
+    #[test]
+    fn an_unknown_kind_and_a_bad_clone_are_refused() {
+        let begin = all()[0].frame(0);
+        let refused = |rec: Vec<u8>| {
+            let mut bytes = preamble().to_vec();
+            bytes.extend_from_slice(&begin);
+            bytes.extend_from_slice(&rec);
+            let mut r = Reader::new(&bytes[..]).unwrap();
+            r.read().unwrap();
+            match r.read() {
+                Err(StreamError::Malformed { record: 1, why, .. }) => why,
+                other => panic!("{other:?}"),
+            }
+        };
+        let mut rec = Record::Truncate { ino: 16, size: 1 }.frame(1);
+        rec[4] = 16;
+        let n = rec.len();
+        let crc = crc32c::crc32c(&rec[..n - 4]);
+        rec[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        let why = refused(rec);
+        assert!(why.contains("unknown record kind 16"), "{why}");
+        let clone = |dst_offset, len| Record::Clone {
+            dst: 17,
+            dst_offset,
+            src: 16,
+            src_offset: 0,
+            len,
+        };
+        let why = refused(clone(0, 0).frame(1));
+        assert!(why.contains("length 0"), "{why}");
+        let why = refused(clone(u64::MAX - 10, 11).frame(1));
+        assert!(why.contains("past 2^64"), "{why}");
     }
 }

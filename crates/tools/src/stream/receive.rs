@@ -352,6 +352,9 @@ impl Apply<'_> {
             | Record::Attr { ino, .. }
             | Record::Symlink { ino, .. }
             | Record::Rdev { ino, .. } => !self.exists(*ino),
+            // Applied again it reads the same bytes into the same place:
+            // its source is never changed after the data it names is sent.
+            Record::Clone { dst, .. } => !self.exists(*dst),
             Record::Begin(_) | Record::End(_) => false,
         }
     }
@@ -432,12 +435,92 @@ impl Apply<'_> {
             Record::Attr { ino, attrs } => self.set_attrs(*ino, attrs),
             Record::Symlink { ino, target } => fs.set_symlink_target(*ino, target),
             Record::Rdev { ino, rdev } => fs.set_rdev(*ino, *rdev),
+            Record::Clone {
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len,
+            } => {
+                self.check_clone(seq, rec)?;
+                match fs.clone_range(*src, *src_offset, *dst, *dst_offset, *len) {
+                    Ok(n) if n == *len => Ok(()),
+                    Ok(n) => {
+                        return Err(StreamError::Refused(format!(
+                            "record {seq} ({}): only {n} bytes could be cloned",
+                            describe(rec)
+                        )))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Record::Begin(_) | Record::End(_) => Ok(()),
         };
         r.map_err(|e| StreamError::Engine {
             what: format!("record {seq} ({})", describe(rec)),
             err: e,
         })
+    }
+}
+
+impl Apply<'_> {
+    /// A `Clone` record names two regular files of this volume, a source
+    /// range inside its file's size (the stream sent those bytes before),
+    /// a destination range below the largest file, and not two
+    /// overlapping ranges of one file: else it is refused, named, before
+    /// the engine is asked.
+    fn check_clone(&self, seq: u64, rec: &Record) -> Result<()> {
+        let Record::Clone {
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            len,
+        } = *rec
+        else {
+            return Ok(());
+        };
+        let refuse = |why: String| StreamError::Refused(format!("record {seq} ({}): {why}", describe(rec)));
+        let regular = |ino: u64, role: &str| match self.fs.getattr(ino) {
+            Ok(a) if a.kind == FileType::Regular => Ok(a),
+            Ok(a) => Err(refuse(format!(
+                "its {role} inode {ino} is a {:?}, not a regular file",
+                a.kind
+            ))),
+            Err(e) if e.errno() == Errno::ENOENT => {
+                Err(refuse(format!("its {role} inode {ino} does not exist")))
+            }
+            Err(e) => Err(StreamError::engine(format!("record {seq} ({})", describe(rec)))(
+                e,
+            )),
+        };
+        let s = regular(src, "source")?;
+        regular(dst, "destination")?;
+        // (`Record::decode` refused ranges past 2^64.)
+        if src_offset + len > s.size {
+            return Err(refuse(format!(
+                "the source's bytes {src_offset}..{} run past its size {} (a clone names only bytes \
+                 the stream gave before)",
+                src_offset + len,
+                s.size
+            )));
+        }
+        let bs = self
+            .fs
+            .statfs()
+            .map_err(StreamError::engine("reading the volume's block size"))?
+            .block_size;
+        let max = (u64::from(bs) << 40).min(i64::MAX as u64);
+        if dst_offset + len > max {
+            return Err(refuse(format!(
+                "the destination's end {} is past the largest file ({max} bytes)",
+                dst_offset + len
+            )));
+        }
+        if src == dst && src_offset < dst_offset + len && dst_offset < src_offset + len {
+            return Err(refuse("the source and destination ranges overlap".into()));
+        }
+        Ok(())
     }
 }
 
@@ -471,6 +554,13 @@ fn describe(r: &Record) -> String {
         Record::Attr { ino, .. } => format!("set the attributes of inode {ino}"),
         Record::Symlink { ino, .. } => format!("set the target of symlink {ino}"),
         Record::Rdev { ino, rdev } => format!("set the device number of inode {ino} to {rdev:#x}"),
+        Record::Clone {
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            len,
+        } => format!("clone {len} bytes at {src_offset} of inode {src} to {dst_offset} of inode {dst}"),
     }
 }
 

@@ -124,6 +124,18 @@ pub enum Record {
         ino: u64,
         rdev: u64,
     },
+    /// Bytes `dst_offset..+len` of regular file `dst` read as bytes
+    /// `src_offset..+len` of regular file `src`, which holds them already
+    /// (an earlier record of the stream gave them): the receiver shares
+    /// the blocks where it can (`Fs::clone_range`) instead of being sent
+    /// the data again.
+    Clone {
+        dst: u64,
+        dst_offset: u64,
+        src: u64,
+        src_offset: u64,
+        len: u64,
+    },
 }
 
 /// `Begin`'s flag: the stream is incremental (the base fields count).
@@ -145,6 +157,7 @@ pub mod kind {
     pub const ATTR: u8 = 12;
     pub const SYMLINK: u8 = 13;
     pub const RDEV: u8 = 14;
+    pub const CLONE: u8 = 15;
 }
 
 /// Little-endian field writer.
@@ -266,6 +279,16 @@ impl Record {
                 p.u64(*ino).u64(*rdev);
                 kind::RDEV
             }
+            Record::Clone {
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len,
+            } => {
+                p.u64(*dst).u64(*dst_offset).u64(*src).u64(*src_offset).u64(*len);
+                kind::CLONE
+            }
         };
         (k, p.0)
     }
@@ -384,7 +407,32 @@ impl Record {
                 ino: g.u64()?,
                 rdev: g.u64()?,
             },
-            other => return Err(format!("unknown record kind {other}")),
+            kind::CLONE => {
+                let (dst, dst_offset, src, src_offset, len) =
+                    (g.u64()?, g.u64()?, g.u64()?, g.u64()?, g.u64()?);
+                if len == 0 {
+                    return Err("Clone: length 0".into());
+                }
+                if dst_offset.checked_add(len).is_none() || src_offset.checked_add(len).is_none() {
+                    return Err(format!(
+                        "Clone: {len} bytes at offset {dst_offset} of inode {dst} from offset \
+                         {src_offset} of inode {src} run past 2^64"
+                    ));
+                }
+                Record::Clone {
+                    dst,
+                    dst_offset,
+                    src,
+                    src_offset,
+                    len,
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown record kind {other} (a stream of a newer tux3? this one reads kinds 1 to {})",
+                    kind::CLONE
+                ))
+            }
         };
         if g.at != body.len() {
             return Err(format!("{} bytes left over after the fields", body.len() - g.at));

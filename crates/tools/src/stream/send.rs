@@ -50,7 +50,25 @@ pub struct SendOptions<'a> {
     pub base: Option<&'a [u8]>,
     /// Continue a receive that stopped where this token says.
     pub resume: Option<Token>,
+    /// Most places [`SentBlocks`] remembers (`None`:
+    /// [`CLONE_MAP_ENTRIES`]; `Some(0)`: send every clone as data). A
+    /// resumed stream must be sent with the same value as the stream it
+    /// resumes (the records differ otherwise).
+    pub clone_map_entries: Option<usize>,
 }
+
+/// Most places of data sent that a send remembers to find clones by:
+/// about 64 bytes each (40 of key and value, the rest a B-tree's nodes
+/// two-thirds full), so at most 32 MiB. An entry is one run of blocks
+/// contiguous on disk and in its file (an extent or part of one), so it
+/// takes over half a million extents sent before a clone of a later one
+/// is sent as data (correct, just not shared on the receiver).
+pub const CLONE_MAP_ENTRIES: usize = 1 << 19;
+
+/// Most bytes one `Clone` record names (a writer's choice: a record may
+/// name up to 2^64 − 1): a receiver whose clone still copies does at most
+/// this much in one engine call.
+pub const CLONE_CHUNK: u64 = 16 << 20;
 
 /// What a send wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +79,8 @@ pub struct Sent {
     pub bytes: u64,
     /// File bytes carried by `Write` records written.
     pub data_bytes: u64,
+    /// File bytes named by `Clone` records written (sent as a reference).
+    pub cloned_bytes: u64,
 }
 
 fn quoted(name: &[u8]) -> String {
@@ -193,7 +213,8 @@ pub fn send(
         staging_name: staging.1,
     }))?;
     let Some(plan) = plan else {
-        return full_stream(dev.as_ref(), &be, &fs, snap_root, w, progress);
+        let map = opts.clone_map_entries.unwrap_or(CLONE_MAP_ENTRIES);
+        return full_stream(dev.as_ref(), &be, &fs, snap_root, w, map, progress);
     };
     for mut r in plan.namespace {
         if !w.wants_next() {
@@ -220,12 +241,15 @@ pub fn send(
         fs_base: fs_base.as_ref(),
         w: &mut w,
         data_bytes: 0,
+        cloned_bytes: 0,
+        sent: SentBlocks::new(opts.clone_map_entries.unwrap_or(CLONE_MAP_ENTRIES)),
     };
     for c in &plan.changed {
         gen.inode(c)?;
         progress(gen.w.bytes);
     }
     sent.data_bytes = gen.data_bytes;
+    sent.cloned_bytes = gen.cloned_bytes;
     w.put(&Record::End(attrs_of(&plan.root)))?;
     w.flush()?;
     progress(w.bytes);
@@ -241,6 +265,7 @@ fn full_stream<W: Write>(
     fs: &Fs,
     snap_root: tux3::structures::superblock::Root,
     mut w: Writer<W>,
+    clone_map_entries: usize,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sent> {
     super::full::namespace(fs, &mut w, progress)?;
@@ -251,6 +276,8 @@ fn full_stream<W: Write>(
         fs_base: None,
         w: &mut w,
         data_bytes: 0,
+        cloned_bytes: 0,
+        sent: SentBlocks::new(clone_map_entries),
     };
     let mut root = None;
     super::full::inodes(dev, snap_root, &mut |c| {
@@ -261,7 +288,7 @@ fn full_stream<W: Write>(
         progress(gen.w.bytes);
         Ok(())
     })?;
-    let data_bytes = gen.data_bytes;
+    let (data_bytes, cloned_bytes) = (gen.data_bytes, gen.cloned_bytes);
     let root = root.ok_or_else(|| StreamError::Engine {
         what: "reading the snapshot".into(),
         err: tux3::Error::corrupt(snap_root.addr, "the snapshot has no root directory"),
@@ -273,6 +300,7 @@ fn full_stream<W: Write>(
         records: w.next_seq(),
         bytes: w.bytes,
         data_bytes,
+        cloned_bytes,
     })
 }
 
@@ -298,6 +326,9 @@ struct Contents<'a, W: Write> {
     fs_base: Option<&'a Fs>,
     w: &'a mut Writer<W>,
     data_bytes: u64,
+    cloned_bytes: u64,
+    /// Where the data sent so far went, by snapshot address.
+    sent: SentBlocks,
 }
 
 impl<W: Write> Contents<'_, W> {
@@ -461,37 +492,219 @@ impl<W: Write> Contents<'_, W> {
         let runs = changed_runs(&now, &before, cur.div_ceil(bs));
         let mut buf = vec![0u8; DATA_CHUNK];
         for (s, e) in runs {
-            let (mut off, end) = (s * bs, (e * bs).min(size));
-            while off < end {
-                let n = (end - off).min(DATA_CHUNK as u64) as usize;
-                if self.w.wants_next() {
-                    let got = self
-                        .fs
-                        .read_into(c.ino, off, &mut buf[..n])
-                        .map_err(StreamError::engine(format!("reading inode {} at {off}", c.ino)))?;
-                    if got != n {
-                        return Err(StreamError::Engine {
-                            what: format!("reading inode {} at {off}", c.ino),
-                            err: tux3::Error::corrupt(0, format!("{got} bytes where {n} were expected")),
-                        });
+            for piece in self.sent.pieces(c.ino, size, bs, &now, s, e.min(last)) {
+                match piece {
+                    Piece::Data(s, e) => {
+                        let (mut off, end) = (s * bs, (e * bs).min(size));
+                        while off < end {
+                            let n = (end - off).min(DATA_CHUNK as u64) as usize;
+                            if self.w.wants_next() {
+                                let got = self.fs.read_into(c.ino, off, &mut buf[..n]).map_err(
+                                    StreamError::engine(format!("reading inode {} at {off}", c.ino)),
+                                )?;
+                                if got != n {
+                                    return Err(StreamError::Engine {
+                                        what: format!("reading inode {} at {off}", c.ino),
+                                        err: tux3::Error::corrupt(
+                                            0,
+                                            format!("{got} bytes where {n} were expected"),
+                                        ),
+                                    });
+                                }
+                                self.w.put(&Record::Write {
+                                    ino: c.ino,
+                                    offset: off,
+                                    data: buf[..n].to_vec(),
+                                })?;
+                                self.data_bytes += n as u64;
+                            } else {
+                                self.w.skip();
+                            }
+                            off += n as u64;
+                            cur = cur.max(off);
+                        }
                     }
-                    self.w.put(&Record::Write {
-                        ino: c.ino,
-                        offset: off,
-                        data: buf[..n].to_vec(),
-                    })?;
-                    self.data_bytes += n as u64;
-                } else {
-                    self.w.skip();
+                    Piece::Clone {
+                        offset,
+                        len,
+                        src,
+                        src_offset,
+                    } => {
+                        let mut done = 0;
+                        while done < len {
+                            let n = (len - done).min(CLONE_CHUNK);
+                            if self.w.wants_next() {
+                                self.cloned_bytes += n;
+                            }
+                            self.w.put(&Record::Clone {
+                                dst: c.ino,
+                                dst_offset: offset + done,
+                                src,
+                                src_offset: src_offset + done,
+                                len: n,
+                            })?;
+                            done += n;
+                        }
+                        cur = cur.max(offset + len);
+                    }
                 }
-                off += n as u64;
-                cur = cur.max(off);
             }
         }
         if cur != size {
             self.w.put(&Record::Truncate { ino: c.ino, size })?;
         }
         Ok(())
+    }
+}
+
+/// What to send of a run of a file's blocks: data, or a reference to
+/// the same blocks sent before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    /// Blocks `[s, e)`, as `Write` records (the last cut at the size).
+    Data(u64, u64),
+    /// Bytes `offset..+len` read as `src_offset..+len` of inode `src`.
+    Clone {
+        offset: u64,
+        len: u64,
+        src: u64,
+        src_offset: u64,
+    },
+}
+
+/// Where a run of blocks sent as data went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    ino: u64,
+    /// Its first logical block in `ino`.
+    lblock: u64,
+    count: u64,
+    /// `ino`'s size (a clone may not name bytes past it: they were not sent).
+    size: u64,
+}
+
+/// Where the blocks of the snapshot sent as data so far went: first
+/// physical block → [`Place`], the runs disjoint, at most `limit` of them
+/// (see [`CLONE_MAP_ENTRIES`]; once full, nothing more is remembered).
+/// Built the same on a resumed send (the records skipped are decided as
+/// if written), so the records after the resume point are the same.
+struct SentBlocks {
+    map: BTreeMap<u64, Place>,
+    limit: usize,
+}
+
+impl SentBlocks {
+    fn new(limit: usize) -> SentBlocks {
+        SentBlocks {
+            map: BTreeMap::new(),
+            limit,
+        }
+    }
+
+    /// The places sent before of physical blocks `[p, p + n)`, clipped to
+    /// them: (first physical block, place), in address order.
+    fn sent_of(&self, p: u64, n: u64) -> Vec<(u64, Place)> {
+        let first = match self.map.range(..=p).next_back() {
+            Some((&s, v)) if s + v.count > p => s,
+            _ => p,
+        };
+        let mut out = Vec::new();
+        for (&s, v) in self.map.range(first..p + n) {
+            let (from, to) = (s.max(p), (s + v.count).min(p + n));
+            if from < to {
+                let skip = from - s;
+                out.push((
+                    from,
+                    Place {
+                        lblock: v.lblock + skip,
+                        count: to - from,
+                        ..*v
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// Remember that physical blocks from `p` went to `place`, joined to
+    /// the run before when it continues it on disk and in the same file.
+    fn remember(&mut self, p: u64, place: Place) {
+        if let Some((&s, v)) = self.map.range_mut(..p).next_back() {
+            if s + v.count == p && v.ino == place.ino && v.lblock + v.count == place.lblock {
+                v.count += place.count;
+                v.size = place.size;
+                return;
+            }
+        }
+        if self.map.len() < self.limit {
+            self.map.insert(p, place);
+        }
+    }
+
+    /// What to send of blocks `[s, e)` of inode `ino` (size `size`, every
+    /// block of the range mapped by `extents`, sorted): where blocks were
+    /// sent before, whole blocks of the source inside its size, a clone;
+    /// the rest data, remembered. Adjacent data pieces are joined.
+    fn pieces(&mut self, ino: u64, size: u64, bs: u64, extents: &[Extent], s: u64, e: u64) -> Vec<Piece> {
+        let mut out: Vec<Piece> = Vec::new();
+        let data = |out: &mut Vec<Piece>, a: u64, b: u64| match out.last_mut() {
+            Some(Piece::Data(_, end)) if *end == a => *end = b,
+            _ => out.push(Piece::Data(a, b)),
+        };
+        for x in overlapping(extents, s, e) {
+            let (ls, le) = (x.lblock.max(s), (x.lblock + x.count).min(e));
+            if ls >= le {
+                continue;
+            }
+            let p = x.pblock + (ls - x.lblock);
+            // Logical blocks [at, ..) of `ino` not yet decided.
+            let mut at = ls;
+            let mut fresh = Vec::new();
+            for (from, place) in self.sent_of(p, le - ls) {
+                let l = ls + (from - p);
+                if l > at {
+                    data(&mut out, at, l);
+                    fresh.push((at, l));
+                }
+                // Bytes of this file the blocks hold, and whether the
+                // source has them all (its last block may be cut short).
+                let offset = l * bs;
+                let mut len = (place.count * bs).min(size.saturating_sub(offset));
+                let src_offset = place.lblock * bs;
+                if src_offset + len > place.size {
+                    len = place.size.saturating_sub(src_offset) / bs * bs;
+                }
+                let cloned = len.div_ceil(bs);
+                if len > 0 {
+                    out.push(Piece::Clone {
+                        offset,
+                        len,
+                        src: place.ino,
+                        src_offset,
+                    });
+                }
+                // What the source cannot give goes as data (not remembered:
+                // those blocks are remembered at their first place).
+                if cloned < place.count {
+                    data(&mut out, l + cloned, l + place.count);
+                }
+                at = l + place.count;
+            }
+            if at < le {
+                data(&mut out, at, le);
+                fresh.push((at, le));
+            }
+            for (a, b) in fresh {
+                let place = Place {
+                    ino,
+                    lblock: a,
+                    count: b - a,
+                    size,
+                };
+                self.remember(x.pblock + (a - x.lblock), place);
+            }
+        }
+        out
     }
 }
 
@@ -584,5 +797,87 @@ mod tests {
         assert_eq!(gaps(&list, 0, 10), vec![(0, 2), (4, 6), (7, 10)]);
         assert_eq!(gaps(&list, 2, 4), vec![]);
         assert_eq!(gaps(&list, 3, 7), vec![(4, 6)]);
+    }
+
+    #[test]
+    fn blocks_sent_before_are_cloned_and_the_rest_is_data() {
+        let bs = 4096;
+        let mut m = SentBlocks::new(100);
+        // Inode 16: 10 blocks at 100.., sent as data and remembered.
+        let a = [x(0, 100, 10)];
+        assert_eq!(m.pieces(16, 10 * bs, bs, &a, 0, 10), vec![Piece::Data(0, 10)]);
+        // Inode 17: blocks 2.. at 104.. (6 of 16's, then 2 of its own).
+        let b = [x(2, 104, 8)];
+        let size = 10 * bs - 100;
+        assert_eq!(
+            m.pieces(17, size, bs, &b, 2, 10),
+            vec![
+                Piece::Clone {
+                    offset: 2 * bs,
+                    len: 6 * bs,
+                    src: 16,
+                    src_offset: 4 * bs,
+                },
+                Piece::Data(8, 10),
+            ]
+        );
+        // Inode 18 maps one of 17's own blocks and one of 16's: two
+        // sources; its last block is cut by its size.
+        let c = [x(0, 110, 1), x(1, 100, 1)];
+        assert_eq!(
+            m.pieces(18, bs + 10, bs, &c, 0, 2),
+            vec![
+                Piece::Clone {
+                    offset: 0,
+                    len: bs,
+                    src: 17,
+                    src_offset: 8 * bs,
+                },
+                Piece::Clone {
+                    offset: bs,
+                    len: 10,
+                    src: 16,
+                    src_offset: 0,
+                },
+            ]
+        );
+        // 17's last block (111, its block 9) holds bytes only to its
+        // size: a file reading the whole block gets it as data.
+        let d = [x(0, 111, 1)];
+        assert_eq!(m.pieces(19, bs, bs, &d, 0, 1), vec![Piece::Data(0, 1)]);
+        // ... one reading only what 17 has gets a clone.
+        assert_eq!(
+            m.pieces(20, bs - 100, bs, &d, 0, 1),
+            vec![Piece::Clone {
+                offset: 0,
+                len: bs - 100,
+                src: 17,
+                src_offset: 9 * bs,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_full_map_remembers_no_more_and_sends_data() {
+        let bs = 4096;
+        let mut m = SentBlocks::new(1);
+        m.pieces(16, bs, bs, &[x(0, 100, 1)], 0, 1);
+        // Contiguous on disk and in the file: joined, no new entry.
+        m.pieces(16, 2 * bs, bs, &[x(1, 101, 1)], 1, 2);
+        m.pieces(17, bs, bs, &[x(0, 500, 1)], 0, 1);
+        assert_eq!(m.map.len(), 1);
+        assert_eq!(
+            m.pieces(18, 2 * bs, bs, &[x(0, 100, 2)], 0, 2),
+            vec![Piece::Clone {
+                offset: 0,
+                len: 2 * bs,
+                src: 16,
+                src_offset: 0,
+            }]
+        );
+        assert_eq!(
+            m.pieces(19, bs, bs, &[x(0, 500, 1)], 0, 1),
+            vec![Piece::Data(0, 1)]
+        );
     }
 }

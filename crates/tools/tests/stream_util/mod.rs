@@ -49,6 +49,7 @@ pub fn stream(
         snapshot: Some(snap.as_bytes()),
         base: base.map(str::as_bytes),
         resume,
+        ..SendOptions::default()
     };
     let mut out = Vec::new();
     let sent = send(dev.clone(), &opts, &mut out, &mut |_| {}).unwrap();
