@@ -730,7 +730,8 @@ def write(res, path, plotdir, plots):
             L += ["![blocks and flushes per fsync](%s)" % os.path.relpath(
                 os.path.join(plotdir, name), os.path.dirname(path)), ""]
     # Sections measured by their own scripts, outside a run.
-    for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub"), ("defrag.md", "Defrag")]:
+    for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub"), ("defrag.md", "Defrag"),
+                        ("dedupe.md", "Dedupe")]:
         text = hand_measured(name)
         if text:
             L += ["## " + title, "", text.strip(), ""]

@@ -16,6 +16,7 @@
 mod args;
 mod cat;
 mod clone;
+mod dedupe;
 mod defrag;
 mod dump;
 mod format;
@@ -106,6 +107,9 @@ pub enum Command {
     /// Copy a file by sharing its blocks: constant time, no space taken (mounted or not)
     #[command(long_about = clone::LONG_ABOUT)]
     Clone(clone::CloneArgs),
+    /// Share the blocks files hold twice (mounted or not)
+    #[command(long_about = dedupe::LONG_ABOUT)]
+    Dedupe(dedupe::DedupeArgs),
     /// Write a snapshot (whole, or what changed since an older one) to standard output
     Send(send::SendArgs),
     /// Create a snapshot on a volume from a stream tux3 send wrote
@@ -135,6 +139,7 @@ impl Command {
             Command::Fstrim(_) => "fstrim",
             Command::Defrag(_) => "defrag",
             Command::Clone(_) => "clone",
+            Command::Dedupe(_) => "dedupe",
             Command::Send(_) => "send",
             Command::Receive(_) => "receive",
             Command::Man(_) => "man",
@@ -223,6 +228,7 @@ pub fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Fstrim(a) => fstrim::run(&a),
         Command::Defrag(a) => defrag::run(&a),
         Command::Clone(a) => clone::run(&a),
+        Command::Dedupe(a) => dedupe::run(&a),
         Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Man(a) => man::run(&a),
@@ -282,7 +288,7 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout and succeed; usage errors exit 2
-            // (16 for fsck, as e2fsck does, and for fstrim and defrag,
+            // (16 for fsck, as e2fsck does, and for fstrim, defrag and dedupe,
             // whose codes are fsck's).
             let _ = e.print();
             if !e.use_stderr() {
@@ -290,7 +296,7 @@ pub fn main() -> ExitCode {
             }
             let is_fsck = argv
                 .get(1)
-                .is_some_and(|a| a == "fsck" || a == "fstrim" || a == "defrag");
+                .is_some_and(|a| a == "fsck" || a == "fstrim" || a == "defrag" || a == "dedupe");
             return ExitCode::from(if is_fsck { fsck::EXIT_USAGE } else { 2 });
         }
     };

@@ -28,6 +28,7 @@ fn pages_for_every_command() {
     for sub in [
         "mkfs", "fsck", "dump", "graph", "ls", "cat", "readlink", "mount", "umount", "sync", "snapshot",
         "send", "receive", "scrub", "resize", "fstrim", "defrag", "clone",
+        "send", "receive", "scrub", "resize", "fstrim", "defrag", "dedupe",
     ] {
         want.insert(format!("tux3-{sub}.8"));
     }

@@ -65,6 +65,8 @@ pub struct Tux3Fuse {
     pub(super) live: Arc<Live>,
     /// The scrub the server runs (`scrub.rs`).
     pub(super) scrub: Arc<super::scrub::ScrubSlot>,
+    /// The dedupe the server runs (`dedupe.rs`).
+    pub(super) dedupe: Arc<super::dedupe::DedupeSlot>,
 }
 
 impl Tux3Fuse {
@@ -82,6 +84,7 @@ impl Tux3Fuse {
             forgets: Arc::default(),
             live: Arc::new(Live::new(opts.read_only, opts.atime_rule, opts.diratime)),
             scrub: Arc::default(),
+            dedupe: Arc::default(),
             opts,
         }
     }

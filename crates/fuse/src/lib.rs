@@ -27,8 +27,8 @@
 //! - `snapshot.rs`: the arguments of the snapshot ioctls, encoded and
 //!   decoded (the `tux3 snapshot` command uses the same code);
 //! - `trim.rs`: the trim ioctls (`tux3 fstrim`, fstrim(8)'s FITRIM);
-//! - `scrub.rs`, `defrag.rs`: the scrub and defrag ioctls, served and
-//!   encoded;
+//! - `scrub.rs`, `defrag.rs`, `dedupe.rs`: the scrub, defrag and dedupe
+//!   ioctls, served and encoded;
 //! - this file: the mount-time options, the ioctl numbers and value
 //!   conversions.
 //!
@@ -36,6 +36,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod adapter;
+mod dedupe;
 mod defrag;
 mod devfuse;
 mod forgets;
@@ -53,6 +54,12 @@ mod trim;
 mod uring;
 
 pub use adapter::Tux3Fuse;
+pub use dedupe::{
+    decode_status as decode_dedupe_status, encode_request as encode_dedupe_request,
+    encode_start as encode_dedupe_start, exit_code as dedupe_exit_code, pair_line, DedupeStatus,
+    DEDUPE_ARG_LEN, DEDUPE_CANCEL, DEDUPE_DRY_RUN, DEDUPE_NO_EXIT, DEDUPE_PAIRS, DEDUPE_START, DEDUPE_STATUS,
+    DEDUPE_ZEROS, IOC_DEDUPE,
+};
 pub use defrag::{
     decode_defrag_report, encode_defrag_request, DEFRAG_ARG_LEN, DEFRAG_DRY_RUN, DEFRAG_UNSHARE, IOC_DEFRAG,
 };

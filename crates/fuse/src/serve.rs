@@ -259,6 +259,7 @@ impl Mounted {
         drop(self.session);
         // A running scrub saves its position and lets go of the volume.
         self.fuse.scrub.stop();
+        self.fuse.dedupe.stop();
         drop(self.fuse);
         // The kernel ended the queues with the connection.
         let ring_panicked = self.rings.take().is_some_and(Rings::join);

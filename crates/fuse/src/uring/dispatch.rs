@@ -478,6 +478,10 @@ impl Tux3Fuse {
             let arg = arg.to_vec();
             return Some(Box::new(move || fuse.defrag_ioctl(ino, uid, &arg)));
         }
+        if cmd == crate::IOC_DEDUPE {
+            let arg = arg.to_vec();
+            return Some(Box::new(move || fuse.dedupe_ioctl(ino, uid, &arg)));
+        }
         None
     }
 

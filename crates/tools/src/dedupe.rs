@@ -1,0 +1,338 @@
+//! Dedupe (`tux3 dedupe`): find the blocks that regular files of a volume
+//! hold twice and share them, one extent per call of
+//! [`Fs::dedupe_range`], which compares the bytes under the guard and
+//! shares only what is equal (a hash collision or a write racing with us
+//! costs a call, never data).
+//!
+//! One code path for a mount (the server runs it in a thread) and an
+//! unmounted image (the command opens it with the engine): both give an
+//! [`Fs`]. Steps:
+//!  1. walk: the regular files under the starting paths (each inode once,
+//!     hard links included; directories in name order). Only the live
+//!     volume: snapshots are other inode tables, never in its namespace;
+//!  2. read and hash: the full blocks of every file (the partial tail block
+//!     is never shared), cut into segments of at most [`SEGMENT`] bytes
+//!     that [`Options::threads`] readers take in turn, reading with
+//!     [`Fs::read_into`] up to [`Options::read_size`] at a time and
+//!     skipping holes with [`Fs::seek_data`]. Each block gets a 128-bit
+//!     xxh3 hash: xxh3_128 runs at tens of GB/s a core (far above any
+//!     device), and 128 bits make an accidental collision between two
+//!     blocks of even a 2^40-block volume a 2^-48 event — and harmless,
+//!     since the bytes are compared before anything is shared. A
+//!     cryptographic hash (BLAKE3) would only defend against crafted
+//!     collisions, which the comparison already makes harmless;
+//!  3. match, one thread, in file order: an index maps a hash to the
+//!     first (file, block) that had it. A block whose hash is indexed
+//!     starts a run, which grows while the next block of both sides
+//!     matches too (the next source block is the one indexed for the next
+//!     hash), up to [`Options::max_call`]; each run is one call.
+//!
+//! All-zero blocks are not indexed unless [`Options::zeros`] (they should
+//! be holes: `fallocate --dig-holes` makes them so); they are counted in
+//! [`Report::zero_bytes`].
+//!
+//! Memory: the index holds 32 bytes per distinct block (a 16-byte hash,
+//! a 4-byte file number and an 8-byte block, padded) plus a control byte,
+//! in a table kept between 7/16 and 7/8 full: 38 to 75 bytes per indexed
+//! block. [`Options::max_index`] bounds it (default [`DEFAULT_MAX_INDEX`]
+//! blocks, 28 GiB of distinct 4 KiB blocks, at most 264 MiB); past it new
+//! blocks are still matched against the index but no longer added
+//! ([`Report::unindexed_bytes`]). The readers hold at most [`WINDOW`]
+//! segments' hashes ahead of the matcher (16 bytes a block), plus one read
+//! buffer each; the file table holds each file's path.
+//!
+//! `dedupe/read.rs` walks and hashes, `dedupe/matcher.rs` matches and
+//! calls. Calls the API (`Fs`: lookup, readdir, getattr, read_into,
+//! seek_data, dedupe_range).
+
+mod matcher;
+mod read;
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use tux3::error::{Errno, Error, Result};
+use tux3::types::Ino;
+use tux3::Fs;
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Default bound of the index, in blocks (7/8 of 2^23: a table of 2^23
+/// slots, 264 MiB).
+pub const DEFAULT_MAX_INDEX: usize = 7 << 20;
+/// Largest piece of a file one reader takes at once.
+pub const SEGMENT: u64 = 64 << 20;
+/// Segments the readers may be ahead of the matcher.
+pub const WINDOW: usize = 16;
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Find and report, call nothing.
+    pub dry_run: bool,
+    /// Share all-zero blocks too (by default they are only counted).
+    pub zeros: bool,
+    /// Most blocks the index holds.
+    pub max_index: usize,
+    /// Bytes per read.
+    pub read_size: usize,
+    /// Most bytes per [`Fs::dedupe_range`] call (a multiple of the block
+    /// size is used).
+    pub max_call: u64,
+    /// Reader threads.
+    pub threads: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            dry_run: false,
+            zeros: false,
+            max_index: DEFAULT_MAX_INDEX,
+            read_size: 4 << 20,
+            max_call: 16 << 20,
+            threads: 4,
+        }
+    }
+}
+
+/// What another thread sees of a running dedupe, and how it stops it.
+#[derive(Default)]
+pub struct Control {
+    pub cancel: AtomicBool,
+    /// Bytes of full blocks matched so far and in all (known once the
+    /// walk is over).
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+    /// Bytes read so far (for the rate).
+    pub read: AtomicU64,
+}
+
+/// What happened to one pair of ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A dry run: not called.
+    Found,
+    /// Shared.
+    Shared,
+    /// The bytes differed (a collision or a concurrent change), or a
+    /// file was deleted meanwhile: nothing changed.
+    Differed,
+    /// The call failed (the message is in [`Report::failures`]).
+    Failed,
+}
+
+/// A pair of equal-hashed ranges, as reported to the caller's hook.
+#[derive(Debug, Clone)]
+pub struct Pair<'a> {
+    pub src: &'a str,
+    pub src_off: u64,
+    pub dst: &'a str,
+    pub dst_off: u64,
+    pub len: u64,
+    pub outcome: Outcome,
+}
+
+/// What a run found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Regular files walked.
+    pub files: u64,
+    /// Bytes read.
+    pub bytes_scanned: u64,
+    /// Bytes of blocks whose hash an earlier block had.
+    pub dup_bytes: u64,
+    /// Bytes [`Fs::dedupe_range`] shared.
+    pub shared_bytes: u64,
+    /// Bytes of all-zero blocks read.
+    pub zero_bytes: u64,
+    /// Bytes of blocks not indexed, the index being full.
+    pub unindexed_bytes: u64,
+    /// Calls made, and those that found the bytes differed (or a file
+    /// deleted since it was read).
+    pub calls: u64,
+    pub differing: u64,
+    /// What could not be done (a file that could not be read, a call
+    /// that failed), one line each.
+    pub failures: Vec<String>,
+    /// Stopped by [`Control::cancel`].
+    pub cancelled: bool,
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Bytes read per second.
+    pub fn read_rate(&self) -> f64 {
+        self.bytes_scanned as f64 / self.elapsed.as_secs_f64().max(1e-6)
+    }
+}
+
+/// The index's hasher: the key is a hash already, its low bits will do.
+#[derive(Default)]
+struct LowBits(u64);
+
+impl Hasher for LowBits {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type Index = HashMap<u128, Loc, BuildHasherDefault<LowBits>>;
+
+/// A block: file number (in the file table) and block in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loc {
+    file: u32,
+    block: u64,
+}
+
+/// A regular file to read.
+struct File {
+    ino: Ino,
+    path: String,
+    /// Full blocks.
+    blocks: u64,
+}
+
+/// What a reader made of a block.
+#[derive(Clone, Copy)]
+enum Blk {
+    Hole,
+    Zero,
+    Data(u128),
+    /// Not read (an error, named in the failures).
+    Skip,
+}
+
+/// A piece of a file.
+struct Segment {
+    file: u32,
+    first: u64,
+    count: u64,
+}
+
+/// The readers' answer for one segment.
+struct Hashed {
+    blocks: Vec<Blk>,
+    read: u64,
+    failure: Option<String>,
+}
+
+/// Dedupe the regular files under `paths` (relative to directory `base`;
+/// none: `base` itself). `hook` sees each pair, in order.
+pub fn run(
+    fs: &Fs,
+    base: Ino,
+    paths: &[Vec<u8>],
+    opts: &Options,
+    ctl: &Control,
+    hook: &mut dyn FnMut(&Pair),
+) -> Result<Report> {
+    let began = Instant::now();
+    let bs = u64::from(fs.statfs()?.block_size);
+    let mut report = Report::default();
+    let files = read::walk(fs, base, paths, bs)?;
+    report.files = files.len() as u64;
+    let segments = read::cut(&files, bs);
+    ctl.total
+        .store(files.iter().map(|f| f.blocks * bs).sum(), Relaxed);
+    let max_call = (opts.max_call / bs).max(1);
+    let zero_hash = xxh3_128(&vec![0u8; bs as usize]);
+    let mut m = matcher::Matcher {
+        fs,
+        files: &files,
+        bs,
+        opts,
+        max_call,
+        index: Index::default(),
+        run: None,
+        report: &mut report,
+        hook,
+    };
+    let next = AtomicUsize::new(0);
+    let consumed = Mutex::new(0usize);
+    let moved = Condvar::new();
+    let (tx, rx) = crossbeam_channel::unbounded::<(usize, Hashed)>();
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1) {
+            let tx = tx.clone();
+            let (next, consumed, moved, files, segments) = (&next, &consumed, &moved, &files, &segments);
+            s.spawn(move || {
+                let mut buf = vec![0u8; (opts.read_size as u64).max(bs) as usize / bs as usize * bs as usize];
+                loop {
+                    let i = next.fetch_add(1, Relaxed);
+                    let Some(seg) = segments.get(i) else { break };
+                    {
+                        let mut c = consumed.lock();
+                        while i >= *c + WINDOW && !ctl.cancel.load(Relaxed) {
+                            moved.wait_for(&mut c, Duration::from_millis(100));
+                        }
+                    }
+                    if ctl.cancel.load(Relaxed) {
+                        break;
+                    }
+                    let h =
+                        read::hash_segment(fs, &files[seg.file as usize], seg, bs, zero_hash, &mut buf, ctl);
+                    if tx.send((i, h)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut early: BTreeMap<usize, Hashed> = BTreeMap::new();
+        let mut want = 0;
+        while want < segments.len() {
+            if ctl.cancel.load(Relaxed) {
+                m.report.cancelled = true;
+                break;
+            }
+            let h = match early.remove(&want) {
+                Some(h) => h,
+                None => match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok((i, h)) if i == want => h,
+                    Ok((i, h)) => {
+                        early.insert(i, h);
+                        continue;
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                },
+            };
+            let seg = &segments[want];
+            m.report.bytes_scanned += h.read;
+            if let Some(f) = h.failure {
+                m.report.failures.push(f);
+            }
+            m.segment(seg, &h.blocks);
+            ctl.done.fetch_add(seg.count * bs, Relaxed);
+            want += 1;
+            *consumed.lock() = want;
+            moved.notify_all();
+        }
+        m.flush();
+        if want < segments.len() {
+            // Readers waiting for room see the cancel.
+            ctl.cancel.store(true, Relaxed);
+            m.report.cancelled = true;
+        }
+        drop(rx);
+        moved.notify_all();
+    });
+    report.elapsed = began.elapsed();
+    Ok(report)
+}
+
+/// Whether `e` says a file went away since the walk.
+fn gone(e: &Error) -> bool {
+    matches!(e.errno(), Errno::ENOENT | Errno::ESTALE)
+}
