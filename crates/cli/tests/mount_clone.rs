@@ -339,7 +339,6 @@ fn tux3_clone_on_a_mount() {
 /// blocks after it and a sync drop by a few metadata blocks, not by the
 /// file's 16384 blocks.
 #[test]
-#[ignore = "needs shared extents"]
 fn a_clone_takes_no_data_blocks() {
     if !can_mount() {
         return;

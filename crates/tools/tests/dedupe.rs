@@ -298,7 +298,6 @@ fn after_a_run_every_file_reads_as_before() {
 }
 
 #[test]
-#[ignore = "needs shared extents"]
 fn the_duplicate_blocks_come_back_as_free_space() {
     let (_, fs) = volume();
     let dups = mixed(&fs);

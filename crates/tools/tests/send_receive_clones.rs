@@ -91,7 +91,6 @@ fn clones_made_with_the_api_arrive_byte_identical() {
 }
 
 #[test]
-#[ignore = "needs shared extents"]
 fn clones_made_with_the_api_are_sent_once_and_arrive_shared() {
     let src = device(BIG);
     let fs = open(&src);
@@ -224,7 +223,6 @@ fn shared_blocks_are_sent_once_as_data_then_as_clones() {
 }
 
 #[test]
-#[ignore = "needs shared extents"]
 fn shared_blocks_arrive_shared() {
     let (src, _) = shared_on_disk(20);
     let (bytes, _) = stream(&src, "s1", None, None);
