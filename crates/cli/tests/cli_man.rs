@@ -27,8 +27,8 @@ fn pages_for_every_command() {
         .collect();
     for sub in [
         "mkfs", "fsck", "dump", "graph", "ls", "cat", "readlink", "mount", "umount", "sync", "snapshot",
-        "send", "receive", "scrub", "resize", "fstrim", "defrag", "clone",
-        "send", "receive", "scrub", "resize", "fstrim", "defrag", "dedupe",
+        "send", "receive", "scrub", "resize", "fstrim", "defrag", "clone", "send", "receive", "scrub",
+        "resize", "fstrim", "defrag", "dedupe",
     ] {
         want.insert(format!("tux3-{sub}.8"));
     }

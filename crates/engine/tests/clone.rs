@@ -251,3 +251,32 @@ fn snapshots_keep_shared_blocks_and_a_rollback_restores_the_counts() {
     fs.close().unwrap();
     fsck(&mem);
 }
+
+#[test]
+fn defrag_leaves_shared_extents_shared() {
+    let (mem, fs) = volume(8192);
+    let a = file(&fs, "a");
+    let other = file(&fs, "other");
+    // A fragmented file: its blocks interleaved with another's.
+    for i in 0..32u64 {
+        fs.write(a, i * BS, &pattern(i as u8, BS as usize)).unwrap();
+        fs.write(other, i * BS, &pattern(99, BS as usize)).unwrap();
+        fs.sync().unwrap();
+    }
+    let b = file(&fs, "b");
+    fs.clone_range(a, 0, b, 0, u64::MAX).unwrap();
+    fs.sync().unwrap();
+    let saved = fs.sharing().saved_blocks;
+    assert_eq!(saved, 32);
+    let before = free(&fs);
+    let r = fs.defrag(a, &Default::default(), &mut |_, _| {}).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(r.bytes_rewritten, 0, "{r:?}");
+    assert_eq!(r.shared_bytes, 32 * BS, "{r:?}");
+    assert_eq!(fs.sharing().saved_blocks, saved);
+    assert!(free(&fs) + 4 >= before, "defrag took space");
+    let want: Vec<u8> = (0..32u64).flat_map(|i| pattern(i as u8, BS as usize)).collect();
+    assert_eq!(fs.read(b, 0, want.len()).unwrap(), want);
+    fs.close().unwrap();
+    fsck(&mem);
+}

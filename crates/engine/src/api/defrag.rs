@@ -21,8 +21,9 @@ const CHUNK_BLOCKS: u64 = 256;
 /// How [`Fs::defrag`] works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DefragOptions {
-    /// Rewrite extents a snapshot shares too (they then take space twice:
-    /// the snapshot keeps the old copy). Off: they stay where they are.
+    /// Rewrite extents a snapshot or another file (a clone) shares too
+    /// (they then take space twice: the other holder keeps the old copy).
+    /// Off: they stay where they are.
     pub unshare: bool,
     /// Bytes rewritten per delta, at most.
     pub batch_bytes: u64,
@@ -49,8 +50,8 @@ pub struct DefragReport {
     pub extents_after: u64,
     /// Bytes rewritten (0: the file needed nothing).
     pub bytes_rewritten: u64,
-    /// Bytes still in extents a snapshot shares: what `unshare` would
-    /// rewrite, and the space that would take.
+    /// Bytes still in extents a snapshot or a clone shares: what `unshare`
+    /// would rewrite, and the space that would take.
     pub shared_bytes: u64,
 }
 

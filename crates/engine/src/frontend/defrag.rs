@@ -25,6 +25,7 @@
 
 use super::file::{check_file, verify};
 use super::Volume;
+use crate::backend::alloc::SharedExtents;
 use crate::backend::free_space;
 use crate::error::{err, Errno, Result};
 use crate::structures::extent::{self, Extent};
@@ -59,9 +60,21 @@ impl DefragPlan {
     }
 }
 
-/// Whether a snapshot (the newest being `held_upto`) holds `e`'s blocks.
-fn shared(e: &Extent, held_upto: Option<u32>) -> bool {
-    !e.unwritten && held_upto.is_some_and(|s| e.birth <= s)
+/// Who else may hold a file's blocks: the snapshots (the newest being
+/// `held_upto`) and other files (the shared-extent table).
+#[derive(Clone, Copy)]
+pub struct Holders<'a> {
+    pub held_upto: Option<u32>,
+    pub table: &'a SharedExtents,
+}
+
+impl Holders<'_> {
+    /// Whether a snapshot or another reference holds `e`'s blocks: a
+    /// rewrite would leave the old copy in place, taking space twice.
+    fn share(&self, e: &Extent) -> bool {
+        !e.unwritten
+            && (self.held_upto.is_some_and(|s| e.birth <= s) || self.table.any_shared(e.pblock, e.count))
+    }
 }
 
 /// Whether `b` goes on where `a` ends, logically and physically.
@@ -71,20 +84,20 @@ fn follows(a: &Extent, b: &Extent) -> bool {
 
 /// The plan for a file whose map is `extents` (in logical order): a
 /// stretch in one run per `good_run` blocks (or fewer) is left as it is.
-pub fn plan(extents: &[Extent], held_upto: Option<u32>, unshare: bool, good_run: u64, bs: u64) -> DefragPlan {
+pub fn plan(extents: &[Extent], holders: Holders, unshare: bool, good_run: u64, bs: u64) -> DefragPlan {
     let mut p = DefragPlan::default();
     let mut prev: Option<&Extent> = None;
     for e in extents {
         if prev.is_none_or(|a| !follows(a, e)) {
             p.extents += 1;
         }
-        if shared(e, held_upto) {
+        if holders.share(e) {
             p.shared_bytes += e.count * bs;
         }
         prev = Some(e);
     }
     // Stretches of movable blocks, with the runs each lies in.
-    let movable = |e: &Extent| !e.unwritten && (unshare || !shared(e, held_upto));
+    let movable = |e: &Extent| !e.unwritten && (unshare || !holders.share(e));
     let mut stretch: Option<(u64, u64, u64)> = None; // (start, end, runs)
     let mut last: Option<&Extent> = None;
     let close = |s: Option<(u64, u64, u64)>, ranges: &mut Vec<(u64, u64)>| {
@@ -119,7 +132,11 @@ impl Volume {
         let i = self.inode(ino)?;
         check_file(i)?;
         let extents = extent::all(&mut i.tree, dev.as_ref())?;
-        Ok(plan(&extents, held, unshare, good_run, bs))
+        let holders = Holders {
+            held_upto: held,
+            table: &self.be.alloc.shared,
+        };
+        Ok(plan(&extents, holders, unshare, good_run, bs))
     }
 
     /// Aim `ino`'s next allocations at room for `batch` blocks, with
@@ -182,12 +199,17 @@ impl Volume {
         check_file(self.inode(ino)?)?;
         self.begin_change(to.saturating_sub(from) + 2)?;
         let delta = self.be.delta;
+        let clipped = extent_range::clipped(&mut self.inode(ino)?.tree, dev.as_ref(), from, to)?;
+        let holders = Holders {
+            held_upto: held,
+            table: &self.be.alloc.shared,
+        };
+        let targets: Vec<Extent> = clipped
+            .into_iter()
+            .filter(|e| !e.unwritten && (unshare || !holders.share(e)))
+            .collect();
         let i = self.inode(ino)?;
         let clean_before = i.pages.clean_len();
-        let targets: Vec<Extent> = extent_range::clipped(&mut i.tree, dev.as_ref(), from, to)?
-            .into_iter()
-            .filter(|e| !e.unwritten && (unshare || !shared(e, held)))
-            .collect();
         let mut dirtied = 0;
         let mut buf = Vec::new();
         for e in &targets {
@@ -234,6 +256,15 @@ impl Volume {
 
 #[cfg(test)]
 mod tests {
+    static NO_TABLE: std::sync::LazyLock<SharedExtents> = std::sync::LazyLock::new(SharedExtents::default);
+
+    fn held(held_upto: Option<u32>) -> Holders<'static> {
+        Holders {
+            held_upto,
+            table: &NO_TABLE,
+        }
+    }
+
     use super::*;
 
     fn x(lblock: u64, pblock: u64, count: u64, birth: u32) -> Extent {
@@ -249,20 +280,20 @@ mod tests {
             x(10, 200, 2, 3),
             x(12, 202, 2, 1),
         ];
-        let p = plan(&map, Some(1), false, 1000, 4096);
+        let p = plan(&map, held(Some(1)), false, 1000, 4096);
         assert_eq!(p.extents, 3, "10..14 is one run across births");
         assert_eq!(p.shared_bytes, 2 * 4096);
         assert_eq!(p.ranges, vec![(0, 4)], "10..12 lies in one run already");
         // With --unshare, 10..14 is still one run: nothing to gain there.
-        assert_eq!(plan(&map, Some(1), true, 1000, 4096).ranges, vec![(0, 4)]);
+        assert_eq!(plan(&map, held(Some(1)), true, 1000, 4096).ranges, vec![(0, 4)]);
         // Runs of two blocks are good enough for a two-block batch.
-        assert!(plan(&map, Some(1), false, 2, 4096).ranges.is_empty());
+        assert!(plan(&map, held(Some(1)), false, 2, 4096).ranges.is_empty());
         // A shared block between two movable ones splits the stretch.
         let map = [x(0, 100, 1, 2), x(1, 7, 1, 1), x(2, 300, 1, 2)];
-        assert!(plan(&map, Some(1), false, 1000, 4096).ranges.is_empty());
-        assert_eq!(plan(&map, Some(1), true, 1000, 4096).ranges, vec![(0, 3)]);
+        assert!(plan(&map, held(Some(1)), false, 1000, 4096).ranges.is_empty());
+        assert_eq!(plan(&map, held(Some(1)), true, 1000, 4096).ranges, vec![(0, 3)]);
         // No snapshot: nothing is shared.
-        let p = plan(&map, None, false, 1000, 4096);
+        let p = plan(&map, held(None), false, 1000, 4096);
         assert_eq!((p.shared_bytes, p.ranges.clone()), (0, vec![(0, 3)]));
         assert_eq!(p.blocks(), 3);
     }
