@@ -325,3 +325,40 @@ fn a_damaged_state_record_is_a_clear_error() {
     let e = InodeAttrs::decode(&raw, 17, leaf, &bounds).unwrap_err();
     assert!(e.to_string().contains("held by inode 17"), "{e}");
 }
+
+/// A clone's blocks are read once, and a damaged one names every file
+/// that maps it.
+#[test]
+fn a_damaged_shared_block_names_every_clone() {
+    let mem = Arc::new(MemDevice::new(BS, 8192));
+    let dev: Arc<dyn Device> = mem.clone();
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev, OpenOptions::default()).unwrap();
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &vec![0x33u8; 16 * BS as usize]).unwrap();
+    let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
+    fs.clone_range(a, 0, b, 4 * BS as u64, u64::MAX).unwrap();
+    let c = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap().ino;
+    fs.write(c, 0, &vec![0x44u8; 4 * BS as usize]).unwrap();
+    fs.close().unwrap();
+    let p = plan::collect(mem.clone()).unwrap();
+    assert!(p.items.windows(2).all(|w| w[0].end() <= w[1].start));
+    let first = p
+        .items
+        .iter()
+        .find(|it| matches!(it.what, What::Data { ino, .. } if ino == a || ino == b))
+        .unwrap()
+        .start;
+    flip(&mem, first + 2);
+    let fs = open(&mem);
+    let (_, r) = run(&fs, Options::default(), &Control::default(), &mut |_, _, _| {
+        Hook::Go
+    })
+    .unwrap();
+    let lines = r.lines().join("\n");
+    let named: BTreeSet<u64> = r.files.iter().map(|f| f.ino).collect();
+    assert_eq!(named, [a, b].into(), "{lines}");
+    let blocks_of = |ino: u64| r.files.iter().find(|f| f.ino == ino).unwrap().blocks.clone();
+    assert_eq!(blocks_of(a), vec![(2, first + 2)], "{lines}");
+    assert_eq!(blocks_of(b), vec![(6, first + 2)], "{lines}");
+}

@@ -95,6 +95,10 @@ pub struct Plan {
     /// Blocks the live volume freed that snapshots hold: (start, count,
     /// birth, death).
     pub dead: Vec<(u64, u64, u32, u32)>,
+    /// Data blocks more than one file maps (clones, dedupe; a snapshot's
+    /// version of a file too), beyond the one `items` names: (start,
+    /// count, ino, lblock), sorted by start. Read once, named for all.
+    pub sharers: Vec<(u64, u64, u64, u64)>,
     pub block_size: u64,
 }
 
@@ -322,7 +326,7 @@ pub fn collect(dev: Arc<dyn Device>) -> Result<Plan> {
         .map(|(s, x)| (s, x.count, x.birth, x.death))
         .collect();
     plan.unwalked = c.unwalked;
-    plan.items = disjoint(c.items, d.block_count());
+    (plan.items, plan.sharers) = disjoint(c.items, d.block_count());
     Ok(plan)
 }
 
@@ -359,14 +363,22 @@ fn log_blocks(c: &mut Collect, be: &Backend) {
 }
 
 /// `items` sorted by address, each block in one item only (the first
-/// found: the live volume's before a snapshot's), none past the volume.
-fn disjoint(mut items: Vec<Item>, block_count: u64) -> Vec<Item> {
+/// found: the live volume's before a snapshot's), none past the volume;
+/// and the data the items left out map (see [`Plan::sharers`]).
+fn disjoint(mut items: Vec<Item>, block_count: u64) -> (Vec<Item>, Vec<(u64, u64, u64, u64)>) {
     // A stable sort keeps the order found among items at one address.
     items.sort_by_key(|i| i.start);
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
+    let mut sharers = Vec::new();
     let mut covered = 0u64;
     for mut it in items {
         let end = it.end().min(block_count);
+        if let What::Data { ino, lblock, .. } = it.what {
+            let shared_end = end.min(covered);
+            if it.start < shared_end {
+                sharers.push((it.start, shared_end - it.start, ino, lblock));
+            }
+        }
         if end <= covered || it.start >= block_count {
             continue;
         }
@@ -382,5 +394,5 @@ fn disjoint(mut items: Vec<Item>, block_count: u64) -> Vec<Item> {
         covered = end;
         out.push(it);
     }
-    out
+    (out, sharers)
 }

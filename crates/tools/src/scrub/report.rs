@@ -119,6 +119,20 @@ pub fn build(fs: &Fs, plan: &Plan, bad: &[(Item, Bad)]) -> Report {
                     }
                 }
                 d.live |= plan.is_live(b.block);
+                // Every other file that maps the block (a clone) is damaged too.
+                for &(s, c, other, l) in &plan.sharers {
+                    if s <= b.block && b.block < s.saturating_add(c) && other != *ino {
+                        let d = files.entry(other).or_insert_with(|| Damage {
+                            ino: other,
+                            ..Damage::default()
+                        });
+                        let at = (l.saturating_add(b.block - s), b.block);
+                        if !d.blocks.contains(&at) {
+                            d.blocks.push(at);
+                        }
+                        d.live |= plan.is_live(b.block);
+                    }
+                }
             }
             w => {
                 let what = structure(w, b.block, &mut path_of);
