@@ -80,6 +80,10 @@ fn a_clone_takes_no_data_blocks_and_diverges_correctly() {
     fs.unify().unwrap();
     fs.close().unwrap();
     fsck(&mem);
+    let dump = tux3_tools::dump::report(mem.clone()).unwrap();
+    assert!(dump.contains("SHARED_EXTENTS"), "{dump}");
+    assert!(dump.contains("blocks saved by sharing"), "{dump}");
+    assert!(dump.contains(": 2 references"), "{dump}");
 }
 
 #[test]

@@ -23,7 +23,7 @@ use tux3::error::Result;
 use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::{
-    Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SNAPSHOTS, FLAG_SPARSE_BITMAP,
+    Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SHARED_EXTENTS, FLAG_SNAPSHOTS, FLAG_SPARSE_BITMAP,
 };
 use tux3::structures::{bitmap, extent};
 use tux3::types::FileType;
@@ -48,6 +48,7 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
             let maps = itable(&mut be, &replays, &mut out);
             data_maps(&be, &maps, &replays, &mut out);
             snapshots(&be, &mut out);
+            shared_extents(&be, &mut out);
             scrub_state(&mut be, &mut out);
             free_space(&mut be, &mut out);
         }
@@ -136,6 +137,32 @@ snapshots (after replay; generation {})",
     );
 }
 
+/// The shared-extent table: its totals and its first runs.
+fn shared_extents(be: &Backend, out: &mut String) {
+    let t = &be.alloc.shared;
+    if !be.sb.shared_extents && t.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nshared extents (after replay; in the snapshot table from key 2^63)\n  {} runs, {} blocks mapped more than once, {} blocks saved by sharing, about {} KiB of memory",
+        t.len(),
+        t.blocks(),
+        t.saved(),
+        t.memory().div_ceil(1024)
+    );
+    for (start, run) in t.iter().take(SHARED_LISTED) {
+        let end = start + run.count - 1;
+        let _ = writeln!(out, "  blocks {start}-{end}: {} references", run.refs);
+    }
+    if t.len() > SHARED_LISTED {
+        let _ = writeln!(out, "  ... and {} more runs", t.len() - SHARED_LISTED);
+    }
+}
+
+/// Runs of the shared-extent table `dump` lists.
+const SHARED_LISTED: usize = 20;
+
 /// Both copies; returns the one in use (or the one-line reason none is).
 fn superblocks(dev: &dyn Device, out: &mut String) -> Result<Superblock> {
     let _ = writeln!(out, "superblock");
@@ -164,6 +191,7 @@ fn geometry(sb: &Superblock, out: &mut String) {
         (FLAG_INLINE_MAPS, "INLINE_MAPS"),
         (FLAG_DATA_SUMS, "DATA_SUMS"),
         (FLAG_SPARSE_BITMAP, "SPARSE_BITMAP"),
+        (FLAG_SHARED_EXTENTS, "SHARED_EXTENTS"),
     ]
     .iter()
     .filter(|(bit, _)| flags & bit != 0)

@@ -735,6 +735,8 @@ impl Backend {
         let head = self.restart_log(writes)?;
         // U2, asserted: the old chain's next block, or a fresh one written here.
         new_log_head(old, known, head, fresh, writes);
+        // A table with shared runs (replayed ones too) marks the volume.
+        self.sb.shared_extents |= self.snaps.shared_runs() > 0;
         if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
             let dev = self.dev.clone();
             self.sb.snapshots = self.snaps.write(dev.as_ref(), &mut self.alloc, bs, writes)?;
