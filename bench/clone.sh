@@ -2,9 +2,11 @@
 # bench/clone.sh: what cp (coreutils, which calls copy_file_range(2), a
 # clone on tux3: Fs::clone_range) costs through the mount, in time and in
 # device writes.
-#   1. an image of 2x SIZE + 2 GiB, allocated in full on the host, on a
-#      loop device with direct I/O (so /sys/block/loopN/stat counts what
-#      tux3 writes), made a volume and mounted;
+#   1. an image of SIZE + 4 GiB (IMG_MIB overrides), allocated in full on
+#      the host, on a loop device with direct I/O (so /sys/block/loopN/stat
+#      counts what tux3 writes), made a volume and mounted. A clone takes
+#      no space of its own, so a cp that copied would run out of space:
+#      give IMG_MIB=$((2 * SIZE + 2048)) to measure a copying build;
 #   2. `src`: SIZE MiB of random bytes written through the mount, the
 #      volume committed (`tux3 sync`), its sha256 taken;
 #   3. RUNS times: `cp src copy` timed, then `tux3 sync` timed, with the
@@ -48,7 +50,7 @@ trap 'exit 1' INT TERM
 die() { echo "clone bench: $*" >&2; exit 1; }
 
 IMG=$DIR/img
-fallocate -l "$((MIB * 2 + 2048))M" "$IMG" || die "fallocate"
+fallocate -l "${IMG_MIB:-$((MIB + 4096))}M" "$IMG" || die "fallocate"
 LOOP=$(losetup --direct-io=on -f --show "$IMG") || die "losetup"
 STAT=/sys/block/$(basename "$LOOP")/stat
 mkdir "$MNT"

@@ -9,6 +9,9 @@
 //!                            --clients N --seconds S [--sync] [--skip-flush]
 //!   tux3-bench-engine meta   (--engine DEV | --posix DIR) [--flat N] [--tree N]
 //!                            [--threads T] [--cap S]
+//!   tux3-bench-engine clonedel --engine DEV [--files N] [--dirs D]
+//!                            [--src-kib K] [--commit-ms MS] [--gap-ms MS]
+//!                            [--idle-s S]
 //!
 //! With --engine, DEV (an image file or block device) is formatted first.
 //! syncs and dbench print one JSON object; meta prints one per phase (flat
@@ -18,9 +21,13 @@
 //! a meta phase is followed by an untimed `Fs::sync`, whose time and the
 //! counters including it are reported as `sync_seconds` and `dev_*_all`.
 //!
+//! clonedel (engine only; see clonedel.rs) prints one JSON object a phase
+//! (clone, idle, delete) and a summary.
+//!
 //! `--skip-flush` drops the loadfile's Flush lines (dbench's client2.txt
 //! has none), so a replay makes nothing durable on its own.
 
+mod clonedel;
 mod dbload;
 mod meta;
 mod target;
@@ -64,13 +71,15 @@ struct Args {
     tree: u64,
     threads: usize,
     cap: f64,
+    clonedel: clonedel::Opts,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: tux3-bench-engine syncs (--engine DEV | --posix DIR) --tasks T --steps N\n       \
          tux3-bench-engine dbench (--engine DEV | --posix DIR) --loadfile FILE --clients N --seconds S [--sync] [--skip-flush]\n       \
-         tux3-bench-engine meta (--engine DEV | --posix DIR) [--flat N] [--tree N] [--threads T] [--cap S]"
+         tux3-bench-engine meta (--engine DEV | --posix DIR) [--flat N] [--tree N] [--threads T] [--cap S]\n       \
+         tux3-bench-engine clonedel --engine DEV [--files N] [--dirs D] [--src-kib K] [--commit-ms MS] [--gap-ms MS] [--idle-s S]"
     );
     std::process::exit(2)
 }
@@ -92,6 +101,14 @@ fn parse_args() -> Args {
         tree: 100_000,
         threads: 1,
         cap: 0.0,
+        clonedel: clonedel::Opts {
+            files: 1_000_000,
+            dirs: 1_000,
+            src_kib: 64,
+            commit_ms: 1_000,
+            gap_ms: 10,
+            idle_s: 20.0,
+        },
     };
     let mut i = 1;
     while i < argv.len() {
@@ -109,6 +126,12 @@ fn parse_args() -> Args {
             "--tree" => a.tree = num(val()) as u64,
             "--threads" => a.threads = num(val()) as usize,
             "--cap" => a.cap = num(val()),
+            "--files" => a.clonedel.files = num(val()) as u64,
+            "--dirs" => a.clonedel.dirs = num(val()) as u64,
+            "--src-kib" => a.clonedel.src_kib = num(val()) as u64,
+            "--commit-ms" => a.clonedel.commit_ms = num(val()) as u64,
+            "--gap-ms" => a.clonedel.gap_ms = num(val()) as u64,
+            "--idle-s" => a.clonedel.idle_s = num(val()),
             "--sync" | "--skip-flush" => {
                 match argv[i].as_str() {
                     "--sync" => a.sync = true,
@@ -353,6 +376,10 @@ fn main() {
                 }
             };
             (None, errors)
+        }
+        "clonedel" => {
+            let Some(fs) = &fs else { usage() };
+            (Some(clonedel::run(fs.clone(), &a.clonedel)), 0)
         }
         _ => usage(),
     };
