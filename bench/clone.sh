@@ -23,7 +23,8 @@
 #
 # Usage: bench/clone.sh [SIZE_MIB] [RUNS] [SCRATCH]   (10240, 3, /var/tmp)
 # CLONE_MIB overrides SIZE_MIB; OVERWRITES (default 1000) sets the
-# overwrites per file. The tux3 binary: $TUX3, else
+# overwrites per file; MKFS_OPTS adds options to mkfs (e.g.
+# --no-data-sums). The tux3 binary: $TUX3, else
 # $CARGO_TARGET_DIR/release/tux3, else target/release/tux3.
 set -u
 MIB=${CLONE_MIB:-${1:-10240}}
@@ -54,7 +55,8 @@ fallocate -l "${IMG_MIB:-$((MIB + 4096))}M" "$IMG" || die "fallocate"
 LOOP=$(losetup --direct-io=on -f --show "$IMG") || die "losetup"
 STAT=/sys/block/$(basename "$LOOP")/stat
 mkdir "$MNT"
-timeout 600 "$TUX3" mkfs -q "$LOOP" >/dev/null || die "mkfs"
+# shellcheck disable=SC2086 # MKFS_OPTS is a list of options
+timeout 600 "$TUX3" mkfs -q ${MKFS_OPTS:-} "$LOOP" >/dev/null || die "mkfs"
 timeout 60 "$TUX3" mount "$LOOP" "$MNT" || die "mount"
 
 now() { date +%s.%N; }

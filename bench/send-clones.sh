@@ -20,6 +20,7 @@
 #
 # Usage: bench/send-clones.sh [SIZE_MIB] [CLONES] [SCRATCH]
 #        (SIZE_MIB = 100, CLONES = 1000, SCRATCH = /var/tmp)
+# MKFS_OPTS adds options to both mkfs (e.g. --no-data-sums).
 # TUX3 may name the tux3 binary (default $CARGO_TARGET_DIR/release/tux3,
 # else target/release/tux3), CLONE_FILES the example (default
 # .../release/examples/clone-files; build both with
@@ -51,8 +52,10 @@ IMG_MIB=$(( MIB * (CLONES + 1) * 5 / 4 + 256 ))
 SRC=$DIR/src.img
 DST=$DIR/dst.img
 truncate -s "${IMG_MIB}M" "$SRC" "$DST" || exit 1
-"$TUX3" mkfs "$SRC" >/dev/null || exit 1
-"$TUX3" mkfs "$DST" >/dev/null || exit 1
+# MKFS_OPTS: more options of `tux3 mkfs` for both volumes, such as
+# --no-data-sums (each extent entry then carries no checksum per block).
+"$TUX3" mkfs ${MKFS_OPTS:-} "$SRC" >/dev/null || exit 1
+"$TUX3" mkfs ${MKFS_OPTS:-} "$DST" >/dev/null || exit 1
 ONE=$(( MIB << 20 ))
 SRC0=$(used "$SRC")
 DST0=$(used "$DST")
