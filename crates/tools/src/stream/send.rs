@@ -675,13 +675,25 @@ impl SentBlocks {
                     len = place.size.saturating_sub(src_offset) / bs * bs;
                 }
                 let cloned = len.div_ceil(bs);
-                if len > 0 {
-                    out.push(Piece::Clone {
+                // A clone continuing the last one in both files joins it
+                // (extents of summed files hold 64 blocks at most: one
+                // record each would cost a clone of 100 MiB 400 records).
+                match out.last_mut() {
+                    Some(Piece::Clone {
+                        offset: o,
+                        len: n,
+                        src: f,
+                        src_offset: so,
+                    }) if len > 0 && *f == place.ino && *o + *n == offset && *so + *n == src_offset => {
+                        *n += len
+                    }
+                    _ if len > 0 => out.push(Piece::Clone {
                         offset,
                         len,
                         src: place.ino,
                         src_offset,
-                    });
+                    }),
+                    _ => {}
                 }
                 // What the source cannot give goes as data (not remembered:
                 // those blocks are remembered at their first place).
@@ -854,6 +866,37 @@ mod tests {
                 src: 17,
                 src_offset: 9 * bs,
             }]
+        );
+    }
+
+    #[test]
+    fn clones_continuing_each_other_are_one_piece() {
+        let bs = 4096;
+        let mut m = SentBlocks::new(100);
+        // Inode 16: three extents, contiguous in the file, not on disk.
+        let a = [x(0, 100, 4), x(4, 300, 4), x(8, 200, 4)];
+        assert_eq!(m.pieces(16, 12 * bs, bs, &a, 0, 12), vec![Piece::Data(0, 12)]);
+        // Inode 17 maps them alike: one clone of all 12 blocks.
+        assert_eq!(
+            m.pieces(17, 12 * bs, bs, &a, 0, 12),
+            vec![Piece::Clone {
+                offset: 0,
+                len: 12 * bs,
+                src: 16,
+                src_offset: 0,
+            }]
+        );
+        // Inode 18 maps them backwards: three clones.
+        let b = [x(0, 200, 4), x(4, 300, 4), x(8, 100, 4)];
+        let want = |offset, src_offset| Piece::Clone {
+            offset,
+            len: 4 * bs,
+            src: 16,
+            src_offset,
+        };
+        assert_eq!(
+            m.pieces(18, 12 * bs, bs, &b, 0, 12),
+            vec![want(0, 8 * bs), want(4 * bs, 4 * bs), want(8 * bs, 0)]
         );
     }
 
