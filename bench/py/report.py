@@ -731,7 +731,8 @@ def write(res, path, plotdir, plots):
                 os.path.join(plotdir, name), os.path.dirname(path)), ""]
     # Sections measured by their own scripts, outside a run.
     for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub"), ("defrag.md", "Defrag"),
-                        ("dedupe.md", "Dedupe")]:
+                        ("clone.md", "Clones (cp through the mount)"),
+                        ("clone-delete.md", "Deleting a million clones"), ("dedupe.md", "Dedupe")]:
         text = hand_measured(name)
         if text:
             L += ["## " + title, "", text.strip(), ""]
