@@ -63,8 +63,10 @@ use xxhash_rust::xxh3::xxh3_128;
 pub const DEFAULT_MAX_INDEX: usize = 7 << 20;
 /// Largest piece of a file one reader takes at once.
 pub const SEGMENT: u64 = 64 << 20;
-/// Segments the readers may be ahead of the matcher.
-pub const WINDOW: usize = 16;
+/// Blocks the readers may be ahead of the matcher (their hashes wait in
+/// memory, 16 bytes a block: 64 MiB at most); a reader always may take the
+/// segment after the matcher's.
+pub const WINDOW: u64 = 4 << 20;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -82,6 +84,9 @@ pub struct Options {
     pub max_call: u64,
     /// Reader threads.
     pub threads: usize,
+    /// Threads making the calls while the matcher goes on (0: the matcher
+    /// makes each call itself before it goes on).
+    pub callers: usize,
 }
 
 impl Default for Options {
@@ -92,7 +97,8 @@ impl Default for Options {
             max_index: DEFAULT_MAX_INDEX,
             read_size: 4 << 20,
             max_call: 16 << 20,
-            threads: 4,
+            threads: 16,
+            callers: 4,
         }
     }
 }
@@ -243,10 +249,19 @@ pub fn run(
     let files = read::walk(fs, base, paths, bs)?;
     report.files = files.len() as u64;
     let segments = read::cut(&files, bs);
+    // Blocks of the segments before each (where the window stands).
+    let mut before = Vec::with_capacity(segments.len() + 1);
+    before.push(0u64);
+    for seg in &segments {
+        before.push(before.last().copied().unwrap_or(0) + seg.count);
+    }
     ctl.total
         .store(files.iter().map(|f| f.blocks * bs).sum(), Relaxed);
     let max_call = (opts.max_call / bs).max(1);
     let zero_hash = xxh3_128(&vec![0u8; bs as usize]);
+    let callers = if opts.dry_run { 0 } else { opts.callers };
+    let (to_call, calls) = crossbeam_channel::bounded::<matcher::Call>(4 * callers.max(1));
+    let (to_answer, answers) = crossbeam_channel::unbounded::<matcher::Answer>();
     let mut m = matcher::Matcher {
         fs,
         files: &files,
@@ -257,28 +272,44 @@ pub fn run(
         run: None,
         report: &mut report,
         hook,
+        to_call: (callers > 0).then_some(to_call),
+        answers,
+        sent: BTreeMap::new(),
+        early: BTreeMap::new(),
+        seq: 0,
     };
     let next = AtomicUsize::new(0);
     let consumed = Mutex::new(0usize);
     let moved = Condvar::new();
     let (tx, rx) = crossbeam_channel::unbounded::<(usize, Hashed)>();
     std::thread::scope(|s| {
+        for _ in 0..callers {
+            let (calls, to_answer) = (calls.clone(), to_answer.clone());
+            s.spawn(move || matcher::calls(fs, calls, to_answer));
+        }
+        drop((calls, to_answer));
         for _ in 0..opts.threads.max(1) {
             let tx = tx.clone();
-            let (next, consumed, moved, files, segments) = (&next, &consumed, &moved, &files, &segments);
+            let (next, consumed, moved, files, segments, before) =
+                (&next, &consumed, &moved, &files, &segments, &before);
             s.spawn(move || {
-                let mut buf = vec![0u8; (opts.read_size as u64).max(bs) as usize / bs as usize * bs as usize];
+                let most = (opts.read_size as u64).max(bs) / bs * bs;
+                let mut buf = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Relaxed);
                     let Some(seg) = segments.get(i) else { break };
                     {
                         let mut c = consumed.lock();
-                        while i >= *c + WINDOW && !ctl.cancel.load(Relaxed) {
+                        while i > *c && before[i + 1] - before[*c] > WINDOW && !ctl.cancel.load(Relaxed) {
                             moved.wait_for(&mut c, Duration::from_millis(100));
                         }
                     }
                     if ctl.cancel.load(Relaxed) {
                         break;
+                    }
+                    let want = (seg.count * bs).min(most) as usize;
+                    if buf.len() < want {
+                        buf.resize(want, 0);
                     }
                     let h =
                         read::hash_segment(fs, &files[seg.file as usize], seg, bs, zero_hash, &mut buf, ctl);
@@ -314,12 +345,15 @@ pub fn run(
                 m.report.failures.push(f);
             }
             m.segment(seg, &h.blocks);
+            m.answered(false);
             ctl.done.fetch_add(seg.count * bs, Relaxed);
             want += 1;
             *consumed.lock() = want;
             moved.notify_all();
         }
         m.flush();
+        m.to_call = None;
+        m.answered(true);
         if want < segments.len() {
             // Readers waiting for room see the cancel.
             ctl.cancel.store(true, Relaxed);

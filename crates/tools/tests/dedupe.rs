@@ -327,20 +327,18 @@ fn a_change_after_hashing_is_caught_by_the_comparison() {
     let b = put(&fs, ROOT_INO, "b", &blocks((0..4).chain(200..201).chain(10..14)));
     let mut outcomes = Vec::new();
     // b is hashed before the first call: a write then (as one through a
-    // mount might be) changes what the second call compares.
-    let r = dedupe::run(
-        &fs,
-        ROOT_INO,
-        &[],
-        &Options::default(),
-        &Control::default(),
-        &mut |p| {
-            if outcomes.is_empty() {
-                fs.write(b, 6 * BS, &blk(999)).unwrap();
-            }
-            outcomes.push(p.outcome);
-        },
-    )
+    // mount might be) changes what the second call compares (made by the
+    // matcher itself, after the first is reported).
+    let opts = Options {
+        callers: 0,
+        ..Options::default()
+    };
+    let r = dedupe::run(&fs, ROOT_INO, &[], &opts, &Control::default(), &mut |p| {
+        if outcomes.is_empty() {
+            fs.write(b, 6 * BS, &blk(999)).unwrap();
+        }
+        outcomes.push(p.outcome);
+    })
     .unwrap();
     assert_eq!(outcomes, [Outcome::Shared, Outcome::Differed]);
     assert_eq!((r.calls, r.differing, r.shared_bytes), (2, 1, 4 * BS));

@@ -8,8 +8,11 @@
 //! pages not yet on the device in the range is committed first, so that
 //! its blocks can be shared rather than copied.
 //!
+//! A dedupe reads and compares both ranges without the guard and shares
+//! them under it only if neither changed since it was read.
+//!
 //! Calls the frontend (`Volume::clone_*`, `Volume::dedupe_check`,
-//! `Volume::same_blocks`) and the commit scheduling.
+//! `Volume::dedupe_seen`, `Volume::same_blocks`) and the commit scheduling.
 
 use super::Fs;
 use crate::error::Result;
@@ -30,6 +33,10 @@ pub struct Sharing {
 
 /// Bytes an edge copy moves per read and write.
 const COPY_CHUNK: u64 = 1 << 20;
+
+/// Times [`Fs::dedupe_range`] compares without the guard before it gives
+/// up on a range that keeps changing and compares under the guard.
+const UNLOCKED_TRIES: usize = 3;
 
 impl Fs {
     /// Make bytes `dst_off..dst_off+n` of regular file `dst` read as bytes
@@ -87,11 +94,19 @@ impl Fs {
     }
 
     /// Share the blocks of `dst_off..dst_off+len` of `dst` with those of
-    /// `src_off..src_off+len` of `src` if, compared byte by byte under the
-    /// guard, they hold the same bytes: then return `Some(len)`, and
-    /// `None` (nothing changed) if they differ. Both offsets and `len`
-    /// must be multiples of the block size, both ranges inside their
-    /// files' blocks (EINVAL). Neither file's size or times change.
+    /// `src_off..src_off+len` of `src` if, compared byte by byte, they hold
+    /// the same bytes: then return `Some(len)`, and `None` (nothing
+    /// changed) if they differ. Both offsets and `len` must be multiples
+    /// of the block size, both ranges inside their files' blocks (EINVAL).
+    /// Neither file's size or times change.
+    ///
+    /// The bytes compared are the bytes shared: both ranges are read
+    /// without the guard (other operations go on meanwhile), and shared
+    /// only if, under the exclusive guard, neither range has changed since
+    /// it was read (the same blocks mapped, no pages unwritten, no commit
+    /// and no clone in between: `Volume::dedupe_seen`). A range that did
+    /// change is read again; after three such tries the
+    /// compare runs under the guard.
     pub fn dedupe_range(
         &self,
         src: Ino,
@@ -100,16 +115,75 @@ impl Fs {
         dst_off: u64,
         len: u64,
     ) -> Result<Option<u64>> {
+        self.dedupe_range_between(src, src_off, dst, dst_off, len, &mut || ())
+    }
+
+    /// [`Fs::dedupe_range`], calling `between` after each unlocked compare
+    /// and before the guard is taken again (tests make a race happen there).
+    #[doc(hidden)]
+    pub fn dedupe_range_between(
+        &self,
+        src: Ino,
+        src_off: u64,
+        dst: Ino,
+        dst_off: u64,
+        len: u64,
+        between: &mut dyn FnMut(),
+    ) -> Result<Option<u64>> {
         let (sb, db, count) = self.vol().dedupe_check(src, src_off, dst, dst_off, len)?;
+        let run = BlockRun {
+            src,
+            src_block: sb,
+            dst,
+            dst_block: db,
+            count,
+        };
+        for _ in 0..UNLOCKED_TRIES {
+            let seen = {
+                let mut vol = self.vol();
+                vol.dedupe_check(src, src_off, dst, dst_off, len)?;
+                if vol.same_blocks(src, sb, dst, db, count)? {
+                    return Ok(Some(len));
+                }
+                let mut seen = vol.dedupe_seen(run)?;
+                if seen.unwritten {
+                    // Pages not on the device: commit them first, once a try.
+                    drop(vol);
+                    self.sync()?;
+                    vol = self.vol();
+                    vol.dedupe_check(src, src_off, dst, dst_off, len)?;
+                    seen = vol.dedupe_seen(run)?;
+                    if seen.unwritten {
+                        continue;
+                    }
+                }
+                seen
+            };
+            let a = self.read(src, src_off, len as usize)?;
+            let b = self.read(dst, dst_off, len as usize)?;
+            let equal = a.len() as u64 == len && a == b;
+            drop((a, b));
+            between();
+            let done = self.retrying_enospc(|vol| {
+                vol.dedupe_check(src, src_off, dst, dst_off, len)?;
+                if vol.dedupe_seen(run)? != seen {
+                    return Ok(None);
+                }
+                if equal {
+                    let size = vol.getattr(dst)?.size;
+                    vol.clone_blocks(run, size, false)?;
+                }
+                Ok(Some(equal.then_some(len)))
+            })?;
+            if let Some(r) = done {
+                return Ok(r);
+            }
+        }
+        // Changed under every try: compare under the guard.
+        if self.vol().has_unwritten_pages(src, sb, count)?
+            || self.vol().has_unwritten_pages(dst, db, count)?
         {
-            let mut vol = self.vol();
-            if vol.same_blocks(src, sb, dst, db, count)? {
-                return Ok(Some(len));
-            }
-            if vol.has_unwritten_pages(src, sb, count)? || vol.has_unwritten_pages(dst, db, count)? {
-                drop(vol);
-                self.sync()?;
-            }
+            self.sync()?;
         }
         self.retrying_enospc(|vol| {
             vol.dedupe_check(src, src_off, dst, dst_off, len)?;
@@ -119,13 +193,6 @@ impl Fs {
                 return Ok(None);
             }
             let size = vol.getattr(dst)?.size;
-            let run = BlockRun {
-                src,
-                src_block: sb,
-                dst,
-                dst_block: db,
-                count,
-            };
             vol.clone_blocks(run, size, false)?;
             Ok(Some(len))
         })

@@ -25,7 +25,36 @@ use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent::{self, Extent, Freed};
 use crate::structures::extent_range;
 use crate::types::*;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Clones made so far in this process, on any volume, counted by their
+/// destination's inode number modulo [`CLONE_SLOTS`]: a dedupe that read
+/// its ranges without the guard knows from its files' counts that no
+/// clone mapped a range back to blocks it had mapped before (with other
+/// bytes read meanwhile), which the mapping alone would not show. Two
+/// files in one slot only cost a dedupe another read.
+static CLONES: [AtomicU64; CLONE_SLOTS] = [const { AtomicU64::new(0) }; CLONE_SLOTS];
+const CLONE_SLOTS: usize = 1024;
+
+fn clone_slot(ino: Ino) -> &'static AtomicU64 {
+    &CLONES[(ino % CLONE_SLOTS as u64) as usize]
+}
+
+/// What a dedupe saw of its two ranges (see [`Volume::dedupe_seen`]):
+/// equal before and after its unlocked reads, the bytes read are those
+/// the ranges hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DedupeSeen {
+    /// The open delta (a commit may move data and reuse freed blocks).
+    delta: u64,
+    /// [`CLONES`] of the source and the destination.
+    clones: [u64; 2],
+    /// Each range's mapping: (block in the range, physical block, count,
+    /// unwritten), source then destination.
+    maps: [Vec<(u64, u64, u64, bool)>; 2],
+    /// Pages dirty or under writeback in either range.
+    pub unwritten: bool,
+}
 
 /// How a clone of `n` bytes splits: the bytes copied before and after,
 /// and the whole blocks shared between them.
@@ -145,6 +174,7 @@ impl Volume {
         } = run;
         let bs = self.bs();
         let dev = self.be.dev.clone();
+        clone_slot(dst).fetch_add(1, Relaxed);
         let (from, to) = (src_block, src_block + count);
         let s = self.inode(src)?;
         let extents = extent_range::clipped(&mut s.tree, dev.as_ref(), from, to)?;
@@ -277,6 +307,39 @@ impl Volume {
         let (pa, pb) = (phys(&a, src_block), phys(&b, dst_block));
         let covered: u64 = pa.iter().map(|e| e.2).sum();
         Ok(covered == count && pa == pb)
+    }
+
+    /// What a dedupe of `run` sees now: the open delta, the clones made
+    /// so far into either file, both ranges' mappings and whether either has pages not on
+    /// the device. Within one delta a freed block stays pinned (never
+    /// allocated again) and only a clone maps a block already in use, so
+    /// if none happened and both ranges map the same blocks with no pages
+    /// unwritten before and after, their bytes did not change between.
+    pub fn dedupe_seen(&mut self, run: BlockRun) -> Result<DedupeSeen> {
+        let dev = self.be.dev.clone();
+        let mut maps = [Vec::new(), Vec::new()];
+        let mut unwritten = false;
+        for (k, (ino, from)) in [(run.src, run.src_block), (run.dst, run.dst_block)]
+            .into_iter()
+            .enumerate()
+        {
+            let i = self.inode(ino)?;
+            let extents = extent_range::clipped(&mut i.tree, dev.as_ref(), from, from + run.count)?;
+            maps[k] = extents
+                .iter()
+                .map(|e| (e.lblock - from, e.pblock, e.count, e.unwritten))
+                .collect();
+            unwritten |= self.has_unwritten_pages(ino, from, run.count)?;
+        }
+        Ok(DedupeSeen {
+            delta: self.be.delta,
+            clones: [
+                clone_slot(run.src).load(Relaxed),
+                clone_slot(run.dst).load(Relaxed),
+            ],
+            maps,
+            unwritten,
+        })
     }
 
     /// The shared-extent table's totals.

@@ -1,9 +1,37 @@
 //! Dedupe, matching: blocks in file order against the index, gathered
-//! into runs, each run one `Fs::dedupe_range` call.
+//! into runs, each run one `Fs::dedupe_range` call. The calls go to
+//! [`Options::callers`] threads ([`calls`]), so that their reads overlap
+//! each other and the matching; their outcomes are taken in the order the
+//! runs were found (the hook sees the pairs in that order).
+//!
+//! The runs in flight at once never hurt each other: a run's source
+//! blocks are first occurrences (indexed) and its destination blocks
+//! later ones (matched, never indexed), so no block is the source of one
+//! run and the destination of another; and each call compares before it
+//! shares.
 
 use super::{gone, Blk, File, Index, Loc, Options, Outcome, Pair, Report, Segment};
-use tux3::error::Error;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::BTreeMap;
+use tux3::error::{Error, Result};
+use tux3::types::Ino;
 use tux3::Fs;
+
+/// A call to make: its number (in the order found), then
+/// `Fs::dedupe_range`'s arguments.
+pub(super) type Call = (u64, Ino, u64, Ino, u64, u64);
+/// A call's number and what it returned.
+pub(super) type Answer = (u64, Result<Option<u64>>);
+
+/// A caller thread: the calls of `rx` made, their answers to `tx`.
+pub(super) fn calls(fs: &Fs, rx: Receiver<Call>, tx: Sender<Answer>) {
+    for (seq, src, src_off, dst, dst_off, len) in rx {
+        let r = fs.dedupe_range(src, src_off, dst, dst_off, len);
+        if tx.send((seq, r)).is_err() {
+            break;
+        }
+    }
+}
 
 /// A run of matching blocks being gathered: `len` blocks of `src` from
 /// `src.block` equal (by hash) to those of `dst`.
@@ -23,6 +51,15 @@ pub(super) struct Matcher<'a> {
     pub(super) run: Option<Run>,
     pub(super) report: &'a mut Report,
     pub(super) hook: &'a mut dyn FnMut(&Pair),
+    /// Calls to the callers (none: made by the matcher itself) and their
+    /// answers.
+    pub(super) to_call: Option<Sender<Call>>,
+    pub(super) answers: Receiver<Answer>,
+    /// Runs handed to the callers and not yet reported, by number;
+    /// answers that came before those of earlier runs.
+    pub(super) sent: BTreeMap<u64, Run>,
+    pub(super) early: BTreeMap<u64, Result<Option<u64>>>,
+    pub(super) seq: u64,
 }
 
 impl Matcher<'_> {
@@ -90,19 +127,73 @@ impl Matcher<'_> {
         }
     }
 
-    /// Share the run gathered, if any.
+    /// Hand the run gathered, if any, to the callers (a dry run: report
+    /// it found).
     pub(super) fn flush(&mut self) {
         let Some(r) = self.run.take() else { return };
-        let (src, dst) = (&self.files[r.src.file as usize], &self.files[r.dst.file as usize]);
+        if self.opts.dry_run {
+            return self.report_pair(&r, Outcome::Found);
+        }
         let bs = self.bs;
-        let outcome = if self.opts.dry_run {
-            Outcome::Found
-        } else {
-            self.report.calls += 1;
-            match self
-                .fs
-                .dedupe_range(src.ino, r.src.block * bs, dst.ino, r.dst.block * bs, r.len * bs)
-            {
+        let (src, dst) = (
+            self.files[r.src.file as usize].ino,
+            self.files[r.dst.file as usize].ino,
+        );
+        let call = (self.seq, src, r.src.block * bs, dst, r.dst.block * bs, r.len * bs);
+        self.sent.insert(self.seq, r);
+        self.seq += 1;
+        self.report.calls += 1;
+        match &self.to_call {
+            Some(to) => {
+                if let Err(e) = to.send(call) {
+                    // No caller left (cannot be while we hold a sender).
+                    self.to_call = None;
+                    self.call_here(e.0);
+                }
+            }
+            None => self.call_here(call),
+        }
+        self.answered(false);
+    }
+
+    /// Make `call` on this thread (no callers).
+    fn call_here(&mut self, (seq, src, src_off, dst, dst_off, len): Call) {
+        let r = self.fs.dedupe_range(src, src_off, dst, dst_off, len);
+        self.early.insert(seq, r);
+    }
+
+    /// Report the runs answered, in order; `all`: wait for every answer.
+    pub(super) fn answered(&mut self, all: bool) {
+        loop {
+            let Some((&seq, _)) = self.sent.first_key_value() else {
+                return;
+            };
+            let answer = match self.early.remove(&seq) {
+                Some(a) => a,
+                None => {
+                    let got = if all {
+                        self.answers.recv().ok()
+                    } else {
+                        self.answers.try_recv().ok()
+                    };
+                    match got {
+                        Some((s, a)) if s == seq => a,
+                        Some((s, a)) => {
+                            self.early.insert(s, a);
+                            continue;
+                        }
+                        None if all => {
+                            // No caller left: what remains was never called.
+                            self.sent.clear();
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+            };
+            let Some(r) = self.sent.remove(&seq) else { continue };
+            let bs = self.bs;
+            let outcome = match answer {
                 Ok(Some(n)) => {
                     self.report.shared_bytes += n;
                     Outcome::Shared
@@ -116,11 +207,18 @@ impl Matcher<'_> {
                     Outcome::Differed
                 }
                 Err(e) => {
+                    let (src, dst) = (&self.files[r.src.file as usize], &self.files[r.dst.file as usize]);
                     self.report.failures.push(failure(src, dst, &r, bs, &e));
                     Outcome::Failed
                 }
-            }
-        };
+            };
+            self.report_pair(&r, outcome);
+        }
+    }
+
+    fn report_pair(&mut self, r: &Run, outcome: Outcome) {
+        let (src, dst) = (&self.files[r.src.file as usize], &self.files[r.dst.file as usize]);
+        let bs = self.bs;
         (self.hook)(&Pair {
             src: &src.path,
             src_off: r.src.block * bs,
