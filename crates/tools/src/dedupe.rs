@@ -1,8 +1,8 @@
 //! Dedupe (`tux3 dedupe`): find the blocks that regular files of a volume
 //! hold twice and share them, one extent per call of
-//! [`Fs::dedupe_range`], which compares the bytes under the guard and
-//! shares only what is equal (a hash collision or a write racing with us
-//! costs a call, never data).
+//! [`Fs::dedupe_range`], which compares the bytes and shares only what is
+//! equal and unchanged since it was compared (a hash collision or a write
+//! racing with us costs a call, never data).
 //!
 //! One code path for a mount (the server runs it in a thread) and an
 //! unmounted image (the command opens it with the engine): both give an
@@ -25,7 +25,9 @@
 //!     first (file, block) that had it. A block whose hash is indexed
 //!     starts a run, which grows while the next block of both sides
 //!     matches too (the next source block is the one indexed for the next
-//!     hash), up to [`Options::max_call`]; each run is one call.
+//!     hash), up to [`Options::max_call`]; each run is one call, made by
+//!     one of [`Options::callers`] threads while the matching goes on
+//!     (their reads overlap), the outcomes reported in the runs' order.
 //!
 //! All-zero blocks are not indexed unless [`Options::zeros`] (they should
 //! be holes: `fallocate --dig-holes` makes them so); they are counted in
@@ -38,8 +40,10 @@
 //! blocks, 28 GiB of distinct 4 KiB blocks, at most 264 MiB); past it new
 //! blocks are still matched against the index but no longer added
 //! ([`Report::unindexed_bytes`]). The readers hold at most [`WINDOW`]
-//! segments' hashes ahead of the matcher (16 bytes a block), plus one read
-//! buffer each; the file table holds each file's path.
+//! blocks' hashes ahead of the matcher (16 bytes a block: 64 MiB), plus
+//! one read buffer each (as large as the largest segment it read, at most
+//! [`Options::read_size`]); the file table holds each file's path. Many
+//! readers (16) keep many small files' reads in flight at once.
 //!
 //! `dedupe/read.rs` walks and hashes, `dedupe/matcher.rs` matches and
 //! calls. Calls the API (`Fs`: lookup, readdir, getattr, read_into,
