@@ -84,6 +84,9 @@ pub struct Snap {
     pub name: Vec<u8>,
 }
 
+/// Data blocks one more file maps: (start, count, ino, lblock).
+pub type Sharer = (u64, u64, u64, u64);
+
 /// Everything to read, and what the walk could not.
 #[derive(Default)]
 pub struct Plan {
@@ -98,7 +101,7 @@ pub struct Plan {
     /// Data blocks more than one file maps (clones, dedupe; a snapshot's
     /// version of a file too), beyond the one `items` names: (start,
     /// count, ino, lblock), sorted by start. Read once, named for all.
-    pub sharers: Vec<(u64, u64, u64, u64)>,
+    pub sharers: Vec<Sharer>,
     pub block_size: u64,
 }
 
@@ -365,7 +368,7 @@ fn log_blocks(c: &mut Collect, be: &Backend) {
 /// `items` sorted by address, each block in one item only (the first
 /// found: the live volume's before a snapshot's), none past the volume;
 /// and the data the items left out map (see [`Plan::sharers`]).
-fn disjoint(mut items: Vec<Item>, block_count: u64) -> (Vec<Item>, Vec<(u64, u64, u64, u64)>) {
+fn disjoint(mut items: Vec<Item>, block_count: u64) -> (Vec<Item>, Vec<Sharer>) {
     // A stable sort keeps the order found among items at one address.
     items.sort_by_key(|i| i.start);
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
