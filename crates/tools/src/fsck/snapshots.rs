@@ -118,6 +118,16 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
         .map(|r| (r.start, r.start.saturating_add(r.count)))
         .collect();
     owned.sort_unstable();
+    // Merged into disjoint runs: references overlap where blocks are
+    // shared, and a run that starts later may end sooner than one before.
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(owned.len());
+    for (s, e) in owned {
+        match merged.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    let owned = merged;
     let covered = |start: u64, count: u64| -> bool {
         // The ranges owned, merged, must cover [start, start+count).
         let end = start.saturating_add(count);
