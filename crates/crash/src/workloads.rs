@@ -18,6 +18,7 @@ mod full;
 mod names;
 mod pipeline;
 mod resize;
+mod share;
 mod xattrs;
 
 /// Names accepted by [`record`].
@@ -40,6 +41,8 @@ pub const NAMES: &[&str] = &[
     "resize",
     "discard",
     "full_volume",
+    "clone",
+    "dedupe",
 ];
 
 const BS: u32 = 4096;
@@ -76,6 +79,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         "resize" => Recorder::new(BS, 2048, opts(1 << 20, 8), fault)?,
         "discard" => Recorder::new(BS, 1024, opts(128 << 10, 6), fault)?,
         "full_volume" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
+        "clone" | "dedupe" => Recorder::new(BS, 2048, opts(128 << 10, 6), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
             many_snapshots_setup(s, &mut rng)
         })?,
@@ -105,6 +109,8 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         "resize" => resize::resize(rec, rng)?,
         "discard" => discard::discard(rec, rng)?,
         "full_volume" => full::full_volume(rec, rng)?,
+        "clone" => share::clone_files(rec, rng)?,
+        "dedupe" => share::dedupe_files(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     Ok(())

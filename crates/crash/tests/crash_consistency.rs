@@ -247,6 +247,22 @@ fn large_xattrs() {
 }
 
 #[test]
+fn clone() {
+    // Clones whole and partial, aligned and not, onto themselves, then
+    // overwritten, punched, truncated and unlinked under snapshots: fsck
+    // counts every shared block's references in each state.
+    check("clone", 1, 1500, &opts());
+    check("clone", 2, 1500, &opts());
+}
+
+#[test]
+fn dedupe() {
+    // Equal and differing ranges deduped among overwrites and snapshots.
+    check("dedupe", 1, 1500, &opts());
+    check("dedupe", 2, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {
@@ -301,7 +317,8 @@ fn orphan_after_crash_is_freed_at_mount() {
 /// at most `TUX3_CRASH_BUDGET` (default 5,000) states each, until
 /// `TUX3_CRASH_STATES` (default 1,000,000) states are checked. Progress
 /// goes to stderr; violations other than the known ones are collected and
-/// fail the test at the end.
+/// fail the test at the end. `TUX3_CRASH_WORKLOADS` (names separated by
+/// commas) runs only those workloads.
 #[test]
 #[ignore]
 fn long_crash_run() {
@@ -322,13 +339,29 @@ fn long_crash_run() {
     let (mut states, mut runs, mut known_total) = (0usize, 0usize, 0usize);
     let mut other = Vec::new();
     let mut per_workload = std::collections::BTreeMap::new();
+    let only: Option<Vec<String>> = std::env::var("TUX3_CRASH_WORKLOADS")
+        .ok()
+        .map(|v| v.split(',').map(|w| w.trim().to_string()).collect());
+    if let Some(only) = &only {
+        for w in only {
+            assert!(
+                crash::workloads().contains(&w.as_str()),
+                "TUX3_CRASH_WORKLOADS: no workload {w:?}"
+            );
+        }
+    }
+    let chosen: Vec<&str> = crash::workloads()
+        .iter()
+        .copied()
+        .filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|x| x == w)))
+        .collect();
     'outer: for seed in first.. {
-        for w in crash::workloads() {
+        for &w in &chosen {
             let o = run(w, seed, per_run, &opts);
             states += o.states;
             known_total += o.known;
             runs += 1;
-            *per_workload.entry(*w).or_insert(0usize) += o.states;
+            *per_workload.entry(w).or_insert(0usize) += o.states;
             for line in &o.other {
                 say(format!("  {line}"));
             }
