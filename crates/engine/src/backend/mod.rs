@@ -435,6 +435,21 @@ impl Backend {
                     }
                 }
             }
+            // The table as this commit left it has no runs that overlap
+            // (a run may overlap a neighbour between two of its records).
+            for r in &d.records {
+                if let Record::Share { start, count, .. } = *r {
+                    if let Some(o) = alloc.shared.overlapping(start) {
+                        return Err(Error::corrupt(
+                            at,
+                            format!(
+                                "log of delta {}: Share record: run {start}+{count} overlaps the run at {o}",
+                                d.delta
+                            ),
+                        ));
+                    }
+                }
+            }
             if d.delta >= MAX_DELTA {
                 return Err(Error::corrupt(
                     at_block(d),

@@ -74,6 +74,19 @@ impl SharedExtents {
         }
     }
 
+    /// A run overlapping the one at `start` (one before it reaching into
+    /// it, or one starting inside it): that run's start. `None` when there
+    /// is no run at `start` or it overlaps nothing.
+    pub fn overlapping(&self, start: u64) -> Option<u64> {
+        let run = self.runs.get(&start)?;
+        let before = self.runs.range(..start).next_back();
+        if let Some((&k, _)) = before.filter(|(&k, r)| k + r.count > start) {
+            return Some(k);
+        }
+        let end = start.saturating_add(run.count);
+        self.runs.range(start + 1..end).next().map(|(&k, _)| k)
+    }
+
     /// Whether any block of `start..start+count` is shared.
     pub fn any_shared(&self, start: u64, count: u64) -> bool {
         let end = start.saturating_add(count);
