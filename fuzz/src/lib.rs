@@ -26,7 +26,7 @@ pub const MIN_BLOCKS: usize = 64;
 /// Longest image used; longer inputs are cut (libFuzzer's -max_len bounds them too).
 pub const MAX_BLOCKS: usize = 256;
 /// Blocks of the seed images.
-pub const SEED_BLOCKS: u64 = 128;
+pub const SEED_BLOCKS: u64 = 192;
 
 /// Option bit in the first byte after the whole blocks: reseal checksums.
 pub const OPT_RESEAL: u8 = 1;
@@ -432,5 +432,43 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.sync().unwrap();
     drop(fs);
     out.push(("preallocated", mem.image()));
+
+    // Shared extents: clones (whole, partial, onto another range of the
+    // same file) and a dedupe, unified so the table's runs are in the
+    // snapshot table's tree, closed cleanly; then more clones, an
+    // overwrite of a shared block and an unlink after that unify, in the
+    // log as Share records.
+    let (mem, fs) = formatted();
+    let a = fs.create(ROOT_INO, b"orig", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &pattern_bytes(12 * BS + 300)).unwrap();
+    let b = fs.create(ROOT_INO, b"copy", 0o644, 0, 0).unwrap().ino;
+    let c = fs.create(ROOT_INO, b"part", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    fs.clone_range(a, 0, b, 0, u64::MAX).unwrap();
+    fs.clone_range(a, 2 * BS as u64, c, 0, 5 * BS as u64).unwrap();
+    fs.clone_range(a, 0, a, 16 * BS as u64, 3 * BS as u64).unwrap();
+    fs.write(c, 6 * BS as u64, &pattern_bytes(2 * BS)).unwrap();
+    fs.write(b, 20 * BS as u64, &pattern_bytes(2 * BS)).unwrap();
+    fs.sync().unwrap();
+    fs.dedupe_range(c, 6 * BS as u64, b, 20 * BS as u64, 2 * BS as u64)
+        .unwrap();
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    out.push(("shared-unified", mem.image()));
+    let dev: Arc<dyn Device> = mem.clone();
+    let fs = Fs::open(dev, OpenOptions::default()).expect("reopen");
+    let d = fs.create(ROOT_INO, b"late", 0o644, 0, 0).unwrap().ino;
+    fs.clone_range(b, 0, d, 0, 8 * BS as u64).unwrap();
+    fs.write(a, BS as u64, &[0x77; 100]).unwrap();
+    fs.unlink(ROOT_INO, b"part").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    out.push(("shared-log", mem.image()));
     out
+}
+
+/// `len` bytes of a pattern that repeats only every 251 bytes.
+fn pattern_bytes(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
 }
