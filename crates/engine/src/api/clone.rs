@@ -19,17 +19,7 @@ use crate::error::Result;
 use crate::frontend::BlockRun;
 use crate::types::Ino;
 
-/// What sharing has saved on a volume (see [`Fs::sharing`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sharing {
-    /// Extents of the shared-extent table (ranges with two or more references).
-    pub extents: u64,
-    /// Blocks those extents cover.
-    pub blocks: u64,
-    /// References beyond the first, summed over those blocks: the blocks
-    /// that sharing saves.
-    pub saved_blocks: u64,
-}
+pub use crate::frontend::Sharing;
 
 /// Bytes an edge copy moves per read and write.
 const COPY_CHUNK: u64 = 1 << 20;

@@ -20,7 +20,6 @@
 
 use super::file::check_file;
 use super::{max_file_size, Volume};
-use crate::api::Sharing;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent::{self, Extent, Freed};
 use crate::structures::extent_range;
@@ -54,6 +53,18 @@ pub struct DedupeSeen {
     maps: [Vec<(u64, u64, u64, bool)>; 2],
     /// Pages dirty or under writeback in either range.
     pub unwritten: bool,
+}
+
+/// What sharing has saved on a volume (see [`crate::Fs::sharing`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sharing {
+    /// Extents of the shared-extent table (ranges with two or more references).
+    pub extents: u64,
+    /// Blocks those extents cover.
+    pub blocks: u64,
+    /// References beyond the first, summed over those blocks: the blocks
+    /// that sharing saves.
+    pub saved_blocks: u64,
 }
 
 /// How a clone of `n` bytes splits: the bytes copied before and after,

@@ -24,7 +24,7 @@ macro_rules! or_fail {
 
 pub mod acl;
 mod clone;
-pub use clone::{BlockRun, ClonePlan};
+pub use clone::{BlockRun, ClonePlan, Sharing};
 mod defrag;
 pub use defrag::DefragPlan;
 mod evict;
