@@ -23,6 +23,7 @@
 //! Calls `tux3_tools::dedupe` and the engine's `Fs`.
 
 use super::Tux3Fuse;
+use crate::scrub::{u32_at, u64_at};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -69,18 +70,6 @@ pub struct DedupeStatus {
     /// Number of the first of `lines`.
     pub first_line: u64,
     pub lines: Vec<String>,
-}
-
-fn u32_at(a: &[u8], at: usize) -> u32 {
-    a.get(at..at + 4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_ne_bytes)
-}
-
-fn u64_at(a: &[u8], at: usize) -> u64 {
-    a.get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
 }
 
 /// A start request over `paths` (relative to the directory the ioctl is

@@ -62,13 +62,15 @@ pub fn encode_request(command: u32, flags: u32, rate: u64) -> [u8; SCRUB_ARG_LEN
     a
 }
 
-fn u32_at(a: &[u8], at: usize) -> u32 {
+/// The native-endian u32 at `at` of an ioctl argument (0 past its end).
+pub(crate) fn u32_at(a: &[u8], at: usize) -> u32 {
     a.get(at..at + 4)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u32::from_ne_bytes)
 }
 
-fn u64_at(a: &[u8], at: usize) -> u64 {
+/// The native-endian u64 at `at` of an ioctl argument (0 past its end).
+pub(crate) fn u64_at(a: &[u8], at: usize) -> u64 {
     a.get(at..at + 8)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u64::from_ne_bytes)
