@@ -39,7 +39,7 @@ pub mod types;
 /// The loom models' one setting (`make loom`): every interleaving with up
 /// to three preemptions (loom's usual bound: most concurrency bugs need
 /// two or fewer).
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 pub(crate) fn loom_model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);

@@ -121,7 +121,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::Counted;
     use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};

@@ -16,9 +16,9 @@
 //!
 //! Calls nothing else in the crate.
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 // std's `Arc` under loom too: a ticket's `Arc` only keeps the epochs
@@ -49,13 +49,13 @@ pub struct ReadTicket {
 
 impl ReadEpochs {
     /// The state, locked.
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     fn state(&self) -> MutexGuard<'_, Epochs> {
         self.state.lock()
     }
 
     /// The state, locked (loom's lock poisons; nothing panics holding it).
-    #[cfg(loom)]
+    #[cfg(feature = "loom")]
     fn state(&self) -> MutexGuard<'_, Epochs> {
         self.state
             .lock()
@@ -143,7 +143,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};

@@ -81,9 +81,9 @@
 
 use super::fsync::Frozen;
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 use loom::sync::{Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Where the delta commit in flight is.
@@ -443,7 +443,7 @@ impl Drop for Turn<'_> {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
