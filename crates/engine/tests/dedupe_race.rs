@@ -52,6 +52,13 @@ fn dedupe_with(fs: &Fs, a: Ino, b: Ino, mut change: impl FnMut(&Fs)) -> (Option<
     (r, ran)
 }
 
+/// The change made after the first compare was seen: the ranges were
+/// compared again. (A commit the engine starts on its own in between, as
+/// one may under load, costs a further try; that is no loss.)
+fn read_again(ran: u32) {
+    assert!(ran >= 2, "not read again after the change ({ran} compare)");
+}
+
 fn finish(mem: &Arc<MemDevice>, fs: Fs, expect: &[(Ino, &[u8])]) {
     for (ino, want) in expect {
         assert_eq!(fs.read(*ino, 0, LEN as usize).unwrap(), *want);
@@ -83,7 +90,7 @@ fn a_write_to_the_destination_in_cache_between_is_kept() {
             .unwrap();
     });
     assert_eq!(r, None, "shared over a write made after the compare");
-    assert_eq!(ran, 2, "read again after the change");
+    read_again(ran);
     assert_eq!(fs.sharing().saved_blocks, 0);
     finish(&mem, fs, &[(a, &data), (b, &changed)]);
 }
@@ -97,7 +104,8 @@ fn a_write_to_the_destination_committed_between_is_kept() {
         fs.write(b, BS, &changed[BS as usize..2 * BS as usize]).unwrap();
         fs.sync().unwrap();
     });
-    assert_eq!((r, ran), (None, 2));
+    assert_eq!(r, None);
+    read_again(ran);
     assert_eq!(fs.sharing().saved_blocks, 0);
     finish(&mem, fs, &[(a, &data), (b, &changed)]);
 }
@@ -110,7 +118,8 @@ fn a_write_to_the_source_between_is_kept() {
     let (r, ran) = dedupe_with(&fs, a, b, |fs| {
         fs.write(a, LEN - 1, &changed[(LEN - 1) as usize..]).unwrap();
     });
-    assert_eq!((r, ran), (None, 2));
+    assert_eq!(r, None);
+    read_again(ran);
     finish(&mem, fs, &[(a, &changed), (b, &data)]);
 }
 
@@ -121,7 +130,8 @@ fn a_change_that_leaves_the_bytes_equal_is_read_again_and_shared() {
         fs.write(b, 2 * BS, &data[2 * BS as usize..3 * BS as usize])
             .unwrap();
     });
-    assert_eq!((r, ran), (Some(LEN), 2));
+    assert_eq!(r, Some(LEN));
+    read_again(ran);
     assert_eq!(fs.sharing().saved_blocks, LEN / BS);
     finish(&mem, fs, &[(a, &data), (b, &data)]);
 }
