@@ -62,6 +62,10 @@ impl AlignedBuf {
     pub fn capacity(&self) -> usize {
         self.layout.size()
     }
+    pub fn as_slice(&self, len: usize) -> &[u8] {
+        // SAFETY: as in `as_mut_slice`; the borrow is shared.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len.min(self.layout.size())) }
+    }
     pub fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
         // SAFETY: the allocation holds `layout.size()` initialised bytes and we own it.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len.min(self.layout.size())) }

@@ -353,6 +353,22 @@ impl Device for FileDevice {
         URGENT_HERE.set(URGENT_HERE.get() - 1);
         self.gate.end();
     }
+    /// The same file opened again (through `/proc/self/fd`, so a rename
+    /// since cannot swap it) read-only with `O_DIRECT`, if the host
+    /// filesystem takes it: the open and a first aligned read must work.
+    fn uncached(&self) -> Option<Box<dyn Device>> {
+        if self.direct {
+            return None;
+        }
+        let again = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let mut dev = Self::open_with(Path::new(&again), self.block_size, false, true).ok()?;
+        let mut probe = AlignedBuf::new(self.block_size as usize).ok()?;
+        if dev.block_count() > 0 {
+            dev.read(0, probe.as_mut_slice(self.block_size as usize)).ok()?;
+        }
+        dev.name.clone_from(&self.name);
+        Some(Box::new(dev))
+    }
     fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
     }

@@ -7,7 +7,8 @@
 //! [`recording::RecordingDevice`] (logs every write, flush and discard for
 //! the crash harness). Each counts blocks read, blocks written, flushes and
 //! blocks discarded in [`Counters`]. `batch.rs` puts a batch of writes in flight at once
-//! (io_uring) for the file device.
+//! (io_uring) for the file device, and owns the aligned buffers of
+//! `O_DIRECT` I/O ([`AlignedBuf`]).
 //!
 //! This layer calls nothing else in the crate.
 
@@ -18,6 +19,7 @@ pub mod recording;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use batch::{AlignedBuf, DIRECT_ALIGN};
 pub use file::FileDevice;
 pub use memory::MemDevice;
 pub use recording::{RecordedOp, RecordingDevice};
@@ -62,6 +64,15 @@ pub trait Device: Send + Sync {
     fn urgent_begin(&self) {}
     /// The calling thread's urgent I/O is done.
     fn urgent_end(&self) {}
+    /// A second, read-only handle on the same storage for one long pass
+    /// of reads that should bypass the host's page cache (a scrub): an
+    /// image file opened again with `O_DIRECT`, which reads buffers
+    /// aligned to [`DIRECT_ALIGN`] without a copy. `None` (the default):
+    /// there is none — the device is direct already, lives in memory, or
+    /// the host filesystem refuses `O_DIRECT` — so read the device itself.
+    fn uncached(&self) -> Option<Box<dyn Device>> {
+        None
+    }
     /// The device's I/O counters.
     fn counters(&self) -> CounterSnapshot;
     /// What messages call the device: the path of an image file or block
