@@ -149,8 +149,11 @@ pub fn run(
     let mut saved_at = base;
     let mut ended = Ended::Finished;
     let mut failure: Option<Error> = None;
-    let mut after = |pos: u64, _read_blocks: u64, bad: &[Bad]| -> Step {
-        let done = base + plan.blocks_below(pos) * bs - plan.blocks_below(from) * bs;
+    // The runs hold planned blocks only: those read so far are the
+    // planned ones from `from` to `pos` (counted, not summed over the plan
+    // at each run).
+    let mut after = |pos: u64, read_blocks: u64, bad: &[Bad]| -> Step {
+        let done = base + read_blocks * bs;
         ctl.done.store(done, Relaxed);
         ctl.read.store(done - base, Relaxed);
         ctl.suspects.store(bad.len() as u64, Relaxed);
