@@ -288,9 +288,8 @@ impl Tux3Fuse {
     /// Read from `ino` into `out`; the read moves its access time as the
     /// mount's rule says.
     pub(super) fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
-        let n = self.fs.read_into(ino, offset, out)?;
-        self.accessed(ino, false);
-        Ok(n)
+        let rule = self.live.atime_rule(false);
+        self.fs.read_into_accessed(ino, offset, out, rule)
     }
 
     /// A read of file `ino` or a listing of directory `ino` (`dir`) from

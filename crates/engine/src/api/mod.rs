@@ -14,6 +14,7 @@
 //! the base modules.
 
 mod answer;
+mod atime;
 mod clone;
 mod commit;
 mod defrag;
@@ -249,23 +250,6 @@ impl Fs {
     /// sync, an unmount or the next real change). Whether it committed.
     pub fn commit_by_time(&self) -> Result<bool> {
         self.shared.commit_by_time(false)
-    }
-
-    /// A read or listing of `ino` took place: its access time moves to now
-    /// if `rule` says so (true then). A cheap change the current delta
-    /// carries: it forces no commit of its own (not even the periodic
-    /// one: [`Fs::commit_by_time`]), and never waits for one (a
-    /// FUSE queue thread calls it after a read): on a volume too full to
-    /// take a change without a commit first, and on a read-only one, the
-    /// access time stays.
-    pub fn accessed(&self, ino: Ino, rule: AtimeRule) -> Result<bool> {
-        if rule == AtimeRule::Never {
-            return Ok(false);
-        }
-        let now = Timespec::now();
-        self.shared_vol()
-            .accessed_shared(ino, rule, now)
-            .unwrap_or(Ok(false))
     }
 
     /// The parent of directory `ino` (the root's is itself); ENOTDIR for
@@ -585,10 +569,24 @@ impl Fs {
     /// end of file. Saves [`Fs::read`]'s buffer: file data goes straight
     /// from the device (or the dirty pages) into `out`.
     pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
+        self.read_into_as(ino, offset, out, None)
+    }
+
+    /// [`Fs::read_into`]; with `access`, the read moves `ino`'s access
+    /// time as that rule says at that time (`api/atime.rs`).
+    fn read_into_as(
+        &self,
+        ino: Ino,
+        offset: u64,
+        out: &mut [u8],
+        access: Option<(AtimeRule, Timespec)>,
+    ) -> Result<usize> {
         self.warm(ino);
         let mut staged = Staged::default();
         for _ in 0..COLD_ROUNDS {
-            let planned = self.shared_vol().plan_read_into_shared(ino, offset, out, &staged);
+            let planned = self
+                .shared_vol()
+                .plan_read_into_shared(ino, offset, out, &staged, access);
             match planned {
                 Some(Ok(Ok(p))) => return self.checked(p.read().map(|(n, _)| n)),
                 Some(Ok(Err(cold))) => self.read_cold(cold, &mut staged),
@@ -597,6 +595,11 @@ impl Fs {
             }
         }
         let r = self.vol().read_into(ino, offset, out);
+        if let (Ok(_), Some((rule, _))) = (&r, access) {
+            // A read the shared path could not plan: its access time after
+            // it (one that cannot move stays, as there).
+            let _ = self.accessed(ino, rule);
+        }
         self.checked(r)
     }
 

@@ -23,6 +23,7 @@ macro_rules! or_fail {
 }
 
 pub mod acl;
+mod atime;
 mod clone;
 pub use clone::{BlockRun, ClonePlan, Sharing};
 mod defrag;

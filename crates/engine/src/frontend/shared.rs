@@ -185,20 +185,23 @@ impl Volume {
         size: usize,
         staged: &Staged,
     ) -> MayLoad<PlannedRead<Vec<u8>>> {
-        self.plan_unlocked(ino, offset, staged, |i| {
+        self.plan_unlocked(ino, offset, staged, None, |i| {
             vec![0u8; i.attrs.size.saturating_sub(offset).min(size as u64) as usize]
         })
     }
 
-    /// A read into `out` at `offset` of `ino`, planned.
+    /// A read into `out` at `offset` of `ino`, planned; with `access`, it
+    /// moves the file's access time as that rule says at that time, under
+    /// the lock it takes anyway ([`Volume::access_locked`]).
     pub fn plan_read_into_shared<'o>(
         &self,
         ino: Ino,
         offset: u64,
         out: &'o mut [u8],
         staged: &Staged,
+        access: Option<(AtimeRule, Timespec)>,
     ) -> MayLoad<PlannedRead<&'o mut [u8]>> {
-        self.plan_unlocked(ino, offset, staged, |_| out)
+        self.plan_unlocked(ino, offset, staged, access, |_| out)
     }
 
     /// Plan a read at `offset` of `ino` into the buffer `buf` makes: the
@@ -207,12 +210,15 @@ impl Volume {
     /// the file is let go, so a free of a block it mapped comes after that
     /// and waits for it (`backend/readers.rs`). A node of its extent tree
     /// not in memory nor `staged` stops it (`Err`, as for
-    /// [`Volume::lookup_shared`]).
+    /// [`Volume::lookup_shared`]). With `access`, the read moves the
+    /// file's access time as that rule says at that time, under the same
+    /// lock ([`Volume::access_locked`]), once it is planned.
     pub(super) fn plan_unlocked<B: AsMut<[u8]>>(
         &self,
         ino: Ino,
         offset: u64,
         staged: &Staged,
+        access: Option<(AtimeRule, Timespec)>,
         buf: impl FnOnce(&Inode) -> B,
     ) -> MayLoad<PlannedRead<B>> {
         let bs = self.bs();
@@ -233,6 +239,10 @@ impl Volume {
             Ok((_, reads)) if !reads.is_empty() => Some(self.be.readers.enter()),
             _ => None,
         };
+        if let (Ok(_), Some((rule, now))) = (&planned, access) {
+            // An access time that cannot move now (no room) stays.
+            let _ = self.access_locked(&mut i, rule, now);
+        }
         drop(i);
         Some(planned.map(|(n, reads)| {
             Ok(PlannedRead {
@@ -338,31 +348,6 @@ impl Volume {
             bytes: data.len(),
             wants_commit: self.wants_commit_of(stream),
         }))
-    }
-
-    /// A read or listing of `ino` at `now`: its access time moves if
-    /// `rule` says so (true then). The change rides in the current delta;
-    /// `None` when the volume has no room for a change without a commit.
-    pub fn accessed_shared(&self, ino: Ino, rule: AtimeRule, now: Timespec) -> Option<Result<bool>> {
-        let mut i = or_fail!(self.inode_shared(ino));
-        let a = &i.attrs;
-        // (A volume a failed commit left read-only keeps its times.)
-        if self.be.read_only
-            || self.failed
-            || a.flags & flags::NOATIME != 0
-            || !rule.moves(a.atime, a.mtime, a.ctime, now)
-        {
-            return Some(Ok(false));
-        }
-        or_fail!(self.reserve_shared_as(3, false)?);
-        i.attrs.atime = now;
-        // Lazily: the next commit carries it, a periodic one not for it.
-        if i.delta != self.be.delta {
-            i.delta = self.be.delta;
-            self.cache.mark_dirty(i.ino);
-            self.lazy_changed.store(true, Relaxed);
-        }
-        Some(Ok(true))
     }
 
     /// A setattr that changes no size, and `strip`'s privileges after it;

@@ -69,7 +69,7 @@ impl Volume {
                 return Some(Ok(Ok(None)));
             }
         }
-        let planned = match self.plan_unlocked(ino, lblock * bs, staged, |_| vec![0u8; bs as usize])? {
+        let planned = match self.plan_unlocked(ino, lblock * bs, staged, None, |_| vec![0u8; bs as usize])? {
             Ok(Ok(planned)) => planned,
             Ok(Err(cold)) => return Some(Ok(Err(cold))),
             Err(e) => return Some(Err(e)),
