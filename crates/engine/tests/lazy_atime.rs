@@ -37,6 +37,15 @@ fn atime(a: Attr) -> Timespec {
     a.atime
 }
 
+/// The access times of `inos` on `mem` as it is (opened again, as after
+/// a crash or an unmount).
+fn times_on_device(mem: &Arc<MemDevice>, inos: &[Ino]) -> Vec<Timespec> {
+    let fs = Fs::open(mem.clone(), OpenOptions::default()).unwrap();
+    let times = inos.iter().map(|&i| atime(fs.getattr(i).unwrap())).collect();
+    fs.close().unwrap();
+    times
+}
+
 #[test]
 fn access_times_alone_wait_for_a_sync_and_then_survive() {
     let (mem, inos) = volume(50);
@@ -84,11 +93,7 @@ fn a_sync_or_an_unmount_writes_lazy_access_times() {
         } else {
             fs.close().unwrap();
         }
-        let fs = Fs::open(mem.clone(), OpenOptions::default()).unwrap();
-        for (&ino, &t) in inos.iter().zip(&moved) {
-            assert_eq!(atime(fs.getattr(ino).unwrap()), t, "sync {by_sync}: inode {ino}");
-        }
-        fs.close().unwrap();
+        assert_eq!(times_on_device(&mem, &inos), moved, "sync {by_sync}");
     }
 }
 
@@ -137,11 +142,7 @@ fn a_read_moves_its_access_time_in_the_same_visit() {
     assert_eq!(fs.stats().deltas, deltas);
     fs.sync().unwrap();
     drop(fs); // a crash after the sync
-    let fs = Fs::open(mem.clone(), OpenOptions::default()).unwrap();
-    for (&ino, &t) in inos.iter().zip(&moved) {
-        assert_eq!(atime(fs.getattr(ino).unwrap()), t, "inode {ino}: synced");
-    }
-    fs.close().unwrap();
+    assert_eq!(times_on_device(&mem, &inos), moved, "synced");
 }
 
 /// An access time promises space once per inode and delta: the first
