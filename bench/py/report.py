@@ -721,6 +721,9 @@ def write(res, path, plotdir, plots):
             bound = hand_measured("inode-bound.md")
             if bound:
                 L += ["### Past the bound on cached inodes", "", bound.strip(), ""]
+            atime = hand_measured("atime.md")
+            if atime:
+                L += ["### What access times cost the tree read", "", atime.strip(), ""]
         for name in plots:
             if name.startswith(wl.replace("-", "_")):
                 L += ["![%s](%s)" % (name, os.path.relpath(os.path.join(plotdir, name),
