@@ -25,6 +25,7 @@ mod fix;
 mod logscan;
 mod names;
 mod refs;
+mod salvage;
 mod scan;
 mod scrub_state;
 mod shared;
@@ -126,6 +127,14 @@ pub(crate) enum Fix {
     DropRecord { ino: u64 },
     /// Remove directory `dir`'s entry `name`, which names no inode.
     DropEntry { dir: u64, name: Vec<u8> },
+    /// Give directory `dir`, whose tree is damaged, a new one holding
+    /// `entries` (name, inode): what could be read of the old one.
+    RebuildDir { dir: u64, entries: Vec<(Vec<u8>, u64)> },
+    /// Name inode `ino`, which no entry names, in `/lost+found`.
+    Reattach { ino: u64 },
+    /// Set directory `ino`'s parent attribute to `parent`, the directory
+    /// whose entry names it (its only one).
+    Parent { ino: u64, parent: u64 },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
     /// Set the shared-extent table's count of blocks `start..+count` to
@@ -162,6 +171,11 @@ impl Findings {
         self.push(kind, line);
     }
 
+    /// Record a problem that a fix recorded already repairs.
+    pub fn also(&mut self, kind: &'static str, line: String) {
+        self.push(kind, line);
+    }
+
     fn push(&mut self, kind: &'static str, line: String) {
         let n = self.per_kind.entry(kind).or_default();
         *n += 1;
@@ -174,6 +188,18 @@ impl Findings {
     pub fn fixable(&mut self, kind: &'static str, fix: Fix, line: String) {
         self.fixes.push((fix, line.clone()));
         self.push(kind, line);
+    }
+
+    /// Record problems `lines` that one `fix` repairs (each line says
+    /// `how`).
+    pub fn fixable_all(&mut self, kind: &'static str, fix: Fix, lines: Vec<String>, how: &str) {
+        let mut lines = lines.into_iter().map(|l| format!("{l} ({how})"));
+        if let Some(first) = lines.next() {
+            self.fixable(kind, fix, first);
+        }
+        for line in lines {
+            self.also(kind, line);
+        }
     }
 
     /// Record an engine error as a problem (a corrupt block names itself).
@@ -216,43 +242,62 @@ pub(crate) struct Pass {
     pub refs: Vec<refs::Ref>,
 }
 
+/// Most repair rounds of one `check`: a repair may uncover what the damage
+/// hid (a rebuilt directory's old blocks are leaks, the files its lost
+/// entries named are unnamed), which the next round repairs.
+const MAX_ROUNDS: usize = 6;
+
 /// Check every invariant of the volume on `dev`.
 pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
-    let first = scan::pass(dev.clone(), opts)?;
-    if !opts.repair || first.findings.fixes.is_empty() {
-        return Ok(report(first, Vec::new()));
-    }
-    // Rewriting a superblock copy commits to the copy in use: only when
-    // nothing else is wrong with what it describes.
-    let unfixable = first.findings.unfixable > 0;
-    let fixes: Vec<(Fix, String)> = first
-        .findings
-        .fixes
-        .iter()
-        .filter(|(fix, _)| !(unfixable && matches!(fix, Fix::Superblock { .. })))
-        .cloned()
-        .collect();
-    if fixes.is_empty() {
-        return Ok(report(first, Vec::new()));
-    }
-    let repaired = match fix::apply(dev.clone(), &fixes) {
-        Ok(done) => done,
-        Err(e) => {
-            let mut r = report(first, Vec::new());
-            r.problems
-                .push(describe("repair failed, nothing was changed", &e));
-            return Ok(r);
+    let mut pass = scan::pass(dev.clone(), opts)?;
+    let mut repaired: Vec<String> = Vec::new();
+    let mut freed = 0;
+    let mut last: Vec<Fix> = Vec::new();
+    for _ in 0..MAX_ROUNDS {
+        if !opts.repair || pass.findings.fixes.is_empty() {
+            break;
         }
-    };
-    let second = scan::pass(dev, opts)?;
-    let mut r = report(second, repaired);
-    r.freed = fixes
-        .iter()
-        .map(|(fix, _)| match *fix {
-            Fix::Free { count, .. } => count,
-            _ => 0,
-        })
-        .sum();
+        // Rewriting a superblock copy commits to the copy in use: only when
+        // nothing else is wrong with what it describes.
+        let unfixable = pass.findings.unfixable > 0;
+        let fixes: Vec<(Fix, String)> = pass
+            .findings
+            .fixes
+            .iter()
+            .filter(|(fix, _)| !(unfixable && matches!(fix, Fix::Superblock { .. })))
+            .cloned()
+            .collect();
+        // Nothing to do, or the same repairs again: they do not hold.
+        let now: Vec<Fix> = fixes.iter().map(|(f, _)| f.clone()).collect();
+        if fixes.is_empty() || now == last {
+            break;
+        }
+        match fix::apply(dev.clone(), &fixes) {
+            Ok(done) => repaired.extend(done),
+            Err(e) => {
+                let mut r = report(pass, repaired);
+                r.freed = freed;
+                let what = if r.repaired.is_empty() {
+                    "repair failed, nothing was changed"
+                } else {
+                    "repair failed, the repairs listed were made"
+                };
+                r.problems.push(describe(what, &e));
+                return Ok(r);
+            }
+        }
+        freed += fixes
+            .iter()
+            .map(|(fix, _)| match *fix {
+                Fix::Free { count, .. } => count,
+                _ => 0,
+            })
+            .sum::<u64>();
+        last = now;
+        pass = scan::pass(dev.clone(), opts)?;
+    }
+    let mut r = report(pass, repaired);
+    r.freed = freed;
     Ok(r)
 }
 

@@ -56,7 +56,7 @@ pub(super) fn check_target(target: &[u8]) -> Result<()> {
 }
 
 /// Check a name for a new entry.
-fn check_name(name: &[u8]) -> Result<()> {
+pub(super) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return err(Errno::ENAMETOOLONG);
     }
@@ -100,7 +100,7 @@ impl Volume {
     /// not exist. `free` is the name's free position from its lookup: used
     /// if the tree is unchanged since, else looked for again. Returns the
     /// position.
-    fn add_entry(
+    pub(super) fn add_entry(
         &mut self,
         dir: Ino,
         name: &[u8],

@@ -6,8 +6,9 @@
 //! entries that name an inode that is not there, give a written extent
 //! that lacks them its blocks' checksums (from the data on the device; a
 //! record whose checksum attribute does not decode is read without it and
-//! rewritten). Each change joins the current delta like any operation;
-//! the caller unifies afterwards.
+//! rewritten), rebuild a directory from the entries fsck could read, and
+//! name an inode no entry names in `/lost+found`. Each change joins the
+//! current delta like any operation; the caller unifies afterwards.
 //!
 //! Calls the cache (inodes), the extent structures and the backend's
 //! allocator.
@@ -18,7 +19,12 @@ use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent::{self, Extent};
 use crate::structures::inode::{without_sums, InodeAttrs};
 use crate::structures::xattr_file::S_IFXATTR;
-use crate::types::Ino;
+use crate::structures::btree::Tree;
+use crate::types::{FileType, Ino, ROOT_INO};
+
+/// The directory of the root where a repair names the inodes that no
+/// entry names any more.
+pub const LOST_FOUND: &[u8] = b"lost+found";
 
 impl Volume {
     fn repair_begin(&self) -> Result<()> {
@@ -111,6 +117,78 @@ impl Volume {
         self.repair_begin()?;
         let e = self.find(dir, name)?.ok_or(Error::Posix(Errno::ENOENT))?;
         self.remove_entry(dir, &e.spot, e.ino)
+    }
+
+    /// Give directory `dir` a new tree holding `entries` (name, inode) —
+    /// what fsck read of its damaged one. Each entry takes the type of the
+    /// inode it names; one naming an inode that is not there (or does not
+    /// decode), an xattr file, a directory whose `parent` is not `dir`, an
+    /// invalid name or a name already taken is left out. The old tree's
+    /// blocks are leaks the next check frees; the link counts are the
+    /// next check's to set.
+    pub fn repair_rebuild_dir(&mut self, dir: Ino, entries: &[(Vec<u8>, Ino)]) -> Result<()> {
+        self.repair_begin()?;
+        let d = self.dir(dir)?;
+        d.tree = Tree::new_empty(dir, d.tree.kind);
+        self.touch(dir);
+        for (name, ino) in entries {
+            if super::namespace::check_name(name).is_err() || *ino == dir || *ino == ROOT_INO {
+                continue;
+            }
+            let attrs = match self.inode(*ino) {
+                Ok(i) => i.attrs.clone(),
+                Err(Error::Posix(_) | Error::Corrupt { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let Some(kind) = FileType::from_mode(attrs.mode) else {
+                continue;
+            };
+            if kind == FileType::Directory && attrs.parent != dir {
+                continue;
+            }
+            if self.find(dir, name)?.is_some() {
+                continue;
+            }
+            self.add_entry(dir, name, *ino, kind, None)?;
+        }
+        Ok(())
+    }
+
+    /// Set directory `ino`'s parent attribute to `parent` (the directory
+    /// whose entry names it).
+    pub fn repair_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
+        self.repair_begin()?;
+        self.dir(ino)?.attrs.parent = parent;
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Name inode `ino`, which no entry names, `#ino` in `/lost+found`
+    /// (made if absent): a directory gets it as its parent (and adds to
+    /// its link count), any other file a link count of 1.
+    pub fn repair_reattach(&mut self, ino: Ino) -> Result<()> {
+        self.repair_begin()?;
+        let lf = match self.find(ROOT_INO, LOST_FOUND)? {
+            Some(e) => e.ino,
+            None => self.mknod(ROOT_INO, LOST_FOUND, libc::S_IFDIR | 0o700, 0, 0, 0)?.ino,
+        };
+        let kind = FileType::from_mode(self.inode(ino)?.attrs.mode).ok_or(Error::Posix(Errno::EINVAL))?;
+        let mut name = format!("#{ino}").into_bytes();
+        let mut n = 0;
+        while self.find(lf, &name)?.is_some() {
+            n += 1;
+            name = format!("#{ino}.{n}").into_bytes();
+        }
+        self.add_entry(lf, &name, ino, kind, None)?;
+        if kind == FileType::Directory {
+            self.inode(ino)?.attrs.parent = lf;
+            self.dir(lf)?.attrs.nlink += 1;
+            self.touch(lf);
+        } else {
+            self.inode(ino)?.attrs.nlink = 1;
+        }
+        self.touch(ino);
+        Ok(())
     }
 }
 

@@ -95,6 +95,8 @@ pub(super) fn check_inode(
     };
     let mut extents: Vec<(u64, Extent)> = Vec::new();
     let (mut lines, mut shape) = (Vec::new(), Vec::new());
+    // What a rebuild of a damaged directory keeps: (name, inode).
+    let mut kept: Vec<(Vec<u8>, u64)> = Vec::new();
     let w = walk(
         dev,
         &mut tree,
@@ -103,14 +105,20 @@ pub(super) fn check_inode(
             for (k, v) in items {
                 if is_dir {
                     match Dirent::decode(v, *k, leaf) {
-                        Ok(d) => entries.push(Entry {
-                            dir: ino,
-                            leaf,
-                            ino: d.ino,
-                            kind: d.kind,
-                            name: d.name,
-                        }),
-                        Err(e) => lines.push(super::describe(&what, &e)),
+                        Ok(d) => {
+                            kept.push((d.name.clone(), d.ino));
+                            entries.push(Entry {
+                                dir: ino,
+                                leaf,
+                                ino: d.ino,
+                                kind: d.kind,
+                                name: d.name,
+                            })
+                        }
+                        Err(e) => {
+                            kept.extend(super::salvage::entry(v));
+                            lines.push(super::describe(&what, &e));
+                        }
                     }
                 } else {
                     match extent::decode(*k, v, leaf, &tux3::structures::bounds(dev)) {
@@ -122,9 +130,6 @@ pub(super) fn check_inode(
         },
         &mut |line| shape.push(line),
     );
-    for line in lines.into_iter().chain(shape) {
-        f.problem("tree", line);
-    }
     // Nodes at address 0 (the record's leaf, or rebuilt by replay) own no block.
     for &(addr, level) in &w.nodes {
         if addr != 0 {
@@ -136,6 +141,22 @@ pub(super) fn check_inode(
         }
     }
     super::snapshots::retired_refs(&tree, ino, refs);
+    if is_dir && !(lines.is_empty() && shape.is_empty() && w.complete()) {
+        // A damaged directory: rebuilt from what can be read of it.
+        for e in &w.errors {
+            if let tux3::error::Error::Corrupt { block, .. } = e {
+                kept.extend(super::salvage::leaf(dev, *block, ino));
+            }
+        }
+        let mut lines: Vec<String> = lines.into_iter().chain(shape).collect();
+        lines.extend(w.errors.iter().map(|e| super::describe(&what, e)));
+        let fix = Fix::RebuildDir { dir: ino, entries: kept };
+        f.fixable_all("tree", fix, lines, "repair rebuilds the directory from the entries it can read");
+        return false;
+    }
+    for line in lines.into_iter().chain(shape) {
+        f.problem("tree", line);
+    }
     if !w.complete() {
         for e in &w.errors {
             f.error("tree", &what, e);

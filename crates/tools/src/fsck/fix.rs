@@ -17,14 +17,27 @@ use tux3::types::OpenOptions;
 pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec<String>> {
     let mut v = Volume::open(dev, OpenOptions::default())?;
     let mut done = Vec::new();
-    // Records and entries go first: nothing after may load them.
-    let first = |f: &Fix| !matches!(f, Fix::DropRecord { .. } | Fix::DropEntry { .. });
+    // Damaged directories are rebuilt first, then records and entries
+    // go (nothing after may load them), then unnamed inodes are named.
+    let order = |f: &Fix| match f {
+        Fix::RebuildDir { .. } => 0,
+        Fix::DropRecord { .. } | Fix::DropEntry { .. } => 1,
+        Fix::Reattach { .. } => 2,
+        _ => 3,
+    };
     let mut fixes: Vec<&(Fix, String)> = fixes.iter().collect();
-    fixes.sort_by_key(|(f, _)| first(f));
+    fixes.sort_by_key(|(f, _)| order(f));
     for (fix, line) in fixes {
         match *fix {
             Fix::DropRecord { ino } => v.repair_drop_record(ino)?,
-            Fix::DropEntry { dir, ref name } => v.repair_drop_entry(dir, name)?,
+            Fix::RebuildDir { dir, ref entries } => v.repair_rebuild_dir(dir, entries)?,
+            // A rebuilt directory may have left the entry out already.
+            Fix::DropEntry { dir, ref name } => match v.repair_drop_entry(dir, name) {
+                Err(e) if e.errno() == tux3::Errno::ENOENT => {}
+                r => r?,
+            },
+            Fix::Reattach { ino } => v.repair_reattach(ino)?,
+            Fix::Parent { ino, parent } => v.repair_parent(ino, parent)?,
             // Several problems may name one snapshot: the first deletes it.
             Fix::DeleteSnapshot { ref name } => match v.snapshot_delete(name) {
                 Err(e) if e.errno() == tux3::Errno::ENOENT => {}

@@ -14,6 +14,7 @@
 use super::{Findings, Fix};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tux3::structures::inode::InodeAttrs;
+use tux3::backend::FIRST_INO;
 use tux3::types::{FileType, ROOT_INO};
 
 /// One directory entry as found in a directory leaf.
@@ -66,7 +67,7 @@ pub(super) fn check(
             show(&e.name)
         );
         if !names.insert((e.dir, &e.name)) {
-            f.problem("names", format!("{at} appears more than once"));
+            rebuild(f, entries, e.dir, format!("{at} appears more than once"));
         }
         let Some(target) = inodes.get(&e.ino) else {
             if c.itable {
@@ -86,13 +87,11 @@ pub(super) fn check(
         };
         let actual = kind_of(target);
         if actual != Some(e.kind) {
-            f.problem(
-                "names",
-                format!(
-                    "{at} is typed {:?}, but inode {} is {:?} (mode {:o})",
-                    e.kind, e.ino, actual, target.mode
-                ),
+            let line = format!(
+                "{at} is typed {:?}, but inode {} is {:?} (mode {:o})",
+                e.kind, e.ino, actual, target.mode
             );
+            rebuild(f, entries, e.dir, line);
         }
         names_of.entry(e.ino).or_default().push(i);
         if actual == Some(FileType::Directory) {
@@ -139,21 +138,36 @@ pub(super) fn check(
                     );
                 }
             } else if list.len() > 1 {
-                f.problem(
-                    "names",
-                    format!(
-                        "inode {ino}: directory reachable twice: named by {} entries: {}",
-                        list.len(),
-                        where_(list)
-                    ),
+                let line = format!(
+                    "inode {ino}: directory reachable twice: named by {} entries: {}",
+                    list.len(),
+                    where_(list)
                 );
+                // Its parent's entry stays; the directories holding the
+                // others are rebuilt without them.
+                let strays: BTreeSet<u64> = list
+                    .iter()
+                    .map(|&i| entries[i].dir)
+                    .filter(|&d| d != a.parent)
+                    .collect();
+                if strays.len() == list.len() {
+                    f.problem("names", line);
+                } else {
+                    for d in strays {
+                        rebuild(f, entries, d, line.clone());
+                    }
+                }
             } else if let Some(&i) = list.first() {
                 if a.parent != entries[i].dir {
-                    f.problem(
+                    f.fixable(
                         "parent",
+                        Fix::Parent {
+                            ino,
+                            parent: entries[i].dir,
+                        },
                         format!(
                             "inode {ino}: directory's parent attribute is {}, but it is named \
-                             in directory {}",
+                             in directory {} (repair sets it)",
                             a.parent, entries[i].dir
                         ),
                     );
@@ -188,15 +202,13 @@ pub(super) fn check(
             if want == 0 && a.nlink == 0 && orphans.contains(&ino) {
                 // A listed orphan: noted by scan, freed at the next mount.
             } else if want == 0 {
-                f.problem(
-                    "orphan",
-                    format!(
-                        "inode {ino} ({:?}, link count {}) is not named by any directory \
-                         entry (orphan)",
-                        kind_of(a),
-                        a.nlink
-                    ),
+                let line = format!(
+                    "inode {ino} ({:?}, link count {}) is not named by any directory \
+                     entry (orphan)",
+                    kind_of(a),
+                    a.nlink
                 );
+                reattach(f, ino, a, line);
             } else if u64::from(a.nlink) != want {
                 link_problem(f, ino, a.nlink, want);
             }
@@ -230,10 +242,8 @@ pub(super) fn check(
             // orphan directory is checked above.
             let listed = orphans.contains(&ino) && inodes[&ino].nlink == 0;
             if is_dir(ino) && ino != ROOT_INO && !listed {
-                f.problem(
-                    "orphan",
-                    format!("inode {ino}: directory not named by any entry (unreachable)"),
-                );
+                let line = format!("inode {ino}: directory not named by any entry (unreachable)");
+                reattach(f, ino, &inodes[&ino], line);
             }
             continue;
         };
@@ -273,6 +283,38 @@ fn check_orphan_list(
             "orphan list",
             format!("inode {ino}: on the orphan list in the log, but it {line}"),
         );
+    }
+}
+
+/// Rebuild directory `dir` with its entries (which the rebuild checks
+/// against the inodes they name), unless a rebuild of it is recorded
+/// already (from what could be read of its damaged tree).
+fn rebuild(f: &mut Findings, entries: &[Entry], dir: u64, line: String) {
+    let line = format!("{line} (repair rebuilds directory {dir})");
+    if f
+        .fixes
+        .iter()
+        .any(|(x, _)| matches!(x, Fix::RebuildDir { dir: d, .. } if *d == dir))
+    {
+        f.also("names", line);
+        return;
+    }
+    let kept = entries
+        .iter()
+        .filter(|e| e.dir == dir)
+        .map(|e| (e.name.clone(), e.ino))
+        .collect();
+    f.fixable("names", Fix::RebuildDir { dir, entries: kept }, line);
+}
+
+/// Name inode `ino`, which no entry names, in `/lost+found` (one with a
+/// type; not a reserved number).
+fn reattach(f: &mut Findings, ino: u64, a: &InodeAttrs, line: String) {
+    if ino >= FIRST_INO && kind_of(a).is_some() {
+        let line = format!("{line} (repair names it in /lost+found)");
+        f.fixable("orphan", Fix::Reattach { ino }, line);
+    } else {
+        f.problem("orphan", line);
     }
 }
 
