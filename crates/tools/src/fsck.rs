@@ -30,6 +30,7 @@ mod scan;
 mod scrub_state;
 mod shared;
 mod snapshots;
+mod superfix;
 pub(crate) mod walk;
 mod xattrs;
 
@@ -251,6 +252,19 @@ const MAX_ROUNDS: usize = 6;
 pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
     let mut pass = scan::pass(dev.clone(), opts)?;
     let mut repaired: Vec<String> = Vec::new();
+    // A volume that does not mount from the older superblock copy, whose
+    // newer copy is damaged: the newer one patched from the older.
+    if opts.repair && pass.refs.is_empty() {
+        if let Some((copy, block)) = superfix::patched(dev.as_ref()) {
+            dev.write(copy, &block)?;
+            dev.flush()?;
+            repaired.push(format!(
+                "block {copy}: superblock copy {copy}, the newer, rewritten with the fields \
+                 both copies share taken from the other"
+            ));
+            pass = scan::pass(dev.clone(), opts)?;
+        }
+    }
     let mut freed = 0;
     let mut last: Vec<Fix> = Vec::new();
     for _ in 0..MAX_ROUNDS {
