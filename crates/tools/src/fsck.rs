@@ -136,6 +136,9 @@ pub(crate) enum Fix {
     /// Set directory `ino`'s parent attribute to `parent`, the directory
     /// whose entry names it (its only one).
     Parent { ino: u64, parent: u64 },
+    /// Replace the inode-table leaf with separator `sep`, which does not
+    /// decode, by the `records` (inode, record) read from it.
+    ItableLeaf { sep: u64, records: Vec<(u64, Vec<u8>)> },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
     /// Set the shared-extent table's count of blocks `start..+count` to

@@ -154,6 +154,28 @@ impl Volume {
         Ok(())
     }
 
+    /// Replace the inode-table leaf with separator `sep`, which does not
+    /// decode, by `records` (inode, record): the leaf leaves the table's
+    /// leaf list (the whole table, if it is the root) and each record not
+    /// in the table already goes back in. What the lost records reached is
+    /// the next check's to repair (entries naming nothing, leaked blocks).
+    pub fn repair_itable_leaf(&mut self, sep: u64, records: &[(Ino, Vec<u8>)]) -> Result<()> {
+        self.repair_begin()?;
+        let dev = self.be.dev.clone();
+        let t = self.be.itable.get_mut();
+        if t.depth() == 0 {
+            *t = Tree::new_empty(t.id, t.kind);
+        } else {
+            t.unmap_leaf(dev.as_ref(), sep)?;
+        }
+        for (ino, record) in records {
+            if t.get(dev.as_ref(), *ino)?.is_none() {
+                t.insert(dev.as_ref(), *ino, record.clone())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Set directory `ino`'s parent attribute to `parent` (the directory
     /// whose entry names it).
     pub fn repair_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {

@@ -143,9 +143,9 @@ pub(super) fn check_inode(
     super::snapshots::retired_refs(&tree, ino, refs);
     if is_dir && !(lines.is_empty() && shape.is_empty() && w.complete()) {
         // A damaged directory: rebuilt from what can be read of it.
-        for e in &w.errors {
-            if let tux3::error::Error::Corrupt { block, .. } = e {
-                kept.extend(super::salvage::leaf(dev, *block, ino));
+        for &(addr, _, level) in &w.undecoded {
+            if level == 0 {
+                kept.extend(super::salvage::leaf(dev, addr, ino));
             }
         }
         let mut lines: Vec<String> = lines.into_iter().chain(shape).collect();

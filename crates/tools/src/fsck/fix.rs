@@ -20,16 +20,18 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
     // Damaged directories are rebuilt first, then records and entries
     // go (nothing after may load them), then unnamed inodes are named.
     let order = |f: &Fix| match f {
-        Fix::RebuildDir { .. } => 0,
-        Fix::DropRecord { .. } | Fix::DropEntry { .. } => 1,
-        Fix::Reattach { .. } => 2,
-        _ => 3,
+        Fix::ItableLeaf { .. } => 0,
+        Fix::RebuildDir { .. } => 1,
+        Fix::DropRecord { .. } | Fix::DropEntry { .. } => 2,
+        Fix::Reattach { .. } => 3,
+        _ => 4,
     };
     let mut fixes: Vec<&(Fix, String)> = fixes.iter().collect();
     fixes.sort_by_key(|(f, _)| order(f));
     for (fix, line) in fixes {
         match *fix {
             Fix::DropRecord { ino } => v.repair_drop_record(ino)?,
+            Fix::ItableLeaf { sep, ref records } => v.repair_itable_leaf(sep, records)?,
             Fix::RebuildDir { dir, ref entries } => v.repair_rebuild_dir(dir, entries)?,
             // A rebuilt directory may have left the entry out already.
             Fix::DropEntry { dir, ref name } => match v.repair_drop_entry(dir, name) {

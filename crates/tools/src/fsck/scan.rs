@@ -147,8 +147,24 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     super::scrub_state::check(&mut inodes, &mut f);
     let itable_ok = walked.complete();
     for e in &walked.errors {
-        f.error("inode table", "inode table node", e);
         complete = false;
+        let leaf = walked
+            .undecoded
+            .iter()
+            .find(|(addr, _, level)| *level == 0 && matches!(e, Error::Corrupt { block, .. } if block == addr));
+        match leaf {
+            // A leaf that does not decode: rebuilt from the records it holds.
+            Some(&(addr, sep, _)) => {
+                let records = super::salvage::itable_leaf(dev, addr, sep);
+                let line = super::describe("inode table node", e);
+                let line = format!(
+                    "{line} (repair replaces the leaf with the {} records it can read)",
+                    records.len()
+                );
+                f.fixable("inode table", Fix::ItableLeaf { sep, records }, line);
+            }
+            None => f.error("inode table", "inode table node", e),
+        }
     }
 
     // Replayed changes of trees whose inode is gone.

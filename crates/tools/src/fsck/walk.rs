@@ -32,6 +32,8 @@ pub(crate) struct Walked {
     pub branches: u64,
     /// Nodes that could not be read (each error names its block).
     pub errors: Vec<Error>,
+    /// (address, separator, level) of each node read that did not decode.
+    pub undecoded: Vec<(u64, u64, u8)>,
 }
 
 impl Walked {
@@ -195,7 +197,10 @@ impl Walker<'_> {
         }
         match decode(&self.buf, addr, self.owner, self.kind, level, count) {
             Ok(n) => self.node(addr, sep, &n, false, depth),
-            Err(e) => self.out.errors.push(e),
+            Err(e) => {
+                self.out.undecoded.push((addr, sep, level));
+                self.out.errors.push(e)
+            }
         }
     }
 
