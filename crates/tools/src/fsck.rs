@@ -255,9 +255,10 @@ const MAX_ROUNDS: usize = 6;
 pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
     let mut pass = scan::pass(dev.clone(), opts)?;
     let mut repaired: Vec<String> = Vec::new();
-    // A volume that does not mount from the older superblock copy, whose
-    // newer copy is damaged: the newer one patched from the older.
-    if opts.repair && pass.refs.is_empty() {
+    // The newer superblock copy damaged in a field both copies share: the
+    // older one would mount an older state (or none, its trees reused),
+    // so the newer is patched from it first.
+    if opts.repair {
         if let Some((copy, block)) = superfix::patched(dev.as_ref()) {
             dev.write(copy, &block)?;
             dev.flush()?;

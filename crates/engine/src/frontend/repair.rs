@@ -16,10 +16,10 @@
 use super::Volume;
 use crate::cache::Inode;
 use crate::error::{err, Errno, Error, Result};
+use crate::structures::btree::Tree;
 use crate::structures::extent::{self, Extent};
 use crate::structures::inode::{without_sums, InodeAttrs};
 use crate::structures::xattr_file::S_IFXATTR;
-use crate::structures::btree::Tree;
 use crate::types::{FileType, Ino, ROOT_INO};
 
 /// The directory of the root where a repair names the inodes that no
@@ -192,7 +192,10 @@ impl Volume {
         self.repair_begin()?;
         let lf = match self.find(ROOT_INO, LOST_FOUND)? {
             Some(e) => e.ino,
-            None => self.mknod(ROOT_INO, LOST_FOUND, libc::S_IFDIR | 0o700, 0, 0, 0)?.ino,
+            None => {
+                self.mknod(ROOT_INO, LOST_FOUND, libc::S_IFDIR | 0o700, 0, 0, 0)?
+                    .ino
+            }
         };
         let kind = FileType::from_mode(self.inode(ino)?.attrs.mode).ok_or(Error::Posix(Errno::EINVAL))?;
         let mut name = format!("#{ino}").into_bytes();

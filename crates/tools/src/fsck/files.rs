@@ -150,8 +150,16 @@ pub(super) fn check_inode(
         }
         let mut lines: Vec<String> = lines.into_iter().chain(shape).collect();
         lines.extend(w.errors.iter().map(|e| super::describe(&what, e)));
-        let fix = Fix::RebuildDir { dir: ino, entries: kept };
-        f.fixable_all("tree", fix, lines, "repair rebuilds the directory from the entries it can read");
+        let fix = Fix::RebuildDir {
+            dir: ino,
+            entries: kept,
+        };
+        f.fixable_all(
+            "tree",
+            fix,
+            lines,
+            "repair rebuilds the directory from the entries it can read",
+        );
         return false;
     }
     for line in lines.into_iter().chain(shape) {

@@ -13,8 +13,8 @@
 
 use super::{Findings, Fix};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use tux3::structures::inode::InodeAttrs;
 use tux3::backend::FIRST_INO;
+use tux3::structures::inode::InodeAttrs;
 use tux3::types::{FileType, ROOT_INO};
 
 /// One directory entry as found in a directory leaf.
@@ -291,8 +291,7 @@ fn check_orphan_list(
 /// already (from what could be read of its damaged tree).
 fn rebuild(f: &mut Findings, entries: &[Entry], dir: u64, line: String) {
     let line = format!("{line} (repair rebuilds directory {dir})");
-    if f
-        .fixes
+    if f.fixes
         .iter()
         .any(|(x, _)| matches!(x, Fix::RebuildDir { dir: d, .. } if *d == dir))
     {

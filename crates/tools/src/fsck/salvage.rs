@@ -34,7 +34,8 @@ pub(super) fn entry(v: &[u8]) -> Option<(Vec<u8>, u64)> {
 /// does not decode as a node, each kept if it is a valid entry whose name
 /// hashes to its key.
 pub(super) fn leaf(dev: &dyn Device, addr: u64, dir: u64) -> Vec<(Vec<u8>, u64)> {
-    let valid = |key: u64, v: &[u8]| entry(v).is_some_and(|(name, _)| dirent::key_base(&name) == key & !0xffff);
+    let valid =
+        |key: u64, v: &[u8]| entry(v).is_some_and(|(name, _)| dirent::key_base(&name) == key & !0xffff);
     raw_leaf(dev, addr, dir, &valid)
         .into_iter()
         .filter_map(|(_, v)| entry(&v))
@@ -70,7 +71,12 @@ pub(super) fn itable_leaf(dev: &dyn Device, addr: u64, sep: u64) -> Vec<(u64, Ve
 /// makes it valid and lands on a valid next entry (or, for the last one,
 /// on zeroes to the end of the block) is taken instead; where none does,
 /// the reading stops.
-fn raw_leaf(dev: &dyn Device, addr: u64, owner: u64, valid: &dyn Fn(u64, &[u8]) -> bool) -> Vec<(u64, Vec<u8>)> {
+fn raw_leaf(
+    dev: &dyn Device,
+    addr: u64,
+    owner: u64,
+    valid: &dyn Fn(u64, &[u8]) -> bool,
+) -> Vec<(u64, Vec<u8>)> {
     let mut buf = vec![0u8; dev.block_size() as usize];
     if addr < 2 || addr >= dev.block_count() || dev.read(addr, &mut buf).is_err() {
         return Vec::new();
@@ -84,12 +90,17 @@ fn raw_leaf(dev: &dyn Device, addr: u64, owner: u64, valid: &dyn Fn(u64, &[u8]) 
     let count = u16::from_le_bytes([buf[26], buf[27]]) as usize;
     let head = |at: usize| -> Option<(u64, usize)> {
         let h = buf.get(at..at.checked_add(10)?)?;
-        Some((u64::from_le_bytes(h[..8].try_into().ok()?), u16::from_le_bytes([h[8], h[9]]) as usize))
+        Some((
+            u64::from_le_bytes(h[..8].try_into().ok()?),
+            u16::from_le_bytes([h[8], h[9]]) as usize,
+        ))
     };
     // The entry at `at` read with value length `len`: valid, and followed
     // by a valid entry (or, if it is the last, by zeroes).
     let fits = |at: usize, key: u64, len: usize, last: bool| -> bool {
-        let Some(v) = buf.get(at + 10..at + 10 + len) else { return false };
+        let Some(v) = buf.get(at + 10..at + 10 + len) else {
+            return false;
+        };
         if !valid(key, v) {
             return false;
         }

@@ -148,10 +148,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     let itable_ok = walked.complete();
     for e in &walked.errors {
         complete = false;
-        let leaf = walked
-            .undecoded
-            .iter()
-            .find(|(addr, _, level)| *level == 0 && matches!(e, Error::Corrupt { block, .. } if block == addr));
+        let leaf = walked.undecoded.iter().find(|(addr, _, level)| {
+            *level == 0 && matches!(e, Error::Corrupt { block, .. } if block == addr)
+        });
         match leaf {
             // A leaf that does not decode: rebuilt from the records it holds.
             Some(&(addr, sep, _)) => {

@@ -1,6 +1,7 @@
 //! `fsck --repair` of a damaged superblock copy that is the newer one:
-//! mounting falls back to the older copy, whose trees the writes since
-//! have reused, so the volume does not mount. The fields every copy shares
+//! mounting falls back to the older copy, which describes the volume as it
+//! was one unify before (whose trees the writes since may have reused, so
+//! that it does not mount at all). The fields every copy shares
 //! (magic, version, block size, flags, block count, volume id, bitmap
 //! size, creation time, the zero high half of the log's `prev_crc`) are
 //! taken from the older copy, and if the damaged copy then decodes it is
@@ -40,7 +41,9 @@ pub(super) fn patched(dev: &dyn Device) -> Option<(u64, Vec<u8>)> {
     for (k, b) in blocks.iter_mut().enumerate() {
         dev.read(k as u64, b).ok()?;
     }
-    let ok: Vec<bool> = (0..2).map(|k| Superblock::decode(&blocks[k], k as u64).is_ok()).collect();
+    let ok: Vec<bool> = (0..2)
+        .map(|k| Superblock::decode(&blocks[k], k as u64).is_ok())
+        .collect();
     let bad = match (ok[0], ok[1]) {
         (true, false) => 1,
         (false, true) => 0,

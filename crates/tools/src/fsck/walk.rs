@@ -108,6 +108,11 @@ pub(crate) fn walk_pruned<'a>(
         Err(Error::Posix(Errno::EBUSY))
     });
     if let (Err(e), false) = (r, walked) {
+        // The root itself did not load: a leaf (or branch) on disk that
+        // does not decode, at separator 0.
+        if let Error::Corrupt { block, .. } = e {
+            w.out.undecoded.push((block, 0, tree.depth()));
+        }
         w.out.errors.push(e);
     }
     w.out

@@ -1,0 +1,249 @@
+//! `fsck --repair` of damage inside the trees and the superblock in use,
+//! each in one run that leaves a clean volume: a directory entry whose
+//! name no longer hashes to its position, whose type code is unknown or
+//! whose value length runs past its leaf (the directory rebuilt from what
+//! can be read of it), an entry naming an inode out of range (the entry
+//! dropped, the inode named in /lost+found), an inode-table leaf that does
+//! not decode (replaced by the records it still holds), and the newer
+//! superblock copy damaged so that the volume does not mount from the
+//! older one (patched from the older copy). Each block is changed with a
+//! valid checksum, so only the decoders and the checks see the damage.
+
+use std::sync::Arc;
+use tux3::codec::reseal;
+use tux3::device::{Device, MemDevice};
+use tux3::structures::superblock::Superblock;
+use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::{check, metadata_blocks, FsckOptions, FsckReport};
+
+const FILES: usize = 10;
+
+/// A volume with directory /d holding f0..f9, each with a little data,
+/// unified and closed.
+fn volume() -> Arc<dyn Device> {
+    volume_with(FILES)
+}
+
+/// [`volume`] with `files` files.
+fn volume_with(files: usize) -> Arc<dyn Device> {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 4096));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    for i in 0..files {
+        let f = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(f, 0, format!("data of f{i}").as_bytes()).unwrap();
+    }
+    // Every tree unified: no leaf the log has replaced since.
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    dev
+}
+
+fn fsck(dev: &Arc<dyn Device>, repair: bool) -> FsckReport {
+    let opts = FsckOptions {
+        repair,
+        progress: false,
+        data: true,
+    };
+    check(dev.clone(), &opts).unwrap()
+}
+
+/// The live leaf of the tree owned by `owner` of kind `kind` that holds
+/// the lowest key.
+fn leaf_of(dev: &Arc<dyn Device>, owner: u64, kind: u8) -> u64 {
+    leaves_of(dev, owner, kind)[0]
+}
+
+/// The live leaves of the tree owned by `owner` of kind `kind`, by their
+/// first key.
+fn leaves_of(dev: &Arc<dyn Device>, owner: u64, kind: u8) -> Vec<u64> {
+    let mut buf = vec![0u8; 4096];
+    let mut out: Vec<(u64, u64)> = metadata_blocks(dev.clone())
+        .unwrap()
+        .into_iter()
+        .filter_map(|b| {
+            dev.read(b, &mut buf).unwrap();
+            let ours = &buf[..4] == b"T3LF" && buf[16..24] == owner.to_le_bytes() && buf[24] == kind;
+            ours.then(|| (u64::from_le_bytes(buf[32..40].try_into().unwrap()), b))
+        })
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "the tree has a leaf block");
+    out.into_iter().map(|(_, b)| b).collect()
+}
+
+/// Change block `b` with `f` and give it a valid checksum.
+fn damage(dev: &Arc<dyn Device>, b: u64, f: impl FnOnce(&mut [u8])) {
+    let mut buf = vec![0u8; 4096];
+    dev.read(b, &mut buf).unwrap();
+    f(&mut buf);
+    reseal(&mut buf);
+    dev.write(b, &buf).unwrap();
+}
+
+/// Damage found, repaired in one run, and the next check clean.
+fn repaired_in_one_pass(dev: &Arc<dyn Device>) -> FsckReport {
+    let first = fsck(dev, false);
+    assert!(!first.problems.is_empty(), "the damage is found");
+    let r = fsck(dev, true);
+    assert!(r.problems.is_empty(), "left after the repair: {:?}", r.problems);
+    assert!(!r.repaired.is_empty());
+    let again = fsck(dev, false);
+    assert!(
+        again.problems.is_empty() && again.repaired.is_empty(),
+        "second check: {:?}",
+        again.problems
+    );
+    r
+}
+
+/// The names in directory `dir` and the data of each file.
+fn listing(fs: &Fs, dir: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = fs
+        .readdir(dir, 0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name.clone(), fs.read(e.ino, 0, 100).unwrap()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn dir_d(fs: &Fs) -> Ino {
+    fs.lookup(ROOT_INO, b"d").unwrap().ino
+}
+
+/// Offset of the first entry's value in a leaf: header 32, key 8, length 2.
+const VALUE: usize = 42;
+
+#[test]
+fn a_name_that_does_not_hash_to_its_position_is_kept_under_its_name() {
+    let dev = volume();
+    let d = Fs::open(dev.clone(), OpenOptions::default())
+        .map(|fs| dir_d(&fs))
+        .unwrap();
+    let leaf = leaf_of(&dev, d, 3);
+    damage(&dev, leaf, |b| b[VALUE + 9] ^= 0x01); // first name byte: 'f' -> 'g'
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let l = listing(&fs, dir_d(&fs));
+    assert_eq!(l.len(), FILES, "every file keeps a name: {l:?}");
+    assert_eq!(l.iter().filter(|(n, _)| n[0] == b'g').count(), 1);
+    fs.close().unwrap();
+}
+
+#[test]
+fn an_unknown_entry_type_takes_the_type_of_its_inode() {
+    let dev = volume();
+    let d = Fs::open(dev.clone(), OpenOptions::default())
+        .map(|fs| dir_d(&fs))
+        .unwrap();
+    let leaf = leaf_of(&dev, d, 3);
+    damage(&dev, leaf, |b| b[VALUE + 8] = 0x63);
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let l = listing(&fs, dir_d(&fs));
+    let want: Vec<(Vec<u8>, Vec<u8>)> = (0..FILES)
+        .map(|i| (format!("f{i}").into_bytes(), format!("data of f{i}").into_bytes()))
+        .collect();
+    let mut want = want;
+    want.sort();
+    assert_eq!(l, want);
+    fs.close().unwrap();
+}
+
+#[test]
+fn a_directory_leaf_whose_value_length_runs_past_it_is_read_again_and_rebuilt() {
+    let dev = volume();
+    let d = Fs::open(dev.clone(), OpenOptions::default())
+        .map(|fs| dir_d(&fs))
+        .unwrap();
+    let leaf = leaf_of(&dev, d, 3);
+    damage(&dev, leaf, |b| {
+        b[40..42].copy_from_slice(&0xfff0u16.to_le_bytes())
+    });
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES, "no entry is lost");
+    fs.close().unwrap();
+}
+
+#[test]
+fn an_entry_naming_an_inode_out_of_range_goes_and_its_file_is_named_in_lost_found() {
+    let dev = volume();
+    let (d, victim) = {
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        let d = dir_d(&fs);
+        let first = fs.readdir(d, 0, 1000).unwrap();
+        let e = first
+            .iter()
+            .find(|e| e.name != b"." && e.name != b"..")
+            .unwrap()
+            .clone();
+        fs.close().unwrap();
+        (d, e)
+    };
+    let leaf = leaf_of(&dev, d, 3);
+    damage(&dev, leaf, |b| {
+        b[VALUE..VALUE + 8].copy_from_slice(&0u64.to_le_bytes())
+    });
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES - 1);
+    let lf = fs.lookup(ROOT_INO, b"lost+found").unwrap().ino;
+    let found = fs.lookup(lf, format!("#{}", victim.ino).as_bytes()).unwrap();
+    assert_eq!(found.ino, victim.ino);
+    assert_eq!(found.nlink, 1);
+    let name = String::from_utf8(victim.name.clone()).unwrap();
+    assert_eq!(
+        fs.read(found.ino, 0, 100).unwrap(),
+        format!("data of {name}").into_bytes()
+    );
+    fs.close().unwrap();
+}
+
+#[test]
+fn an_inode_table_leaf_that_does_not_decode_is_replaced_by_its_records() {
+    // Enough files for an inode table of several leaves: one in the
+    // middle is damaged (a mount reads the first, with the root, and the
+    // last, to find the next free number).
+    let dev = volume_with(150);
+    let leaves = leaves_of(&dev, 0, 1);
+    assert!(leaves.len() > 2, "the inode table has several leaves");
+    // The first record's length: every entry after it misparses.
+    damage(&dev, leaves[1], |b| {
+        b[40..42].copy_from_slice(&0u16.to_le_bytes())
+    });
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), 150, "every record is kept");
+    fs.close().unwrap();
+}
+
+#[test]
+fn a_damaged_newer_superblock_copy_is_patched_from_the_older() {
+    let dev = volume();
+    let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];
+    for (k, b) in bufs.iter_mut().enumerate() {
+        dev.read(k as u64, b).unwrap();
+    }
+    let seq = |k: usize| Superblock::decode(&bufs[k], k as u64).unwrap().seq;
+    let newer = if seq(0) > seq(1) { 0 } else { 1 };
+    let b = &mut bufs[newer];
+    b[16..20].copy_from_slice(&0u32.to_le_bytes()); // block size
+    b[8..12].fill(0);
+    let crc = crc32c::crc32c(b);
+    b[8..12].copy_from_slice(&crc.to_le_bytes());
+    dev.write(newer as u64, b).unwrap();
+    let r = repaired_in_one_pass(&dev);
+    assert!(
+        r.repaired.iter().any(|l| l.contains("superblock copy")),
+        "{:?}",
+        r.repaired
+    );
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES);
+    fs.close().unwrap();
+}
