@@ -394,6 +394,10 @@ pub struct OpenOptions {
     /// same on demand). A device that cannot discard is told once and
     /// then left alone.
     pub discard: bool,
+    /// Mounted by `fsck --repair`: inode-table records the mount reads
+    /// ahead (of trees the log changed, the table's last) that do not
+    /// decode are passed over, for the repair to replace the leaf.
+    pub repair: bool,
 }
 
 use crate::memory_budget::{
@@ -414,6 +418,7 @@ impl Default for OpenOptions {
             fsync_strict: false,
             snapshot: None,
             discard: false,
+            repair: false,
         }
     }
 }

@@ -223,6 +223,27 @@ fn an_inode_table_leaf_that_does_not_decode_is_replaced_by_its_records() {
 }
 
 #[test]
+fn the_first_and_the_last_inode_table_leaf_are_replaced_too() {
+    // The first holds the root, the last the table's end: a mount for the
+    // repair reads past them.
+    for which in [0, 2] {
+        let dev = volume_with(150);
+        let leaves = leaves_of(&dev, 0, 1);
+        assert!(leaves.len() > 2, "the inode table has several leaves");
+        let leaf = leaves[which.min(leaves.len() - 1)];
+        // The second record's key, below the first's.
+        damage(&dev, leaf, |b| {
+            let len = u16::from_le_bytes([b[40], b[41]]) as usize;
+            b[42 + len..50 + len].copy_from_slice(&1u64.to_le_bytes());
+        });
+        repaired_in_one_pass(&dev);
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        assert!(fs.getattr(ROOT_INO).is_ok());
+        fs.close().unwrap();
+    }
+}
+
+#[test]
 fn a_damaged_newer_superblock_copy_is_patched_from_the_older() {
     let dev = volume();
     let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];

@@ -207,6 +207,7 @@ impl Volume {
     /// Open the volume on `dev` and replay its log into cache.
     pub fn open(dev: Arc<dyn Device>, opts: OpenOptions) -> Result<Volume> {
         let mut opts = opts;
+        let repair = opts.repair;
         // A snapshot never changes.
         opts.read_only |= opts.snapshot.is_some();
         // R1, asserted: until the volume is open, a write or flush through
@@ -242,10 +243,20 @@ impl Volume {
         ids.sort_unstable();
         for id in ids {
             let dev = v.be.dev.clone();
-            let Some((raw, leaf)) = v.be.itable.get_mut().get_at(dev.as_ref(), id)? else {
-                continue;
+            let found = v.be.itable.get_mut().get_at(dev.as_ref(), id);
+            let found = found.and_then(|f| match f {
+                Some((raw, leaf)) => {
+                    InodeAttrs::decode(&raw, id, leaf, &crate::structures::bounds(dev.as_ref())).map(Some)
+                }
+                None => Ok(None),
+            });
+            let attrs = match found {
+                Ok(Some(a)) => a,
+                Ok(None) => continue,
+                // A repair replaces the leaf that does not decode.
+                Err(Error::Corrupt { .. }) if repair => continue,
+                Err(e) => return Err(e),
             };
-            let attrs = InodeAttrs::decode(&raw, id, leaf, &crate::structures::bounds(dev.as_ref()))?;
             let replay = &replays[&id];
             let mut inode = Inode::new(id, attrs);
             if replay.reset {
@@ -297,11 +308,18 @@ impl Volume {
             }
             file::check_tail(v.inode(ino)?, bs as u64);
         }
-        v.note_itable_end()?;
+        match v.note_itable_end() {
+            Err(Error::Corrupt { .. }) if repair => {}
+            r => r?,
+        }
         v.count_unify_work();
         // The root must be a directory, or nothing else can be trusted.
-        let root = v.inode(ROOT_INO)?;
-        if !root.is_dir() {
+        // (A repair may have its record to put back.)
+        let root = match v.inode(ROOT_INO) {
+            Err(Error::Corrupt { .. }) if repair => None,
+            r => Some(r?.is_dir()),
+        };
+        if root == Some(false) {
             return Err(Error::corrupt(
                 v.be.sb.itable.addr,
                 "root inode is not a directory",
@@ -820,7 +838,7 @@ impl Volume {
 
     /// Raise `max_ino` to the inode table's last number (at open, and when
     /// the table is replaced).
-    fn note_itable_end(&mut self) -> Result<()> {
+    pub(super) fn note_itable_end(&mut self) -> Result<()> {
         let dev = self.be.dev.clone();
         let last = self
             .be

@@ -173,7 +173,8 @@ impl Volume {
                 t.insert(dev.as_ref(), *ino, record.clone())?;
             }
         }
-        Ok(())
+        // The table's end, which the mount may not have read.
+        self.note_itable_end()
     }
 
     /// Set directory `ino`'s parent attribute to `parent` (the directory

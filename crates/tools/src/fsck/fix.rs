@@ -15,7 +15,11 @@ use tux3::types::OpenOptions;
 
 /// Apply `fixes`; returns the problem lines repaired.
 pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec<String>> {
-    let mut v = Volume::open(dev, OpenOptions::default())?;
+    let opts = OpenOptions {
+        repair: true,
+        ..OpenOptions::default()
+    };
+    let mut v = Volume::open(dev, opts)?;
     let mut done = Vec::new();
     // Damaged directories are rebuilt first, then records and entries
     // go (nothing after may load them), then unnamed inodes are named.
