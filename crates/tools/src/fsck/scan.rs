@@ -151,10 +151,13 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         let leaf = walked.undecoded.iter().find(|(addr, _, level)| {
             *level == 0 && matches!(e, Error::Corrupt { block, .. } if block == addr)
         });
-        match leaf {
-            // A leaf that does not decode: rebuilt from the records it holds.
-            Some(&(addr, sep, _)) => {
-                let records = super::salvage::itable_leaf(dev, addr, sep);
+        let salvaged = leaf.map(|&(addr, sep, _)| (sep, super::salvage::itable_leaf(dev, addr, sep)));
+        let root = tux3::types::ROOT_INO;
+        match salvaged {
+            // A leaf that does not decode: replaced by the records it
+            // holds; not the root's without the root's record (nothing
+            // would be named).
+            Some((sep, records)) if sep > root || records.iter().any(|(ino, _)| *ino == root) => {
                 let line = super::describe("inode table node", e);
                 let line = format!(
                     "{line} (repair replaces the leaf with the {} records it can read)",
@@ -162,7 +165,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
                 );
                 f.fixable("inode table", Fix::ItableLeaf { sep, records }, line);
             }
-            None => f.error("inode table", "inode table node", e),
+            _ => f.error("inode table", "inode table node", e),
         }
     }
 
