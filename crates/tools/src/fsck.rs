@@ -3,7 +3,11 @@
 //! namespace, link counts, block ownership, data checksums present exactly
 //! on a `DATA_SUMS` volume) and, with `repair`, repairs what is safe (leaked
 //! blocks, link counts, `blocks` attributes, blocks in use but marked free,
-//! a damaged older superblock copy, checksums missing from an extent). With
+//! a damaged superblock copy — the newer one patched from the older —,
+//! checksums missing from an extent, an inode-table leaf or a directory
+//! that does not decode — rebuilt from what can be read of it —, inodes no
+//! entry names, named in `/lost+found`), in rounds until what a repair
+//! uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never
 //! repairable: there is no second copy).
@@ -13,8 +17,9 @@
 //! inode and its data map: tree or extents held in its record), `walk`
 //! (tolerant tree walker), `datasums` (data checksums: their presence and,
 //! with `data`, the blocks), `logscan` (log chain and damage beyond its end),
-//! `names` (namespace and link counts), `refs` (block ownership) and `fix`
-//! (repair through the engine).
+//! `names` (namespace and link counts), `refs` (block ownership),
+//! `salvage` (what a damaged leaf still holds), `superfix` (the newer
+//! superblock copy patched) and `fix` (repair through the engine).
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
@@ -139,6 +144,9 @@ pub(crate) enum Fix {
     /// Replace the inode-table leaf with separator `sep`, which does not
     /// decode, by the `records` (inode, record) read from it.
     ItableLeaf { sep: u64, records: Vec<(u64, Vec<u8>)> },
+    /// Give each inode-table leaf (address, separator, first key) its
+    /// first key as separator.
+    ItableSeps { seps: Vec<(u64, u64, u64)> },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
     /// Set the shared-extent table's count of blocks `start..+count` to

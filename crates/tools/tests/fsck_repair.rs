@@ -244,6 +244,30 @@ fn the_first_and_the_last_inode_table_leaf_are_replaced_too() {
 }
 
 #[test]
+fn a_damaged_separator_of_the_inode_table_is_set_from_its_leaf() {
+    let dev = volume_with(150);
+    let mut buf = vec![0u8; 4096];
+    let root = metadata_blocks(dev.clone())
+        .unwrap()
+        .into_iter()
+        .find(|&b| {
+            dev.read(b, &mut buf).unwrap();
+            &buf[..4] == b"T3BR" && buf[16..24] == 0u64.to_le_bytes() && buf[24] == 1
+        })
+        .expect("the inode table has a branch");
+    // The second child's separator, one above: its first key routes to
+    // the first leaf.
+    damage(&dev, root, |b| {
+        let sep = u64::from_le_bytes(b[48..56].try_into().unwrap());
+        b[48..56].copy_from_slice(&(sep + 1).to_le_bytes());
+    });
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), 150);
+    fs.close().unwrap();
+}
+
+#[test]
 fn a_damaged_newer_superblock_copy_is_patched_from_the_older() {
     let dev = volume();
     let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];

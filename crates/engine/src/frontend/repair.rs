@@ -177,6 +177,16 @@ impl Volume {
         self.note_itable_end()
     }
 
+    /// Move the inode-table leaf at `addr` from separator `sep` to `to`
+    /// (its first key): a damaged branch entry routed keys past it.
+    pub fn repair_itable_sep(&mut self, addr: u64, sep: u64, to: u64) -> Result<()> {
+        self.repair_begin()?;
+        let dev = self.be.dev.clone();
+        let t = self.be.itable.get_mut();
+        t.unmap_leaf(dev.as_ref(), sep)?;
+        t.map_leaf(dev.as_ref(), to, addr)
+    }
+
     /// Set directory `ino`'s parent attribute to `parent` (the directory
     /// whose entry names it).
     pub fn repair_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {

@@ -1,5 +1,7 @@
 //! `fsck --repair`: applies the repairs a read-only pass found safe, through
-//! the engine — mount read-write (replaying the log), call the
+//! the engine — mount read-write for a repair (replaying the log;
+//! `OpenOptions::repair` passes over inode records that do not decode, for
+//! the repair to replace), call the
 //! `Volume::repair_*` hooks (`crates/engine/src/frontend/repair.rs`), unify
 //! so every change and a fresh superblock land together, and close. Nothing is written if
 //! the volume does not mount.
@@ -24,7 +26,7 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
     // Damaged directories are rebuilt first, then records and entries
     // go (nothing after may load them), then unnamed inodes are named.
     let order = |f: &Fix| match f {
-        Fix::ItableLeaf { .. } => 0,
+        Fix::ItableLeaf { .. } | Fix::ItableSeps { .. } => 0,
         Fix::RebuildDir { .. } => 1,
         Fix::DropRecord { .. } | Fix::DropEntry { .. } => 2,
         Fix::Reattach { .. } => 3,
@@ -36,6 +38,11 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
         match *fix {
             Fix::DropRecord { ino } => v.repair_drop_record(ino)?,
             Fix::ItableLeaf { sep, ref records } => v.repair_itable_leaf(sep, records)?,
+            Fix::ItableSeps { ref seps } => {
+                for &(addr, sep, first) in seps {
+                    v.repair_itable_sep(addr, sep, first)?;
+                }
+            }
             Fix::RebuildDir { dir, ref entries } => v.repair_rebuild_dir(dir, entries)?,
             // A rebuilt directory may have left the entry out already.
             Fix::DropEntry { dir, ref name } => match v.repair_drop_entry(dir, name) {

@@ -123,8 +123,24 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             },
             &mut |line| shape.push(line),
         );
-        for line in bad.into_iter().chain(shape) {
+        for line in bad {
             fr.problem("inode table", line);
+        }
+        // A leaf whose separator is out of step with its keys (a damaged
+        // branch entry) gets its first key as separator.
+        let resep: Vec<(u64, u64, u64)> = w.misplaced.iter().copied().filter(|m| m.0 != 0).collect();
+        if resep.is_empty() {
+            for line in shape {
+                fr.problem("inode table", line);
+            }
+        } else {
+            let fix = Fix::ItableSeps { seps: resep };
+            fr.fixable_all(
+                "inode table",
+                fix,
+                shape,
+                "repair sets the leaf's separator to its first key",
+            );
         }
         itable_damaged = !undecodable.is_empty();
         for (ino, line) in undecodable {

@@ -34,6 +34,10 @@ pub(crate) struct Walked {
     pub errors: Vec<Error>,
     /// (address, separator, level) of each node read that did not decode.
     pub undecoded: Vec<(u64, u64, u8)>,
+    /// (address, separator, first key) of each leaf whose separator is out
+    /// of step with its keys (above its first, or not above the previous
+    /// leaf's last) where its first key would be in step.
+    pub misplaced: Vec<(u64, u64, u64)>,
 }
 
 impl Walked {
@@ -233,6 +237,13 @@ impl Walker<'_> {
                         "{at}: {what} leaf: the previous leaf holds key {k}, at or above this \
                          leaf's separator {sep}"
                     ));
+                }
+            }
+            let first = entries.first().map(|e| e.0);
+            let wrong = first.is_some_and(|k| k < sep) || self.last_key.is_some_and(|k| k >= sep);
+            if let (true, Some(k)) = (wrong, first) {
+                if self.last_key.is_none_or(|l| k > l) && self.last_sep.is_none_or(|s| k > s) {
+                    self.out.misplaced.push((addr, sep, k));
                 }
             }
         }
