@@ -100,6 +100,10 @@ pub enum Error {
     /// What was asked for is not there (a snapshot by name); ENOENT.
     #[error("{0}")]
     NotFound(String),
+    /// The operation is refused while something named holds what it needs
+    /// (a shrink: the snapshots holding blocks past the new end); EBUSY.
+    #[error("{0}")]
+    Busy(String),
     /// The device failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -141,6 +145,7 @@ impl Error {
         match self {
             Error::Posix(e) => *e,
             Error::NotFound(_) => Errno::ENOENT,
+            Error::Busy(_) => Errno::EBUSY,
             Error::Corrupt { .. } | Error::BadImage(_) | Error::Io(_) | Error::BadData(_) => Errno::EIO,
         }
     }

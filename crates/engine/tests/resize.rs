@@ -1,12 +1,14 @@
 //! Scenario: `Fs::resize`. Growing makes the new blocks usable at once
-//! and keeps everything; shrinking cuts a free tail, moving the log and
-//! the bitmap out of it, and refuses — changing nothing — when file data
-//! lies past the new end. After each, a reopen (replay) reads the same
-//! contents and fsck is clean.
+//! and keeps everything; shrinking moves everything past the new end below
+//! it — file data, preallocated extents, symlinks, xattr files, clones,
+//! the tree nodes of files, directories and the inode table, the log and
+//! the bitmap — and cuts the tail; a snapshot holding blocks there refuses
+//! it, naming the snapshot, before anything moves. After each, a reopen
+//! (replay) reads the same contents and fsck is clean.
 
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
-use tux3::{Errno, FormatOptions, Fs, OpenOptions, ROOT_INO};
+use tux3::{Errno, FormatOptions, Fs, Ino, OpenOptions, XattrMode, ROOT_INO};
 
 const BS: u32 = 1024;
 
@@ -86,10 +88,10 @@ fn growing_adds_free_blocks_and_keeps_everything() {
 }
 
 #[test]
-fn shrinking_cuts_a_free_tail_and_refuses_to_cut_data() {
+fn shrinking_moves_data_past_the_new_end() {
     let dev = fresh(40_000);
     let fs = open(&dev);
-    // Files written first lie lowest: they stay through the shrink.
+    // Files written first lie lowest.
     for i in 0..10 {
         let ino = fs
             .create(ROOT_INO, format!("k{i}").as_bytes(), 0o644, 0, 0)
@@ -109,38 +111,216 @@ fn shrinking_cuts_a_free_tail_and_refuses_to_cut_data() {
     fs.sync().unwrap();
     // More is in use than fits: refused before anything changes.
     assert_eq!(fs.resize(20_000).unwrap_err().errno(), Errno::ENOSPC);
+    assert_eq!(dev.block_count(), 40_000);
+    // The first half goes: what is left of the a-files lies in the upper
+    // half of the volume, past the new end.
     for i in 0..n / 2 {
-        fs.unlink(ROOT_INO, format!("a{i}").as_bytes()).unwrap();
-    }
-    fs.sync().unwrap();
-    // It would fit, but data lies past the new end: refused, and
-    // the tail stays usable.
-    assert_eq!(fs.resize(20_000).unwrap_err().errno(), Errno::EBUSY);
-    assert_eq!(fs.statfs().unwrap().blocks, 40_000);
-    fs.unlink(ROOT_INO, format!("a{}", n - 1).as_bytes()).unwrap();
-    fs.sync().unwrap();
-    let more = fill(&fs, "c", 256);
-    assert!(
-        more >= 10,
-        "the refused shrink left the tail usable: {more} files"
-    );
-    for i in 0..more {
-        fs.unlink(ROOT_INO, format!("c{i}").as_bytes()).unwrap();
-    }
-    for i in n / 2..n - 1 {
         fs.unlink(ROOT_INO, format!("a{i}").as_bytes()).unwrap();
     }
     fs.sync().unwrap();
     let r = fs.resize(20_000).unwrap();
     assert_eq!((r.old_blocks, r.new_blocks), (40_000, 20_000));
+    assert!(
+        r.moved_blocks > 10_000,
+        "{} blocks moved: the a-files lay past the end",
+        r.moved_blocks
+    );
     assert_eq!(dev.block_count(), 20_000);
     assert_eq!(fs.statfs().unwrap().blocks, 20_000);
     check_files(&fs, "k", 10, 256);
-    let more = fill(&fs, "d", 256);
+    check_range(&fs, "a", n / 2..n, 256);
     fs.close().unwrap();
     fsck_clean(&dev);
     let fs = open(&dev);
     check_files(&fs, "k", 10, 256);
-    check_files(&fs, "d", more, 256);
+    check_range(&fs, "a", n / 2..n, 256);
+    // The volume works at its new size.
+    let more = fill(&fs, "d", 64);
+    assert!(more > 0);
     fs.close().unwrap();
+    fsck_clean(&dev);
+}
+
+fn check_range(fs: &Fs, prefix: &str, r: std::ops::Range<usize>, kib: usize) {
+    for i in r {
+        let ino = fs
+            .lookup(ROOT_INO, format!("{prefix}{i}").as_bytes())
+            .unwrap()
+            .ino;
+        assert_eq!(
+            fs.read(ino, 0, kib * 1024).unwrap(),
+            content(i, kib),
+            "{prefix}{i}"
+        );
+    }
+}
+
+/// Everything the shrink test puts past the new end, and reads back.
+struct Laid {
+    dir: Ino,
+    names: usize,
+    frag: Ino,
+    frag_model: Vec<u8>,
+    clone_src: Ino,
+    clone_dst: Ino,
+    prealloc: Ino,
+    link: Ino,
+    xattr: Ino,
+}
+
+fn big_value(seed: u8) -> Vec<u8> {
+    (0..6000).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+}
+
+/// A directory of many names (its tree and the inode table grow branches),
+/// a file in many extents (its extent tree too), a clone, a preallocated
+/// range, a long symlink and an xattr file: all written after `filler`,
+/// so past the new end once it goes.
+fn lay(fs: &Fs) -> Laid {
+    let dir = fs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).unwrap().ino;
+    let names = 1500;
+    for i in 0..names {
+        let ino = fs
+            .create(
+                dir,
+                format!("entry-with-a-longish-name-{i:05}").as_bytes(),
+                0o644,
+                0,
+                0,
+            )
+            .unwrap()
+            .ino;
+        fs.write(ino, 0, format!("small {i}").as_bytes()).unwrap();
+    }
+    // Two files written a block at a time in turn, with commits between:
+    // each lies in many one-block extents.
+    let frag = fs.create(ROOT_INO, b"frag", 0o644, 0, 0).unwrap().ino;
+    let other = fs.create(ROOT_INO, b"other", 0o644, 0, 0).unwrap().ino;
+    let mut frag_model = Vec::new();
+    for b in 0..600u64 {
+        let block: Vec<u8> = (0..1024).map(|k| (b as usize * 31 + k) as u8).collect();
+        fs.write(frag, b * 1024, &block).unwrap();
+        fs.write(other, b * 1024, &block).unwrap();
+        frag_model.extend_from_slice(&block);
+        if b % 4 == 3 {
+            fs.sync().unwrap();
+        }
+    }
+    let clone_src = fs.create(ROOT_INO, b"clone-src", 0o644, 0, 0).unwrap().ino;
+    fs.write(clone_src, 0, &content(7, 64)).unwrap();
+    fs.sync().unwrap();
+    let clone_dst = fs.create(ROOT_INO, b"clone-dst", 0o644, 0, 0).unwrap().ino;
+    fs.clone_range(clone_src, 0, clone_dst, 0, 64 * 1024).unwrap();
+    let prealloc = fs.create(ROOT_INO, b"prealloc", 0o644, 0, 0).unwrap().ino;
+    fs.write(prealloc, 0, &content(3, 8)).unwrap();
+    fs.fallocate(prealloc, libc::FALLOC_FL_KEEP_SIZE, 8 * 1024, 200 * 1024)
+        .unwrap();
+    let target = vec![b't'; 3000];
+    let link = fs.symlink(ROOT_INO, b"link", &target, 0, 0).unwrap().ino;
+    let xattr = fs.create(ROOT_INO, b"xattr", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(xattr, b"user.big", &big_value(1), XattrMode::Create)
+        .unwrap();
+    fs.setxattr(xattr, b"user.big2", &big_value(2), XattrMode::Create)
+        .unwrap();
+    fs.sync().unwrap();
+    Laid {
+        dir,
+        names,
+        frag,
+        frag_model,
+        clone_src,
+        clone_dst,
+        prealloc,
+        link,
+        xattr,
+    }
+}
+
+fn check_laid(fs: &Fs, l: &Laid) {
+    for i in (0..l.names).step_by(7) {
+        let ino = fs
+            .lookup(l.dir, format!("entry-with-a-longish-name-{i:05}").as_bytes())
+            .unwrap()
+            .ino;
+        assert_eq!(fs.read(ino, 0, 100).unwrap(), format!("small {i}").as_bytes());
+    }
+    let mut seen = 0;
+    let mut pos = 0;
+    loop {
+        let batch = fs.readdir(l.dir, pos, 256).unwrap();
+        let Some(last) = batch.last() else { break };
+        pos = last.next;
+        seen += batch.iter().filter(|e| e.name.starts_with(b"entry-")).count();
+    }
+    assert_eq!(seen, l.names, "every name in the directory");
+    assert_eq!(fs.read(l.frag, 0, 600 * 1024).unwrap(), l.frag_model);
+    assert_eq!(fs.read(l.clone_src, 0, 64 * 1024).unwrap(), content(7, 64));
+    assert_eq!(fs.read(l.clone_dst, 0, 64 * 1024).unwrap(), content(7, 64));
+    assert_eq!(fs.read(l.prealloc, 0, 8 * 1024).unwrap(), content(3, 8));
+    let a = fs.getattr(l.prealloc).unwrap();
+    assert_eq!(a.size, 8 * 1024, "KEEP_SIZE preallocation kept its size");
+    assert!(
+        a.blocks * 512 >= 208 * 1024,
+        "the preallocation stays: {} sectors",
+        a.blocks
+    );
+    assert_eq!(fs.readlink(l.link).unwrap(), vec![b't'; 3000]);
+    assert_eq!(fs.getxattr(l.xattr, b"user.big").unwrap(), big_value(1));
+    assert_eq!(fs.getxattr(l.xattr, b"user.big2").unwrap(), big_value(2));
+}
+
+#[test]
+fn shrinking_moves_tree_nodes_preallocation_clones_symlinks_and_xattrs() {
+    let dev = fresh(40_000);
+    let fs = open(&dev);
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).unwrap().ino;
+    fs.write(filler, 0, &content(1, 22 * 1024)).unwrap();
+    fs.sync().unwrap();
+    let laid = lay(&fs);
+    fs.unlink(ROOT_INO, b"filler").unwrap();
+    fs.sync().unwrap();
+    let r = fs.resize(20_000).unwrap();
+    assert!(r.moved_blocks > 2000, "{} blocks moved", r.moved_blocks);
+    assert_eq!(dev.block_count(), 20_000);
+    check_laid(&fs, &laid);
+    fs.close().unwrap();
+    fsck_clean(&dev);
+    let fs = open(&dev);
+    check_laid(&fs, &laid);
+    // Shrink again, to just above what is in use.
+    let st = fs.statfs().unwrap();
+    let used = st.blocks - st.blocks_free;
+    fs.resize(used + 3000).unwrap();
+    check_laid(&fs, &laid);
+    fs.close().unwrap();
+    fsck_clean(&dev);
+}
+
+#[test]
+fn a_snapshot_holding_blocks_past_the_end_refuses_the_shrink_by_name() {
+    let dev = fresh(40_000);
+    let fs = open(&dev);
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).unwrap().ino;
+    fs.write(filler, 0, &content(1, 22 * 1024)).unwrap();
+    let late = fs.create(ROOT_INO, b"late", 0o644, 0, 0).unwrap().ino;
+    fs.write(late, 0, &content(2, 1024)).unwrap();
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"filler").unwrap();
+    fs.sync().unwrap();
+    // It holds `late`, past the new end.
+    fs.snapshot_create(b"before-shrink").unwrap();
+    let e = fs.resize(20_000).unwrap_err();
+    assert_eq!(e.errno(), Errno::EBUSY);
+    assert!(e.to_string().contains("before-shrink"), "{e}");
+    assert_eq!(dev.block_count(), 40_000);
+    // Refused before anything moved: the shrink is as if never asked.
+    fs.close().unwrap();
+    fsck_clean(&dev);
+    let fs = open(&dev);
+    fs.snapshot_delete(b"before-shrink").unwrap();
+    fs.resize(20_000).unwrap();
+    let late = fs.lookup(ROOT_INO, b"late").unwrap().ino;
+    assert_eq!(fs.read(late, 0, 1024 * 1024).unwrap(), content(2, 1024));
+    fs.close().unwrap();
+    fsck_clean(&dev);
 }

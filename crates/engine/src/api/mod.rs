@@ -24,6 +24,7 @@ mod image;
 mod inode_flags;
 mod integrity;
 mod receive;
+mod relocate;
 mod resize;
 mod snapshot;
 mod trim;

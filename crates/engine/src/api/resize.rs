@@ -9,8 +9,9 @@
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 
-/// Unifies a shrink runs at most waiting for the log and the bitmap to
-/// leave the tail (each moves what the one before freed).
+/// Unifies a shrink runs at most, after the relocation, waiting for the
+/// log, the bitmap and the branches marked to leave the tail (each moves
+/// what the one before freed).
 const SHRINK_UNIFIES: usize = 4;
 
 /// What a resize did.
@@ -18,21 +19,26 @@ const SHRINK_UNIFIES: usize = 4;
 pub struct Resized {
     pub old_blocks: u64,
     pub new_blocks: u64,
+    /// Shrinking: blocks of data moved below the new end and tree nodes
+    /// marked to move there.
+    pub moved_blocks: u64,
 }
 
 impl Fs {
     /// Make the volume `blocks` long. Growing takes the same time at any
     /// size (the new bitmap blocks are holes). Shrinking needs what is in
-    /// use to fit (else ENOSPC) and the blocks past the new end free:
-    /// blocks the log and the bitmap hold there move below it, anything
-    /// else in use there (file data, tree nodes: relocating them is not
-    /// done) fails the shrink with EBUSY. A failed shrink leaves the volume
-    /// as it was; the log says how many blocks were in the way.
+    /// use to fit (else ENOSPC) and moves everything past the new end
+    /// below it — file data, preallocated extents, tree nodes, the log and
+    /// the bitmap — in batches with commits between (api/relocate.rs);
+    /// blocks a snapshot holds there fail it with EBUSY before anything
+    /// moves, the log naming the snapshots. A failed shrink leaves the
+    /// volume its size and its contents (what moved stays moved).
     pub fn resize(&self, blocks: u64) -> Result<Resized> {
         let old = self.shared.vol().size_blocks();
-        let done = Resized {
+        let mut done = Resized {
             old_blocks: old,
             new_blocks: blocks,
+            moved_blocks: 0,
         };
         if blocks > old {
             self.shared.vol().grow_begin(blocks)?;
@@ -46,7 +52,7 @@ impl Fs {
             if r.is_err() {
                 self.shared.vol().shrink_abandon();
             }
-            r?;
+            done.moved_blocks = r?;
         }
         Ok(done)
     }
@@ -56,7 +62,12 @@ impl Fs {
         Ok(self.device().capacity()?)
     }
 
-    fn shrink(&self, blocks: u64) -> Result<()> {
+    /// Returns the blocks the relocation moved or marked.
+    fn shrink(&self, blocks: u64) -> Result<u64> {
+        // Every inode in the inode table (a file made in the open delta
+        // may hold preallocated blocks past the end).
+        self.shared.commit(false)?;
+        let moved = self.checked(self.relocate(blocks))?;
         for _ in 0..SHRINK_UNIFIES {
             self.shared.commit(true)?;
             if self.shared.vol().shrink_taken(blocks) == 0 {
@@ -68,8 +79,8 @@ impl Fs {
             let taken = v.shrink_taken(blocks);
             if taken != 0 {
                 tracing::warn!(
-                    "resize: {taken} blocks past the new end ({blocks} blocks) are in use: \
-                     moving file data and tree nodes there is not supported"
+                    "resize: {taken} blocks past the new end ({blocks} blocks) are still in use \
+                     after moving what lay there (a snapshot taken meanwhile?)"
                 );
                 return Err(Error::Posix(Errno::EBUSY));
             }
@@ -78,6 +89,7 @@ impl Fs {
         // Both superblock copies name the new size before the tail goes.
         self.shared.commit(true)?;
         self.shared.commit(true)?;
-        self.shared.vol().shrink_end(blocks)
+        self.shared.vol().shrink_end(blocks)?;
+        Ok(moved)
     }
 }

@@ -195,10 +195,9 @@ impl Volume {
     /// chunk with `Error::BadData`, the blocks before it staying dirty
     /// with their unchanged contents.
     pub fn defrag_chunk(&mut self, ino: Ino, from: u64, to: u64, unshare: bool) -> Result<u64> {
-        let (bs, dev, held) = (self.bs(), self.be.dev.clone(), self.be.alloc.held_upto);
+        let (dev, held) = (self.be.dev.clone(), self.be.alloc.held_upto);
         check_file(self.inode(ino)?)?;
         self.begin_change(to.saturating_sub(from) + 2)?;
-        let delta = self.be.delta;
         let clipped = extent_range::clipped(&mut self.inode(ino)?.tree, dev.as_ref(), from, to)?;
         let holders = Holders {
             held_upto: held,
@@ -208,11 +207,21 @@ impl Volume {
             .into_iter()
             .filter(|e| !e.unwritten && (unshare || !holders.share(e)))
             .collect();
+        self.redirty(ino, &targets)
+    }
+
+    /// Make the blocks of `targets` (written extents of `ino`, clipped to
+    /// what is to move) dirty with the contents they hold: a dirty page is
+    /// left as it is, a cached one copied, the rest read from the device
+    /// and verified. Returns how many it made dirty; the caller has
+    /// reserved their space.
+    pub(super) fn redirty(&mut self, ino: Ino, targets: &[Extent]) -> Result<u64> {
+        let (bs, dev, delta) = (self.bs(), self.be.dev.clone(), self.be.delta);
         let i = self.inode(ino)?;
         let clean_before = i.pages.clean_len();
         let mut dirtied = 0;
         let mut buf = Vec::new();
-        for e in &targets {
+        for e in targets {
             let mut b = e.lblock;
             while b < e.end() {
                 if i.pages.is_dirty(b) {

@@ -119,7 +119,7 @@ impl Volume {
     /// the metadata their extents need and `later` blocks the commit
     /// allocates: ENOSPC, with nothing changed, if the volume cannot hold
     /// them (after a commit has released what it can).
-    fn reserve_blocks(&mut self, now: u64, pieces: usize, later: u64) -> Result<()> {
+    pub(super) fn reserve_blocks(&mut self, now: u64, pieces: usize, later: u64) -> Result<()> {
         self.begin_change(now + map_cost(pieces) + later)?;
         // The blocks allocated now leave the free count: their reservation
         // would count them twice.
@@ -129,7 +129,7 @@ impl Volume {
 
     /// Map each hole of `holes` to newly allocated blocks, as unwritten
     /// extents born now; the space is reserved already.
-    fn fill_holes(&mut self, ino: Ino, holes: &[(u64, u64)]) -> Result<()> {
+    pub(super) fn fill_holes(&mut self, ino: Ino, holes: &[(u64, u64)]) -> Result<()> {
         let dev = self.be.dev.clone();
         let birth = self.be.alloc.generation;
         let cursor = self.be.data_cursor;
@@ -288,7 +288,7 @@ impl Volume {
 
     /// Give back `freed`, unmapped from `ino`: its block count drops, and
     /// each range is freed with its birth.
-    fn give_back(&mut self, ino: Ino, freed: &[Freed]) -> Result<()> {
+    pub(super) fn give_back(&mut self, ino: Ino, freed: &[Freed]) -> Result<()> {
         let n: u64 = freed.iter().map(|f| f.1).sum();
         let i = self.inode(ino)?;
         i.attrs.blocks = i.attrs.blocks.saturating_sub(n);

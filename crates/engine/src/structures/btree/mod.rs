@@ -12,6 +12,7 @@ mod cached;
 mod check;
 pub mod node;
 mod redirect;
+mod relocate;
 mod replay;
 mod search;
 mod shed;

@@ -194,7 +194,7 @@ impl Tree {
         (bs.saturating_sub(NODE_HEADER) / 2).saturating_sub(LEAF_ENTRY_OVERHEAD)
     }
 
-    fn ctx<'a>(&self, dev: &'a dyn Device) -> Ctx<'a> {
+    pub(super) fn ctx<'a>(&self, dev: &'a dyn Device) -> Ctx<'a> {
         Ctx {
             dev,
             owner: self.id,

@@ -1,0 +1,116 @@
+//! API layer: a shrink's relocation (`Fs::resize`, api/resize.rs) —
+//! everything in use past the new end moved below it, in bounded batches
+//! with a delta commit between them, so other operations and their fsyncs
+//! wait at most one chunk (a few hundred blocks made dirty under the
+//! delta guard) and their commits at most one batch.
+//!
+//! The inode table is walked in number order: each inode's tree nodes past
+//! the end are marked dirty and its data there made dirty again
+//! (`frontend/relocate.rs`); then the volume's own trees. When a snapshot
+//! may hold blocks past the end, a survey (the same walk, changing
+//! nothing) comes first, and the shrink is refused with EBUSY naming the
+//! snapshots before anything moves.
+//!
+//! Calls the frontend (`Volume::relocate_*`, `snapshots_past`) and the
+//! commit pipeline.
+
+use super::Fs;
+use crate::error::{Error, Result};
+
+/// Blocks made dirty under one hold of the delta guard.
+const CHUNK_BLOCKS: u64 = 256;
+/// Bytes of data moved per delta commit, at most (and a quarter of the
+/// dirty limit).
+const BATCH_BYTES: u64 = 16 << 20;
+/// Tree nodes marked dirty per delta commit, about.
+const BATCH_NODES: u64 = 4096;
+/// Inodes listed from the inode table at a time.
+const LIST_INODES: usize = 256;
+
+/// What a walk over the volume found past the end.
+#[derive(Default)]
+struct Walked {
+    /// Data and preallocated blocks moved, tree nodes marked.
+    blocks: u64,
+    /// The oldest birth a snapshot holds there.
+    held: Option<u32>,
+}
+
+impl Walked {
+    fn hold(&mut self, birth: Option<u32>) {
+        if let Some(b) = birth {
+            self.held = Some(self.held.map_or(b, |h| h.min(b)));
+        }
+    }
+}
+
+impl Fs {
+    /// Move everything in use at or past block `limit` (the allocator's
+    /// limit already) below it: EBUSY naming the snapshots that hold
+    /// blocks there, changing nothing; ENOSPC if the room runs out (what
+    /// moved stays moved, below the end, and the volume keeps its size).
+    /// Returns the blocks moved or marked.
+    pub(super) fn relocate(&self, limit: u64) -> Result<u64> {
+        if self.vol().snapshots_may_hold(limit) {
+            let survey = self.walk(limit, true)?;
+            let names = self.vol().snapshots_past(limit, survey.held);
+            if !names.is_empty() {
+                let what = format!(
+                    "snapshots hold blocks past the new end ({limit} blocks): {}; \
+                     delete them to shrink this far",
+                    names.join(", ")
+                );
+                tracing::warn!("resize: {what}");
+                return Err(Error::Busy(what));
+            }
+        }
+        Ok(self.walk(limit, false)?.blocks)
+    }
+
+    /// One pass over every inode and the volume's trees; with `survey`
+    /// nothing changes.
+    fn walk(&self, limit: u64, survey: bool) -> Result<Walked> {
+        let bs = u64::from(self.statfs()?.block_size);
+        let batch = (BATCH_BYTES.min(self.vol().dirty_limit() / 4) / bs).max(CHUNK_BLOCKS);
+        let mut w = Walked::default();
+        let (mut from, mut in_batch) = (0, 0u64);
+        loop {
+            let inos = self.vol().inodes_from(from, LIST_INODES)?;
+            let Some(&last) = inos.last() else { break };
+            from = last + 1;
+            for ino in inos {
+                let past = self.retrying_enospc(|v| v.relocate_inode(ino, limit, survey))?;
+                w.hold(past.held);
+                if survey {
+                    continue;
+                }
+                let marked = past.nodes + past.unwritten;
+                (w.blocks, in_batch) = (w.blocks + marked, in_batch + marked * batch / BATCH_NODES);
+                for (start, count) in past.data {
+                    let mut at = start;
+                    while at < start + count {
+                        let to = (at + CHUNK_BLOCKS).min(start + count);
+                        w.blocks += self.retrying_enospc(|v| v.relocate_chunk(ino, at, to, limit))?;
+                        in_batch += to - at;
+                        at = to;
+                        if in_batch >= batch {
+                            self.shared.commit(false)?;
+                            in_batch = 0;
+                        }
+                    }
+                }
+                if in_batch >= batch {
+                    self.shared.commit(false)?;
+                    in_batch = 0;
+                }
+            }
+        }
+        let (nodes, held) = self.vol().relocate_tables(limit, survey)?;
+        w.hold(held);
+        w.blocks += nodes;
+        if !survey {
+            self.shared.commit(false)?;
+        }
+        Ok(w)
+    }
+}
