@@ -2,9 +2,10 @@
 //! its mount (the server resizes it, [`tux3_fuse::IOC_RESIZE`]) or an
 //! unmounted image file or block device (`Fs::resize`). An image file is
 //! extended or cut to the new size; a block device must be as large
-//! already. Growing takes the same time at any size; shrinking needs the
-//! blocks past the new end free (the log and the bitmap move out of the
-//! way; file data there fails the shrink, changing nothing).
+//! already. Growing takes the same time at any size; shrinking moves
+//! everything past the new end below it (file data, tree nodes, the log,
+//! the bitmap), unless a snapshot holds blocks there: then it fails
+//! naming the snapshots, changing nothing.
 //!
 //! Exit codes: 0 resized (or already that size), 8 operational error,
 //! 16 usage error. Silent on success unless `-v`.
@@ -29,9 +30,13 @@ with an optional K, M, G or T suffix, or +SIZE or -SIZE for a change, or \"max\"
 device (or the image file, if something else made it larger).\n\nOn a path of a tux3 mount the \
 server resizes the volume while it is in use; on an unmounted image file the file is extended or \
 cut to the new size, and a block device must be as large already.\n\nGrowing takes the same time \
-at any size: the new space is free at once. Shrinking moves the log and the free-space bitmap out \
-of the blocks past the new end; if file data or tree nodes lie there the shrink fails and the \
-volume stays as it was (free them first). A crash at any point leaves the old size or the new one.\
+at any size: the new space is free at once. Shrinking moves everything in use past the new end \
+below it — file data, preallocated ranges, tree nodes, the log and the free-space bitmap — in \
+batches while the volume stays in use; extents shared between clones are copied (each file gets \
+its own), so they need that room. What a snapshot holds cannot move: if a snapshot holds blocks \
+past the new end the shrink fails naming it (on a mount the server's log names it) and nothing \
+moves; delete it first. What is in use must fit in the new size. A crash at any point leaves the \
+old size or the new one, with everything intact.\
 \n\nExit codes: 0 resized, 8 operational error, 16 usage error.";
 
 /// Arguments of `tux3 resize`.
@@ -113,7 +118,10 @@ fn on_image(target: &Path, size: NewSize) -> Result<(u64, u64, u64), CliError> {
 }
 
 fn resize_image(target: &Path, fs: &Fs, size: NewSize) -> Result<(u64, u64, u64), CliError> {
-    let op = |e: tux3::Error| failed(target, e.errno().0);
+    let op = |e: tux3::Error| match e {
+        tux3::Error::Busy(what) => CliError::at(target.display(), what).with_exit(EXIT_OPERATIONAL),
+        e => failed(target, e.errno().0),
+    };
     let st = fs.statfs().map_err(op)?;
     let bs = u64::from(st.block_size);
     let bytes = size.bytes(st.blocks * bs).map_err(|e| usage(target, e))?;
@@ -154,8 +162,8 @@ fn on_mount(target: &Path, f: &File, size: NewSize) -> Result<(u64, u64, u64), C
 fn failed(target: &Path, errno: i32) -> CliError {
     let what = match errno {
         libc::ENOSPC => "what is in use does not fit in the new size".to_string(),
-        libc::EBUSY => "file data or tree nodes lie past the new end; moving them is not supported, \
-                        free them first"
+        libc::EBUSY => "snapshots hold blocks past the new end (the server's log names them); \
+                        delete them first"
             .to_string(),
         libc::ENOTTY => "the server does not know resize (an older tux3?)".to_string(),
         e => io::Error::from_raw_os_error(e).to_string(),

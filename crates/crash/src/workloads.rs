@@ -2,8 +2,10 @@
 //! runs through the `Fs` API under a [`Recorder`]; the volume options are
 //! chosen per workload (`dirty_limit` small to force deltas mid-workload,
 //! `unify_log_blocks` small to force unifies; online discard on in all but
-//! `fallocate`, whose preallocated blocks are referenced without being
-//! written, which the discard check cannot tell from a lost block). Data
+//! `fallocate` and `resize`, whose preallocated blocks are referenced
+//! without being written — `resize` moves a preallocated range onto
+//! blocks freed and discarded before — which the discard check cannot
+//! tell from a lost block). Data
 //! written is a pattern of the seed and the call, so every version of a
 //! file differs.
 
@@ -65,7 +67,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         dirty_limit,
         unify_log_blocks: unify,
         commit_interval: None,
-        discard: name != "fallocate",
+        discard: !matches!(name, "fallocate" | "resize"),
         ..OpenOptions::default()
     };
     let rec = match name {

@@ -51,6 +51,8 @@ impl Fs {
     /// moved stays moved, below the end, and the volume keeps its size).
     /// Returns the blocks moved or marked.
     pub(super) fn relocate(&self, limit: u64) -> Result<u64> {
+        // What deleted snapshots alone held goes first.
+        self.snapshot_reclaim(&mut |_| ())?;
         if self.vol().snapshots_may_hold(limit) {
             let survey = self.walk(limit, true)?;
             let names = self.vol().snapshots_past(limit, survey.held);
