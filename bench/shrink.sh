@@ -12,7 +12,7 @@
 #   4. `tux3 resize MNT SIZE/2` with the same fsync loop running beside it
 #      until the resize returns: the resize's time, the loop device's
 #      read and written sectors during it (/sys/block/loopN/stat), the
-#      fsync p50 and p99 during it;
+#      fsync p50 and p99 during it, and the server's CPU seconds;
 #   5. unmount, `tux3 fsck` of the loop device.
 # Prints one line per round and the medians: MiB moved per second (the
 # device's written MiB over the resize's time) against dd's MiB/s, and
@@ -65,8 +65,10 @@ open(out, "w").write("\n".join("%.0f" % x for x in lat) + "\n")
 PY
 pct() { sort -n "$1" | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}'; }
 sectors() { awk '{print $3, $7}' "/sys/block/$(basename "$LOOP")/stat"; }
+# The server's user + system CPU seconds (/proc/PID/stat, fields 14 and 15).
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 
-echo "round  fill_s  dd_MiB/s  shrink_s  read_MiB  written_MiB  moved_MiB/s  idle_p50/p99_us  shrink_p50/p99_us  n_fsyncs  load"
+echo "round  fill_s  dd_MiB/s  shrink_s  read_MiB  written_MiB  moved_MiB/s  idle_p50/p99_us  shrink_p50/p99_us  n_fsyncs  server_cpu_s  load"
 for r in $(seq 1 "$ROUNDS"); do
     rm -f "$DIR/img" "$DIR/stop"
     truncate -s "$SIZE" "$DIR/img" || exit 1
@@ -86,24 +88,34 @@ for r in $(seq 1 "$ROUNDS"); do
     dd_mib=$(echo "$ddr" | awk '{v=$1; if ($2 ~ /^GB/) v*=1000; if ($2 ~ /^kB/) v/=1000; printf "%.0f", v*1e6/1048576}')
     python3 "$DIR/fsyncs.py" "$MNT/fsync-busy" "$DIR/stop" "$DIR/busy" &
     loop_pid=$!
+    server=$(pgrep -f -- "mount $LOOP $MNT" | head -1)
+    cpu0=$(cpu "$server")
     before=$(sectors)
     t0=$(date +%s.%N)
     timeout 1200 "$TUX3" resize "$MNT" $((BYTES / 2)) || { echo "shrink: resize failed" >&2; exit 1; }
     secs=$(echo "$(date +%s.%N) - $t0" | bc)
     after=$(sectors)
+    cpu1=$(cpu "$server")
     touch "$DIR/stop"
     wait "$loop_pid"
     read_mib=$(echo "$before $after" | awk '{printf "%.0f", ($3-$1)*512/1048576}')
     wr_mib=$(echo "$before $after" | awk '{printf "%.0f", ($4-$2)*512/1048576}')
     rate=$(echo "$wr_mib $secs" | awk '{printf "%.0f", $1/$2}')
     load=$(cut -d' ' -f1-3 /proc/loadavg)
-    echo "$r  $fill  $dd_mib  $secs  $read_mib  $wr_mib  $rate  $(pct "$DIR/idle" 50)/$(pct "$DIR/idle" 99)  $(pct "$DIR/busy" 50)/$(pct "$DIR/busy" 99)  $(wc -l < "$DIR/busy")  $load" | tee -a "$DIR/rows"
+    echo "$r  $fill  $dd_mib  $secs  $read_mib  $wr_mib  $rate  $(pct "$DIR/idle" 50)/$(pct "$DIR/idle" 99)  $(pct "$DIR/busy" 50)/$(pct "$DIR/busy" 99)  $(wc -l < "$DIR/busy")  $(echo "$cpu0 $cpu1" | awk '{printf "%.1f", $2 - $1}')  $load" | tee -a "$DIR/rows"
     timeout 60 umount "$MNT" || exit 1
     "$TUX3" fsck "$LOOP" >/dev/null || { echo "shrink: fsck found problems" >&2; exit 1; }
     losetup -d "$LOOP"
     LOOP=
 done
-awk '{dd[NR]=$3; mv[NR]=$7; split($8,i,"/"); split($9,b,"/"); ip[NR]=i[2]; bp[NR]=b[2]}
-     function med(a, n,   s, k, t) { for (k = 1; k <= n; k++) s[k] = a[k]; asort(s); return s[int((n + 1) / 2)] }
-     END { n = NR; printf "medians of %d rounds: moved %d MiB/s vs dd %d MiB/s (%.0f%%); fsync p99 %d us during the shrink vs %d us idle (%.1fx)\n",
-           n, med(mv, n), med(dd, n), 100 * med(mv, n) / med(dd, n), med(bp, n), med(ip, n), med(bp, n) / med(ip, n) }' "$DIR/rows"
+python3 - "$DIR/rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+med = lambda k: statistics.median(float(r[k]) for r in rows)
+p99 = lambda k: statistics.median(float(r[k].split("/")[1]) for r in rows)
+dd, mv = med(2), med(6)
+idle, busy = p99(7), p99(8)
+print("medians of %d rounds: moved %.0f MiB/s vs dd %.0f MiB/s (%.0f%%); "
+      "fsync p99 %.0f us during the shrink vs %.0f us idle (%.2fx); server CPU %.1f s per shrink"
+      % (len(rows), mv, dd, 100 * mv / dd, busy, idle, busy / idle, med(10)))
+PY

@@ -1,8 +1,12 @@
 //! API layer: a shrink's relocation (`Fs::resize`, api/resize.rs) —
-//! everything in use past the new end moved below it, in bounded batches
-//! with a delta commit between them, so other operations and their fsyncs
-//! wait at most one chunk (a few hundred blocks made dirty under the
-//! delta guard) and their commits at most one batch.
+//! everything in use past the new end moved below it, in bounded steps:
+//! data a chunk of 256 blocks at a time under the delta guard, a commit
+//! started every 32 MiB (by the delta committer, while the next batch is
+//! read; the batch before must be written first), within the dirty limit
+//! as any write; tree nodes and preallocated blocks with a delta commit
+//! every 4,096. Other operations and their fsyncs wait at most one chunk
+//! for the guard, and the device has at most about one batch of the
+//! shrink's writes queued ahead of theirs.
 //!
 //! The inode table is walked in number order: each inode's tree nodes past
 //! the end are marked dirty and its data there made dirty again
@@ -15,13 +19,16 @@
 //! commit pipeline.
 
 use super::Fs;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
+use crate::frontend::Pressure;
+use crate::types::Ino;
 
 /// Blocks made dirty under one hold of the delta guard.
 const CHUNK_BLOCKS: u64 = 256;
-/// Bytes of data moved per delta commit, at most (and a quarter of the
-/// dirty limit).
-const BATCH_BYTES: u64 = 16 << 20;
+/// Bytes of data moved per delta commit (and at most a quarter of the
+/// dirty limit): one batch is written while the next is read, so the
+/// writes in flight stay within one batch.
+const BATCH_BYTES: u64 = 32 << 20;
 /// Tree nodes marked dirty per delta commit, about.
 const BATCH_NODES: u64 = 4096;
 /// Inodes listed from the inode table at a time.
@@ -75,7 +82,7 @@ impl Fs {
         let bs = u64::from(self.statfs()?.block_size);
         let batch = (BATCH_BYTES.min(self.vol().dirty_limit() / 4) / bs).max(CHUNK_BLOCKS);
         let mut w = Walked::default();
-        let (mut from, mut in_batch) = (0, 0u64);
+        let (mut from, mut in_batch, mut dirtied) = (0, 0u64, 0u64);
         loop {
             let inos = self.vol().inodes_from(from, LIST_INODES)?;
             let Some(&last) = inos.last() else { break };
@@ -87,21 +94,21 @@ impl Fs {
                     continue;
                 }
                 let marked = past.nodes + past.unwritten;
-                (w.blocks, in_batch) = (w.blocks + marked, in_batch + marked * batch / BATCH_NODES);
+                (w.blocks, in_batch) = (w.blocks + marked, in_batch + marked);
                 for (start, count) in past.data {
                     let mut at = start;
                     while at < start + count {
                         let to = (at + CHUNK_BLOCKS).min(start + count);
-                        w.blocks += self.retrying_enospc(|v| v.relocate_chunk(ino, at, to, limit))?;
-                        in_batch += to - at;
+                        let n = self.relocate_chunk(ino, at, to, limit, bs)?;
+                        (w.blocks, dirtied) = (w.blocks + n, dirtied + n);
                         at = to;
-                        if in_batch >= batch {
-                            self.shared.commit(false)?;
-                            in_batch = 0;
+                        if dirtied >= batch {
+                            self.next_batch()?;
+                            dirtied = 0;
                         }
                     }
                 }
-                if in_batch >= batch {
+                if in_batch >= BATCH_NODES {
                     self.shared.commit(false)?;
                     in_batch = 0;
                 }
@@ -114,5 +121,56 @@ impl Fs {
             self.shared.commit(false)?;
         }
         Ok(w)
+    }
+
+    /// A batch of data is dirty: once the batch before it is written, start
+    /// its commit (by the delta committer, or here on a volume without
+    /// one) and go on reading the next.
+    fn next_batch(&self) -> Result<()> {
+        if self.vol().commit_in_flight() {
+            self.shared.with_commit_lock(|| ());
+        }
+        if !self.commit_soon() {
+            self.shared.commit(false)?;
+        }
+        Ok(())
+    }
+
+    /// One chunk of data moved, as a write of it would be: within the
+    /// dirty limit (waiting for the commit in flight, or committing, when
+    /// it would pass it), and waking the delta committer once half the
+    /// limit is dirty, so the commit of one batch overlaps the reads of
+    /// the next. On ENOSPC while a commit is in flight, again after it.
+    fn relocate_chunk(&self, ino: Ino, at: u64, to: u64, limit: u64, bs: u64) -> Result<u64> {
+        loop {
+            let mut vol = self.vol();
+            match vol.write_pressure(ino, at * bs, ((to - at) * bs) as usize) {
+                Pressure::Clear => {
+                    let in_flight = vol.commit_in_flight();
+                    let n = match vol.relocate_chunk(ino, at, to, limit) {
+                        Err(e) if in_flight && e.errno() == Errno::ENOSPC => {
+                            drop(vol);
+                            self.shared.with_commit_lock(|| ());
+                            continue;
+                        }
+                        r => r?,
+                    };
+                    let early = vol.wants_commit(ino);
+                    drop(vol);
+                    if let (true, Some(wake)) = (early, &self.wake_committer) {
+                        let _ = wake.try_send(());
+                    }
+                    return Ok(n);
+                }
+                Pressure::WaitCommit => {
+                    drop(vol);
+                    self.shared.with_commit_lock(|| ());
+                }
+                Pressure::Commit => {
+                    drop(vol);
+                    self.shared.commit(false)?;
+                }
+            }
+        }
     }
 }

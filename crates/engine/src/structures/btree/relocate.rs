@@ -60,7 +60,7 @@ fn past_rec(
             if b.addr >= limit {
                 born(b.birth);
                 b.dirty |= mark;
-                found += 1;
+                found = 1;
             }
             let level = child_level(b);
             let mut leaves = false;
