@@ -53,17 +53,7 @@ fn fill(fs: &Fs, prefix: &str, kib: usize) -> usize {
 }
 
 fn check_files(fs: &Fs, prefix: &str, n: usize, kib: usize) {
-    for i in 0..n {
-        let ino = fs
-            .lookup(ROOT_INO, format!("{prefix}{i}").as_bytes())
-            .unwrap()
-            .ino;
-        assert_eq!(
-            fs.read(ino, 0, kib * 1024).unwrap(),
-            content(i, kib),
-            "{prefix}{i}"
-        );
-    }
+    check_range(fs, prefix, 0..n, kib);
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! everything in use past the new end moved below it, in bounded steps:
 //! data a chunk of 256 blocks at a time under the delta guard, a commit
 //! started every 32 MiB (by the delta committer, while the next batch is
-//! read; the batch before must be written first), within the dirty limit
-//! as any write; tree nodes and preallocated blocks with a delta commit
+//! read; the batch before must be written first; at most a quarter of
+//! the dirty limit); tree nodes and preallocated blocks with a delta commit
 //! every 4,096. Other operations and their fsyncs wait at most one chunk
 //! for the guard, and the device has at most about one batch of the
 //! shrink's writes queued ahead of theirs.
@@ -19,9 +19,7 @@
 //! commit pipeline.
 
 use super::Fs;
-use crate::error::{Errno, Error, Result};
-use crate::frontend::Pressure;
-use crate::types::Ino;
+use crate::error::{Error, Result};
 
 /// Blocks made dirty under one hold of the delta guard.
 const CHUNK_BLOCKS: u64 = 256;
@@ -99,7 +97,7 @@ impl Fs {
                     let mut at = start;
                     while at < start + count {
                         let to = (at + CHUNK_BLOCKS).min(start + count);
-                        let n = self.relocate_chunk(ino, at, to, limit, bs)?;
+                        let n = self.retrying_enospc(|v| v.relocate_chunk(ino, at, to, limit))?;
                         (w.blocks, dirtied) = (w.blocks + n, dirtied + n);
                         at = to;
                         if dirtied >= batch {
@@ -134,43 +132,5 @@ impl Fs {
             self.shared.commit(false)?;
         }
         Ok(())
-    }
-
-    /// One chunk of data moved, as a write of it would be: within the
-    /// dirty limit (waiting for the commit in flight, or committing, when
-    /// it would pass it), and waking the delta committer once half the
-    /// limit is dirty, so the commit of one batch overlaps the reads of
-    /// the next. On ENOSPC while a commit is in flight, again after it.
-    fn relocate_chunk(&self, ino: Ino, at: u64, to: u64, limit: u64, bs: u64) -> Result<u64> {
-        loop {
-            let mut vol = self.vol();
-            match vol.write_pressure(ino, at * bs, ((to - at) * bs) as usize) {
-                Pressure::Clear => {
-                    let in_flight = vol.commit_in_flight();
-                    let n = match vol.relocate_chunk(ino, at, to, limit) {
-                        Err(e) if in_flight && e.errno() == Errno::ENOSPC => {
-                            drop(vol);
-                            self.shared.with_commit_lock(|| ());
-                            continue;
-                        }
-                        r => r?,
-                    };
-                    let early = vol.wants_commit(ino);
-                    drop(vol);
-                    if let (true, Some(wake)) = (early, &self.wake_committer) {
-                        let _ = wake.try_send(());
-                    }
-                    return Ok(n);
-                }
-                Pressure::WaitCommit => {
-                    drop(vol);
-                    self.shared.with_commit_lock(|| ());
-                }
-                Pressure::Commit => {
-                    drop(vol);
-                    self.shared.commit(false)?;
-                }
-            }
-        }
     }
 }
