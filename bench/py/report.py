@@ -735,7 +735,8 @@ def write(res, path, plotdir, plots):
     # Sections measured by their own scripts, outside a run.
     for name, title in [("datasums.md", "Data checksums"), ("scrub.md", "Scrub"), ("defrag.md", "Defrag"),
                         ("clone.md", "Clones (cp through the mount)"),
-                        ("clone-delete.md", "Deleting a million clones"), ("dedupe.md", "Dedupe")]:
+                        ("clone-delete.md", "Deleting a million clones"), ("dedupe.md", "Dedupe"),
+                        ("shrink.md", "Online shrink")]:
         text = hand_measured(name)
         if text:
             L += ["## " + title, "", text.strip(), ""]
