@@ -85,6 +85,10 @@ impl Fs {
             let inos = self.vol().inodes_from(from, LIST_INODES)?;
             let Some(&last) = inos.last() else { break };
             from = last + 1;
+            // The inodes the walk loaded stay within the cache's bound.
+            if self.vol().wants_trim() {
+                self.shared.trim_inodes();
+            }
             for ino in inos {
                 let past = self.retrying_enospc(|v| v.relocate_inode(ino, limit, survey))?;
                 w.hold(past.held);
