@@ -162,8 +162,8 @@ fn on_mount(target: &Path, f: &File, size: NewSize) -> Result<(u64, u64, u64), C
 fn failed(target: &Path, errno: i32) -> CliError {
     let what = match errno {
         libc::ENOSPC => "what is in use does not fit in the new size".to_string(),
-        libc::EBUSY => "snapshots hold blocks past the new end (the server's log names them); \
-                        delete them first"
+        libc::EBUSY => "blocks past the new end are held: by snapshots (delete them first), or by \
+                        changes made meanwhile (try again); the server's log says which"
             .to_string(),
         libc::ENOTTY => "the server does not know resize (an older tux3?)".to_string(),
         e => io::Error::from_raw_os_error(e).to_string(),

@@ -13,6 +13,8 @@ use crate::error::{Errno, Error, Result};
 /// log, the bitmap and the branches marked to leave the tail (each moves
 /// what the one before freed).
 const SHRINK_UNIFIES: usize = 4;
+/// Relocation passes a shrink makes at most.
+const SHRINK_PASSES: usize = 3;
 
 /// What a resize did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,15 +66,25 @@ impl Fs {
 
     /// Returns the blocks the relocation moved or marked.
     fn shrink(&self, blocks: u64) -> Result<u64> {
-        // Every inode in the inode table (a file made in the open delta
-        // may hold preallocated blocks past the end).
-        self.shared.commit(false)?;
-        let moved = self.checked(self.relocate(blocks))?;
-        for _ in 0..SHRINK_UNIFIES {
-            self.shared.commit(true)?;
-            if self.shared.vol().shrink_taken(blocks) == 0 {
+        let mut moved = 0;
+        // What changed while a pass ran (a file made or grown before the
+        // limit took hold, meanwhile committed) gets another pass.
+        for _ in 0..SHRINK_PASSES {
+            // Every inode in the inode table (a file made in the open
+            // delta may hold preallocated blocks past the end).
+            self.shared.commit(false)?;
+            moved += self.checked(self.relocate(blocks))?;
+            for _ in 0..SHRINK_UNIFIES {
+                self.shared.commit(true)?;
+                if self.shared.vol().shrink_taken(blocks) == 0 {
+                    break;
+                }
+            }
+            let taken = self.shared.vol().shrink_taken(blocks);
+            if taken == 0 {
                 break;
             }
+            tracing::info!("resize: {taken} blocks past the new end still in use after a pass: another");
         }
         {
             let mut v = self.shared.vol();
@@ -80,7 +92,9 @@ impl Fs {
             if taken != 0 {
                 tracing::warn!(
                     "resize: {taken} blocks past the new end ({blocks} blocks) are still in use \
-                     after moving what lay there (a snapshot taken meanwhile?)"
+                     after {SHRINK_PASSES} passes moving what lay there (the first at block {}; \
+                     a snapshot taken meanwhile?)",
+                    v.first_taken_past(blocks)
                 );
                 return Err(Error::Posix(Errno::EBUSY));
             }

@@ -84,6 +84,15 @@ impl Volume {
         self.be.alloc.taken_past(blocks)
     }
 
+    /// The first block at or past `blocks` in use or pinned (for messages).
+    pub fn first_taken_past(&self, blocks: u64) -> u64 {
+        let end = self.be.alloc.blocks();
+        match self.be.alloc.free_runs(blocks, end, 1).first() {
+            Some(&(start, len)) if start == blocks => start.saturating_add(len),
+            _ => blocks,
+        }
+    }
+
     /// Shrink, step 2, once nothing past `blocks` is in use or pinned: the
     /// superblock the next unify writes takes the new size. The bitmap
     /// blocks past its bitmap file's new end must be holes already.
