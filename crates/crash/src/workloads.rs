@@ -125,6 +125,23 @@ fn hash_name(name: &str) -> u64 {
 }
 
 /// `len` bytes that depend on `tag` and the offset within the write.
+/// Take snapshot `name` and note it in `snaps`.
+fn snapshot_take(rec: &mut Recorder, snaps: &mut Vec<String>, name: String) -> Result<()> {
+    rec.op(format!("snapshot create {name}"), true, |fs| {
+        fs.snapshot_create(name.as_bytes()).map(|_| ())
+    })?;
+    snaps.push(name);
+    Ok(())
+}
+
+/// Delete one of `snaps`, chosen at random (it must not be empty).
+fn snapshot_drop(rec: &mut Recorder, rng: &mut Rng, snaps: &mut Vec<String>) -> Result<()> {
+    let snap = snaps.remove(rng.below(snaps.len() as u64) as usize);
+    rec.op(format!("snapshot delete {snap}"), true, |fs| {
+        fs.snapshot_delete(snap.as_bytes())
+    })
+}
+
 fn fill(tag: u64, len: usize) -> Vec<u8> {
     let mut r = Rng::new(tag);
     let mut out = Vec::with_capacity(len + 8);
@@ -579,19 +596,8 @@ fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             })?;
         }
         match rng.below(6) {
-            0 | 1 => {
-                let snap = format!("snap{step}");
-                rec.op(format!("snapshot create {snap}"), true, |fs| {
-                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
-                })?;
-                taken.push(snap);
-            }
-            2 if !taken.is_empty() => {
-                let snap = taken.remove(rng.below(taken.len() as u64) as usize);
-                rec.op(format!("snapshot delete {snap}"), true, |fs| {
-                    fs.snapshot_delete(snap.as_bytes())
-                })?;
-            }
+            0 | 1 => snapshot_take(rec, &mut taken, format!("snap{step}"))?,
+            2 if !taken.is_empty() => snapshot_drop(rec, rng, &mut taken)?,
             4 if !taken.is_empty() && rng.below(3) == 0 => {
                 let snap = taken[rng.below(taken.len() as u64) as usize].clone();
                 rec.op(format!("snapshot rollback {snap}"), true, |fs| {

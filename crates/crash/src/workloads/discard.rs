@@ -8,7 +8,7 @@
 //!
 //! Calls the recorder and the workloads' helpers.
 
-use super::{create_write, fill};
+use super::{create_write, fill, snapshot_drop, snapshot_take};
 use crate::record::Recorder;
 use crate::Rng;
 use tux3::error::{Error, Result};
@@ -33,18 +33,9 @@ pub(super) fn discard(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                 }
                 rec.op("sync", true, |fs| fs.sync())?;
             }
-            3 => {
-                let snap = format!("snap{step}");
-                rec.op(format!("snapshot create {snap}"), true, |fs| {
-                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
-                })?;
-                snaps.push(snap);
-            }
+            3 => snapshot_take(rec, &mut snaps, format!("snap{step}"))?,
             4 if !snaps.is_empty() => {
-                let snap = snaps.remove(rng.below(snaps.len() as u64) as usize);
-                rec.op(format!("snapshot delete {snap}"), true, |fs| {
-                    fs.snapshot_delete(snap.as_bytes())
-                })?;
+                snapshot_drop(rec, rng, &mut snaps)?;
                 rec.op("snapshot reclaim", true, |fs| fs.snapshot_reclaim(&mut |_| ()))?;
             }
             5 => {

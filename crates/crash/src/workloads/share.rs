@@ -21,7 +21,7 @@
 //!
 //! Calls the recorder and the workloads' helpers.
 
-use super::{create_files, fill};
+use super::{create_files, fill, snapshot_drop, snapshot_take};
 use crate::record::Recorder;
 use crate::Rng;
 use tux3::error::{Errno, Error, Result};
@@ -249,19 +249,8 @@ impl Model {
             0 => rec.fsync(self.ino(rng.below(self.files.len() as u64) as usize))?,
             1 => rec.op("sync", true, |fs| fs.sync())?,
             2 => rec.op("unify", true, |fs| fs.unify())?,
-            3 if snaps.len() < 2 => {
-                let snap = format!("{}snap{step}", self.prefix);
-                rec.op(format!("snapshot create {snap}"), true, |fs| {
-                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
-                })?;
-                snaps.push(snap);
-            }
-            4 if !snaps.is_empty() => {
-                let snap = snaps.remove(rng.below(snaps.len() as u64) as usize);
-                rec.op(format!("snapshot delete {snap}"), true, |fs| {
-                    fs.snapshot_delete(snap.as_bytes())
-                })?;
-            }
+            3 if snaps.len() < 2 => snapshot_take(rec, snaps, format!("{}snap{step}", self.prefix))?,
+            4 if !snaps.is_empty() => snapshot_drop(rec, rng, snaps)?,
             _ => {}
         }
         if step % 16 == 15 {
