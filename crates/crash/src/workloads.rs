@@ -9,11 +9,12 @@
 //! written is a pattern of the seed and the call, so every version of a
 //! file differs.
 
-use super::record::{Recorder, Recording, Setup};
+use super::record::{Recorder, Recording};
 use super::{Fault, Rng};
 use tux3::error::{Error, Result};
-use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, ROOT_INO};
 
+mod churn;
 mod discard;
 mod falloc;
 mod full;
@@ -21,6 +22,7 @@ mod names;
 mod pipeline;
 mod resize;
 mod share;
+mod snapshots;
 mod xattrs;
 
 /// Names accepted by [`record`].
@@ -83,7 +85,7 @@ pub fn recorder(name: &str, seed: u64, fault: Fault) -> Result<(Recorder, Rng)> 
         "full_volume" => Recorder::new(BS, 512, opts(128 << 10, 8), fault)?,
         "clone" | "dedupe" => Recorder::new(BS, 2048, opts(128 << 10, 6), fault)?,
         "many_snapshots" => Recorder::with_setup(BS, 1536, opts(256 << 10, 1024), fault, |s| {
-            many_snapshots_setup(s, &mut rng)
+            snapshots::many_snapshots_setup(s, &mut rng)
         })?,
         _ => Recorder::new(BS, 512, opts(1 << 20, 256), fault)?,
     };
@@ -95,17 +97,17 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
     match name {
         "rename_over" => rename_over(rec, rng)?,
         "append_fsync" => append_fsync(rec, rng)?,
-        "dir_churn" => churn(rec, rng, 90, false)?,
+        "dir_churn" => churn::churn(rec, rng, 90, false)?,
         "large_writes" => large_writes(rec, rng)?,
         "truncate_links" => truncate_links(rec, rng)?,
-        "random_mix" => churn(rec, rng, 110, true)?,
+        "random_mix" => churn::churn(rec, rng, 110, true)?,
         "unify" => unify(rec, rng)?,
         "remount" => remount(rec, rng)?,
         "fsync_ahead" => fsync_ahead(rec, rng)?,
         "names_fsync" => names::names_fsync(rec, rng)?,
-        "snapshots" => snapshots(rec, rng)?,
+        "snapshots" => snapshots::snapshots(rec, rng)?,
         "fsync_pipeline" => pipeline::fsync_pipeline(rec, rng)?,
-        "many_snapshots" => many_snapshots(rec, rng)?,
+        "many_snapshots" => snapshots::many_snapshots(rec, rng)?,
         "large_xattrs" => xattrs::large_xattrs(rec, rng)?,
         "fallocate" => falloc::fallocate(rec, rng)?,
         "resize" => resize::resize(rec, rng)?,
@@ -225,204 +227,6 @@ fn append_fsync(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
             }
             _ => rec.fsync(ino)?,
         }
-    }
-    Ok(())
-}
-
-/// Directory churn over a small universe of names (errors such as ENOENT
-/// and ENOTEMPTY are part of the workload). With `all`, every kind of call:
-/// special files, symlinks, hard links, xattrs, setattr, truncates, rename
-/// flags, open handles (orphans), sync, fsync and unify.
-fn churn(rec: &mut Recorder, rng: &mut Rng, steps: usize, all: bool) -> Result<()> {
-    let dirs = ["", "d0", "d1", "d2", "d0/s0", "d1/s1"];
-    let mut open: Vec<Ino> = Vec::new();
-    let pick = |rng: &mut Rng, v: &[&'static str]| v[rng.below(v.len() as u64) as usize];
-    for step in 0..steps {
-        let dir = pick(rng, &dirs);
-        let name = format!("f{}", rng.below(8));
-        let path = format!("{dir}/{name}");
-        let Some(parent) = resolve(rec, dir) else {
-            let (up, leaf) = dir.rsplit_once('/').unwrap_or(("", dir));
-            if let Some(p) = resolve(rec, up) {
-                rec.op(format!("mkdir /{dir}"), false, |fs| {
-                    fs.mkdir(p, leaf.as_bytes(), 0o755, 0, 0)
-                })
-                .ok();
-            }
-            continue;
-        };
-        let target = resolve(rec, &path);
-        let kinds = if all { 22 } else { 10 };
-        match rng.below(kinds) {
-            0..=2 => {
-                let len = rng.below(6000) as usize;
-                let data = fill(rng.next(), len);
-                rec.op(format!("create+write /{path} {len}"), false, |fs| {
-                    let a = match fs.create(parent, name.as_bytes(), 0o644, 0, 0) {
-                        Ok(a) => a,
-                        Err(_) => fs.lookup(parent, name.as_bytes())?,
-                    };
-                    if a.kind == tux3::types::FileType::Regular {
-                        fs.write(a.ino, 0, &data)?;
-                    }
-                    Ok(a.ino)
-                })
-                .ok();
-            }
-            3 => {
-                rec.op(format!("unlink /{path}"), false, |fs| {
-                    fs.unlink(parent, name.as_bytes())
-                })
-                .ok();
-            }
-            4 => {
-                let (to_dir, to) = (pick(rng, &dirs), format!("f{}", rng.below(8)));
-                if let Some(np) = resolve(rec, to_dir) {
-                    let flags = RenameFlags::default();
-                    rec.op(format!("rename /{path} -> /{to_dir}/{to}"), false, |fs| {
-                        fs.rename(parent, name.as_bytes(), np, to.as_bytes(), flags)
-                    })
-                    .ok();
-                }
-            }
-            5 => {
-                let (up, leaf) = dir.rsplit_once('/').unwrap_or(("", dir));
-                if let (Some(p), false) = (resolve(rec, up), dir.is_empty()) {
-                    rec.op(format!("rmdir /{dir}"), false, |fs| fs.rmdir(p, leaf.as_bytes()))
-                        .ok();
-                }
-            }
-            6 => {
-                let d = format!("x{}", rng.below(3));
-                let to = format!("y{}", rng.below(3));
-                let np = resolve(rec, pick(rng, &dirs[..4])).unwrap_or(ROOT_INO);
-                rec.op(format!("mkdir /{dir}/{d}"), false, |fs| {
-                    fs.mkdir(parent, d.as_bytes(), 0o700, 0, 0)
-                })
-                .ok();
-                if rng.below(2) == 0 {
-                    let flags = RenameFlags::default();
-                    rec.op(format!("rename dir /{dir}/{d} -> {np}/{to}"), false, |fs| {
-                        fs.rename(parent, d.as_bytes(), np, to.as_bytes(), flags)
-                    })
-                    .ok();
-                }
-            }
-            7 => {
-                rec.op("sync", true, |fs| fs.sync())?;
-            }
-            8 | 9 => {
-                if let Some(ino) = target {
-                    rec.fsync(ino)?;
-                }
-            }
-            10 => {
-                let mode = if rng.below(2) == 0 {
-                    libc::S_IFIFO
-                } else {
-                    libc::S_IFCHR
-                };
-                rec.op(format!("mknod /{path}"), false, |fs| {
-                    fs.mknod(parent, name.as_bytes(), mode | 0o600, 0x0103, 1, 2)
-                })
-                .ok();
-            }
-            11 => {
-                let t = format!("../{}", "t".repeat(rng.below(300) as usize));
-                rec.op(format!("symlink /{path}"), false, |fs| {
-                    fs.symlink(parent, name.as_bytes(), t.as_bytes(), 0, 0)
-                })
-                .ok();
-            }
-            12 => {
-                let (to_dir, to) = (pick(rng, &dirs), format!("h{}", rng.below(4)));
-                if let (Some(ino), Some(np)) = (target, resolve(rec, to_dir)) {
-                    rec.op(format!("link /{path} -> /{to_dir}/{to}"), false, |fs| {
-                        fs.link(ino, np, to.as_bytes())
-                    })
-                    .ok();
-                }
-            }
-            13 | 14 => {
-                if let Some(ino) = target {
-                    let n = format!("user.a{}", rng.below(3));
-                    let v = fill(rng.next(), rng.below(200) as usize);
-                    if rng.below(3) == 0 {
-                        rec.op(format!("removexattr /{path} {n}"), false, |fs| {
-                            fs.removexattr(ino, n.as_bytes())
-                        })
-                        .ok();
-                    } else {
-                        rec.op(format!("setxattr /{path} {n}"), false, |fs| {
-                            fs.setxattr(ino, n.as_bytes(), &v, XattrMode::Any)
-                        })
-                        .ok();
-                    }
-                }
-            }
-            15 | 16 => {
-                if let Some(ino) = target {
-                    let set = SetAttr {
-                        size: (rng.below(2) == 0).then(|| rng.below(20_000)),
-                        mode: Some(0o600 | rng.below(0o100) as u32),
-                        ..SetAttr::default()
-                    };
-                    rec.op(format!("setattr /{path} {set:?}"), false, |fs| {
-                        fs.setattr(ino, &set)
-                    })
-                    .ok();
-                }
-            }
-            17 => {
-                if let (Some(to_dir), Some(_)) = (Some(pick(rng, &dirs)), target) {
-                    let to = format!("f{}", rng.below(8));
-                    let flags = RenameFlags {
-                        exchange: rng.below(2) == 0,
-                        noreplace: false,
-                        whiteout: None,
-                    };
-                    if let Some(np) = resolve(rec, to_dir) {
-                        rec.op(
-                            format!("rename {flags:?} /{path} -> /{to_dir}/{to}"),
-                            false,
-                            |fs| fs.rename(parent, name.as_bytes(), np, to.as_bytes(), flags),
-                        )
-                        .ok();
-                    }
-                }
-            }
-            18 => {
-                if let Some(ino) = target {
-                    rec.op(format!("open /{path}"), false, |fs| fs.open_handle(ino))?;
-                    open.push(ino);
-                }
-            }
-            19 => {
-                if let Some(ino) = open.pop() {
-                    rec.op(format!("release ino {ino}"), false, |fs| fs.release_handle(ino))?;
-                }
-            }
-            20 => {
-                if let Some(ino) = target {
-                    let at = rng.below(40_000);
-                    let data = fill(rng.next(), 1 + rng.below(9000) as usize);
-                    rec.op(format!("write /{path} {at}+{}", data.len()), false, |fs| {
-                        fs.write(ino, at, &data)
-                    })
-                    .ok();
-                }
-            }
-            _ => {
-                if step % 3 == 0 {
-                    rec.op("unify", true, |fs| fs.unify())?;
-                } else {
-                    rec.op("sync", true, |fs| fs.sync())?;
-                }
-            }
-        }
-    }
-    for ino in open {
-        rec.op(format!("release ino {ino}"), false, |fs| fs.release_handle(ino))?;
     }
     Ok(())
 }
@@ -577,145 +381,6 @@ fn create_write(rec: &mut Recorder, name: &str, data: &[u8]) -> Result<()> {
         fs.write(a.ino, 0, data)
     })?;
     Ok(())
-}
-
-/// Files written, overwritten and unlinked while snapshots are taken (each
-/// a unify), deleted (their space reclaimed over the following commits)
-/// and rolled back to, with a crash and remount now and then: after any crash each
-/// snapshot is wholly there or absent, and fsck finds every block a
-/// snapshot holds live or on the dead list and nothing leaked.
-fn snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
-    let mut taken: Vec<String> = Vec::new();
-    for step in 0..48u64 {
-        let name = format!("s{}", rng.below(8));
-        let data = fill(rng.next(), 1 + rng.below(24_000) as usize);
-        create_write(rec, &name, &data)?;
-        if rng.below(4) == 0 {
-            rec.op(format!("unlink /{name}"), false, |fs| {
-                fs.unlink(ROOT_INO, name.as_bytes())
-            })?;
-        }
-        match rng.below(6) {
-            0 | 1 => snapshot_take(rec, &mut taken, format!("snap{step}"))?,
-            2 if !taken.is_empty() => snapshot_drop(rec, rng, &mut taken)?,
-            4 if !taken.is_empty() && rng.below(3) == 0 => {
-                let snap = taken[rng.below(taken.len() as u64) as usize].clone();
-                rec.op(format!("snapshot rollback {snap}"), true, |fs| {
-                    fs.snapshot_rollback(snap.as_bytes())
-                })?;
-            }
-            3 => rec.op("sync", true, |fs| fs.sync())?,
-            _ => {}
-        }
-        if step % 16 == 15 {
-            rec.crash_and_remount()?;
-        }
-    }
-    Ok(())
-}
-
-/// Snapshots the `many_snapshots` workload keeps at every call.
-const MANY: usize = 100;
-
-/// Before the recording: `2 * MANY + 4` snapshots, each after a write of
-/// one of ten small files (some unlinked again), so each holds blocks of
-/// its own.
-fn many_snapshots_setup(s: &mut Setup<'_>, rng: &mut Rng) -> Result<()> {
-    for i in 0..2 * MANY + 4 {
-        let name = format!("m{}", rng.below(10));
-        let data = fill(rng.next(), 1 + rng.below(6000) as usize);
-        let fs = s.fs();
-        let ino = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
-            Ok(a) => a.ino,
-            Err(_) => fs.lookup(ROOT_INO, name.as_bytes())?.ino,
-        };
-        fs.write(ino, 0, &data)?;
-        if rng.below(5) == 0 {
-            fs.unlink(ROOT_INO, name.as_bytes())?;
-        }
-        s.snapshot_create(&format!("base{i}"))?;
-    }
-    Ok(())
-}
-
-/// The `snapshots` workload's calls with at least `MANY` snapshots alive
-/// at every call (taken before the recording starts; one is deleted only
-/// while more are alive): creates, deletes (reclaim among the dead
-/// extents many snapshots hold), rollbacks, renames and crashes; then the
-/// oldest deleted one by one down to `MANY`, a write between, with no
-/// unify (only a snapshot or 1,024 log blocks unify): the snapshot table
-/// loses whole leaves the last unify wrote (fsck took their blocks for
-/// leaked before 4ecfcc4). The harness reads snapshots back in every
-/// crash state.
-fn many_snapshots(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
-    let mut alive: Vec<String> = (0..2 * MANY + 4).map(|i| format!("base{i}")).collect();
-    for step in 0..36u64 {
-        let name = format!("m{}", rng.below(10));
-        let data = fill(rng.next(), 1 + rng.below(12_000) as usize);
-        create_write(rec, &name, &data)?;
-        match rng.below(6) {
-            0 => {
-                rec.op(format!("unlink /{name}"), false, |fs| {
-                    fs.unlink(ROOT_INO, name.as_bytes())
-                })?;
-            }
-            1 => {
-                let to = format!("m{}", rng.below(10));
-                let flags = RenameFlags::default();
-                rec.op(format!("rename /{name} -> /{to}"), false, |fs| {
-                    fs.rename(ROOT_INO, name.as_bytes(), ROOT_INO, to.as_bytes(), flags)
-                })?;
-            }
-            _ => {}
-        }
-        match rng.below(7) {
-            0 | 1 => {
-                let snap = format!("snap{step}");
-                rec.op(format!("snapshot create {snap}"), true, |fs| {
-                    fs.snapshot_create(snap.as_bytes()).map(|_| ())
-                })?;
-                alive.push(snap);
-            }
-            2 | 3 if alive.len() > MANY => {
-                let snap = alive.remove(rng.below(alive.len() as u64) as usize);
-                rec.op(format!("snapshot delete {snap}"), true, |fs| {
-                    fs.snapshot_delete(snap.as_bytes())
-                })?;
-            }
-            4 if rng.below(3) == 0 => {
-                let snap = alive[rng.below(alive.len() as u64) as usize].clone();
-                rec.op(format!("snapshot rollback {snap}"), true, |fs| {
-                    fs.snapshot_rollback(snap.as_bytes())
-                })?;
-            }
-            5 => rec.op("sync", true, |fs| fs.sync())?,
-            _ => {}
-        }
-        if rec.snapshots_alive() < MANY {
-            return Err(Error::BadImage(format!(
-                "many_snapshots: {} snapshots alive after step {step}",
-                rec.snapshots_alive()
-            )));
-        }
-        if step % 12 == 11 {
-            rec.crash_and_remount()?;
-        }
-    }
-    while alive.len() > MANY {
-        let snap = alive.remove(0);
-        rec.op(format!("snapshot delete {snap}"), true, |fs| {
-            fs.snapshot_delete(snap.as_bytes())
-        })?;
-        let name = format!("m{}", rng.below(10));
-        let data = fill(rng.next(), 1 + rng.below(12_000) as usize);
-        create_write(rec, &name, &data)?;
-    }
-    if rec.snapshots_alive() < MANY {
-        return Err(Error::BadImage(
-            "many_snapshots: too few snapshots at the end".into(),
-        ));
-    }
-    rec.crash_and_remount()
 }
 
 /// Crashes and clean closes inside the recording: the volume is mounted
