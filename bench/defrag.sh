@@ -9,17 +9,22 @@
 #      as a random writer that syncs often does (a commit allocates its
 #      dirty pages in logical order, so without commits the blocks would
 #      land in order anyway);
-#   3. `fresh`: a copy of it written sequentially (cp);
+#   3. `fresh`: a copy of it written sequentially (dd bs=1M: cp would
+#      clone it through copy_file_range, sharing frag's blocks);
 #   4. cold reads (unmount, drop caches, mount: dd bs=1M) of both;
 #   5. `tux3 defrag -v frag` (timed), `fresh2`: a copy written after it,
-#      then cold reads of the three, three rounds, best of each.
+#      then cold reads of the three, in turn, ROUNDS rounds: the best of
+#      each, and the median of each round's ratios (the reads of one round
+#      are seconds apart, so they share the machine's mood).
 # Prints one line per figure and the ratio. Unmounts on every path. Root.
 #
-# Usage: bench/defrag.sh [SIZE_MIB] [SCRATCH]   (SIZE_MIB = 1024, SCRATCH = /var/tmp)
+# Usage: bench/defrag.sh [SIZE_MIB] [SCRATCH] [ROUNDS]
+#        (SIZE_MIB = 1024, SCRATCH = /var/tmp, ROUNDS = 3)
 # TUX3 may name the tux3 binary (default target/release/tux3).
 set -u
 MIB=${1:-1024}
 SCRATCH=${2:-/var/tmp}
+ROUNDS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TUX3=${TUX3:-$ROOT/target/release/tux3}
 [ "$(id -u)" = 0 ] || { echo "defrag bench: run as root" >&2; exit 2; }
@@ -62,7 +67,8 @@ os.close(fd)
 PY
 T1=$(now)
 printf 'frag: %d MiB written in random 4 KiB order in %.1f s\n' "$MIB" "$(echo "$T1 - $T0" | bc -l)"
-cp "$MNT/frag" "$MNT/fresh" || exit 1
+copy() { dd if="$MNT/$1" of="$MNT/$2" bs=1M status=none; }
+copy frag fresh || exit 1
 "$TUX3" sync "$MNT" || exit 1
 
 cold() {
@@ -96,14 +102,15 @@ printf 'defrag: %.1f s (%.1f MiB/s)\n' "$(echo "$T1 - $T0" | bc -l)" "$(echo "$M
 cmp "$MNT/frag" "$MNT/fresh" || { echo "defrag bench: contents differ" >&2; exit 1; }
 
 # A second fresh copy, written after the defrag: where new data goes now.
-cp "$MNT/frag" "$MNT/fresh2" || exit 1
+copy frag fresh2 || exit 1
 "$TUX3" sync "$MNT" || exit 1
 echo "extents: fresh2 $(extents fresh2)"
-# Three cold reads of each, in turn; the best of each (the machine is
-# shared: a busy moment only slows a read down).
+# ROUNDS cold reads of each, in turn; the best of each (the machine is
+# shared: a busy moment only slows a read down) and the median of the
+# rounds' ratios.
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 FA=() FR=() F2=()
-for round in 1 2 3; do
+for round in $(seq "$ROUNDS"); do
     FA+=("$(cold frag)")
     FR+=("$(cold fresh)")
     F2+=("$(cold fresh2)")
@@ -113,8 +120,15 @@ done
 FRAG_AFTER=$(best "${FA[@]}")
 FRESH_AFTER=$(best "${FR[@]}")
 FRESH2=$(best "${F2[@]}")
-printf 'after, best of 3: frag %.1f MiB/s; fresh %.1f MiB/s; fresh2 %.1f MiB/s\n' \
-    "$FRAG_AFTER" "$FRESH_AFTER" "$FRESH2"
+printf 'after, best of %d: frag %.1f MiB/s; fresh %.1f MiB/s; fresh2 %.1f MiB/s\n' \
+    "$ROUNDS" "$FRAG_AFTER" "$FRESH_AFTER" "$FRESH2"
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+R1=() R2=()
+for i in "${!FA[@]}"; do
+    R1+=("$(echo "${FA[$i]} / ${FR[$i]}" | bc -l)")
+    R2+=("$(echo "${FA[$i]} / ${F2[$i]}" | bc -l)")
+done
+printf 'median of the rounds'"'"' ratios: frag/fresh %.2f, frag/fresh2 %.2f\n' "$(median "${R1[@]}")" "$(median "${R2[@]}")"
 printf 'ratio frag/fresh %.2f, frag/fresh2 %.2f\n' "$(echo "$FRAG_AFTER / $FRESH_AFTER" | bc -l)" \
     "$(echo "$FRAG_AFTER / $FRESH2" | bc -l)"
 "$TUX3" umount "$MNT" || exit 1

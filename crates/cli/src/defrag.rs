@@ -64,7 +64,9 @@ pub struct DefragArgs {
     #[arg(short, long)]
     pub verbose: bool,
     /// Rewrite extents shared with snapshots too (they then take space
-    /// twice while the snapshots last)
+    /// twice while the snapshots last). Extents shared with other files
+    /// (clones) are always rewritten, once, and those files pointed at
+    /// the new copy
     #[arg(long)]
     pub unshare: bool,
     /// PATHs are inside this unmounted image file or block device
@@ -195,8 +197,13 @@ fn note(
                         mib(r.bytes_rewritten)
                     )
                 } else if r.bytes_rewritten > 0 {
+                    let clones = if r.repointed_bytes > 0 {
+                        format!("; {:.1} MiB of clones pointed at it", mib(r.repointed_bytes))
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "{shown}: {} extents -> {}, {:.1} MiB rewritten{shared}",
+                        "{shown}: {} extents -> {}, {:.1} MiB rewritten{clones}{shared}",
                         r.extents_before,
                         r.extents_after,
                         mib(r.bytes_rewritten)

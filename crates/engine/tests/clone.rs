@@ -257,7 +257,7 @@ fn snapshots_keep_shared_blocks_and_a_rollback_restores_the_counts() {
 }
 
 #[test]
-fn defrag_leaves_shared_extents_shared() {
+fn defrag_rewrites_a_cloned_file_once_and_keeps_it_shared() {
     let (mem, fs) = volume(8192);
     let a = file(&fs, "a");
     let other = file(&fs, "other");
@@ -275,9 +275,10 @@ fn defrag_leaves_shared_extents_shared() {
     let before = free(&fs);
     let r = fs.defrag(a, &Default::default(), &mut |_, _| {}).unwrap();
     fs.sync().unwrap();
-    assert_eq!(r.bytes_rewritten, 0, "{r:?}");
-    assert_eq!(r.shared_bytes, 32 * BS, "{r:?}");
-    assert_eq!(fs.sharing().saved_blocks, saved);
+    assert_eq!(r.bytes_rewritten, 32 * BS, "{r:?}");
+    assert_eq!(r.extents_after, 1, "{r:?}");
+    assert_eq!((r.shared_bytes, r.repointed_bytes), (0, 32 * BS), "{r:?}");
+    assert_eq!(fs.sharing().saved_blocks, saved, "the clone shares the new copy");
     assert!(free(&fs) + 4 >= before, "defrag took space");
     let want: Vec<u8> = (0..32u64).flat_map(|i| pattern(i as u8, BS as usize)).collect();
     assert_eq!(fs.read(b, 0, want.len()).unwrap(), want);

@@ -8,8 +8,9 @@
 //! rewritten in several batches lies in one run per batch at most, its
 //! leaves between them. Extents a
 //! snapshot shares stay where they are unless `unshare` is set, and the
-//! snapshot reads what it held either way. A writer racing with defrag
-//! never loses a write.
+//! snapshot reads what it held either way. Extents clones share are
+//! rewritten once and every clone pointed at the new copy. A writer racing
+//! with defrag never loses a write.
 //!
 //! Calls the engine API, the tools' fsck and data-map reader.
 
@@ -290,6 +291,87 @@ fn a_write_racing_with_defrag_is_never_lost() {
     let fs = open(&mem);
     fs.lookup(ROOT_INO, b"f").unwrap();
     check_contents(&fs, ino, blocks, |b| block(b, 2));
+}
+
+#[test]
+fn a_cloned_file_is_rewritten_once_and_every_clone_points_at_the_new_copy() {
+    let mem = fresh(16384);
+    let blocks = 1024;
+    let fs = open(&mem);
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 17), 8);
+    // Two whole clones, a partial one at another offset, and one changed
+    // after the clone (its first 16 blocks no longer match).
+    let mk = |name: &[u8]| fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
+    let (c1, c2, part, changed) = (mk(b"c1"), mk(b"c2"), mk(b"part"), mk(b"changed"));
+    for c in [c1, c2, changed] {
+        fs.clone_range(ino, 0, c, 0, blocks * BS).unwrap();
+    }
+    fs.clone_range(ino, 100 * BS, part, 8 * BS, 300 * BS).unwrap();
+    for b in 0..16 {
+        fs.write(changed, b * BS, &block(b, 3)).unwrap();
+    }
+    fs.sync().unwrap();
+    let free = |fs: &Fs| fs.statfs().unwrap().blocks_free;
+    let (free_before, saved_before) = (free(&fs), fs.sharing().saved_blocks);
+    assert!(runs(&sums::extents(&mem, ino)) > 100);
+    let report = fs.defrag(ino, &small_batches(), &mut |_, _| {}).unwrap();
+    assert_eq!(
+        report.bytes_rewritten,
+        blocks * BS,
+        "shared with clones, rewritten once"
+    );
+    assert_eq!(report.shared_bytes, 0, "no snapshot holds them");
+    // c1 and c2 whole, `part` in full, `changed` all but its 16 blocks.
+    assert_eq!(report.repointed_bytes, (2 * blocks + 300 + blocks - 16) * BS);
+    let map = sums::extents(&mem, ino);
+    assert!(runs(&map) <= 16, "after defrag: {} runs", runs(&map));
+    let at = |map: &[Extent], b: u64| {
+        map.iter()
+            .find(|e| e.lblock <= b && b < e.end())
+            .unwrap()
+            .physical(b)
+    };
+    for (c, from, to, shift) in [
+        (c1, 0, blocks, 0),
+        (c2, 0, blocks, 0),
+        (part, 8, 308, 92),
+        (changed, 16, blocks, 0),
+    ] {
+        let cmap = sums::extents(&mem, c);
+        for b in from..to {
+            assert_eq!(
+                at(&cmap, b),
+                at(&map, b + shift),
+                "block {b} of inode {c} not repointed"
+            );
+        }
+    }
+    // Nothing taken twice: the rewritten copy replaced the old one for
+    // every file (a few blocks go to the trees' new leaves).
+    assert!(
+        free(&fs) + 64 >= free_before,
+        "free {} -> {}",
+        free_before,
+        free(&fs)
+    );
+    assert_eq!(fs.sharing().saved_blocks, saved_before);
+    check_contents(&fs, ino, blocks, |b| block(b, 0));
+    for c in [c1, c2] {
+        check_contents(&fs, c, blocks, |b| block(b, 0));
+    }
+    check_contents(&fs, changed, blocks, |b| block(b, if b < 16 { 3 } else { 0 }));
+    let got = fs.read(part, 8 * BS, (300 * BS) as usize).unwrap();
+    assert!(
+        got == (100..400).flat_map(|b| block(b, 0)).collect::<Vec<u8>>(),
+        "part changed"
+    );
+    // A write to one clone still leaves the others alone.
+    fs.write(c1, 0, &block(0, 9)).unwrap();
+    fs.sync().unwrap();
+    check_contents(&fs, ino, blocks, |b| block(b, 0));
+    check_contents(&fs, c2, blocks, |b| block(b, 0));
+    fs.close().unwrap();
+    fsck(&mem);
 }
 
 proptest! {

@@ -10,6 +10,7 @@
 //! | 8 | 8 | | extents after |
 //! | 16 | 8 | | bytes rewritten |
 //! | 24 | 8 | | bytes still shared with snapshots |
+//! | 32 | 8 | | bytes of clones pointed at the rewritten copy |
 //!
 //! The call returns when the file is rewritten and committed. Errors are
 //! `Fs::defrag`'s: EISDIR, EINVAL (not a regular file, or unknown flags),
@@ -56,6 +57,7 @@ pub fn decode_defrag_report(a: &[u8]) -> DefragReport {
         extents_after: u64_at(a, 8),
         bytes_rewritten: u64_at(a, 16),
         shared_bytes: u64_at(a, 24),
+        repointed_bytes: u64_at(a, 32),
     }
 }
 
@@ -66,6 +68,7 @@ fn encode_report(r: &DefragReport) -> Vec<u8> {
         r.extents_after,
         r.bytes_rewritten,
         r.shared_bytes,
+        r.repointed_bytes,
     ]
     .into_iter()
     .enumerate()
@@ -122,6 +125,7 @@ mod tests {
             extents_after: 2,
             bytes_rewritten: 1 << 30,
             shared_bytes: 7 << 12,
+            repointed_bytes: 3 << 20,
         };
         assert_eq!(decode_defrag_report(&encode_report(&r)), r);
         assert_eq!(IOC_DEFRAG >> 30, 3, "read and write");

@@ -3,7 +3,8 @@
 //! `clone`: four files written, cloned onto one another (whole, partial,
 //! block-aligned and not, onto existing bytes, onto another range of the
 //! same file), overwritten, punched (PUNCH_HOLE | KEEP_SIZE), truncated up
-//! and down, unlinked and created again, with snapshots taken and deleted
+//! and down, unlinked and created again, defragmented (the clones of a
+//! rewritten file pointed at its new copy), with snapshots taken and deleted
 //! (a snapshot holds shared blocks the live files let go of), fsyncs,
 //! syncs, unifies, and a sync then a crash and remount every 16 steps.
 //! `dedupe`: a few block patterns written in several places of four files
@@ -26,6 +27,7 @@ use crate::record::Recorder;
 use crate::Rng;
 use tux3::error::{Errno, Error, Result};
 use tux3::types::{Ino, SetAttr, ROOT_INO};
+use tux3::DefragOptions;
 
 const BS: u64 = 4096;
 /// Files stay within about this many blocks.
@@ -222,6 +224,19 @@ impl Model {
         self.verify(rec, f)
     }
 
+    /// `defrag` of file `f`: its extents other files share are rewritten
+    /// once and those files pointed at the new copy, so every file must
+    /// still read as the model says.
+    fn defrag(&mut self, rec: &mut Recorder, f: usize) -> Result<()> {
+        let (ino, p) = (self.ino(f), self.prefix);
+        let opts = DefragOptions::default();
+        rec.op(format!("defrag /{p}{f}"), false, |fs| {
+            fs.defrag(ino, &opts, &mut |_, _| ())
+        })?;
+        self.note_saved(rec)?;
+        self.verify_all(rec)
+    }
+
     /// Unlink `/<prefix>f` and create it again, empty.
     fn recreate(&mut self, rec: &mut Recorder, f: usize) -> Result<()> {
         let name = format!("{}{f}", self.prefix);
@@ -334,6 +349,7 @@ pub(super) fn clone_files(rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
                 let data = fill(rng.next(), (1 + rng.below(12 * BS)) as usize);
                 m.write(rec, f, 0, &data)?;
             }
+            10 if rng.below(2) == 0 => m.defrag(rec, f)?,
             _ => m.durability(rec, rng, step, &mut snaps)?,
         }
     }

@@ -9,6 +9,18 @@
 //! racing with defrag is never undone: see `frontend/defrag.rs`); then the
 //! delta is committed. Between chunks other operations run.
 //!
+//! Blocks other files share with it (clones: the shared-extent table
+//! counts them) are rewritten too, once, and then every other file that
+//! maps them is pointed at the new copy: the inode table is walked for
+//! the files mapping the old blocks (`Volume::maps_into`; the walk stops
+//! once it has found as many references as the table counts), and each
+//! such range is shared with the file's new blocks by [`Fs::dedupe_range`],
+//! which compares the bytes first. A range whose bytes no longer match
+//! the rewritten file's (either was written since) keeps its blocks: it
+//! costs space, never data. The old blocks are freed when their last
+//! reference goes. Extents a snapshot holds are left alone unless
+//! `unshare` (a snapshot cannot be repointed).
+//!
 //! Calls the frontend (`Volume::defrag_*`) and the commit scheduling.
 
 use super::Fs;
@@ -17,13 +29,19 @@ use crate::types::Ino;
 
 /// Blocks made dirty under one hold of the delta guard.
 const CHUNK_BLOCKS: u64 = 256;
+/// Blocks compared and shared by one dedupe call when a clone is pointed
+/// at the rewritten copy (both sides are read into memory).
+const REPOINT_BLOCKS: u64 = 4096;
+/// Inodes listed from the inode table at a time by the repointing walk.
+const LIST_INODES: usize = 256;
 
 /// How [`Fs::defrag`] works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DefragOptions {
-    /// Rewrite extents a snapshot or another file (a clone) shares too
-    /// (they then take space twice: the other holder keeps the old copy).
-    /// Off: they stay where they are.
+    /// Rewrite extents a snapshot holds too (they then take space twice
+    /// while the snapshot lasts: it keeps the old copy). Off: they stay
+    /// where they are. Extents other files share (clones) are rewritten
+    /// either way, and those files pointed at the new copy.
     pub unshare: bool,
     /// Bytes rewritten per delta, at most.
     pub batch_bytes: u64,
@@ -50,9 +68,12 @@ pub struct DefragReport {
     pub extents_after: u64,
     /// Bytes rewritten (0: the file needed nothing).
     pub bytes_rewritten: u64,
-    /// Bytes still in extents a snapshot or a clone shares: what `unshare`
-    /// would rewrite, and the space that would take.
+    /// Bytes still in extents a snapshot holds: what `unshare` would
+    /// rewrite, and the space that would take.
     pub shared_bytes: u64,
+    /// Bytes of other files' data (or of this file's at another offset)
+    /// pointed at the rewritten copy: clones kept shared.
+    pub repointed_bytes: u64,
 }
 
 impl Fs {
@@ -87,6 +108,7 @@ impl Fs {
                 extents_after: plan.extents,
                 bytes_rewritten: total * bs,
                 shared_bytes: plan.shared_bytes,
+                repointed_bytes: 0,
             });
         }
         let mut report = DefragReport {
@@ -99,6 +121,9 @@ impl Fs {
         });
         self.vol().defrag_done(ino);
         self.checked(r)?;
+        if !plan.cloned.is_empty() {
+            report.repointed_bytes = self.checked(self.repoint(ino, &plan.cloned))? * bs;
+        }
         let after = self.vol().defrag_plan(ino, opts.unshare, batch)?;
         report.extents_after = after.extents;
         report.shared_bytes = after.shared_bytes;
@@ -140,6 +165,53 @@ impl Fs {
             self.shared.commit(false)?;
         }
         Ok(())
+    }
+
+    /// Point every other mapping of the blocks `ino` mapped in `cloned`
+    /// (`(lblock, pblock, count)`, before its rewrite) at what `ino` maps
+    /// there now, where the bytes are the same (see the module comment).
+    /// Returns the blocks repointed.
+    fn repoint(&self, ino: Ino, cloned: &[(u64, u64, u64)]) -> Result<u64> {
+        let bs = u64::from(self.statfs()?.block_size);
+        let mut old: Vec<(u64, u64, u64)> = cloned.iter().map(|&(l, p, n)| (p, n, l)).collect();
+        old.sort_unstable();
+        let mut left = self.vol().references_left(&old);
+        let (mut from, mut repointed) = (0, 0);
+        while left > 0 {
+            let inos = self.vol().inodes_from(from, LIST_INODES)?;
+            let Some(&last) = inos.last() else { break };
+            from = last + 1;
+            if self.vol().wants_trim() {
+                self.shared.trim_inodes();
+            }
+            for other in inos {
+                let maps = self.vol().maps_into(other, &old)?;
+                for (lg, lf, count) in maps {
+                    left = left.saturating_sub(count);
+                    let mut at = 0;
+                    while at < count {
+                        let n = REPOINT_BLOCKS.min(count - at);
+                        match self.dedupe_range(ino, (lf + at) * bs, other, (lg + at) * bs, n * bs) {
+                            Ok(Some(_)) => repointed += n,
+                            // Changed since, or no longer there (a file
+                            // truncated or gone, a range of `ino` itself
+                            // overlapping the new one, an immutable file):
+                            // it keeps its blocks.
+                            Ok(None)
+                            | Err(Error::Posix(
+                                Errno::EINVAL | Errno::ENOENT | Errno::EPERM | Errno::EISDIR,
+                            )) => {}
+                            Err(e) => return Err(e),
+                        }
+                        at += n;
+                    }
+                }
+            }
+        }
+        if repointed > 0 {
+            self.shared.commit(false)?;
+        }
+        Ok(repointed)
     }
 
     /// One chunk; on ENOSPC while a commit is in flight, again after it.

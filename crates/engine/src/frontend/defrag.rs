@@ -47,6 +47,11 @@ pub struct DefragPlan {
     pub extents: u64,
     /// Bytes in written extents a snapshot shares.
     pub shared_bytes: u64,
+    /// Pieces `(lblock, pblock, count)` of the ranges to rewrite whose
+    /// blocks other references share too (clones, or the file itself at
+    /// another offset), in logical order: where to look for the other
+    /// mappings once the file has its new copy.
+    pub cloned: Vec<(u64, u64, u64)>,
     /// Logical ranges `(lblock, count)` worth rewriting, in order: each a
     /// stretch of logically contiguous blocks defrag may move that lies in
     /// more runs than one per `good_run` blocks.
@@ -69,11 +74,18 @@ pub struct Holders<'a> {
 }
 
 impl Holders<'_> {
-    /// Whether a snapshot or another reference holds `e`'s blocks: a
-    /// rewrite would leave the old copy in place, taking space twice.
-    fn share(&self, e: &Extent) -> bool {
-        !e.unwritten
-            && (self.held_upto.is_some_and(|s| e.birth <= s) || self.table.any_shared(e.pblock, e.count))
+    /// Whether a snapshot holds `e`'s blocks: a rewrite would leave the
+    /// old copy in place for it, taking space twice while it lasts.
+    fn snapshot(&self, e: &Extent) -> bool {
+        !e.unwritten && self.held_upto.is_some_and(|s| e.birth <= s)
+    }
+
+    /// Whether defrag moves `e`: written, and no snapshot holds it unless
+    /// `unshare`. Blocks other files share (clones) move too: the files
+    /// that map them are pointed at the new copy afterwards
+    /// ([`crate::Fs::defrag`]), so they take no more space.
+    fn movable(&self, e: &Extent, unshare: bool) -> bool {
+        !e.unwritten && (unshare || !self.snapshot(e))
     }
 }
 
@@ -91,13 +103,13 @@ pub fn plan(extents: &[Extent], holders: Holders, unshare: bool, good_run: u64, 
         if prev.is_none_or(|a| !follows(a, e)) {
             p.extents += 1;
         }
-        if holders.share(e) {
+        if holders.snapshot(e) {
             p.shared_bytes += e.count * bs;
         }
         prev = Some(e);
     }
     // Stretches of movable blocks, with the runs each lies in.
-    let movable = |e: &Extent| !e.unwritten && (unshare || !holders.share(e));
+    let movable = |e: &Extent| holders.movable(e, unshare);
     let mut stretch: Option<(u64, u64, u64)> = None; // (start, end, runs)
     let mut last: Option<&Extent> = None;
     let close = |s: Option<(u64, u64, u64)>, ranges: &mut Vec<(u64, u64)>| {
@@ -120,7 +132,33 @@ pub fn plan(extents: &[Extent], holders: Holders, unshare: bool, good_run: u64, 
         last = Some(e);
     }
     close(stretch, &mut p.ranges);
+    p.cloned = cloned(extents, &p.ranges, holders, unshare);
     p
+}
+
+/// The pieces of the movable extents of `extents` inside `ranges` whose
+/// blocks the shared-extent table counts more than one reference to.
+fn cloned(
+    extents: &[Extent],
+    ranges: &[(u64, u64)],
+    holders: Holders,
+    unshare: bool,
+) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    for &(from, count) in ranges {
+        for e in extents
+            .iter()
+            .filter(|e| e.lblock < from + count && e.end() > from && holders.movable(e, unshare))
+        {
+            let e = e.piece(e.lblock.max(from), e.end().min(from + count));
+            for (p, n, refs) in holders.table.pieces(e.pblock, e.count) {
+                if refs >= 2 {
+                    out.push((e.lblock + (p - e.pblock), p, n));
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Volume {
@@ -205,7 +243,7 @@ impl Volume {
         };
         let targets: Vec<Extent> = clipped
             .into_iter()
-            .filter(|e| !e.unwritten && (unshare || !holders.share(e)))
+            .filter(|e| holders.movable(e, unshare))
             .collect();
         self.redirty(ino, &targets)
     }

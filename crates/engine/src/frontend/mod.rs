@@ -43,6 +43,8 @@ pub mod pipeline;
 mod receive;
 mod relocate;
 mod repair;
+mod repoint;
+pub use repoint::OldBlocks;
 mod resize;
 mod scrub_state;
 mod shared;
