@@ -10,6 +10,13 @@
 //! does, and frees its old ones through the same table: the other file
 //! keeps its data.
 //!
+//! The cost is per extent, so a clone is one batch: the source range's
+//! entries are taken in one pass as they are stored (`extent_range::lifted`),
+//! the destination range emptied once and the entries put in with one
+//! descent into filled leaves (`Tree::insert_sorted`), and each run of
+//! physically contiguous blocks gains its reference in one change of the
+//! table (one `Share` record, not one per extent).
+//!
 //! Only blocks on the device are shared: a block of the source with a page
 //! dirty or under writeback (its data not yet written where the map says)
 //! is copied as a page instead. The API commits the source first when it
@@ -188,7 +195,7 @@ impl Volume {
         clone_slot(dst).fetch_add(1, Relaxed);
         let (from, to) = (src_block, src_block + count);
         let s = self.inode(src)?;
-        let extents = extent_range::clipped(&mut s.tree, dev.as_ref(), from, to)?;
+        let lifted = extent_range::lifted(&mut s.tree, dev.as_ref(), from, to, dst_block)?;
         let mut pages = Vec::new();
         let mut at = from;
         while let Some(k) = s.pages.next_from(at).filter(|&k| k < to) {
@@ -197,22 +204,19 @@ impl Volume {
             }
             at = k + 1;
         }
-        let shared: Vec<Extent> = extents.into_iter().filter(|e| !e.unwritten).collect();
-        self.begin_change(map_cost(shared.len() as u64 + 2) + pages.len() as u64)?;
+        self.begin_change(map_cost(lifted.entries.len() as u64 + 2) + pages.len() as u64)?;
         // The destination's old blocks there go; its pages too.
         let d = self.inode(dst)?;
         let clean_before = d.pages.clean_len();
         let dropped = d.pages.drop_range(dst_block, dst_block + count) as u64;
         let clean_after = d.pages.clean_len();
         let freed: Vec<Freed> = extent::punch(&mut d.tree, dev.as_ref(), dst_block, dst_block + count)?;
-        let mut mapped = 0u64;
-        for e in &shared {
-            let moved = e.moved_to(dst_block + (e.lblock - src_block));
-            extent::map_extent(&mut d.tree, dev.as_ref(), &moved)?;
-            mapped += e.count;
-        }
-        for e in &shared {
-            self.be.alloc.shared.add_ref(e.pblock, e.count);
+        // The range is empty now: the source's entries go in as they are,
+        // in one pass, and each physical run gains a reference at once.
+        d.tree.insert_sorted(dev.as_ref(), lifted.entries)?;
+        let mapped = lifted.blocks;
+        for &(start, n) in &lifted.runs {
+            self.be.alloc.shared.add_ref(start, n);
         }
         let n: u64 = freed.iter().map(|f| f.1).sum();
         let d = self.inode(dst)?;

@@ -174,10 +174,24 @@ pub fn encode_extent(e: &Extent) -> Vec<u8> {
     w.buf
 }
 
-/// Decode the extent stored at `lblock` in leaf `block` of a volume with
-/// `bounds`: its length is 1 ..= 2^32 - 1, its physical blocks lie in
-/// `2..block_count` and its logical blocks below [`MAX_FILE_BLOCKS`].
-pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Extent> {
+/// An extent's value without its checksums (see [`decode_head`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub pblock: u64,
+    pub count: u64,
+    pub birth: u32,
+    pub unwritten: bool,
+    /// A CRC32C per block follows at [`SUMS_AT`].
+    pub summed: bool,
+}
+
+/// Offset of the first checksum in a summed extent's value.
+pub const SUMS_AT: usize = 17;
+
+/// Check the extent stored at `lblock` in leaf `block` of a volume with
+/// `bounds` as [`decode`] does, without reading its checksums out: a
+/// caller that moves the value whole needs only this.
+pub fn decode_head(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Head> {
     let mut r = Reader::new(v, block);
     let pblock = r.u64("extent start")?;
     let count = u64::from(r.u32("extent length")?);
@@ -186,9 +200,9 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
     } else {
         0
     };
-    let mut sums = Vec::new();
-    let unwritten = if r.remaining() >= 1 {
-        let flags = r.u8("extent flags")?;
+    let mut flags = 0;
+    if r.remaining() >= 1 {
+        flags = r.u8("extent flags")?;
         let want = match flags {
             FLAG_UNWRITTEN => 0,
             FLAG_SUMMED if (1..=MAX_SUMMED).contains(&count) => count as usize,
@@ -206,23 +220,40 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
         if r.remaining() != want.saturating_mul(4) {
             return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
         }
-        for _ in 0..want {
-            sums.push(r.u32("extent checksum")?);
-        }
-        flags == FLAG_UNWRITTEN
-    } else {
-        false
-    };
-    if count == 0 || r.remaining() != 0 {
+    }
+    if count == 0 {
         return Err(r.bad(format!("extent at logical block {lblock}: bad length")));
     }
     check(lblock, pblock, count, bounds).map_err(|what| r.bad(what))?;
-    Ok(Extent {
-        lblock,
+    Ok(Head {
         pblock,
         count,
         birth,
-        unwritten,
+        unwritten: flags == FLAG_UNWRITTEN,
+        summed: flags == FLAG_SUMMED,
+    })
+}
+
+/// Decode the extent stored at `lblock` in leaf `block` of a volume with
+/// `bounds`: its length is 1 ..= 2^32 - 1, its physical blocks lie in
+/// `2..block_count` and its logical blocks below [`MAX_FILE_BLOCKS`].
+pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Extent> {
+    let h = decode_head(lblock, v, block, bounds)?;
+    let sums = if h.summed {
+        v.get(SUMS_AT..)
+            .unwrap_or_default()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Extent {
+        lblock,
+        pblock: h.pblock,
+        count: h.count,
+        birth: h.birth,
+        unwritten: h.unwritten,
         sums,
     })
 }

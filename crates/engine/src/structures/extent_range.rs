@@ -2,15 +2,17 @@
 //! fallocate(2) and writes into preallocated space need — the extents a
 //! range meets, turning part of an unwritten extent into a written one,
 //! and shifting the map to remove or open a block-aligned range (collapse,
-//! insert). Like `extent.rs`, every operation keeps extents disjoint.
+//! insert), and lifting a range's written extents to map them elsewhere
+//! (a clone). Like `extent.rs`, every operation keeps extents disjoint.
 //!
 //! Calls `extent.rs`, the btree and the base modules.
 
 use super::btree::Tree;
-use super::extent::{self, encode_as, encode_extent, lookup, next, Extent, Freed};
+use super::extent::{self, decode, decode_head, encode_as, encode_extent, lookup, next, Extent, Freed};
 use crate::codec::MAX_FILE_BLOCKS;
 use crate::device::Device;
 use crate::error::{Errno, Error, Result};
+use std::ops::ControlFlow;
 
 /// The extents meeting logical blocks `[from, to)`, each cut to the range,
 /// in logical order.
@@ -30,6 +32,61 @@ pub fn clipped(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec
         at = x.end();
         e = next(t, dev, at)?;
     }
+    Ok(out)
+}
+
+/// The written extents of a range, as entries to map at another place
+/// ([`lifted`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Lifted {
+    /// (logical block at the destination, value) in key order: each
+    /// extent's value as stored, but for the two cut at the range's edges.
+    pub entries: Vec<(u64, Vec<u8>)>,
+    /// The physical blocks they map, as (start, count) runs in the order
+    /// met, neighbours joined where one's blocks follow the other's.
+    pub runs: Vec<(u64, u64)>,
+    /// Blocks they map.
+    pub blocks: u64,
+}
+
+/// The written extents meeting logical blocks `[from, to)` of `t`, cut to
+/// the range and moved to start at `dest` instead of `from` (unwritten
+/// extents left out: they read as holes). One descent and one pass over
+/// the range's entries; each value is checked as a decode would check it
+/// and taken as it is, not decoded and encoded again.
+pub fn lifted(t: &mut Tree, dev: &dyn Device, from: u64, to: u64, dest: u64) -> Result<Lifted> {
+    let mut out = Lifted::default();
+    if from >= to {
+        return Ok(out);
+    }
+    let add = |out: &mut Lifted, lblock: u64, pblock: u64, count: u64, value: Vec<u8>| {
+        out.entries
+            .push((dest.saturating_add(lblock.saturating_sub(from)), value));
+        out.blocks = out.blocks.saturating_add(count);
+        match out.runs.last_mut() {
+            Some((s, c)) if s.saturating_add(*c) == pblock => *c = c.saturating_add(count),
+            _ => out.runs.push((pblock, count)),
+        }
+    };
+    // An extent from before `from` that reaches into the range.
+    if let Some(e) = lookup(t, dev, from)?.filter(|e| e.lblock < from && !e.unwritten) {
+        let p = e.piece(from, to);
+        add(&mut out, from, p.pblock, p.count, encode_extent(&p));
+    }
+    let bounds = super::bounds(dev);
+    t.scan(dev, from, to, |key, v, leaf| {
+        let h = decode_head(key, v, leaf, &bounds)?;
+        if h.unwritten {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if key.saturating_add(h.count) > to {
+            let p = decode(key, v, leaf, &bounds)?.piece(key, to);
+            add(&mut out, key, p.pblock, p.count, encode_extent(&p));
+        } else {
+            add(&mut out, key, h.pblock, h.count, v.to_vec());
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
     Ok(out)
 }
 
@@ -205,6 +262,7 @@ mod tests {
     use super::*;
     use crate::device::MemDevice;
     use crate::structures::btree::TreeKind;
+    use proptest::prelude::*;
 
     fn x(lblock: u64, pblock: u64, count: u64, unwritten: bool) -> Extent {
         Extent {
@@ -214,6 +272,84 @@ mod tests {
             birth: 0,
             unwritten,
             sums: Vec::new(),
+        }
+    }
+
+    /// Each mapped block of `t`: (logical, physical, birth, checksum, unwritten).
+    fn blocks(t: &mut Tree, dev: &MemDevice) -> Vec<(u64, u64, u32, Option<u32>, bool)> {
+        let mut out = Vec::new();
+        for e in extent::all(t, dev).unwrap() {
+            for l in e.lblock..e.end() {
+                out.push((l, e.physical(l), e.birth, e.sum_at(l), e.unwritten));
+            }
+        }
+        out
+    }
+
+    /// A tree of extents from `spec` (gap before, blocks, physical jump,
+    /// birth, summed, unwritten), from logical block `at`.
+    fn tree_of(dev: &MemDevice, spec: &[(u64, u64, u64, u32, bool, bool)], at: u64, p0: u64) -> Tree {
+        let mut t = Tree::new_empty(9, TreeKind::Extents);
+        let (mut l, mut p) = (at, p0);
+        for &(gap, count, jump, birth, summed, unwritten) in spec {
+            l += gap;
+            p += jump;
+            let mut e = x(l, p, count, unwritten);
+            e.birth = birth;
+            if summed && !unwritten {
+                e.sums = (0..count).map(|k| (p + k) as u32 ^ 0x5eed).collect();
+            }
+            extent::map_extent(&mut t, dev, &e).unwrap();
+            l += count;
+            p += count;
+        }
+        t
+    }
+
+    fn spec() -> impl Strategy<Value = Vec<(u64, u64, u64, u32, bool, bool)>> {
+        proptest::collection::vec(
+            (
+                0u64..3,
+                1u64..150,
+                0u64..2,
+                0u32..2,
+                any::<bool>(),
+                proptest::bool::weighted(0.1),
+            ),
+            0..40,
+        )
+    }
+
+    proptest! {
+        /// Lifting a range and putting it in with one sorted insert maps
+        /// the destination block for block as mapping each extent of the
+        /// range in turn does (physical block, birth, checksum), frees the
+        /// same blocks, and its runs count each physical block as often
+        /// as the extents map it.
+        #[test]
+        fn a_lifted_range_maps_as_each_extent_mapped_in_turn(
+            src in spec(), dst in spec(), from in 0u64..3000, len in 1u64..3000, dest in 0u64..3000,
+        ) {
+            let dev = MemDevice::new(4096, 32_768);
+            let (to, end) = (from + len, dest + len);
+            let mut s = tree_of(&dev, &src, 0, 1000);
+            let mut one = tree_of(&dev, &dst, 0, 20_000);
+            let mut batch = tree_of(&dev, &dst, 0, 20_000);
+            let want_freed = extent::punch(&mut one, &dev, dest, end).unwrap();
+            let mut want_refs = Vec::new();
+            for e in clipped(&mut s, &dev, from, to).unwrap().iter().filter(|e| !e.unwritten) {
+                extent::map_extent(&mut one, &dev, &e.moved_to(dest + e.lblock - from)).unwrap();
+                want_refs.extend(e.pblock..e.pblock + e.count);
+            }
+            let lifted = lifted(&mut s, &dev, from, to, dest).unwrap();
+            let freed = extent::punch(&mut batch, &dev, dest, end).unwrap();
+            batch.insert_sorted(&dev, lifted.entries).unwrap();
+            prop_assert_eq!(freed, want_freed);
+            prop_assert_eq!(blocks(&mut batch, &dev), blocks(&mut one, &dev));
+            let refs: Vec<u64> = lifted.runs.iter().flat_map(|&(p, c)| p..p + c).collect();
+            prop_assert_eq!(lifted.blocks, refs.len() as u64);
+            prop_assert_eq!(refs, want_refs);
+            prop_assert!(lifted.runs.windows(2).all(|w| w[0].0 + w[0].1 != w[1].0), "runs not joined");
         }
     }
 

@@ -3,11 +3,14 @@
 //! probe of a key range in one descent (`Tree::probe`: the entries in
 //! order, borrowed from their leaves, and the lowest free key), and an edit
 //! can go to the place a probe found (`Spot`) without searching again.
+//! A batch of entries in key order goes in with one descent, into leaves
+//! filled in order (`bulk.rs`).
 //! Nodes are searched by interpolation from where a key would sit among
 //! evenly spread keys (`node.rs`).
 //!
 //! Calls the device (to load nodes) and the base modules.
 mod ahead;
+mod bulk;
 mod cached;
 mod check;
 pub mod node;

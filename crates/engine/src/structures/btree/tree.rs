@@ -346,15 +346,7 @@ impl Tree {
         if value.len() > Tree::max_value(bs) {
             return Err(Error::Posix(crate::error::Errno::ENOSPC));
         }
-        if self.root.is_none() {
-            self.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
-                addr: 0,
-                birth: 0,
-                dirty: true,
-                entries: Vec::new(),
-            }))));
-            self.depth = 0;
-        }
+        self.ensure_root();
         self.edited();
         let cx = self.ctx(dev);
         let depth = self.depth;
@@ -364,6 +356,19 @@ impl Tree {
         let splits = insert_rec(load(slot, &cx, depth)?, &cx, bs, route, value)?;
         self.grow(splits, bs, true);
         Ok(())
+    }
+
+    /// An empty tree gets an empty dirty leaf for a root, to insert into.
+    pub(super) fn ensure_root(&mut self) {
+        if self.root.is_none() {
+            self.root = Some(Slot::Mem(Box::new(Node::Leaf(Leaf {
+                addr: 0,
+                birth: 0,
+                dirty: true,
+                entries: Vec::new(),
+            }))));
+            self.depth = 0;
+        }
     }
 
     /// Remove `key`, returning its value.
@@ -395,7 +400,7 @@ impl Tree {
 
     /// New root levels for pieces split off the root. `leaves_dirty`: the
     /// split came from a leaf change (not from replay).
-    fn grow(&mut self, mut splits: Splits, bs: usize, leaves_dirty: bool) {
+    pub(super) fn grow(&mut self, mut splits: Splits, bs: usize, leaves_dirty: bool) {
         while !splits.is_empty() {
             let Some(old) = self.root.take() else { return };
             let level = self.depth.saturating_add(1);
@@ -746,14 +751,16 @@ fn split_leaf(l: &mut Leaf, bs: usize) -> Splits {
     out
 }
 
-/// Split an overflowing branch in halves; returns the right halves.
+/// Split an overflowing branch in halves; returns the right halves. A
+/// branch of more than twice its capacity (many leaves added at once,
+/// `bulk.rs`) keeps a full branch's worth and gives the rest in full ones.
 pub(super) fn split_branch(b: &mut Branch, bs: usize) -> Splits {
     let cap = branch_capacity(bs);
     let mut out = Splits::new();
     if b.children.len() <= cap {
         return out;
     }
-    let half = b.children.len() / 2;
+    let half = (b.children.len() / 2).min(cap);
     let mut rest = b.children.split_off(half);
     while !rest.is_empty() {
         let tail = if rest.len() > cap {
