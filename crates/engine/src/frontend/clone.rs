@@ -213,7 +213,9 @@ impl Volume {
         let freed: Vec<Freed> = extent::punch(&mut d.tree, dev.as_ref(), dst_block, dst_block + count)?;
         // The range is empty now: the source's entries go in as they are,
         // in one pass, and each physical run gains a reference at once.
-        d.tree.insert_sorted(dev.as_ref(), lifted.entries)?;
+        let mut entries = lifted.entries;
+        extent_range::join_before(&mut d.tree, dev.as_ref(), &mut entries)?;
+        d.tree.insert_sorted(dev.as_ref(), entries)?;
         let mapped = lifted.blocks;
         for &(start, n) in &lifted.runs {
             self.be.alloc.shared.add_ref(start, n);

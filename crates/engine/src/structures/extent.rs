@@ -99,6 +99,17 @@ impl Extent {
             .copied()
     }
 
+    /// What its entry's value says but the checksums.
+    pub fn head(&self) -> Head {
+        Head {
+            pblock: self.pblock,
+            count: self.count,
+            birth: self.birth,
+            unwritten: self.unwritten,
+            summed: self.is_summed(),
+        }
+    }
+
     /// Whether the extent carries a checksum per block.
     pub fn is_summed(&self) -> bool {
         !self.sums.is_empty()
@@ -369,26 +380,12 @@ pub fn map_extent(t: &mut Tree, dev: &dyn Device, e: &Extent) -> Result<Vec<Free
     let freed = punch(t, dev, e.lblock, end)?;
     let mut e = e.clone();
     if let Some(before) = e.lblock.checked_sub(1) {
-        if let Some(p) = lookup(t, dev, before)? {
-            let merged = p.count.saturating_add(e.count);
-            let limit = if e.is_summed() { MAX_SUMMED } else { MAX_EXTENT };
-            if p.end() == e.lblock
-                && p.pblock.checked_add(p.count) == Some(e.pblock)
-                && p.birth == e.birth
-                && p.unwritten == e.unwritten
-                && p.is_summed() == e.is_summed()
-                && p.count < limit
-            {
-                // Fill the predecessor up to the limit; the rest follows.
-                let take = limit.saturating_sub(p.count).min(e.count);
-                let mut head = p.clone();
-                head.count = p.count.saturating_add(take);
-                head.sums.extend(e.sums.iter().take(take as usize));
-                t.insert(dev, p.lblock, encode_extent(&head))?;
-                if take == e.count || merged <= limit {
-                    return Ok(freed);
-                }
-                e = e.piece(e.lblock.saturating_add(take), end);
+        if let Some((head, rest)) = lookup(t, dev, before)?.and_then(|p| join(&p, &e)) {
+            // The predecessor filled up to the limit; the rest follows.
+            t.insert(dev, head.lblock, encode_extent(&head))?;
+            match rest {
+                None => return Ok(freed),
+                Some(r) => e = r,
             }
         }
     }
@@ -403,6 +400,29 @@ pub fn map_extent(t: &mut Tree, dev: &dyn Device, e: &Extent) -> Result<Vec<Free
         at = stop;
     }
     Ok(freed)
+}
+
+/// `e` joined onto `p`, which it follows logically and physically with
+/// the same birth and state: `p` grown by as much of `e` as an entry
+/// holds (its checksums with it), and what is left of `e`. `None` when
+/// they cannot join (or `p` is full).
+pub fn join(p: &Extent, e: &Extent) -> Option<(Extent, Option<Extent>)> {
+    let limit = if e.is_summed() { MAX_SUMMED } else { MAX_EXTENT };
+    let joins = p.end() == e.lblock
+        && p.pblock.checked_add(p.count) == Some(e.pblock)
+        && p.birth == e.birth
+        && p.unwritten == e.unwritten
+        && p.is_summed() == e.is_summed()
+        && p.count < limit;
+    if !joins {
+        return None;
+    }
+    let take = limit.saturating_sub(p.count).min(e.count);
+    let mut head = p.clone();
+    head.count = p.count.saturating_add(take);
+    head.sums.extend(e.sums.iter().take(take as usize));
+    let rest = (take < e.count).then(|| e.piece(e.lblock.saturating_add(take), e.end()));
+    Some((head, rest))
 }
 
 /// Every extent, in logical order.

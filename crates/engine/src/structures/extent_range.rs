@@ -8,7 +8,11 @@
 //! Calls `extent.rs`, the btree and the base modules.
 
 use super::btree::Tree;
-use super::extent::{self, decode, decode_head, encode_as, encode_extent, lookup, next, Extent, Freed};
+use super::extent::{
+    self, decode, decode_head, encode_as, encode_extent, join, lookup, next, Extent, Freed, Head, MAX_EXTENT,
+    MAX_SUMMED,
+};
+use crate::codec::Bounds;
 use crate::codec::MAX_FILE_BLOCKS;
 use crate::device::Device;
 use crate::error::{Errno, Error, Result};
@@ -40,13 +44,50 @@ pub fn clipped(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Lifted {
     /// (logical block at the destination, value) in key order: each
-    /// extent's value as stored, but for the two cut at the range's edges.
+    /// extent's value as stored, but for those cut at the range's edges
+    /// or joined (as [`extent::map_extent`] joins an extent to the one
+    /// before it).
     pub entries: Vec<(u64, Vec<u8>)>,
     /// The physical blocks they map, as (start, count) runs in the order
     /// met, neighbours joined where one's blocks follow the other's.
     pub runs: Vec<(u64, u64)>,
     /// Blocks they map.
     pub blocks: u64,
+    /// What the last entry's value says.
+    last: Option<Head>,
+}
+
+impl Lifted {
+    /// Add the extent of value `value` (`h` read from it) at destination
+    /// block `key`.
+    fn push(&mut self, key: u64, h: Head, value: Vec<u8>, bounds: &Bounds) -> Result<()> {
+        self.blocks = self.blocks.saturating_add(h.count);
+        match self.runs.last_mut() {
+            Some((s, c)) if s.saturating_add(*c) == h.pblock => *c = c.saturating_add(h.count),
+            _ => self.runs.push((h.pblock, h.count)),
+        }
+        if let (Some(l), Some((lk, lv))) = (self.last, self.entries.last_mut()) {
+            let limit = if h.summed { MAX_SUMMED } else { MAX_EXTENT };
+            if lk.saturating_add(l.count) == key
+                && l.pblock.saturating_add(l.count) == h.pblock
+                && l.count < limit
+            {
+                let (p, e) = (decode(*lk, lv, 0, bounds)?, decode(key, &value, 0, bounds)?);
+                if let Some((head, rest)) = join(&p, &e) {
+                    *lv = encode_extent(&head);
+                    self.last = Some(head.head());
+                    if let Some(r) = rest {
+                        self.entries.push((r.lblock, encode_extent(&r)));
+                        self.last = Some(r.head());
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        self.entries.push((key, value));
+        self.last = Some(h);
+        Ok(())
+    }
 }
 
 /// The written extents meeting logical blocks `[from, to)` of `t`, cut to
@@ -59,35 +100,53 @@ pub fn lifted(t: &mut Tree, dev: &dyn Device, from: u64, to: u64, dest: u64) -> 
     if from >= to {
         return Ok(out);
     }
-    let add = |out: &mut Lifted, lblock: u64, pblock: u64, count: u64, value: Vec<u8>| {
-        out.entries
-            .push((dest.saturating_add(lblock.saturating_sub(from)), value));
-        out.blocks = out.blocks.saturating_add(count);
-        match out.runs.last_mut() {
-            Some((s, c)) if s.saturating_add(*c) == pblock => *c = c.saturating_add(count),
-            _ => out.runs.push((pblock, count)),
-        }
-    };
+    let bounds = super::bounds(dev);
+    let at = |lblock: u64| dest.saturating_add(lblock.saturating_sub(from));
+    let add_piece =
+        |out: &mut Lifted, p: Extent| out.push(at(p.lblock), p.head(), encode_extent(&p), &bounds);
     // An extent from before `from` that reaches into the range.
     if let Some(e) = lookup(t, dev, from)?.filter(|e| e.lblock < from && !e.unwritten) {
-        let p = e.piece(from, to);
-        add(&mut out, from, p.pblock, p.count, encode_extent(&p));
+        add_piece(&mut out, e.piece(from, to))?;
     }
-    let bounds = super::bounds(dev);
     t.scan(dev, from, to, |key, v, leaf| {
         let h = decode_head(key, v, leaf, &bounds)?;
         if h.unwritten {
             return Ok(ControlFlow::Continue(()));
         }
         if key.saturating_add(h.count) > to {
-            let p = decode(key, v, leaf, &bounds)?.piece(key, to);
-            add(&mut out, key, p.pblock, p.count, encode_extent(&p));
+            add_piece(&mut out, decode(key, v, leaf, &bounds)?.piece(key, to))?;
         } else {
-            add(&mut out, key, h.pblock, h.count, v.to_vec());
+            out.push(at(key), h, v.to_vec(), &bounds)?;
         }
         Ok(ControlFlow::Continue(()))
     })?;
     Ok(out)
+}
+
+/// Join the first of `entries` (for a range of `t` just emptied, in key
+/// order) onto the extent that ends where it starts, as
+/// [`extent::map_extent`] joins an extent to the one before it: the
+/// joined entry goes first in `entries` (replacing that extent's).
+pub fn join_before(t: &mut Tree, dev: &dyn Device, entries: &mut Vec<(u64, Vec<u8>)>) -> Result<()> {
+    let Some((key, value)) = entries.first() else {
+        return Ok(());
+    };
+    let Some(p) = key
+        .checked_sub(1)
+        .map(|b| lookup(t, dev, b))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    let e = decode(*key, value, 0, &super::bounds(dev))?;
+    let Some((head, rest)) = join(&p, &e) else {
+        return Ok(());
+    };
+    let mut first = vec![(head.lblock, encode_extent(&head))];
+    first.extend(rest.map(|r| (r.lblock, encode_extent(&r))));
+    entries.splice(0..1, first);
+    Ok(())
 }
 
 /// The holes of `[from, to)`: ranges `(start, count)` no extent maps.
@@ -322,10 +381,10 @@ mod tests {
 
     proptest! {
         /// Lifting a range and putting it in with one sorted insert maps
-        /// the destination block for block as mapping each extent of the
-        /// range in turn does (physical block, birth, checksum), frees the
-        /// same blocks, and its runs count each physical block as often
-        /// as the extents map it.
+        /// the destination as mapping each extent of the range in turn
+        /// does (the same extents, so each block's physical block, birth
+        /// and checksum), frees the same blocks, and its runs count each
+        /// physical block as often as the extents map it.
         #[test]
         fn a_lifted_range_maps_as_each_extent_mapped_in_turn(
             src in spec(), dst in spec(), from in 0u64..3000, len in 1u64..3000, dest in 0u64..3000,
@@ -343,9 +402,13 @@ mod tests {
             }
             let lifted = lifted(&mut s, &dev, from, to, dest).unwrap();
             let freed = extent::punch(&mut batch, &dev, dest, end).unwrap();
-            batch.insert_sorted(&dev, lifted.entries).unwrap();
+            let mut entries = lifted.entries;
+            join_before(&mut batch, &dev, &mut entries).unwrap();
+            batch.insert_sorted(&dev, entries).unwrap();
             prop_assert_eq!(freed, want_freed);
             prop_assert_eq!(blocks(&mut batch, &dev), blocks(&mut one, &dev));
+            // Joined as one by one joins them: the same entries.
+            prop_assert_eq!(extent::all(&mut batch, &dev).unwrap(), extent::all(&mut one, &dev).unwrap());
             let refs: Vec<u64> = lifted.runs.iter().flat_map(|&(p, c)| p..p + c).collect();
             prop_assert_eq!(lifted.blocks, refs.len() as u64);
             prop_assert_eq!(refs, want_refs);
