@@ -1,25 +1,34 @@
 //! API layer: a shrink's relocation (`Fs::resize`, api/resize.rs) —
-//! everything in use past the new end moved below it, in bounded steps:
-//! data a chunk of 256 blocks at a time under the delta guard, a commit
-//! started every 32 MiB (by the delta committer, while the next batch is
-//! read; the batch before must be written first; at most a quarter of
-//! the dirty limit); tree nodes and preallocated blocks with a delta commit
-//! every 4,096. Other operations and their fsyncs wait at most one chunk
-//! for the guard, and the device has at most about one batch of the
-//! shrink's writes queued ahead of theirs.
+//! everything in use past the new end moved below it, in bounded steps.
+//! File data goes in batches of 32 MiB (at most a quarter of the dirty
+//! limit), each in three steps: its pieces planned under the delta guard
+//! (where they lie now), read without it (`frontend/relocate_read.rs`:
+//! large requests, two at once) while the batch before is written, then
+//! made dirty under the guard a chunk of 256 blocks at a time, each block
+//! taking what was read only if it is still mapped where it was read
+//! from (else as the guarded path has it: a newer page kept, the device
+//! read again). Once the batch before is written, the batch's commit is
+//! started (by the delta committer, or here on a volume without one).
+//! Tree nodes and preallocated blocks take a delta commit every 4,096.
+//! Other operations and their fsyncs wait at most one chunk for the
+//! guard, and the device has at most about one batch of the shrink's
+//! writes queued ahead of theirs.
 //!
 //! The inode table is walked in number order: each inode's tree nodes past
-//! the end are marked dirty and its data there made dirty again
+//! the end are marked dirty and its data there queued for a batch
 //! (`frontend/relocate.rs`); then the volume's own trees. When a snapshot
 //! may hold blocks past the end, a survey (the same walk, changing
 //! nothing) comes first, and the shrink is refused with EBUSY naming the
 //! snapshots before anything moves.
 //!
-//! Calls the frontend (`Volume::relocate_*`, `snapshots_past`) and the
-//! commit pipeline.
+//! Calls the frontend (`Volume::relocate_*`, `read_pieces`,
+//! `snapshots_past`) and the commit pipeline.
 
 use super::Fs;
 use crate::error::{Error, Result};
+use crate::frontend::{plan_runs, read_pieces};
+use crate::types::Ino;
+use std::collections::VecDeque;
 
 /// Blocks made dirty under one hold of the delta guard.
 const CHUNK_BLOCKS: u64 = 256;
@@ -80,7 +89,8 @@ impl Fs {
         let bs = u64::from(self.statfs()?.block_size);
         let batch = (BATCH_BYTES.min(self.vol().dirty_limit() / 4) / bs).max(CHUNK_BLOCKS);
         let mut w = Walked::default();
-        let (mut from, mut in_batch, mut dirtied) = (0, 0u64, 0u64);
+        let mut queue = Queue::default();
+        let (mut from, mut in_batch) = (0, 0u64);
         loop {
             let inos = self.vol().inodes_from(from, LIST_INODES)?;
             let Some(&last) = inos.last() else { break };
@@ -98,23 +108,19 @@ impl Fs {
                 let marked = past.nodes + past.unwritten;
                 (w.blocks, in_batch) = (w.blocks + marked, in_batch + marked);
                 for (start, count) in past.data {
-                    let mut at = start;
-                    while at < start + count {
-                        let to = (at + CHUNK_BLOCKS).min(start + count);
-                        let n = self.retrying_enospc(|v| v.relocate_chunk(ino, at, to, limit))?;
-                        (w.blocks, dirtied) = (w.blocks + n, dirtied + n);
-                        at = to;
-                        if dirtied >= batch {
-                            self.next_batch()?;
-                            dirtied = 0;
-                        }
-                    }
+                    queue.push(ino, start, count);
+                }
+                while queue.blocks >= batch {
+                    w.blocks += self.move_batch(queue.take(batch), limit)?;
                 }
                 if in_batch >= BATCH_NODES {
                     self.shared.commit(false)?;
                     in_batch = 0;
                 }
             }
+        }
+        while queue.blocks > 0 {
+            w.blocks += self.move_batch(queue.take(batch), limit)?;
         }
         let (nodes, held) = self.vol().relocate_tables(limit, survey)?;
         w.hold(held);
@@ -123,6 +129,31 @@ impl Fs {
             self.shared.commit(false)?;
         }
         Ok(w)
+    }
+
+    /// Move one batch of data, `(ino, from, to)` logical ranges: plan its
+    /// pieces under the guard, read them without it (while the batch
+    /// before is written), make them dirty under it a chunk at a time,
+    /// then start the batch's commit. Returns the blocks made dirty.
+    fn move_batch(&self, ranges: Vec<(Ino, u64, u64)>, limit: u64) -> Result<u64> {
+        let mut parts = Vec::new();
+        for &(ino, from, to) in &ranges {
+            parts.extend(self.vol().relocate_plan(ino, from, to, limit)?);
+        }
+        let dev = self.device();
+        let mut pieces = plan_runs(parts, u64::from(dev.block_size()));
+        read_pieces(dev.as_ref(), &mut pieces);
+        let mut moved = 0;
+        for (ino, from, to) in ranges {
+            let mut at = from;
+            while at < to {
+                let end = (at + CHUNK_BLOCKS).min(to);
+                moved += self.retrying_enospc(|v| v.relocate_chunk(ino, at, end, limit, &pieces))?;
+                at = end;
+            }
+        }
+        self.next_batch()?;
+        Ok(moved)
     }
 
     /// A batch of data is dirty: once the batch before it is written, start
@@ -136,5 +167,40 @@ impl Fs {
             self.shared.commit(false)?;
         }
         Ok(())
+    }
+}
+
+/// Data past the end waiting for a batch: logical ranges of inodes, in
+/// the order the walk found them.
+#[derive(Default)]
+struct Queue {
+    ranges: VecDeque<(Ino, u64, u64)>,
+    blocks: u64,
+}
+
+impl Queue {
+    fn push(&mut self, ino: Ino, start: u64, count: u64) {
+        self.ranges.push_back((ino, start, start + count));
+        self.blocks += count;
+    }
+
+    /// The first `max` blocks queued (fewer if fewer are), a range cut
+    /// where they end.
+    fn take(&mut self, max: u64) -> Vec<(Ino, u64, u64)> {
+        let mut out = Vec::new();
+        let mut room = max;
+        while room > 0 {
+            let Some((ino, from, to)) = self.ranges.pop_front() else {
+                break;
+            };
+            let end = to.min(from + room);
+            out.push((ino, from, end));
+            if end < to {
+                self.ranges.push_front((ino, end, to));
+            }
+            room -= end - from;
+            self.blocks -= end - from;
+        }
+        out
     }
 }

@@ -24,6 +24,7 @@
 //! free-space questions.
 
 use super::file::{check_file, verify};
+use super::relocate_read::Prefetched;
 use super::Volume;
 use crate::backend::alloc::SharedExtents;
 use crate::backend::free_space;
@@ -245,15 +246,17 @@ impl Volume {
             .into_iter()
             .filter(|e| holders.movable(e, unshare))
             .collect();
-        self.redirty(ino, &targets)
+        self.redirty(ino, &targets, &[])
     }
 
     /// Make the blocks of `targets` (written extents of `ino`, clipped to
     /// what is to move) dirty with the contents they hold: a dirty page is
-    /// left as it is, a cached one copied, the rest read from the device
-    /// and verified. Returns how many it made dirty; the caller has
-    /// reserved their space.
-    pub(super) fn redirty(&mut self, ino: Ino, targets: &[Extent]) -> Result<u64> {
+    /// left as it is, a cached one copied, one that `read` holds as read
+    /// from where it is mapped now taken from there (a shrink's,
+    /// `frontend/relocate_read.rs`), the rest read from the device and
+    /// verified. Returns how many it made dirty; the caller has reserved
+    /// their space.
+    pub(super) fn redirty(&mut self, ino: Ino, targets: &[Extent], read: &[Prefetched]) -> Result<u64> {
         let (bs, dev, delta) = (self.bs(), self.be.dev.clone(), self.be.delta);
         let i = self.inode(ino)?;
         let clean_before = i.pages.clean_len();
@@ -272,10 +275,18 @@ impl Volume {
                     b += 1;
                     continue;
                 }
-                // Uncached blocks, read in one request.
+                // Uncached blocks: read already, or read in one request.
                 let mut n = 1;
                 while b + n < e.end() && n < READ_BLOCKS && i.pages.content(b + n).is_none() {
                     n += 1;
+                }
+                if let Some((data, got)) = read.iter().find_map(|p| p.blocks_of(ino, e, b, n, bs)) {
+                    for (k, block) in data.chunks(bs as usize).enumerate() {
+                        i.pages.page_mut(b + k as u64, delta, || block.to_vec());
+                    }
+                    dirtied += got;
+                    b += got;
+                    continue;
                 }
                 buf.resize((n * bs) as usize, 0);
                 crate::device::read_named(dev.as_ref(), e.physical(b), &mut buf)?;

@@ -6,8 +6,9 @@
 //!
 //! * file data (regular files, symlinks, xattr files) is made dirty again
 //!   with the contents it has, as defrag does (`Volume::redirty`): the
-//!   commit writes it elsewhere and frees the old blocks. A block a clone
-//!   shares moves too, losing its sharing (the copy below the end is this
+//!   commit writes it elsewhere and frees the old blocks; what a batch
+//!   reads, it reads beforehand without the guard (`relocate_read.rs`).
+//!   A block a clone shares moves too, losing its sharing (the copy below the end is this
 //!   file's own); the old block goes when its last holder has moved;
 //! * a preallocated (unwritten) extent is mapped anew to blocks allocated
 //!   now, unwritten still, and the old ones freed, in one step;
@@ -23,11 +24,11 @@
 //! Calls the cache (pages, through `redirty`), structures (extent and
 //! node trees), the backend's allocator and snapshot table.
 
+use super::relocate_read::Prefetched;
 use super::Volume;
 use crate::error::{Errno, Error, Result};
 use crate::structures::btree::TreeKind;
 use crate::structures::extent::{self, Extent};
-use crate::structures::extent_range;
 use crate::types::Ino;
 
 /// What one inode holds past the new end.
@@ -45,7 +46,7 @@ pub struct PastEnd {
 }
 
 /// The part of `e` lying at or past block `limit`, if any.
-fn past(e: &Extent, limit: u64) -> Option<Extent> {
+pub(super) fn past(e: &Extent, limit: u64) -> Option<Extent> {
     (e.pblock.saturating_add(e.count) > limit)
         .then(|| e.piece(e.lblock + limit.saturating_sub(e.pblock), e.end()))
 }
@@ -127,18 +128,24 @@ impl Volume {
 
     /// Make the written blocks of `[from, to)` of `ino` that lie at or past
     /// block `limit` dirty with their contents (what a snapshot holds is
-    /// left). Returns how many it made dirty; ENOSPC (nothing changed) if
-    /// the space for them cannot be reserved.
-    pub fn relocate_chunk(&mut self, ino: Ino, from: u64, to: u64, limit: u64) -> Result<u64> {
-        let (dev, held_upto) = (self.be.dev.clone(), self.be.alloc.held_upto);
+    /// left), a block taking what `read` holds for it if it is still
+    /// mapped where that was read from (`frontend/relocate_read.rs`).
+    /// Returns how many it made dirty (none of an inode gone); ENOSPC
+    /// (nothing changed) if the space for them cannot be reserved.
+    pub fn relocate_chunk(
+        &mut self,
+        ino: Ino,
+        from: u64,
+        to: u64,
+        limit: u64,
+        read: &[Prefetched],
+    ) -> Result<u64> {
         self.begin_change(to.saturating_sub(from) + 2)?;
-        let tree = &mut self.inode(ino)?.tree;
-        let targets: Vec<Extent> = extent_range::clipped(tree, dev.as_ref(), from, to)?
-            .iter()
-            .filter(|e| !e.unwritten && held_upto.is_none_or(|s| e.birth > s))
-            .filter_map(|e| past(e, limit))
-            .collect();
-        self.redirty(ino, &targets)
+        let targets = match self.relocate_targets(ino, from, to, limit) {
+            Err(Error::Posix(Errno::ENOENT)) => return Ok(0),
+            r => r?,
+        };
+        self.redirty(ino, &targets, read)
     }
 
     /// The volume's own trees — the inode table, the snapshot table, the
