@@ -21,12 +21,12 @@
 //! nothing) comes first, and the shrink is refused with EBUSY naming the
 //! snapshots before anything moves.
 //!
-//! Calls the frontend (`Volume::relocate_*`, `read_pieces`,
+//! Calls the frontend (`Volume::relocate_*`, `Prefetched`,
 //! `snapshots_past`) and the commit pipeline.
 
 use super::Fs;
 use crate::error::{Error, Result};
-use crate::frontend::{plan_runs, read_pieces};
+use crate::frontend::Prefetched;
 use crate::types::Ino;
 use std::collections::VecDeque;
 
@@ -141,8 +141,8 @@ impl Fs {
             parts.extend(self.vol().relocate_plan(ino, from, to, limit)?);
         }
         let dev = self.device();
-        let mut pieces = plan_runs(parts, u64::from(dev.block_size()));
-        read_pieces(dev.as_ref(), &mut pieces);
+        let mut pieces = Prefetched::plan(parts, u64::from(dev.block_size()));
+        pieces.read(dev.as_ref());
         let mut moved = 0;
         for (ino, from, to) in ranges {
             let mut at = from;

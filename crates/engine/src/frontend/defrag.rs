@@ -246,7 +246,7 @@ impl Volume {
             .into_iter()
             .filter(|e| holders.movable(e, unshare))
             .collect();
-        self.redirty(ino, &targets, &[])
+        self.redirty(ino, &targets, None)
     }
 
     /// Make the blocks of `targets` (written extents of `ino`, clipped to
@@ -256,7 +256,7 @@ impl Volume {
     /// `frontend/relocate_read.rs`), the rest read from the device and
     /// verified. Returns how many it made dirty; the caller has reserved
     /// their space.
-    pub(super) fn redirty(&mut self, ino: Ino, targets: &[Extent], read: &[Prefetched]) -> Result<u64> {
+    pub(super) fn redirty(&mut self, ino: Ino, targets: &[Extent], read: Option<&Prefetched>) -> Result<u64> {
         let (bs, dev, delta) = (self.bs(), self.be.dev.clone(), self.be.delta);
         let i = self.inode(ino)?;
         let clean_before = i.pages.clean_len();
@@ -280,7 +280,7 @@ impl Volume {
                 while b + n < e.end() && n < READ_BLOCKS && i.pages.content(b + n).is_none() {
                     n += 1;
                 }
-                if let Some((data, got)) = read.iter().find_map(|p| p.blocks_of(ino, e, b, n, bs)) {
+                if let Some((data, got)) = read.and_then(|p| p.blocks_of(ino, e, b, n, bs)) {
                     for (k, block) in data.chunks(bs as usize).enumerate() {
                         i.pages.page_mut(b + k as u64, delta, || block.to_vec());
                     }

@@ -29,7 +29,7 @@ pub use clone::{BlockRun, ClonePlan, Sharing};
 mod defrag;
 pub use defrag::DefragPlan;
 pub use relocate::PastEnd;
-pub use relocate_read::{plan_runs, read_pieces, Prefetched};
+pub use relocate_read::Prefetched;
 mod evict;
 mod falloc;
 mod file;

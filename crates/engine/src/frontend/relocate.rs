@@ -138,14 +138,14 @@ impl Volume {
         from: u64,
         to: u64,
         limit: u64,
-        read: &[Prefetched],
+        read: &Prefetched,
     ) -> Result<u64> {
         self.begin_change(to.saturating_sub(from) + 2)?;
         let targets = match self.relocate_targets(ino, from, to, limit) {
             Err(Error::Posix(Errno::ENOENT)) => return Ok(0),
             r => r?,
         };
-        self.redirty(ino, &targets, read)
+        self.redirty(ino, &targets, Some(read))
     }
 
     /// The volume's own trees — the inode table, the snapshot table, the
