@@ -32,8 +32,6 @@ const CHUNK_BLOCKS: u64 = 256;
 /// Blocks compared and shared by one dedupe call when a clone is pointed
 /// at the rewritten copy (both sides are read into memory).
 const REPOINT_BLOCKS: u64 = 4096;
-/// Inodes listed from the inode table at a time by the repointing walk.
-const LIST_INODES: usize = 256;
 
 /// How [`Fs::defrag`] works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,11 +176,9 @@ impl Fs {
         let mut left = self.vol().references_left(&old);
         let (mut from, mut repointed) = (0, 0);
         while left > 0 {
-            let inos = self.vol().inodes_from(from, LIST_INODES)?;
-            let Some(&last) = inos.last() else { break };
-            from = last + 1;
-            if self.vol().wants_trim() {
-                self.shared.trim_inodes();
+            let inos = self.next_inodes(&mut from)?;
+            if inos.is_empty() {
+                break;
             }
             for other in inos {
                 let maps = self.vol().maps_into(other, &old)?;

@@ -92,12 +92,9 @@ impl Fs {
         let mut queue = Queue::default();
         let (mut from, mut in_batch) = (0, 0u64);
         loop {
-            let inos = self.vol().inodes_from(from, LIST_INODES)?;
-            let Some(&last) = inos.last() else { break };
-            from = last + 1;
-            // The inodes the walk loaded stay within the cache's bound.
-            if self.vol().wants_trim() {
-                self.shared.trim_inodes();
+            let inos = self.next_inodes(&mut from)?;
+            if inos.is_empty() {
+                break;
             }
             for ino in inos {
                 let past = self.retrying_enospc(|v| v.relocate_inode(ino, limit, survey))?;
@@ -154,6 +151,21 @@ impl Fs {
         }
         self.next_batch()?;
         Ok(moved)
+    }
+
+    /// The next inodes of the inode table in number order, from `*from`
+    /// on (at most [`LIST_INODES`]), moving `*from` past them; none at the
+    /// end. The inodes a walk loaded before are trimmed from the cache
+    /// first when it is over its bound. Shrink and defrag walk with it.
+    pub(super) fn next_inodes(&self, from: &mut u64) -> Result<Vec<crate::types::Ino>> {
+        if self.vol().wants_trim() {
+            self.shared.trim_inodes();
+        }
+        let inos = self.vol().inodes_from(*from, LIST_INODES)?;
+        if let Some(&last) = inos.last() {
+            *from = last + 1;
+        }
+        Ok(inos)
     }
 
     /// A batch of data is dirty: once the batch before it is written, start
