@@ -155,6 +155,9 @@ pub(crate) enum Fix {
     /// Give the written extents of `ino` that lack checksums those of
     /// their blocks as the device holds them (a `DATA_SUMS` volume).
     Sums { ino: u64 },
+    /// Replay the log passing over the records that fail validation (the
+    /// repair's open does; `Backend::open_with`).
+    SkipRecords,
 }
 
 /// Problems and repairs collected by the passes.

@@ -6,12 +6,17 @@
 //! dropped, the inode named in /lost+found), an inode-table leaf that does
 //! not decode (replaced by the records it still holds), and the newer
 //! superblock copy damaged so that the volume does not mount from the
-//! older one (patched from the older copy). Each block is changed with a
-//! valid checksum, so only the decoders and the checks see the damage.
+//! older one (patched from the older copy), and a log record that fails
+//! validation at replay (the log replayed without it). Each block is
+//! changed with a valid checksum, so only the decoders and the checks see
+//! the damage.
+
+mod image_util;
 
 use std::sync::Arc;
 use tux3::codec::reseal;
 use tux3::device::{Device, MemDevice};
+use tux3::log::Record;
 use tux3::structures::superblock::Superblock;
 use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
 use tux3_tools::fsck::{check, metadata_blocks, FsckOptions, FsckReport};
@@ -291,4 +296,59 @@ fn a_damaged_newer_superblock_copy_is_patched_from_the_older() {
     let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
     assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES);
     fs.close().unwrap();
+}
+
+/// A log of two commits after the unify, the last one's records `last`
+/// and the first one's `first`: found, the repair replays the log without
+/// the bad record, the next check is clean and every file is there.
+fn bad_record_is_passed_over(first: Vec<Record>, last: Vec<Record>, what: &str) {
+    let dev = volume();
+    image_util::append_commits(&dev, vec![first, last]);
+    let found = fsck(&dev, false);
+    assert!(
+        found
+            .problems
+            .iter()
+            .any(|l| l.contains(what) && l.contains("replays the log without")),
+        "{:?}",
+        found.problems
+    );
+    let r = repaired_in_one_pass(&dev);
+    assert!(r.repaired.iter().any(|l| l.contains(what)), "{:?}", r.repaired);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES);
+    fs.close().unwrap();
+}
+
+#[test]
+fn a_log_block_checksum_outside_the_volume_is_passed_over() {
+    let sum = Record::BlockSum {
+        start: 4096 + 7,
+        count: 1,
+        crc: 0,
+    };
+    bad_record_is_passed_over(
+        Vec::new(),
+        vec![sum],
+        "block checksum for 4103+1 outside the volume",
+    );
+}
+
+#[test]
+fn a_dead_extent_born_after_its_death_is_passed_over() {
+    let dead = Record::Dead {
+        start: 3000,
+        count: 2,
+        birth: 1 << 30,
+    };
+    bad_record_is_passed_over(vec![dead], Vec::new(), "dead 3000+2 born 1073741824");
+}
+
+#[test]
+fn a_reclaim_of_no_dead_extent_is_passed_over() {
+    let reclaim = Record::Reclaim {
+        start: 3000,
+        count: 2,
+    };
+    bad_record_is_passed_over(vec![reclaim], Vec::new(), "reclaim 3000+2: no such dead extent");
 }

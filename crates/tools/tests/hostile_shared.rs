@@ -12,11 +12,13 @@
 //! Calls the engine's public API (Fs, MemDevice, btree node codec,
 //! superblock, log block codec) and tux3_tools::fsck.
 
+mod image_util;
+
 use std::sync::Arc;
 use tux3::backend::snapshot::{encode_shared, SHARED_KEY, SNAP_INO};
 use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
-use tux3::log::{LogBlock, Record};
+use tux3::log::Record;
 use tux3::structures::btree::node::{decode, Leaf, Node};
 use tux3::structures::btree::{Tree, TreeKind};
 use tux3::structures::superblock::Superblock;
@@ -264,33 +266,7 @@ fn a_missing_table_is_named_and_repaired() {
 /// the log, which a torn write could explain). Returns the first's address.
 fn append_log(mem: &Arc<MemDevice>, records: Vec<Record>) -> u64 {
     let dev: Arc<dyn Device> = mem.clone();
-    let (be, _) = Backend::open(dev.clone(), true).unwrap();
-    let tail = be.log.tail;
-    let (mut prev_crc, mut records) = (tail.prev_crc, records);
-    for k in 0..2u64 {
-        let addr = tail.next + k;
-        records.push(Record::Balloc {
-            start: addr + 1,
-            count: 1,
-        });
-        let lb = LogBlock {
-            addr,
-            seq: tail.seq + k,
-            next: addr + 1,
-            delta: be.delta + k,
-            prev_crc,
-            commit: true,
-            fsync: false,
-            nonce: 1,
-            records: std::mem::take(&mut records),
-            crc: 0,
-        };
-        let image = lb.encode(BS as usize);
-        // The checksum field follows the magic (codec header).
-        prev_crc = u32::from_le_bytes(image[4..8].try_into().unwrap());
-        dev.write(addr, &image).unwrap();
-    }
-    tail.next
+    image_util::append_commits(&dev, vec![records, Vec::new()])
 }
 
 /// The run the replayed table holds (the log's Share records applied).

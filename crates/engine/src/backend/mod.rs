@@ -15,6 +15,7 @@ pub(crate) mod checks;
 pub mod commit;
 pub mod discard;
 pub mod free_space;
+mod load;
 pub mod logwriter;
 pub mod mkfs;
 pub mod readers;
@@ -23,7 +24,7 @@ mod writeout;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::log::{read_chain, Record};
+use crate::log::{read_chain_with, Record};
 use crate::structures::btree::{Tree, TreeKind};
 use crate::structures::superblock::Superblock;
 use crate::structures::{bitmap, extent};
@@ -175,6 +176,9 @@ pub struct Backend {
     pub readers: Arc<readers::ReadEpochs>,
     /// Giving blocks free for good back to the device (`discard.rs`).
     pub discard: discard::Discard,
+    /// Log records replay passed over (a repair's open only): the log block
+    /// and what was wrong with the record.
+    pub skipped: Vec<(u64, String)>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -188,49 +192,6 @@ pub(crate) fn nonce() -> u64 {
     );
     h.write_u32(std::process::id());
     h.finish()
-}
-
-/// Read the bitmap blocks the bitmap file maps into `alloc`: every one
-/// of `sb.bitmap_blocks`, or on a sparse bitmap those that are not holes
-/// (the rest are all clear), so a mount reads what is in use, not the
-/// volume's size.
-fn load_bitmap(dev: &dyn Device, sb: &Superblock, tree: &mut Tree, alloc: &mut Allocator) -> Result<()> {
-    let bs = dev.block_size() as usize;
-    let mut buf = vec![0u8; bs];
-    let mut next = 0u64;
-    for e in extent::all(tree, dev)? {
-        if e.lblock < next || e.lblock.saturating_add(e.count) > sb.bitmap_blocks {
-            return Err(Error::corrupt(
-                sb.bitmap.addr,
-                format!(
-                    "bitmap file maps blocks {}+{} (overlapping, or past its {} blocks)",
-                    e.lblock, e.count, sb.bitmap_blocks
-                ),
-            ));
-        }
-        if e.lblock > next && !sb.sparse_bitmap {
-            break;
-        }
-        for index in e.lblock..e.end() {
-            let addr = e.pblock + (index - e.lblock);
-            if addr >= sb.block_count {
-                return Err(Error::corrupt(
-                    sb.bitmap.addr,
-                    format!("bitmap block {index} maps outside the volume"),
-                ));
-            }
-            crate::device::read_named(dev, addr, &mut buf)?;
-            alloc.load_bits(index, bitmap::decode(&buf, addr, index)?);
-        }
-        next = e.end();
-    }
-    if next < sb.bitmap_blocks && !sb.sparse_bitmap {
-        return Err(Error::corrupt(
-            sb.bitmap.addr,
-            format!("bitmap file has a hole at block {next}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Directories whose last allocation [`Backend::dir_goals`] remembers.
@@ -252,6 +213,18 @@ impl Backend {
         dev: Arc<dyn Device>,
         read_only: bool,
         snapshot: Option<&[u8]>,
+    ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        Backend::open_with(dev, read_only, snapshot, false)
+    }
+
+    /// [`Backend::open_as`]; with `skip_bad` (a repair), a log record that
+    /// fails validation is passed over — what it carries is lost, the rest
+    /// of the log applies — and listed in [`Backend::skipped`].
+    pub fn open_with(
+        dev: Arc<dyn Device>,
+        read_only: bool,
+        snapshot: Option<&[u8]>,
+        skip_bad: bool,
     ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
         // R1: a write or flush through this device panics; the caller's
         // device goes back in at the end.
@@ -277,7 +250,7 @@ impl Backend {
         }
         let mut alloc = Allocator::new(sb.block_count, bs);
         let mut bitmap_tree = Tree::open(BITMAP_INO, TreeKind::Extents, sb.bitmap);
-        load_bitmap(dev.as_ref(), &sb, &mut bitmap_tree, &mut alloc)?;
+        load::load_bitmap(dev.as_ref(), &sb, &mut bitmap_tree, &mut alloc)?;
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
@@ -287,7 +260,8 @@ impl Backend {
         }
         alloc.shared.clear_dirty();
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
-        let chain = read_chain(dev.as_ref(), sb.log_start())?;
+        let mut chain = read_chain_with(dev.as_ref(), sb.log_start(), skip_bad)?;
+        let mut skipped = std::mem::take(&mut chain.skipped);
         if let Some(why) = &chain.unproven {
             // A crash leaves this; so does damage to a block of the last
             // commit, which nothing can tell apart from it: say which.
@@ -312,9 +286,9 @@ impl Backend {
         for (n, d) in chain.deltas.iter().enumerate() {
             let at = d.blocks.first().copied().unwrap_or(0);
             let live_fsync = d.fsync && later_full[n + 1].is_none_or(|f| f < d.delta);
-            for r in &d.records {
-                let bad = |what: String| Error::corrupt(at, format!("log of delta {}: {what}", d.delta));
-                let in_volume = |a: u64| a >= 2 && a < sb.block_count;
+            let bad = |what: String| Error::corrupt(at, format!("log of delta {}: {what}", d.delta));
+            let in_volume = |a: u64| a >= 2 && a < sb.block_count;
+            let mut apply = |r: &Record| -> Result<()> {
                 match *r {
                     Record::InodeImage { ino, ref attrs } => {
                         if live_fsync {
@@ -434,6 +408,13 @@ impl Backend {
                         );
                     }
                 }
+                Ok(())
+            };
+            for r in &d.records {
+                match apply(r) {
+                    Err(Error::Corrupt { block, what }) if skip_bad => skipped.push((block, what)),
+                    r => r?,
+                }
             }
             // The table as this commit left it has no runs that overlap
             // (a run may overlap a neighbour between two of its records).
@@ -514,6 +495,7 @@ impl Backend {
             snaps,
             readers: Arc::default(),
             discard: discard::Discard::default(),
+            skipped,
         };
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]

@@ -220,7 +220,7 @@ impl Volume {
         // its device panics (debug builds).
         #[cfg(debug_assertions)]
         let (callers, dev) = (dev.clone(), crate::backend::checks::reads_only(dev));
-        let (mut be, replays) = Backend::open_as(dev, opts.read_only, opts.snapshot.as_deref())?;
+        let (mut be, replays) = Backend::open_with(dev, opts.read_only, opts.snapshot.as_deref(), repair)?;
         be.discard.online = opts.discard && !opts.read_only;
         let mut v = Volume {
             be,

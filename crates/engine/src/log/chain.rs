@@ -51,6 +51,9 @@ pub struct Chain {
     /// commits after it (a crash cut its single-flush commit short). Why,
     /// for reports.
     pub unproven: Option<String>,
+    /// Records a tolerant read ([`read_chain_with`]) passed over: the log
+    /// block and what was wrong.
+    pub skipped: Vec<(u64, String)>,
 }
 
 impl Chain {
@@ -65,6 +68,14 @@ impl Chain {
 ///
 /// [`log_start`]: crate::structures::superblock::Superblock::log_start
 pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
+    read_chain_with(dev, start, false)
+}
+
+/// [`read_chain`]; with `skip_bad` (a repair), a `BlockSum` record that
+/// names blocks outside the volume is passed over (the blocks it would
+/// check are not checked) and listed in [`Chain::skipped`], where
+/// without it the chain does not read.
+pub fn read_chain_with(dev: &dyn Device, start: Tail, skip_bad: bool) -> Result<Chain> {
     let bs = dev.block_size() as usize;
     let mut tail = start;
     let mut deltas = Vec::new();
@@ -124,9 +135,10 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
         }
     }
     let mut unproven = None;
+    let mut skipped = Vec::new();
     let last_full = deltas.iter().enumerate().rev().find(|(_, d)| !d.fsync);
     if let Some((i, last)) = last_full {
-        if let Some(why) = check_sums(dev, last)? {
+        if let Some(why) = check_sums(dev, last, skip_bad.then_some(&mut skipped))? {
             let after = deltas.len().saturating_sub(i).saturating_sub(1);
             unproven = Some(format!(
                 "log block {}: delta {} is not part of the volume{}: {why}; a crash during its \
@@ -150,6 +162,7 @@ pub fn read_chain(dev: &dyn Device, start: Tail) -> Result<Chain> {
         tail,
         end,
         unproven,
+        skipped,
     })
 }
 
@@ -158,8 +171,13 @@ const MAX_SUM_RUN: u32 = 1 << 16;
 
 /// Check a delta's `BlockSum` records against the blocks on the device:
 /// `None` when they all match (or it has none), else which block differs.
-/// A record outside the volume is damage, not a crash: an error.
-fn check_sums(dev: &dyn Device, d: &LoggedDelta) -> Result<Option<String>> {
+/// A record outside the volume is damage, not a crash: an error, or with
+/// `skipped` a line there and the record passed over.
+fn check_sums(
+    dev: &dyn Device,
+    d: &LoggedDelta,
+    mut skipped: Option<&mut Vec<(u64, String)>>,
+) -> Result<Option<String>> {
     let bs = dev.block_size() as usize;
     let at = d.blocks.last().copied().unwrap_or(0);
     let mut buf = Vec::new();
@@ -172,13 +190,17 @@ fn check_sums(dev: &dyn Device, d: &LoggedDelta) -> Result<Option<String>> {
             || start < 2
             || start.saturating_add(count as u64) > dev.block_count()
         {
-            return Err(crate::error::Error::corrupt(
-                at,
-                format!(
-                    "log of delta {}: block checksum for {start}+{count} outside the volume",
-                    d.delta
-                ),
-            ));
+            let what = format!(
+                "log of delta {}: block checksum for {start}+{count} outside the volume",
+                d.delta
+            );
+            match skipped.as_deref_mut() {
+                Some(s) => {
+                    s.push((at, what));
+                    continue;
+                }
+                None => return Err(crate::error::Error::corrupt(at, what)),
+            }
         }
         // count <= 2^16 and bs <= 2^16: at most 4 GiB, within usize on the
         // 64-bit targets this builds for; saturate elsewhere.

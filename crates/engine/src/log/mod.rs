@@ -21,5 +21,5 @@ pub mod chain;
 pub mod record;
 
 pub use block::LogBlock;
-pub use chain::{read_chain, Chain, Tail};
+pub use chain::{read_chain, read_chain_with, Chain, Tail};
 pub use record::Record;

@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::log::block::MAGIC as LOG_MAGIC;
-use tux3::log::{read_chain, Chain, LogBlock};
+use tux3::log::{read_chain_with, Chain, LogBlock};
 use tux3::structures::superblock::Superblock;
 
 /// Free blocks after the stop that are searched for the chain's continuation.
@@ -87,7 +87,9 @@ pub(super) fn scan(
     is_free: &dyn Fn(u64) -> bool,
     f: &mut Findings,
 ) -> Result<LogScan> {
-    let chain = read_chain(dev, sb.log_start())?;
+    // A record the backend's repair open passes over is reported by the
+    // pass (`scan`); here it only must not stop the log's scan.
+    let chain = read_chain_with(dev, sb.log_start(), true)?;
     if let Some(why) = &chain.unproven {
         f.notes.push(why.clone());
     }

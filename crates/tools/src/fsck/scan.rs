@@ -37,7 +37,30 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     };
     let sb = Superblock::load(dev.as_ref())?;
     check_copies(dev.as_ref(), &sb, &mut f);
-    let (mut be, replays) = match Backend::open(dev.clone(), true) {
+    let opened = match Backend::open(dev.clone(), true) {
+        // A log record that fails validation: a repair replays the log
+        // without it (what it carries is lost), so the rest is checked
+        // as that replay leaves the volume.
+        Err(e @ Error::Corrupt { .. }) => match Backend::open_with(dev.clone(), true, None, true) {
+            Ok((be, replays)) if !be.skipped.is_empty() => {
+                let lines = be
+                    .skipped
+                    .iter()
+                    .map(|(block, what)| format!("block {block}: the volume cannot be mounted: {what}"))
+                    .collect();
+                f.fixable_all(
+                    "mount",
+                    Fix::SkipRecords,
+                    lines,
+                    "repair replays the log without that record",
+                );
+                Ok((be, replays))
+            }
+            _ => Err(e),
+        },
+        r => r,
+    };
+    let (mut be, replays) = match opened {
         Ok(x) => x,
         Err(e @ Error::Corrupt { .. }) => {
             f.error("mount", "the volume cannot be mounted", &e);

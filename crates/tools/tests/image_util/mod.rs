@@ -2,7 +2,7 @@
 //! `hostile_sums.rs`, `inline_maps_fsck.rs`): volumes with and without `DATA_SUMS`, a record or
 //! an extent leaf read and rewritten in place on a unified volume (no log
 //! checksum covers it, so only the decoders and fsck see the change), a
-//! data block damaged, fsck runs.
+//! data block damaged, commits appended to the log, fsck runs.
 //!
 //! Calls the engine's public API and `tux3_tools::fsck`.
 
@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
+use tux3::log::{LogBlock, Record};
 use tux3::structures::btree::node::{decode, Leaf};
 use tux3::structures::btree::{Node, Tree, TreeKind};
 use tux3::structures::inode::InodeAttrs;
@@ -135,4 +136,44 @@ pub fn extents_of(dev: &Arc<dyn Device>, ino: u64) -> Vec<tux3::structures::exte
     let a = record(dev, ino);
     let mut t = tux3_tools::datamap::data_tree(&be, ino, &a, replays.get(&ino)).unwrap();
     tux3_tools::datamap::tree_extents(dev.as_ref(), &mut t).unwrap()
+}
+
+/// Append one full commit (one log block) per entry of `commits` after
+/// the log's last, each holding its records (and the `Balloc` of the block
+/// after it, a free one); a valid chain. Returns the first block's address.
+pub fn append_commits(dev: &Arc<dyn Device>, commits: Vec<Vec<Record>>) -> u64 {
+    let bs = dev.block_size() as usize;
+    let (be, _) = Backend::open(dev.clone(), true).unwrap();
+    let tail = be.log.tail;
+    let mut addrs = vec![tail.next];
+    for _ in 0..commits.len() {
+        let after = *addrs.last().unwrap() + 1;
+        let free = (after..dev.block_count()).find(|&b| !be.alloc.is_used(b));
+        addrs.push(free.expect("a free block for the log"));
+    }
+    let mut prev_crc = tail.prev_crc;
+    for (k, mut records) in commits.into_iter().enumerate() {
+        let (addr, next) = (addrs[k], addrs[k + 1]);
+        records.push(Record::Balloc {
+            start: next,
+            count: 1,
+        });
+        let lb = LogBlock {
+            addr,
+            seq: tail.seq + k as u64,
+            next,
+            delta: be.delta + k as u64,
+            prev_crc,
+            commit: true,
+            fsync: false,
+            nonce: 1,
+            records,
+            crc: 0,
+        };
+        let image = lb.encode(bs);
+        // The checksum field follows the magic (codec header).
+        prev_crc = u32::from_le_bytes(image[4..8].try_into().unwrap());
+        dev.write(addr, &image).unwrap();
+    }
+    tail.next
 }
