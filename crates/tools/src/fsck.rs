@@ -19,7 +19,8 @@
 //! with `data`, the blocks), `logscan` (log chain and damage beyond its end),
 //! `names` (namespace and link counts), `refs` (block ownership),
 //! `salvage` (what a damaged leaf still holds), `superfix` (the newer
-//! superblock copy patched) and `fix` (repair through the engine).
+//! superblock copy patched), `headerfix` (a node header that stops the
+//! mount, mended) and `fix` (repair through the engine).
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
@@ -27,6 +28,7 @@
 mod datasums;
 mod files;
 mod fix;
+mod headerfix;
 mod logscan;
 mod names;
 mod refs;
@@ -277,6 +279,12 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
                 "block {copy}: superblock copy {copy}, the newer, rewritten with the fields \
                  both copies share taken from the other"
             ));
+            pass = scan::pass(dev.clone(), opts)?;
+        }
+        // A node whose header alone stops the mount, mended in place.
+        let mended = headerfix::mend(&dev, &pass.findings.problems)?;
+        if !mended.is_empty() {
+            repaired.extend(mended);
             pass = scan::pass(dev.clone(), opts)?;
         }
     }

@@ -412,7 +412,11 @@ impl Backend {
             };
             for r in &d.records {
                 match apply(r) {
-                    Err(Error::Corrupt { block, what }) if skip_bad => skipped.push((block, what)),
+                    // Only the record's own fault: one another block's
+                    // damage caused is that block's to repair.
+                    Err(Error::Corrupt { block, what }) if skip_bad && d.blocks.contains(&block) => {
+                        skipped.push((block, what))
+                    }
                     r => r?,
                 }
             }

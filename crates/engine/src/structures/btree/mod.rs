@@ -13,6 +13,7 @@ mod ahead;
 mod bulk;
 mod cached;
 mod check;
+pub mod mend;
 pub mod node;
 mod redirect;
 mod relocate;

@@ -1,0 +1,94 @@
+//! `fsck --repair` of a tree node whose header alone is damaged (owner,
+//! tree kind, level or entry count): the mount's error, or the check's
+//! line, names the node and what its parent expects; the node is mended
+//! (`btree::mend`) and written back in place before the repair mounts —
+//! first those that stop the mount, as often as the next one needs it,
+//! then those the check named. What the check names may be a pointer gone
+//! astray rather than a damaged header (another file's node, a depth
+//! wrong in a record): from its lines only the tree kind, the entry count
+//! and the owner of the inode table's and the snapshot table's nodes (one
+//! tree each of that kind) are mended.
+//!
+//! Calls `frontend::Volume::open` (read-only, as a repair opens), the
+//! node mender and the device.
+
+use std::sync::Arc;
+use tux3::device::Device;
+use tux3::error::{Error, Result};
+use tux3::frontend::Volume;
+use tux3::structures::btree::mend::{mend_header, Mended};
+use tux3::structures::btree::TreeKind;
+use tux3::types::OpenOptions;
+
+/// Most nodes mended before the mount is tried as it is.
+const MAX_NODES: usize = 8;
+
+/// Mend the nodes whose header stops the mount, then those `problems`
+/// name ("block N: ..."); one line per node mended.
+pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    let opts = OpenOptions {
+        read_only: true,
+        repair: true,
+        ..OpenOptions::default()
+    };
+    for _ in 0..MAX_NODES {
+        let (block, what) = match Volume::open(dev.clone(), opts.clone()) {
+            Ok(v) => {
+                v.close()?;
+                break;
+            }
+            Err(Error::Corrupt { block, what }) => (block, what),
+            Err(_) => break,
+        };
+        if block < 2 || block >= dev.block_count() {
+            break;
+        }
+        match mend_one(dev, block, &what, |_| true)? {
+            Some(how) => done.push(format!(
+                "block {block}: the volume cannot be mounted: {what} ({how})"
+            )),
+            None => break,
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for line in problems {
+        let Some(block) = line
+            .strip_prefix("block ")
+            .and_then(|l| l.split(':').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if block >= 2 && block < dev.block_count() && seen.insert(block) {
+            let trusted = |m: &Mended| match m.field {
+                "tree kind" | "entry count" => true,
+                "owner" => matches!(m.kind, TreeKind::Itable | TreeKind::Snapshots),
+                _ => false,
+            };
+            if let Some(how) = mend_one(dev, block, line, trusted)? {
+                done.push(format!("{line} ({how})"));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Mend node `block` refused with `what`, and write it back if `keep`
+/// accepts the change.
+fn mend_one(
+    dev: &Arc<dyn Device>,
+    block: u64,
+    what: &str,
+    keep: impl Fn(&Mended) -> bool,
+) -> Result<Option<String>> {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(block, &mut buf)?;
+    let Some(m) = mend_header(&mut buf, block, what, dev.block_count()).filter(|m| keep(m)) else {
+        return Ok(None);
+    };
+    let how = m.how;
+    dev.write(block, &buf)?;
+    dev.flush()?;
+    Ok(Some(format!("repair mended the node's header: {how}")))
+}
