@@ -1,5 +1,6 @@
 //! `fsck --repair` of a tree node whose header alone is damaged (owner,
-//! tree kind, level or entry count): the mount's error, or the check's
+//! tree kind, level or entry count), or a branch entry (a child outside
+//! the volume, a separator out of order): the mount's error, or the check's
 //! line, names the node and what its parent expects; the node is mended
 //! (`btree::mend`) and written back in place before the repair mounts —
 //! first those that stop the mount, as often as the next one needs it,
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use tux3::device::Device;
 use tux3::error::{Error, Result};
 use tux3::frontend::Volume;
-use tux3::structures::btree::mend::{mend_header, Mended};
+use tux3::structures::btree::mend::{mend_branch, mend_header, Mended};
 use tux3::structures::btree::TreeKind;
 use tux3::types::OpenOptions;
 
@@ -62,7 +63,7 @@ pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<Str
         };
         if block >= 2 && block < dev.block_count() && seen.insert(block) {
             let trusted = |m: &Mended| match m.field {
-                "tree kind" | "entry count" => true,
+                "tree kind" | "entry count" | "branch entry" => true,
                 "owner" => matches!(m.kind, TreeKind::Itable | TreeKind::Snapshots),
                 _ => false,
             };
@@ -84,11 +85,16 @@ fn mend_one(
 ) -> Result<Option<String>> {
     let mut buf = vec![0u8; dev.block_size() as usize];
     dev.read(block, &mut buf)?;
-    let Some(m) = mend_header(&mut buf, block, what, dev.block_count()).filter(|m| keep(m)) else {
+    let mut mended = mend_header(&mut buf, block, what, dev.block_count()).filter(|m| keep(m));
+    if mended.is_none() {
+        dev.read(block, &mut buf)?;
+        mended = mend_branch(dev.as_ref(), &mut buf, block, what).filter(|m| keep(m));
+    }
+    let Some(m) = mended else {
         return Ok(None);
     };
     let how = m.how;
     dev.write(block, &buf)?;
     dev.flush()?;
-    Ok(Some(format!("repair mended the node's header: {how}")))
+    Ok(Some(format!("repair mended the node: {how}")))
 }
