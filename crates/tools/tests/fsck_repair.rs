@@ -358,6 +358,40 @@ fn a_reclaim_of_no_dead_extent_is_passed_over() {
     bad_record_is_passed_over(vec![reclaim], Vec::new(), "reclaim 3000+2: no such dead extent");
 }
 
+/// A volume of 150 files in /d, with one more created in a delta the
+/// log holds if `logged`, its inode table's branch changed by `change`:
+/// the check names the branch (the volume does not mount if `logged`), one
+/// repair run says it mended the node (`how`) and the next check is clean.
+/// Returns the files /d holds after the repair.
+fn mended_branch(logged: bool, how: &str, change: impl FnOnce(&mut [u8])) -> usize {
+    let dev = volume_with(150);
+    let root = itable_branch(&dev);
+    if logged {
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        fs.create(dir_d(&fs), b"new", 0o644, 0, 0).unwrap();
+        fs.close().unwrap();
+    }
+    damage(&dev, root, change);
+    let found = fsck(&dev, false);
+    let named = found
+        .problems
+        .iter()
+        .any(|l| l.starts_with(&format!("block {root}:")) && (!logged || l.contains("cannot be mounted")));
+    assert!(named, "{how}: {:?}", found.problems);
+    let r = repaired_in_one_pass(&dev);
+    assert!(
+        r.repaired
+            .iter()
+            .any(|l| l.contains("mended the node") && l.contains(how)),
+        "{how}: {:?}",
+        r.repaired
+    );
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let files = listing(&fs, dir_d(&fs)).len();
+    fs.close().unwrap();
+    files
+}
+
 /// The inode table's branch with one header field changed (owner, tree
 /// kind, level, entry count one above), on a unified volume (the check
 /// names the node) and with a delta in the log since (its leaf map goes
@@ -386,34 +420,8 @@ fn a_damaged_node_header_is_mended() {
             if !logged && how.starts_with("level") {
                 continue;
             }
-            let dev = volume_with(150);
-            let root = itable_branch(&dev);
-            let files = if logged {
-                let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-                fs.create(dir_d(&fs), b"new", 0o644, 0, 0).unwrap();
-                fs.sync().unwrap();
-                fs.close().unwrap();
-                151
-            } else {
-                150
-            };
-            damage(&dev, root, change);
-            let found = fsck(&dev, false);
-            let named = found.problems.iter().any(|l| {
-                l.starts_with(&format!("block {root}:")) && (!logged || l.contains("cannot be mounted"))
-            });
-            assert!(named, "{how}: {:?}", found.problems);
-            let r = repaired_in_one_pass(&dev);
-            assert!(
-                r.repaired
-                    .iter()
-                    .any(|l| l.contains("mended the node") && l.contains(how)),
-                "{how}: {:?}",
-                r.repaired
-            );
-            let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-            assert_eq!(listing(&fs, dir_d(&fs)).len(), files, "{how}");
-            fs.close().unwrap();
+            let files = if logged { 151 } else { 150 };
+            assert_eq!(mended_branch(logged, how, change), files, "{how}");
         }
     }
 }
@@ -421,56 +429,14 @@ fn a_damaged_node_header_is_mended() {
 /// The inode table's branch with a child address outside the volume, or
 /// a separator out of order, with a delta in the log since (the volume
 /// does not mount): the repair mends the branch — the separator from its
-/// leaf's first key (every file kept), the child taken out (the files its
-/// leaf held go; their entries with them) — and the next check is clean.
+/// leaf's first key, the leftmost to 0 (every file kept), the child taken
+/// out (the files its leaf held go; their entries with them) — and the
+/// next check is clean.
 #[test]
 fn a_damaged_inode_table_branch_entry_is_mended() {
-    type Change = fn(&mut [u8]);
-    let changes: [(&str, Change, bool); 3] = [
-        (
-            "separator 1",
-            |b| b[48..56].copy_from_slice(&u64::MAX.to_le_bytes()),
-            true,
-        ),
-        (
-            "separator 0",
-            |b| b[32..40].copy_from_slice(&u64::MAX.to_le_bytes()),
-            true,
-        ),
-        (
-            "child 1 at",
-            |b| b[56..64].copy_from_slice(&u64::MAX.to_le_bytes()),
-            false,
-        ),
-    ];
-    for (how, change, keeps_all) in changes {
-        let dev = volume_with(150);
-        let root = itable_branch(&dev);
-        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-        fs.create(dir_d(&fs), b"new", 0o644, 0, 0).unwrap();
-        fs.close().unwrap();
-        damage(&dev, root, change);
-        let found = fsck(&dev, false);
-        let named = found
-            .problems
-            .iter()
-            .any(|l| l.starts_with(&format!("block {root}: the volume cannot be mounted")));
-        assert!(named, "{how}: {:?}", found.problems);
-        let r = repaired_in_one_pass(&dev);
-        assert!(
-            r.repaired
-                .iter()
-                .any(|l| l.contains("mended the node") && l.contains(how)),
-            "{how}: {:?}",
-            r.repaired
-        );
-        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-        let files = listing(&fs, dir_d(&fs)).len();
-        if keeps_all {
-            assert_eq!(files, 151, "{how}");
-        } else {
-            assert!(files > 0 && files < 151, "{how}: {files} files");
-        }
-        fs.close().unwrap();
-    }
+    let set = |b: &mut [u8], at: usize| b[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert_eq!(mended_branch(true, "separator 1", |b| set(b, 48)), 151);
+    assert_eq!(mended_branch(true, "separator 0", |b| set(b, 32)), 151);
+    let files = mended_branch(true, "child 1 at", |b| set(b, 56));
+    assert!(files > 0 && files < 151, "{files} files");
 }
