@@ -7,7 +7,9 @@
 //! not decode (replaced by the records it still holds), and the newer
 //! superblock copy damaged so that the volume does not mount from the
 //! older one (patched from the older copy), and a log record that fails
-//! validation at replay (the log replayed without it). Each block is
+//! validation at replay (the log replayed without it), a tree node whose
+//! header or branch entry is damaged (mended in place), and an extent past
+//! the end of its file (taken out). Each block is
 //! changed with a valid checksum, so only the decoders and the checks see
 //! the damage.
 
@@ -439,4 +441,36 @@ fn a_damaged_inode_table_branch_entry_is_mended() {
     assert_eq!(mended_branch(true, "separator 0", |b| set(b, 32)), 151);
     let files = mended_branch(true, "child 1 at", |b| set(b, 56));
     assert!(files > 0 && files < 151, "{files} files");
+}
+
+/// An extent held in a file's record moved past the end of the file: the
+/// repair takes it out of the map (its block comes free as a leak), the
+/// file keeps its size and reads as a hole, the other files are whole.
+#[test]
+fn an_extent_past_the_end_of_its_file_is_taken_out() {
+    let dev = volume();
+    let f0 = {
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        let ino = fs.lookup(dir_d(&fs), b"f0").unwrap().ino;
+        fs.close().unwrap();
+        ino
+    };
+    image_util::edit_inode(&dev, f0, |a| a.inline[0].lblock = 5);
+    let found = fsck(&dev, false);
+    assert!(
+        image_util::has(
+            &found.problems,
+            &[&format!("inode {f0}"), "starts at or beyond the end"]
+        ),
+        "{:?}",
+        found.problems
+    );
+    repaired_in_one_pass(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let files = listing(&fs, dir_d(&fs));
+    assert_eq!(files.len(), FILES);
+    let data = |name: &[u8]| files.iter().find(|f| f.0 == name).unwrap().1.clone();
+    assert_eq!(data(b"f0"), vec![0u8; b"data of f0".len()]);
+    assert_eq!(data(b"f1"), b"data of f1".to_vec());
+    fs.close().unwrap();
 }

@@ -6,7 +6,8 @@
 //! entries that name an inode that is not there, give a written extent
 //! that lacks them its blocks' checksums (from the data on the device; a
 //! record whose checksum attribute does not decode is read without it and
-//! rewritten), rebuild a directory from the entries fsck could read, and
+//! rewritten), take out a file's extents past its end, rebuild a
+//! directory from the entries fsck could read, and
 //! name an inode no entry names in `/lost+found`. Each change joins the
 //! current delta like any operation; the caller unifies afterwards.
 //!
@@ -264,6 +265,25 @@ impl Volume {
             self.touch(ino);
         }
         Ok(summed)
+    }
+
+    /// Take out of `ino`'s map every extent, written or preallocated, past
+    /// the end of the file (a damaged extent or count): what lies there is
+    /// no part of the file. Its blocks are not freed here: they may be
+    /// another file's (a count run into them); those nothing else maps
+    /// are leaks the check that follows frees. Returns the blocks unmapped.
+    pub fn repair_trim(&mut self, ino: Ino) -> Result<u64> {
+        self.repair_begin()?;
+        let dev = self.be.dev.clone();
+        let bs = self.be.bs as u64;
+        self.load_without_sums(ino)?;
+        let i = self.inode(ino)?;
+        let keep = i.attrs.size.div_ceil(bs);
+        let cut = extent::punch(&mut i.tree, dev.as_ref(), keep, u64::MAX)?;
+        let n: u64 = cut.iter().map(|c| c.1).sum();
+        i.attrs.blocks = i.attrs.blocks.saturating_sub(n);
+        self.touch(ino);
+        Ok(n)
     }
 
     /// Load inode `ino` into the cache without its record's sums attribute

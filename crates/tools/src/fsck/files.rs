@@ -261,16 +261,23 @@ impl Extents<'_> {
             }
             // Preallocated blocks may lie past the end (KEEP_SIZE).
             let within = if e.unwritten { u64::MAX } else { size_blocks };
-            if e.lblock >= within {
-                f.problem(
-                    "extent",
-                    format!("{at} starts at or beyond the end of the file (size {})", a.size),
-                );
+            // A regular file's extent past its end: the repair takes it out
+            // (nothing past the end is part of the file).
+            let past = if e.lblock >= within {
+                Some("starts at or beyond")
             } else if end > within {
-                f.problem(
-                    "extent",
-                    format!("{at} reaches beyond the end of the file (size {})", a.size),
-                );
+                Some("reaches beyond")
+            } else {
+                None
+            };
+            if let Some(how) = past {
+                let line = format!("{at} {how} the end of the file (size {})", a.size);
+                if kind == Some(FileType::Regular) {
+                    let line = format!("{line} (repair takes out what lies past the end)");
+                    f.fixable("extent", Fix::TrimPastEnd { ino }, line);
+                } else {
+                    f.problem("extent", line);
+                }
             }
             if e.pblock < 2 || e.pblock.saturating_add(e.count) > block_count {
                 f.problem(

@@ -68,6 +68,10 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
             }
             // The unify below writes the copy not in use: the damaged one.
             Fix::Superblock { .. } => {}
+            // Every such extent of the inode at once.
+            Fix::TrimPastEnd { ino } => {
+                v.repair_trim(ino)?;
+            }
             // The open above replayed the log without the bad records.
             Fix::SkipRecords => {}
         }
