@@ -84,6 +84,11 @@ pub fn mend_header(b: &mut [u8], addr: u64, what: &str, block_count: u64) -> Opt
         let level = *b.get(25)?;
         ("entry count", 26, 2, counted_entries(b, level)? as u64)
     };
+    // An inode-table node that says so is no damaged header of another
+    // tree's node but a pointer gone astray to it: left alone.
+    if field == "owner" && *b.get(24)? == TreeKind::Itable as u8 && u64_at(b, 16)? == 0 {
+        return None;
+    }
     let end = at.checked_add(width)?;
     let old = b.get(at..end)?.to_vec();
     b.get_mut(at..end)?
