@@ -174,6 +174,23 @@ fn report(out: &mut String, names: &[String], stride: usize, outcomes: &[Outcome
         pct(d, n),
         pct(r, d)
     );
+    // Data checksums in a record: found, never repaired (nothing says
+    // whether the data or its checksum is wrong): the rate without them.
+    let sums = |o: &&Outcome| o.what.starts_with("data checksum");
+    let counted = || {
+        outcomes
+            .iter()
+            .filter(|o| !o.free_field() && o.matters() && o.detected())
+    };
+    let (sd, sr) = (
+        counted().filter(|o| !sums(o)).count() as u64,
+        counted().filter(|o| !sums(o) && o.repaired()).count() as u64,
+    );
+    let _ = writeln!(
+        out,
+        "\nRepaired in one pass without the data checksums in records (found, never repaired: no second copy says whether the data or the checksum is wrong): **{}** of {sd}.",
+        pct(sr, sd)
+    );
     let _ = writeln!(
         out,
         "\nEach cell: detected / repaired in one pass / mutations that matter: fsck flags them, or a reader sees them (every path's type, mode, links, size, data, link target and xattrs, and the snapshots' names). Not counted: a change that is no change, and one fsck passes that no reader sees (a block the log has replaced since, a field nothing reads)."

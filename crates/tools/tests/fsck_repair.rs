@@ -474,3 +474,39 @@ fn an_extent_past_the_end_of_its_file_is_taken_out() {
     assert_eq!(data(b"f1"), b"data of f1".to_vec());
     fs.close().unwrap();
 }
+
+/// A bitmap block whose index is wrong: the volume does not mount; the
+/// repair sets the index the bitmap file expects there, and every file
+/// is there.
+#[test]
+fn a_bitmap_block_with_a_wrong_index_is_mended() {
+    let dev = volume();
+    let mut buf = vec![0u8; 4096];
+    let bitmap = metadata_blocks(dev.clone())
+        .unwrap()
+        .into_iter()
+        .find(|&b| {
+            dev.read(b, &mut buf).unwrap();
+            &buf[..4] == b"T3BM"
+        })
+        .expect("a bitmap block");
+    damage(&dev, bitmap, |b| b[16..24].copy_from_slice(&7u64.to_le_bytes()));
+    let found = fsck(&dev, false);
+    assert!(
+        image_util::has(
+            &found.problems,
+            &["cannot be mounted", "bitmap block: index 7, expected 0"]
+        ),
+        "{:?}",
+        found.problems
+    );
+    let r = repaired_in_one_pass(&dev);
+    assert!(
+        image_util::has(&r.repaired, &["index 7 set to 0"]),
+        "{:?}",
+        r.repaired
+    );
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(listing(&fs, dir_d(&fs)).len(), FILES);
+    fs.close().unwrap();
+}

@@ -6,9 +6,12 @@
 //! header(16, magic "T3BM") | index u64 | 0 u64 | bits (LSB first)
 //! ```
 //!
+//! A block whose index alone is wrong is mended for `fsck --repair`
+//! (`mend_index`).
+//!
 //! Calls the base modules only (codec, error).
 
-use crate::codec::{begin, seal, verify, Reader};
+use crate::codec::{begin, reseal, seal, verify, Reader};
 use crate::error::Result;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"T3BM");
@@ -43,4 +46,22 @@ pub fn decode(b: &[u8], addr: u64, index: u64) -> Result<&[u8]> {
     }
     r.u64("reserved")?;
     r.bytes(r.remaining(), "bitmap bits")
+}
+
+/// Mend bitmap block `b` at `addr` whose index alone is wrong: `what` is
+/// [`decode`]'s refusal naming the index the bitmap file expects there
+/// (for `fsck --repair`). Returns what changed (the block is resealed), or
+/// `None` when that is not the damage.
+pub fn mend_index(b: &mut [u8], addr: u64, what: &str) -> Option<String> {
+    let rest = what.split("bitmap block: index ").nth(1)?;
+    let (got, expected) = rest.split_once(", expected ")?;
+    let got: u64 = got.parse().ok()?;
+    let end = expected
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(expected.len());
+    let index: u64 = expected.get(..end)?.parse().ok()?;
+    b.get_mut(16..24)?.copy_from_slice(&index.to_le_bytes());
+    reseal(b);
+    decode(b, addr, index).ok()?;
+    Some(format!("bitmap block index {got} set to {index}"))
 }

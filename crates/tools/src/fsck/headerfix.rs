@@ -1,6 +1,7 @@
 //! `fsck --repair` of a tree node whose header alone is damaged (owner,
 //! tree kind, level or entry count), or a branch entry (a child outside
-//! the volume, a separator out of order): the mount's error, or the check's
+//! the volume, a separator out of order), or a bitmap block whose index
+//! alone is wrong (from the mount's error only): the mount's error, or the check's
 //! line, names the node and what its parent expects; the node is mended
 //! (`btree::mend`) and written back in place before the repair mounts —
 //! first those that stop the mount, as often as the next one needs it,
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use tux3::device::Device;
 use tux3::error::{Error, Result};
 use tux3::frontend::Volume;
+use tux3::structures::bitmap;
 use tux3::structures::btree::mend::{mend_branch, mend_header, Mended};
 use tux3::structures::btree::TreeKind;
 use tux3::types::OpenOptions;
@@ -50,12 +52,16 @@ pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<Str
         if block < 2 || block >= dev.block_count() {
             break;
         }
-        match mend_one(dev, block, &what, |_| true)? {
-            Some(how) => done.push(format!(
-                "block {block}: the volume cannot be mounted: {what} ({how})"
-            )),
-            None => break,
-        }
+        let how = match mend_one(dev, block, &what, |_| true)? {
+            Some(how) => how,
+            None => match mend_bitmap(dev, block, &what)? {
+                Some(how) => how,
+                None => break,
+            },
+        };
+        done.push(format!(
+            "block {block}: the volume cannot be mounted: {what} ({how})"
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for line in problems {
@@ -102,4 +108,17 @@ fn mend_one(
     dev.write(block, &buf)?;
     dev.flush()?;
     Ok(Some(format!("repair mended the node: {how}")))
+}
+
+/// Mend bitmap block `block`, whose index the bitmap file refused with
+/// `what`, and write it back.
+fn mend_bitmap(dev: &Arc<dyn Device>, block: u64, what: &str) -> Result<Option<String>> {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(block, &mut buf)?;
+    let Some(how) = bitmap::mend_index(&mut buf, block, what) else {
+        return Ok(None);
+    };
+    dev.write(block, &buf)?;
+    dev.flush()?;
+    Ok(Some(format!("repair mended the block: {how}")))
 }
