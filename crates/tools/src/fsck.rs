@@ -6,8 +6,10 @@
 //! a damaged superblock copy — the newer one patched from the older —,
 //! checksums missing from an extent, an inode-table leaf or a directory
 //! that does not decode — rebuilt from what can be read of it —, inodes no
-//! entry names, named in `/lost+found`), in rounds until what a repair
-//! uncovers is repaired too. With
+//! entry names, named in `/lost+found`, a log record that fails replay's
+//! validation — replayed without —, a tree node's header or branch entry
+//! and a bitmap block's index — mended in place —, extents past a file's
+//! end), in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never
 //! repairable: there is no second copy).
