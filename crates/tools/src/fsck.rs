@@ -159,6 +159,8 @@ pub(crate) enum Fix {
     /// Give the written extents of `ino` that lack checksums those of
     /// their blocks as the device holds them (a `DATA_SUMS` volume).
     Sums { ino: u64 },
+    /// Give inode `ino` the record `record`: what decodes of its damaged one.
+    Record { ino: u64, record: Vec<u8> },
     /// Take out of `ino`'s map the extents past the end of the file.
     TrimPastEnd { ino: u64 },
     /// Replay the log passing over the records that fail validation (the

@@ -155,6 +155,15 @@ impl Volume {
         Ok(())
     }
 
+    /// Put `record` in the inode table as inode `ino`'s (its record did
+    /// not decode; this is what fsck kept of it).
+    pub fn repair_record(&mut self, ino: Ino, record: Vec<u8>) -> Result<()> {
+        self.repair_begin()?;
+        let dev = self.be.dev.clone();
+        self.cache.remove(ino);
+        self.be.itable.get_mut().insert(dev.as_ref(), ino, record)
+    }
+
     /// Replace the inode-table leaf with separator `sep`, which does not
     /// decode, by `records` (inode, record): the leaf leaves the table's
     /// leaf list (the whole table, if it is the root) and each record not

@@ -73,23 +73,50 @@ pub fn inline_sums_cost(blocks: u64) -> usize {
     }
 }
 
-/// A record's value `raw` without its sums attribute (tag 12), for a
-/// repair that computes the checksums anew from the data; `None` if the
-/// attributes do not parse as `tag u8, len u16, body[len]` to the end.
-pub fn without_sums(raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw.len());
+/// The attributes of record value `raw`, each whole (tag, length, body),
+/// with its tag; `None` if they do not parse as `tag u8, len u16,
+/// body[len]` to the end.
+fn attributes(raw: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let mut out = Vec::new();
     let mut at = 0usize;
     while at < raw.len() {
         let tag = *raw.get(at)?;
         let len = u16::from_le_bytes([*raw.get(at.checked_add(1)?)?, *raw.get(at.checked_add(2)?)?]);
         let end = at.checked_add(3)?.checked_add(usize::from(len))?;
-        let attr = raw.get(at..end)?;
-        if tag != TAG_SUMS {
-            out.extend_from_slice(attr);
-        }
+        out.push((tag, raw.get(at..end)?));
         at = end;
     }
     Some(out)
+}
+
+/// A record's value `raw` without its sums attribute (tag 12), for a
+/// repair that computes the checksums anew from the data; `None` if the
+/// attributes do not parse as `tag u8, len u16, body[len]` to the end.
+pub fn without_sums(raw: &[u8]) -> Option<Vec<u8>> {
+    let attrs = attributes(raw)?;
+    Some(
+        attrs
+            .into_iter()
+            .filter(|a| a.0 != TAG_SUMS)
+            .flat_map(|a| a.1.iter().copied())
+            .collect(),
+    )
+}
+
+/// Record value `raw` without its attribute number `k` (from 0), and that
+/// attribute's tag, for a repair that keeps the rest of a record one
+/// attribute of which does not decode; `None` if the attributes do not
+/// parse or there is no such attribute.
+pub fn without_attr(raw: &[u8], k: usize) -> Option<(Vec<u8>, u8)> {
+    let attrs = attributes(raw)?;
+    let tag = attrs.get(k)?.0;
+    let rest = attrs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != k)
+        .flat_map(|(_, a)| a.1.iter().copied())
+        .collect();
+    Some((rest, tag))
 }
 
 /// Bytes the fixed attributes can take at most (all present).

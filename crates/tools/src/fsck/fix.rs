@@ -26,7 +26,7 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
     // Damaged directories are rebuilt first, then records and entries
     // go (nothing after may load them), then unnamed inodes are named.
     let order = |f: &Fix| match f {
-        Fix::ItableLeaf { .. } | Fix::ItableSeps { .. } => 0,
+        Fix::ItableLeaf { .. } | Fix::ItableSeps { .. } | Fix::Record { .. } => 0,
         Fix::RebuildDir { .. } => 1,
         Fix::DropRecord { .. } | Fix::DropEntry { .. } => 2,
         Fix::Reattach { .. } => 3,
@@ -37,6 +37,7 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
     for (fix, line) in fixes {
         match *fix {
             Fix::DropRecord { ino } => v.repair_drop_record(ino)?,
+            Fix::Record { ino, ref record } => v.repair_record(ino, record.clone())?,
             Fix::ItableLeaf { sep, ref records } => v.repair_itable_leaf(sep, records)?,
             Fix::ItableSeps { ref seps } => {
                 for &(addr, sep, first) in seps {

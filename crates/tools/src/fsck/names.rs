@@ -106,9 +106,16 @@ pub(super) fn check(
             "root",
             format!("inode 1 (the root) is not a directory (mode {:o})", a.mode),
         ),
-        Some(a) if a.parent != ROOT_INO => f.problem(
+        Some(a) if a.parent != ROOT_INO => f.fixable(
             "root",
-            format!("inode 1 (the root): parent attribute is {}, expected 1", a.parent),
+            super::Fix::Parent {
+                ino: ROOT_INO,
+                parent: ROOT_INO,
+            },
+            format!(
+                "inode 1 (the root): parent attribute is {}, expected 1 (repair sets it)",
+                a.parent
+            ),
         ),
         _ => {}
     }

@@ -112,7 +112,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     let walked = {
         let (itable, fr) = (be.itable.get_mut(), &mut f);
         let (mut bad, mut shape, mut sums_bad) = (Vec::new(), Vec::new(), Vec::new());
-        let mut undecodable = Vec::new();
+        let (mut undecodable, mut kept) = (Vec::new(), Vec::new());
         let w = walk(
             dev,
             itable,
@@ -133,9 +133,14 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
                             }
                             None => {
                                 let line = super::describe(&format!("inode {ino}"), &e);
-                                // The root stays: without it nothing is named.
+                                // The root stays: without it nothing is
+                                // named. Without one attribute, it may
+                                // decode: the repair keeps the rest.
                                 if *ino == tux3::types::ROOT_INO {
-                                    bad.push(line);
+                                    match root_without_one(v, *ino, leaf, &bounds) {
+                                        Some((record, tag)) => kept.push((*ino, record, tag, line)),
+                                        None => bad.push(line),
+                                    }
                                 } else {
                                     undecodable.push((*ino, line));
                                 }
@@ -148,6 +153,10 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         );
         for line in bad {
             fr.problem("inode table", line);
+        }
+        for (ino, record, tag, line) in kept {
+            let line = format!("{line} (repair drops its attribute of tag {tag} and keeps the rest)");
+            fr.fixable("inode table", Fix::Record { ino, record }, line);
         }
         // A leaf whose separator is out of step with its keys (a damaged
         // branch entry) gets its first key as separator.
@@ -489,4 +498,14 @@ fn check_bitmap(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings) -> bool
         ok = false;
     }
     ok
+}
+
+/// The root's record `raw` without the one attribute whose removal leaves
+/// a record that decodes as a directory, and that attribute's tag.
+fn root_without_one(raw: &[u8], ino: u64, leaf: u64, bounds: &tux3::codec::Bounds) -> Option<(Vec<u8>, u8)> {
+    (0..raw.len())
+        .map_while(|k| tux3::structures::inode::without_attr(raw, k))
+        .find(|(r, _)| {
+            InodeAttrs::decode(r, ino, leaf, bounds).is_ok_and(|a| a.mode & libc::S_IFMT == libc::S_IFDIR)
+        })
 }
