@@ -9,7 +9,8 @@
 //! entry names, named in `/lost+found`, a log record that fails replay's
 //! validation — replayed without —, a tree node's header or branch entry
 //! and a bitmap block's index — mended in place —, extents past a file's
-//! end), in rounds until what a repair uncovers is repaired too. With
+//! end, the root's record without the attribute that does not decode),
+//! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never
 //! repairable: there is no second copy).
