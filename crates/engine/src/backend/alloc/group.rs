@@ -131,6 +131,27 @@ impl Group {
         None
     }
 
+    /// Where the allocatable run that reaches the group's end starts, if
+    /// it starts at or after `from`: the part in this group of a run that
+    /// may go on into the next group.
+    pub fn tail_start(&self, from: u32) -> Option<u32> {
+        if self.size == 0 || !self.is_avail(self.size - 1) {
+            return None;
+        }
+        let mut i = from;
+        loop {
+            let s = self.next(i, false);
+            if s >= self.size {
+                return None;
+            }
+            let e = self.next(s, true);
+            if e >= self.size {
+                return Some(s);
+            }
+            i = e;
+        }
+    }
+
     /// Allocatable blocks from `i` on, at most `max`.
     pub fn run_from(&self, i: u32, max: u32) -> u32 {
         if !self.is_avail(i) {

@@ -491,8 +491,28 @@ impl Allocator {
                     return Some((start, len));
                 }
             }
+            if let Some(run) = self.run_across(g, from, want) {
+                return Some(run);
+            }
         }
         None
+    }
+
+    /// A run of at least `want` allocatable blocks that starts in group
+    /// `g` at or after `from` and goes on into the groups after it (a
+    /// group's own search sees only its part): a stream's next request
+    /// near the end of a group is served there, not at the next group's
+    /// start, which would leave the rest of this group's run as a hole in
+    /// the stream.
+    fn run_across(&self, g: usize, from: u32, want: u32) -> Option<(u64, u64)> {
+        let next = self.groups.get(g + 1)?;
+        if !next.is_avail(0) {
+            return None;
+        }
+        let s = self.groups[g].tail_start(from)?;
+        let start = g as u64 * self.bits_per_block + u64::from(s);
+        let len = self.run_from(start, u64::from(want));
+        (len >= u64::from(want)).then_some((start, len))
     }
 
     /// The blocks allocatable from `b` on, at most `max`, across groups.

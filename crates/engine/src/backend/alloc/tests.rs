@@ -128,10 +128,17 @@ fn runs_cross_group_boundaries() {
     // 1 KiB blocks: 7936 blocks per group.
     let mut a = Allocator::new(30_000, 1024);
     a.apply_alloc(0, 7900);
-    // Too little is left in group 0: the run starts at a whole group.
+    // The run starting in group 0's last 36 blocks goes on into the groups
+    // after it: it is served there, where a stream that follows its last
+    // allocation goes on, not at the next group's start (a hole of 36).
     let (s, n) = a.alloc(2, 20_000, true).unwrap();
-    assert_eq!((s, n), (7936, 20_000));
+    assert_eq!((s, n), (7900, 20_000));
     assert_eq!(a.dirty.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    // A run cut by a used block at the next group's start is not one.
+    let mut a = Allocator::new(30_000, 1024);
+    a.apply_alloc(0, 7900);
+    a.apply_alloc(7936, 1);
+    assert_eq!(a.alloc(2, 100, true).unwrap(), (7937, 100));
 }
 
 #[test]
