@@ -505,11 +505,19 @@ impl Allocator {
     /// start, which would leave the rest of this group's run as a hole in
     /// the stream.
     fn run_across(&self, g: usize, from: u32, want: u32) -> Option<(u64, u64)> {
-        let next = self.groups.get(g + 1)?;
-        if !next.is_avail(0) {
+        let (grp, next) = (&self.groups[g], self.groups.get(g + 1)?);
+        // The hints bound the run before any bits are scanned: this
+        // group's part is at most its longest run, the next group's at
+        // most its own unless it is wholly free (then the run may go on).
+        let next_most = if next.avail == next.size {
+            u64::MAX
+        } else {
+            u64::from(next.hint)
+        };
+        if u64::from(grp.hint).saturating_add(next_most) < u64::from(want) || !next.is_avail(0) {
             return None;
         }
-        let s = self.groups[g].tail_start(from)?;
+        let s = grp.tail_start(from)?;
         let start = g as u64 * self.bits_per_block + u64::from(s);
         let len = self.run_from(start, u64::from(want));
         (len >= u64::from(want)).then_some((start, len))
