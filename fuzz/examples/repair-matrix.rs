@@ -5,10 +5,12 @@
 //! its writes for a sample of the repaired mutations and checks that the
 //! next repair converges.
 //!
-//! Usage: repair-matrix [--stride N] [--cuts N] [--seed NAME]...
+//! Usage: repair-matrix [--stride N] [--cuts N] [--seed NAME]... [--only WHAT]...
 //! (`--stride N` takes every N-th field, for a quick look; `--cuts N`
 //! samples N repaired mutations for the cut test; seeds default to
-//! "snapshots", "xattr-files" and "preallocated").
+//! "snapshots", "xattr-files" and "preallocated"; `--only WHAT` keeps the
+//! fields whose description starts with WHAT, e.g. "superblock" or
+//! "dead list: extent").
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,6 +22,7 @@ fn main() {
     let mut stride = 1;
     let mut cuts: usize = 40;
     let mut names: Vec<String> = Vec::new();
+    let mut only: Vec<String> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().cloned().unwrap_or_default();
@@ -27,6 +30,7 @@ fn main() {
             "--stride" => stride = value().parse().unwrap_or(1),
             "--cuts" => cuts = value().parse().unwrap_or(40),
             "--seed" => names.push(value()),
+            "--only" => only.push(value()),
             other => {
                 eprintln!("repair-matrix: unknown argument {other}");
                 std::process::exit(16);
@@ -53,7 +57,7 @@ fn main() {
             base.files.len()
         );
         let from = outcomes.len();
-        outcomes.extend(run_all(&base, stride, |k, n| {
+        outcomes.extend(run_all(&base, stride, &only, |k, n| {
             if k % 100 == 0 {
                 eprintln!("  field {k} of {n}");
             }

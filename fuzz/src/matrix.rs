@@ -400,8 +400,18 @@ pub fn run_one(base: &Base, b: usize, f: Field, verb: Verb) -> Option<Outcome> {
 }
 
 /// Every mutation of `base` (every `stride`-th field, for a quick run).
-pub fn run_all(base: &Base, stride: usize, mut progress: impl FnMut(usize, usize)) -> Vec<Outcome> {
-    let fields: Vec<(usize, Field)> = base.fields().into_iter().step_by(stride.max(1)).collect();
+pub fn run_all(
+    base: &Base,
+    stride: usize,
+    only: &[String],
+    mut progress: impl FnMut(usize, usize),
+) -> Vec<Outcome> {
+    let fields: Vec<(usize, Field)> = base
+        .fields()
+        .into_iter()
+        .filter(|(_, f)| only.is_empty() || only.iter().any(|o| f.what.starts_with(o.as_str())))
+        .step_by(stride.max(1))
+        .collect();
     let mut out = Vec::new();
     for (k, &(b, f)) in fields.iter().enumerate() {
         progress(k, fields.len());
