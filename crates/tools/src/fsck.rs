@@ -3,7 +3,8 @@
 //! namespace, link counts, block ownership, data checksums present exactly
 //! on a `DATA_SUMS` volume) and, with `repair`, repairs what is safe (leaked
 //! blocks, link counts, `blocks` attributes, blocks in use but marked free,
-//! a damaged superblock copy — the newer one patched from the older —,
+//! a damaged superblock copy — the newer one patched from the older, or
+//! a field of its own found again among the values the volume offers —,
 //! checksums missing from an extent, an inode-table leaf or a directory
 //! that does not decode — rebuilt from what can be read of it —, inodes no
 //! entry names, named in `/lost+found`, a log record that fails replay's
@@ -22,7 +23,7 @@
 //! with `data`, the blocks), `logscan` (log chain and damage beyond its end),
 //! `names` (namespace and link counts), `refs` (block ownership),
 //! `salvage` (what a damaged leaf still holds), `superfix` (the newer
-//! superblock copy patched), `headerfix` (a node header that stops the
+//! superblock copy patched), `superfind` (a superblock field found again), `headerfix` (a node header that stops the
 //! mount, mended) and `fix` (repair through the engine).
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
@@ -40,6 +41,7 @@ mod scan;
 mod scrub_state;
 mod shared;
 mod snapshots;
+mod superfind;
 mod superfix;
 pub(crate) mod walk;
 mod xattrs;
@@ -273,8 +275,25 @@ const MAX_ROUNDS: usize = 6;
 
 /// Check every invariant of the volume on `dev`.
 pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
-    let mut pass = scan::pass(dev.clone(), opts)?;
     let mut repaired: Vec<String> = Vec::new();
+    let first = scan::pass(dev.clone(), opts);
+    // A superblock copy whose own fields are wrong: the values the volume
+    // offers are tried until the volume checks clean with one.
+    if opts.repair && (superblock_suspect(&first) || superfind::roots_disagree(dev.as_ref())) {
+        let clean = |view: Arc<dyn Device>| {
+            scan::pass(view, &FsckOptions::default())
+                .is_ok_and(|p| p.findings.problems.is_empty() && !p.refs.is_empty())
+        };
+        if let Some(found) = superfind::recover(&dev, clean) {
+            dev.write(found.copy, &found.block)?;
+            dev.flush()?;
+            repaired.push(found.line);
+        }
+    }
+    let mut pass = match first {
+        Ok(p) if repaired.is_empty() => p,
+        _ => scan::pass(dev.clone(), opts)?,
+    };
     // The newer superblock copy damaged in a field both copies share: the
     // older one would mount an older state (or none, its trees reused),
     // so the newer is patched from it first.
@@ -343,6 +362,37 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
     let mut r = report(pass, repaired);
     r.freed = freed;
     Ok(r)
+}
+
+/// Problems that may come of a superblock field: a copy named, a mount
+/// that fails (or replays only without a record), a log that does not
+/// start where the superblock says, a dead list no snapshot holds, a flag
+/// missing, a root of the wrong level.
+const SUPERBLOCK_SIGNS: &[&str] = &[
+    ": superblock copy ",
+    "cannot be mounted",
+    "reserved next log block",
+    ": log block seq ",
+    "no snapshot holds them",
+    "the superblock (",
+    "inode table node: ",
+];
+
+/// Whether a pass points at a superblock copy: no usable copy or one
+/// beyond the device, a copy the check names, a volume that does not mount
+/// or a log that does not start where the superblock says.
+fn superblock_suspect(first: &Result<Pass>) -> bool {
+    match first {
+        Err(Error::BadImage(_)) => true,
+        Err(_) => false,
+        Ok(p) => {
+            p.refs.is_empty()
+                || p.findings
+                    .problems
+                    .iter()
+                    .any(|l| SUPERBLOCK_SIGNS.iter().any(|s| l.contains(s)))
+        }
+    }
 }
 
 fn report(mut pass: Pass, repaired: Vec<String>) -> FsckReport {

@@ -362,6 +362,9 @@ fn node_ref(refs: &mut Vec<Ref>, addr: u64, tree: u64, level: u8) {
 /// Both superblock copies: the one not in use must be valid too, describe
 /// the same volume and sit in its home block.
 fn check_copies(dev: &dyn Device, sb: &Superblock, f: &mut Findings) {
+    if let Some(line) = super::superfind::head_out_of_step(dev, sb) {
+        f.problem("superblock", line);
+    }
     let mut buf = vec![0u8; dev.block_size() as usize];
     for copy in 0..2u64 {
         if let Err(e) = dev.read(copy, &mut buf) {
