@@ -172,6 +172,15 @@ pub struct DirEntry {
     pub next: u64,
 }
 
+/// Where a piece of a file lies on the device: `count` blocks from its
+/// block `lblock` on are blocks `pblock..pblock + count` ([`crate::Fs::data_runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRun {
+    pub lblock: u64,
+    pub pblock: u64,
+    pub count: u64,
+}
+
 /// Volume statistics, as `statfs` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatFs {

@@ -11,17 +11,27 @@
 //!     hard links included; directories in name order). Only the live
 //!     volume: snapshots are other inode tables, never in its namespace;
 //!  2. read and hash: the full blocks of every file (the partial tail block
-//!     is never shared), cut into segments of at most [`SEGMENT`] bytes
-//!     that [`Options::threads`] readers take in turn, reading with
-//!     [`Fs::read_into`] up to [`Options::read_size`] at a time and
-//!     skipping holes with [`Fs::seek_data`]. Each block gets a 128-bit
+//!     is never shared), cut into segments of at most [`SEGMENT`] bytes,
+//!     one per piece of a file that lies in one run on the device
+//!     ([`Fs::data_runs`]; holes and preallocated blocks are not read),
+//!     sorted by where they lie, and grouped into reads of at most
+//!     [`Options::read_size`] (segments at most [`GAP`] blocks apart go
+//!     in one read, the gap passed over) that [`Options::threads`]
+//!     readers take in turn straight from the device: a volume of small
+//!     files is read in long sequential reads, not one latency-bound read
+//!     per file. What the device holds there is a hint (a block written
+//!     since, or freed and reused, hashes as something else and costs a
+//!     call that finds the bytes differ), so the volume is synced first.
+//!     A group whose read fails is read again through the files
+//!     ([`Fs::read_into`], [`Fs::seek_data`]), which name the failure.
+//!     Each block gets a 128-bit
 //!     xxh3 hash: xxh3_128 runs at tens of GB/s a core (far above any
 //!     device), and 128 bits make an accidental collision between two
 //!     blocks of even a 2^40-block volume a 2^-48 event — and harmless,
 //!     since the bytes are compared before anything is shared. A
 //!     cryptographic hash (BLAKE3) would only defend against crafted
 //!     collisions, which the comparison already makes harmless;
-//!  3. match, one thread, in file order: an index maps a hash to the
+//!  3. match, one thread, in the segments' order: an index maps a hash to the
 //!     first (file, block) that had it. A block whose hash is indexed
 //!     starts a run, which grows while the next block of both sides
 //!     matches too (the next source block is the one indexed for the next
@@ -46,8 +56,8 @@
 //! readers (16) keep many small files' reads in flight at once.
 //!
 //! `dedupe/read.rs` walks and hashes, `dedupe/matcher.rs` matches and
-//! calls. Calls the API (`Fs`: lookup, readdir, getattr, read_into,
-//! seek_data, dedupe_range).
+//! calls. Calls the API (`Fs`: lookup, readdir, getattr, data_runs,
+//! device, read_into, seek_data, sync, dedupe_range).
 
 mod matcher;
 mod read;
@@ -67,6 +77,10 @@ use xxhash_rust::xxh3::xxh3_128;
 pub const DEFAULT_MAX_INDEX: usize = 7 << 20;
 /// Largest piece of a file one reader takes at once.
 pub const SEGMENT: u64 = 64 << 20;
+/// Most blocks between two segments that one device read takes in
+/// (and passes over): 256 KiB of 4 KiB blocks, about what a read costs in
+/// latency on a fast device.
+pub const GAP: u64 = 64;
 /// Blocks the readers may be ahead of the matcher (their hashes wait in
 /// memory, 16 bytes a block: 64 MiB at most); a reader always may take the
 /// segment after the matcher's.
@@ -221,13 +235,29 @@ enum Blk {
     Data(u128),
     /// Not read (an error, named in the failures).
     Skip,
+    /// The same device block as an earlier file's: shared already.
+    Shared,
 }
 
-/// A piece of a file.
+/// A piece of a file: `count` blocks from block `first`, lying from device
+/// block `pblock` on (`None`: read through the file).
 struct Segment {
     file: u32,
     first: u64,
     count: u64,
+    pblock: Option<u64>,
+    /// Its first blocks that an earlier segment lies on too: shared
+    /// already, so neither indexed nor matched.
+    shared_head: u64,
+}
+
+/// Segments `segs` (of the device-ordered list), read from the device at
+/// once: `blocks` blocks from `start` (`None`: one segment read through
+/// its file).
+struct Batch {
+    segs: std::ops::Range<usize>,
+    start: Option<u64>,
+    blocks: u64,
 }
 
 /// The readers' answer for one segment.
@@ -250,9 +280,16 @@ pub fn run(
     let began = Instant::now();
     let bs = u64::from(fs.statfs()?.block_size);
     let mut report = Report::default();
+    // What is only in memory goes to the device first: the blocks are
+    // hashed where the files' extents say they lie.
+    if !fs.is_read_only() {
+        fs.sync()?;
+    }
     let files = read::walk(fs, base, paths, bs)?;
     report.files = files.len() as u64;
-    let segments = read::cut(&files, bs);
+    let segments = read::place(fs, &files, bs);
+    let most = ((opts.read_size as u64).max(bs) / bs).max(1);
+    let batches = read::batches(&segments, most);
     // Blocks of the segments before each (where the window stands).
     let mut before = Vec::with_capacity(segments.len() + 1);
     before.push(0u64);
@@ -294,30 +331,47 @@ pub fn run(
         drop((calls, to_answer));
         for _ in 0..opts.threads.max(1) {
             let tx = tx.clone();
-            let (next, consumed, moved, files, segments, before) =
-                (&next, &consumed, &moved, &files, &segments, &before);
+            let (next, consumed, moved, files, segments, batches, before) =
+                (&next, &consumed, &moved, &files, &segments, &batches, &before);
             s.spawn(move || {
-                let most = (opts.read_size as u64).max(bs) / bs * bs;
                 let mut buf = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Relaxed);
-                    let Some(seg) = segments.get(i) else { break };
+                while let Some(b) = batches.get(next.fetch_add(1, Relaxed)) {
+                    let (i, last) = (b.segs.start, b.segs.end - 1);
                     {
                         let mut c = consumed.lock();
-                        while i > *c && before[i + 1] - before[*c] > WINDOW && !ctl.cancel.load(Relaxed) {
+                        while i > *c && before[last + 1] - before[*c] > WINDOW && !ctl.cancel.load(Relaxed) {
                             moved.wait_for(&mut c, Duration::from_millis(100));
                         }
                     }
                     if ctl.cancel.load(Relaxed) {
                         break;
                     }
-                    let want = (seg.count * bs).min(most) as usize;
-                    if buf.len() < want {
-                        buf.resize(want, 0);
-                    }
-                    let h =
-                        read::hash_segment(fs, &files[seg.file as usize], seg, bs, zero_hash, &mut buf, ctl);
-                    if tx.send((i, h)).is_err() {
+                    let hashed = read::hash_batch(fs, segments, b, bs, zero_hash, &mut buf, ctl)
+                        .unwrap_or_else(|| {
+                            segments[b.segs.clone()]
+                                .iter()
+                                .map(|seg| {
+                                    let want = (seg.count * bs).min(most * bs) as usize;
+                                    if buf.len() < want {
+                                        buf.resize(want, 0);
+                                    }
+                                    read::hash_segment(
+                                        fs,
+                                        &files[seg.file as usize],
+                                        seg,
+                                        bs,
+                                        zero_hash,
+                                        &mut buf,
+                                        ctl,
+                                    )
+                                })
+                                .collect()
+                        });
+                    if hashed
+                        .into_iter()
+                        .enumerate()
+                        .any(|(k, h)| tx.send((i + k, h)).is_err())
+                    {
                         break;
                     }
                 }

@@ -23,6 +23,7 @@ mod guard;
 mod image;
 mod inode_flags;
 mod integrity;
+mod layout;
 mod receive;
 mod relocate;
 mod resize;

@@ -9,7 +9,8 @@
 //! (`be.orphans`), which the log makes durable (`Orphan` records, re-logged
 //! by each unify): after a crash the next writable open frees what the list
 //! holds ([`Volume::free_replayed_orphans`]); a clean close frees them too.
-//! SEEK_DATA / SEEK_HOLE also live here.
+//! SEEK_DATA / SEEK_HOLE also live here, and where a file's written blocks
+//! lie on the device ([`Volume::data_runs`]).
 //!
 //! Calls the backend's orphan list, the cache and structures (extent trees).
 
@@ -133,6 +134,67 @@ impl Volume {
         let mut i = or_fail!(self.inode_shared(ino));
         Some(self.staged(None, staged, |dev| seek_in(&mut i, dev, self.bs(), offset, data)))
     }
+}
+
+impl Volume {
+    /// The written extents of regular file `ino` over its blocks
+    /// `first..first + count`, cut to that range and joined where they go
+    /// on on the device: where its data lies as last written back (a block
+    /// with a dirty page may hold other bytes by now).
+    pub fn data_runs(&mut self, ino: Ino, first: u64, count: u64) -> Result<Vec<DataRun>> {
+        let dev = self.be.dev.clone();
+        runs_in(self.inode(ino)?, dev.as_ref(), first, count)
+    }
+
+    /// [`Volume::data_runs`] under the shared guard (see
+    /// [`Volume::seek_data_shared`]).
+    pub fn data_runs_shared(
+        &self,
+        ino: Ino,
+        first: u64,
+        count: u64,
+        staged: &Staged,
+    ) -> MayLoad<Vec<DataRun>> {
+        let mut i = or_fail!(self.inode_shared(ino));
+        Some(self.staged(None, staged, |dev| runs_in(&mut i, dev, first, count)))
+    }
+}
+
+/// [`Volume::data_runs`] of `i`, held.
+fn runs_in(i: &mut Inode, dev: &dyn Device, first: u64, count: u64) -> Result<Vec<DataRun>> {
+    if i.kind() != FileType::Regular {
+        return err(Errno::EINVAL);
+    }
+    let end = first.saturating_add(count);
+    let mut out: Vec<DataRun> = Vec::new();
+    let mut lblock = first;
+    while lblock < end {
+        let Some(e) = extent::lookup(&mut i.tree, dev, lblock)? else {
+            match extent::next(&mut i.tree, dev, lblock)? {
+                Some(e) if e.lblock > lblock => {
+                    lblock = e.lblock;
+                    continue;
+                }
+                _ => break,
+            }
+        };
+        let stop = e.end().min(end);
+        if !e.unwritten {
+            let run = DataRun {
+                lblock,
+                pblock: e.physical(lblock),
+                count: stop - lblock,
+            };
+            match out.last_mut() {
+                Some(l) if l.lblock + l.count == run.lblock && l.pblock + l.count == run.pblock => {
+                    l.count += run.count;
+                }
+                _ => out.push(run),
+            }
+        }
+        lblock = stop.max(lblock + 1);
+    }
+    Ok(out)
 }
 
 /// The first offset at or after `offset` of file `i` (held) that holds data

@@ -71,7 +71,7 @@ impl Matcher<'_> {
                 block: seg.first + k as u64,
             };
             let key = match *b {
-                Blk::Hole | Blk::Skip => {
+                Blk::Hole | Blk::Skip | Blk::Shared => {
                     self.flush();
                     continue;
                 }

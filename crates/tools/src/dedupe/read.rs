@@ -1,7 +1,9 @@
 //! Dedupe, reading: the walk over the regular files, their cutting into
-//! segments, and each segment read and hashed block by block.
+//! segments where they lie on the device, the segments' grouping into long
+//! device reads, and each group (or a segment, through its file) read and
+//! hashed block by block.
 
-use super::{Blk, Control, File, Hashed, Segment, SEGMENT};
+use super::{Batch, Blk, Control, File, Hashed, Segment, GAP, SEGMENT};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use tux3::error::{Errno, Result};
@@ -64,23 +66,140 @@ pub(super) fn walk(fs: &Fs, base: Ino, paths: &[Vec<u8>], bs: u64) -> Result<Vec
     Ok(out)
 }
 
-/// The files' full blocks as segments of at most [`SEGMENT`] bytes.
-pub(super) fn cut(files: &[File], bs: u64) -> Vec<Segment> {
+/// The files' full blocks as segments of at most [`SEGMENT`] bytes, one
+/// per piece of a file that lies in one run on the device (holes and
+/// preallocated blocks left out), sorted by where they lie, each knowing
+/// how many of its first blocks an earlier one lies on; a file whose
+/// runs cannot be listed (gone meanwhile) is one segment per [`SEGMENT`]
+/// at the end, read through the file.
+pub(super) fn place(fs: &Fs, files: &[File], bs: u64) -> Vec<Segment> {
     let mut out = Vec::new();
     let per = (SEGMENT / bs).max(1);
     for (i, f) in files.iter().enumerate() {
-        let mut first = 0;
-        while first < f.blocks {
-            let count = per.min(f.blocks - first);
-            out.push(Segment {
-                file: i as u32,
-                first,
-                count,
-            });
-            first += count;
+        let runs = match fs.data_runs(f.ino, 0, f.blocks) {
+            Ok(runs) => runs
+                .into_iter()
+                .map(|r| (r.lblock, r.count, Some(r.pblock)))
+                .collect(),
+            Err(_) => vec![(0, f.blocks, None)],
+        };
+        for (lblock, count, pblock) in runs {
+            let mut k = 0;
+            while k < count {
+                let n = per.min(count - k);
+                out.push(Segment {
+                    file: i as u32,
+                    first: lblock + k,
+                    count: n,
+                    pblock: pblock.map(|p| p + k),
+                    shared_head: 0,
+                });
+                k += n;
+            }
+        }
+    }
+    out.sort_by_key(|s| s.pblock.unwrap_or(u64::MAX));
+    // Blocks an earlier segment lies on too are shared already (a clone,
+    // an earlier dedupe): the segment that reaches furthest so far starts
+    // no later than this one, so it covers this one's first blocks up to
+    // where it ends.
+    let mut reach = 0u64;
+    for seg in &mut out {
+        if let Some(p) = seg.pblock {
+            seg.shared_head = reach.saturating_sub(p).min(seg.count);
+            reach = reach.max(p + seg.count);
         }
     }
     out
+}
+
+/// The segments in groups read from the device at once: consecutive ones
+/// (in device order) whose blocks lie within `most` blocks of the group's
+/// first and at most [`GAP`] blocks after the one before (a short gap is
+/// read and passed over: cheaper than another read). A segment read
+/// through its file is a group of its own (no block).
+pub(super) fn batches(segments: &[Segment], most: u64) -> Vec<Batch> {
+    let mut out: Vec<Batch> = Vec::new();
+    for (i, seg) in segments.iter().enumerate() {
+        let Some(p) = seg.pblock else {
+            out.push(Batch {
+                segs: i..i + 1,
+                start: None,
+                blocks: 0,
+            });
+            continue;
+        };
+        let end = p + seg.count;
+        if let Some(b) = out.last_mut() {
+            if let Some(start) = b.start {
+                let reach = start + b.blocks;
+                if p >= start && p <= reach + GAP && end.max(reach) - start <= most {
+                    b.segs.end = i + 1;
+                    b.blocks = end.max(reach) - start;
+                    continue;
+                }
+            }
+        }
+        out.push(Batch {
+            segs: i..i + 1,
+            start: Some(p),
+            blocks: seg.count,
+        });
+    }
+    out
+}
+
+/// Read a group's blocks from the device into `buf` and hash each of its
+/// segments; `None` if the read failed (each segment is then read through
+/// its file, which names what failed).
+pub(super) fn hash_batch(
+    fs: &Fs,
+    segments: &[Segment],
+    b: &Batch,
+    bs: u64,
+    zero_hash: u128,
+    buf: &mut Vec<u8>,
+    ctl: &Control,
+) -> Option<Vec<Hashed>> {
+    let start = b.start?;
+    let len = (b.blocks * bs) as usize;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    fs.device().read(start, &mut buf[..len]).ok()?;
+    let mut out = Vec::with_capacity(b.segs.len());
+    for seg in &segments[b.segs.clone()] {
+        let at = ((seg.pblock? - start) * bs) as usize;
+        let data = &buf[at..at + (seg.count * bs) as usize];
+        let blocks = data
+            .chunks_exact(bs as usize)
+            .enumerate()
+            .map(|(k, x)| {
+                if (k as u64) < seg.shared_head {
+                    Blk::Shared
+                } else {
+                    hashed(x, zero_hash)
+                }
+            })
+            .collect();
+        ctl.read.fetch_add(seg.count * bs, Relaxed);
+        out.push(Hashed {
+            blocks,
+            read: seg.count * bs,
+            failure: None,
+        });
+    }
+    Some(out)
+}
+
+/// A block's hash, or that it is all zeroes.
+fn hashed(b: &[u8], zero_hash: u128) -> Blk {
+    let h = xxh3_128(b);
+    if h == zero_hash && b.iter().all(|&x| x == 0) {
+        Blk::Zero
+    } else {
+        Blk::Data(h)
+    }
 }
 
 /// Read and hash one segment.
@@ -125,9 +244,7 @@ pub(super) fn hash_segment(
                 ctl.read.fetch_add(got as u64, Relaxed);
                 let full = got as u64 / bs;
                 for (k, b) in buf[..(full * bs) as usize].chunks_exact(bs as usize).enumerate() {
-                    let h = xxh3_128(b);
-                    let zero = h == zero_hash && b.iter().all(|&x| x == 0);
-                    blocks[((at - start) / bs) as usize + k] = if zero { Blk::Zero } else { Blk::Data(h) };
+                    blocks[((at - start) / bs) as usize + k] = hashed(b, zero_hash);
                 }
                 if full == 0 {
                     // Shorter than we thought: truncated meanwhile.
