@@ -1,87 +1,27 @@
-//! Dedupe, reading: the walk over the regular files, their cutting into
-//! segments where they lie on the device, the segments' grouping into long
+//! Dedupe, reading: the files' cutting into segments where they lie on
+//! the device, the segments' grouping into long
 //! device reads, and each group (or a segment, through its file) read and
 //! hashed block by block.
 
 use super::{Batch, Blk, Control, File, Hashed, Segment, GAP, SEGMENT};
-use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use tux3::error::{Errno, Result};
-use tux3::types::{FileType, Ino};
 use tux3::Fs;
 use xxhash_rust::xxh3::xxh3_128;
-
-/// Entries read per readdir call.
-const READDIR_BATCH: usize = 512;
-
-/// The regular files under `paths`, each inode once.
-pub(super) fn walk(fs: &Fs, base: Ino, paths: &[Vec<u8>], bs: u64) -> Result<Vec<File>> {
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    let whole = [Vec::new()];
-    let paths = if paths.is_empty() { &whole[..] } else { paths };
-    for p in paths {
-        let mut ino = base;
-        for c in p.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
-            ino = fs.lookup(ino, c)?.ino;
-        }
-        let shown = format!("/{}", String::from_utf8_lossy(p).trim_matches('/'));
-        let mut stack = vec![(ino, shown)];
-        while let Some((ino, path)) = stack.pop() {
-            let a = fs.getattr(ino)?;
-            match a.kind {
-                FileType::Regular if seen.insert(ino) => out.push(File {
-                    ino,
-                    path,
-                    blocks: a.size / bs,
-                }),
-                FileType::Directory => {
-                    let mut entries = Vec::new();
-                    let mut pos = 0;
-                    loop {
-                        let batch = fs.readdir(ino, pos, READDIR_BATCH)?;
-                        let Some(last) = batch.last() else { break };
-                        if last.next == pos {
-                            break;
-                        }
-                        pos = last.next;
-                        entries.extend(batch);
-                    }
-                    entries.retain(|e| {
-                        e.name != b"."
-                            && e.name != b".."
-                            && matches!(e.kind, FileType::Regular | FileType::Directory)
-                    });
-                    // Popped in name order.
-                    entries.sort_by(|a, b| b.name.cmp(&a.name));
-                    let sep = if path.ends_with('/') { "" } else { "/" };
-                    for e in entries {
-                        stack.push((e.ino, format!("{path}{sep}{}", String::from_utf8_lossy(&e.name))));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// The files' full blocks as segments of at most [`SEGMENT`] bytes, one
 /// per piece of a file that lies in one run on the device (holes and
 /// preallocated blocks left out), sorted by where they lie, each knowing
 /// how many of its first blocks an earlier one lies on; a file whose
 /// runs cannot be listed (gone meanwhile) is one segment per [`SEGMENT`]
-/// at the end, read through the file.
-pub(super) fn place(fs: &Fs, files: &[File], bs: u64) -> Vec<Segment> {
+/// at the end, read through the file ([`File::runs`] from the walk).
+pub(super) fn place(files: &[File], bs: u64) -> Vec<Segment> {
     let mut out = Vec::new();
     let per = (SEGMENT / bs).max(1);
     for (i, f) in files.iter().enumerate() {
-        let runs = match fs.data_runs(f.ino, 0, f.blocks) {
-            Ok(runs) => runs
-                .into_iter()
-                .map(|r| (r.lblock, r.count, Some(r.pblock)))
-                .collect(),
-            Err(_) => vec![(0, f.blocks, None)],
+        let runs: Vec<(u64, u64, Option<u64>)> = match &f.runs {
+            Some(runs) => runs.iter().map(|r| (r.lblock, r.count, Some(r.pblock))).collect(),
+            None => vec![(0, f.blocks, None)],
         };
         for (lblock, count, pblock) in runs {
             let mut k = 0;
