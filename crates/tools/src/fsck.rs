@@ -9,7 +9,8 @@
 //! that does not decode — rebuilt from what can be read of it —, inodes no
 //! entry names, named in `/lost+found`, a log record that fails replay's
 //! validation — replayed without —, a tree node's header or branch entry
-//! and a bitmap block's index — mended in place —, extents past a file's
+//! and a bitmap block's index — mended in place —, the bitmap file's map
+//! — rebuilt from the bitmap blocks found on the volume —, extents past a file's
 //! end, the root's record without the attribute that does not decode),
 //! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
@@ -29,6 +30,7 @@
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
 
+mod bitmapmap;
 mod datasums;
 mod files;
 mod fix;

@@ -1,7 +1,8 @@
 //! `fsck --repair` of a tree node whose header alone is damaged (owner,
 //! tree kind, level or entry count), or a branch entry (a child outside
 //! the volume, a separator out of order), or a bitmap block whose index
-//! alone is wrong (from the mount's error only): the mount's error, or the check's
+//! alone is wrong (from the mount's error only), or the bitmap file's map
+//! (`bitmapmap`, which it calls first): the mount's error, or the check's
 //! line, names the node and what its parent expects; the node is mended
 //! (`btree::mend`) and written back in place before the repair mounts —
 //! first those that stop the mount, as often as the next one needs it,
@@ -51,6 +52,12 @@ pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<Str
         };
         if block < 2 || block >= dev.block_count() {
             break;
+        }
+        // An extent of the bitmap file's map that does not hold: the map
+        // is rebuilt from the bitmap blocks (`bitmapmap`).
+        if let Some(how) = super::bitmapmap::rebuild(dev)? {
+            done.push(format!("block {block}: the volume cannot be mounted: {what} ({how})"));
+            continue;
         }
         let how = match mend_one(dev, block, &what, |_| true)? {
             Some(how) => how,
