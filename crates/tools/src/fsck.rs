@@ -37,6 +37,7 @@ mod fix;
 mod headerfix;
 mod logscan;
 mod names;
+mod records;
 mod refs;
 mod salvage;
 mod scan;

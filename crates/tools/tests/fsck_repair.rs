@@ -512,11 +512,11 @@ fn a_bitmap_block_with_a_wrong_index_is_mended() {
 }
 
 /// The root's record with one attribute's tag unknown (its times, tag 3,
-/// FORMAT.md): the root cannot be taken out; the repair drops that
-/// attribute, keeps the rest (its directory with it), and every file is
-/// there.
+/// FORMAT.md): the root cannot be taken out; the repair gives the
+/// attribute back the only tag the record lacks for its length, keeps the
+/// rest (its directory with it), and every file is there.
 #[test]
-fn the_roots_record_loses_only_the_attribute_that_does_not_decode() {
+fn the_roots_record_gets_back_the_tag_that_does_not_decode() {
     let dev = volume();
     image_util::edit_raw_record(&dev, ROOT_INO, |raw| {
         let mut at = 0;
@@ -528,6 +528,6 @@ fn the_roots_record_loses_only_the_attribute_that_does_not_decode() {
     found_and_repaired_keeping_all(
         &dev,
         &["inode 1", "unknown attribute tag 200"],
-        &["drops its attribute of tag 200"],
+        &["tag 200 back to 3"],
     );
 }

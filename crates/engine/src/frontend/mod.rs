@@ -320,12 +320,12 @@ impl Volume {
         }
         v.count_unify_work();
         // The root must be a directory, or nothing else can be trusted.
-        // (A repair may have its record to put back.)
+        // (A repair may have its record to put back, or its mode.)
         let root = match v.inode(ROOT_INO) {
             Err(Error::Corrupt { .. }) if repair => None,
             r => Some(r?.is_dir()),
         };
-        if root == Some(false) {
+        if root == Some(false) && !repair {
             return Err(Error::corrupt(
                 v.be.sb.itable.addr,
                 "root inode is not a directory",

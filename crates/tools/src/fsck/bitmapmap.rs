@@ -111,10 +111,7 @@ pub(super) fn rebuild(dev: &Arc<dyn Device>) -> Result<Option<String>> {
         dev.write(*addr, image)?;
     }
     dev.flush()?;
-    let at: Vec<String> = chosen
-        .iter()
-        .map(|(i, a)| format!("{i} at block {a}"))
-        .collect();
+    let at: Vec<String> = chosen.iter().map(|(i, a)| format!("{i} at block {a}")).collect();
     Ok(Some(format!(
         "repair rebuilt the bitmap file's map from the bitmap blocks found on the volume: {}",
         at.join(", ")
@@ -140,7 +137,8 @@ fn leaves(dev: &dyn Device, sb: &Superblock) -> Result<Option<Vec<LeafAt>>> {
             out.push(LeafAt { addr, from, to });
             continue;
         }
-        let Ok(Node::Branch(b)) = node::decode(&buf, addr, BITMAP_INO, TreeKind::Extents, level, sb.block_count)
+        let Ok(Node::Branch(b)) =
+            node::decode(&buf, addr, BITMAP_INO, TreeKind::Extents, level, sb.block_count)
         else {
             return Ok(None);
         };
@@ -239,7 +237,9 @@ fn raw_entries(b: &[u8]) -> Vec<(u64, &[u8])> {
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// Every block of the volume that is a bitmap block (header intact, at
@@ -316,7 +316,8 @@ fn choose(
                 for (i, f) in found.iter().enumerate() {
                     let against = &found[only];
                     if i != only
-                        && (marks(against, f.addr, bpb) == Some(false) || marks(f, against.addr, bpb) == Some(false))
+                        && (marks(against, f.addr, bpb) == Some(false)
+                            || marks(f, against.addr, bpb) == Some(false))
                     {
                         alive[i] = false;
                     }

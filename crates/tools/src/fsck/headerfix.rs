@@ -56,7 +56,9 @@ pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<Str
         // An extent of the bitmap file's map that does not hold: the map
         // is rebuilt from the bitmap blocks (`bitmapmap`).
         if let Some(how) = super::bitmapmap::rebuild(dev)? {
-            done.push(format!("block {block}: the volume cannot be mounted: {what} ({how})"));
+            done.push(format!(
+                "block {block}: the volume cannot be mounted: {what} ({how})"
+            ));
             continue;
         }
         let how = match mend_one(dev, block, &what, |_| true)? {

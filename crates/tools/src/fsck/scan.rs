@@ -133,12 +133,26 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
                             }
                             None => {
                                 let line = super::describe(&format!("inode {ino}"), &e);
-                                // The root stays: without it nothing is
-                                // named. Without one attribute, it may
-                                // decode: the repair keeps the rest.
-                                if *ino == tux3::types::ROOT_INO {
+                                // A field that does not decode may be
+                                // mended, the record kept (`records`),
+                                // and checked as it will be. Else the
+                                // root stays (without it nothing is
+                                // named): without one attribute, it may
+                                // decode, and the repair keeps the rest.
+                                if let Some((record, how)) = super::records::mend(dev, v, *ino, leaf, &bounds)
+                                {
+                                    if let Ok(a) = InodeAttrs::decode(&record, *ino, leaf, &bounds) {
+                                        inodes.insert(*ino, a);
+                                    }
+                                    kept.push((*ino, record, how, line));
+                                } else if *ino == tux3::types::ROOT_INO {
                                     match root_without_one(v, *ino, leaf, &bounds) {
-                                        Some((record, tag)) => kept.push((*ino, record, tag, line)),
+                                        Some((record, tag)) => {
+                                            let how = format!(
+                                                "repair drops its attribute of tag {tag} and keeps the rest"
+                                            );
+                                            kept.push((*ino, record, how, line))
+                                        }
                                         None => bad.push(line),
                                     }
                                 } else {
@@ -154,8 +168,8 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         for line in bad {
             fr.problem("inode table", line);
         }
-        for (ino, record, tag, line) in kept {
-            let line = format!("{line} (repair drops its attribute of tag {tag} and keeps the rest)");
+        for (ino, record, how, line) in kept {
+            let line = format!("{line} ({how})");
             fr.fixable("inode table", Fix::Record { ino, record }, line);
         }
         // A leaf whose separator is out of step with its keys (a damaged
@@ -234,7 +248,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         }
     }
 
-    // Every inode and its tree.
+    // Every inode and its tree (a directory's whose mode lost its type,
+    // read as one).
+    super::records::retype_dirs(dev, &mut inodes, &mut f);
     let bar = progress.then(|| progress_bar(inodes.len() as u64));
     let mut entries: Vec<Entry> = Vec::new();
     let mut dirs_ok = itable_ok;
@@ -253,6 +269,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             &mut entries,
             &mut f,
         );
+        super::records::stray_rdev(ino, a, &mut f);
         if !ok {
             complete = false;
             if FileType::from_mode(a.mode) == Some(FileType::Directory) {
@@ -289,6 +306,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     }
 
     super::datasums::report(&inodes, &entries, bs, &mut f);
+    super::records::retype(&mut inodes, &entries, &mut f);
     names::check(
         &inodes,
         &be.orphans,
