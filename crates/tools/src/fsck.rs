@@ -39,6 +39,7 @@ mod logscan;
 mod names;
 mod records;
 mod refs;
+mod repoint;
 mod salvage;
 mod scan;
 mod scrub_state;

@@ -220,3 +220,23 @@ fn a_root_whose_mode_names_no_type_is_a_directory_again() {
     );
     assert_eq!(image_util::record(&dev, ROOT_INO).mode, libc::S_IFDIR);
 }
+
+/// A file's extent held in its record, its start one block on (onto the
+/// next file's block): its own block, left referenced by nothing, is
+/// found by the checksums the record holds, and the extent mapped there
+/// again.
+#[test]
+fn an_extent_in_a_record_that_went_astray_is_mapped_back_where_its_checksums_match() {
+    let dev = volume();
+    let before = listing(&dev);
+    let f = file(&dev, b"f2");
+    let home = image_util::record(&dev, f).inline[0].pblock;
+    image_util::edit_inode(&dev, f, |a| a.inline[0].pblock += 1);
+    repaired_keeping_all(
+        &dev,
+        &before,
+        &["data checksum mismatch"],
+        &["match them (repair maps the extent there)"],
+    );
+    assert_eq!(image_util::record(&dev, f).inline[0].pblock, home);
+}

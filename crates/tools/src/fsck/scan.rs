@@ -327,6 +327,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         complete,
         &mut f,
     );
+    if complete {
+        super::repoint::check(dev, &inodes, &refs, &|b| alloc.is_used(b), &mut f);
+    }
     Ok(Pass {
         findings: f,
         inodes: inodes.len() as u64,
