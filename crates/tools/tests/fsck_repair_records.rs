@@ -240,3 +240,30 @@ fn an_extent_in_a_record_that_went_astray_is_mapped_back_where_its_checksums_mat
     );
     assert_eq!(image_util::record(&dev, f).inline[0].pblock, home);
 }
+
+/// A symlink whose record holds its target's one extent, moved past the
+/// end of the target: put back at logical block 0, the target read again.
+#[test]
+fn a_symlinks_extent_past_its_end_is_put_back_at_its_start() {
+    let dev = volume();
+    let before = listing(&dev);
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let s = fs.symlink(ROOT_INO, b"s", b"the target of s", 0, 0).unwrap().ino;
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    assert_eq!(
+        image_util::record(&dev, s).inline.len(),
+        1,
+        "the record holds the map"
+    );
+    image_util::edit_inode(&dev, s, |a| a.inline[0].lblock = 1);
+    repaired_keeping_all(
+        &dev,
+        &before,
+        &["starts at or beyond the end"],
+        &["(repair puts it there)"],
+    );
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    assert_eq!(fs.readlink(s).unwrap(), b"the target of s");
+    fs.close().unwrap();
+}

@@ -281,3 +281,36 @@ fn give_type(ino: u64, a: &mut InodeAttrs, kind: FileType, why: &str, f: &mut Fi
         ),
     );
 }
+
+/// A symlink whose record holds its map (one extent: a target is never
+/// sparse) with that extent elsewhere than at logical block 0 or longer
+/// than the target: its blocks are the target's from the first, so the
+/// extent is put at 0 and cut to the target's length (the checksums of
+/// the blocks kept stay).
+pub(super) fn symlink_map(ino: u64, a: &InodeAttrs, bs: u64, f: &mut Findings) {
+    let [e] = &a.inline[..] else {
+        return;
+    };
+    let blocks = a.size.div_ceil(bs.max(1));
+    if FileType::from_mode(a.mode) != Some(FileType::Symlink)
+        || blocks == 0
+        || e.count < blocks
+        || (e.lblock == 0 && e.count == blocks)
+    {
+        return;
+    }
+    let mut fixed = a.clone();
+    fixed.inline[0] = e.piece(e.lblock, e.lblock + blocks).moved_to(0);
+    f.fixable(
+        "extent",
+        Fix::Record {
+            ino,
+            record: fixed.encode(),
+        },
+        format!(
+            "inode {ino}, its inode record: the symlink's extent at logical block {} ({} blocks) is \
+             not its target's {blocks} blocks from logical block 0 (repair puts it there)",
+            e.lblock, e.count
+        ),
+    );
+}

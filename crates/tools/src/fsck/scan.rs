@@ -270,6 +270,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             &mut f,
         );
         super::records::stray_rdev(ino, a, &mut f);
+        super::records::symlink_map(ino, a, bs, &mut f);
         if !ok {
             complete = false;
             if FileType::from_mode(a.mode) == Some(FileType::Directory) {
