@@ -298,29 +298,41 @@ fn choose(
                 .all(|a| marks(f, a, bpb) != Some(false))
         })
         .collect();
+    // The candidates of each index, and those lying in each index's range
+    // (`found` is in address order).
+    let mut of: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, f) in found.iter().enumerate() {
+        of.entry(f.index).or_default().push(i);
+    }
+    let within = |index: u64| {
+        let from = found.partition_point(|f| f.addr / bpb < index);
+        let to = found.partition_point(|f| f.addr / bpb <= index);
+        from..to
+    };
     let mut chosen: BTreeMap<u64, u64> = BTreeMap::new();
     loop {
         let mut changed = false;
-        for index in 0..sb.bitmap_blocks {
+        for (&index, group) in &of {
             if chosen.contains_key(&index) {
                 continue;
             }
-            let left: Vec<usize> = (0..found.len())
-                .filter(|&i| alive[i] && found[i].index == index)
-                .collect();
-            if let [only] = left[..] {
-                chosen.insert(index, found[only].addr);
-                changed = true;
-                // A copy the one in use marks free is an old one; the one
-                // in use is marked in use by every other in use.
-                for (i, f) in found.iter().enumerate() {
-                    let against = &found[only];
-                    if i != only
-                        && (marks(against, f.addr, bpb) == Some(false)
-                            || marks(f, against.addr, bpb) == Some(false))
-                    {
-                        alive[i] = false;
-                    }
+            let left: Vec<usize> = group.iter().copied().filter(|&i| alive[i]).collect();
+            let [only] = left[..] else {
+                continue;
+            };
+            chosen.insert(index, found[only].addr);
+            changed = true;
+            // A copy the one in use marks free is an old one; the one in
+            // use is marked in use by every other in use.
+            let against = &found[only];
+            let near = within(index).chain(of.get(&(against.addr / bpb)).into_iter().flatten().copied());
+            for i in near.collect::<Vec<usize>>() {
+                let f = &found[i];
+                if i != only
+                    && (marks(against, f.addr, bpb) == Some(false)
+                        || marks(f, against.addr, bpb) == Some(false))
+                {
+                    alive[i] = false;
                 }
             }
         }
@@ -332,11 +344,12 @@ fn choose(
         if chosen.contains_key(&index) {
             continue;
         }
-        let left: Vec<u64> = found
-            .iter()
-            .zip(&alive)
-            .filter(|(f, a)| **a && f.index == index)
-            .map(|(f, _)| f.addr)
+        let left: Vec<u64> = of
+            .get(&index)
+            .into_iter()
+            .flatten()
+            .filter(|&&i| alive[i])
+            .map(|&i| found[i].addr)
             .collect();
         match (left.len(), hints.get(&index)) {
             (0, _) if sb.sparse_bitmap && index > 0 => {}

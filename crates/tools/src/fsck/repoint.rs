@@ -29,10 +29,19 @@ pub(super) fn check(
     f: &mut Findings,
 ) {
     let bounds = Bounds::new(dev.block_size(), dev.block_count());
+    if !inodes
+        .values()
+        .any(|a| a.inline.iter().any(|e| !e.sums.is_empty()))
+    {
+        return;
+    }
+    let cover = coverage(refs);
     let claims = |b: u64| {
-        refs.iter()
-            .filter(|r| r.start <= b && b - r.start < r.count)
-            .count()
+        let i = cover.partition_point(|&(s, _, _)| s <= b);
+        match i.checked_sub(1).and_then(|i| cover.get(i)) {
+            Some(&(_, end, n)) if b < end => n,
+            _ => 0,
+        }
     };
     let mut buf = vec![0u8; dev.block_size() as usize];
     let mut matches = |start: u64, sums: &[u32]| {
@@ -92,4 +101,25 @@ pub(super) fn check(
             });
         }
     }
+}
+
+/// The blocks `refs` cover, as sorted disjoint ranges (start, end, how
+/// many references cover them).
+fn coverage(refs: &[Ref]) -> Vec<(u64, u64, usize)> {
+    let mut edges: Vec<(u64, isize)> = refs
+        .iter()
+        .filter(|r| r.count > 0)
+        .flat_map(|r| [(r.start, 1), (r.start.saturating_add(r.count), -1)])
+        .collect();
+    edges.sort_unstable();
+    let mut out = Vec::new();
+    let (mut depth, mut from) = (0isize, 0u64);
+    for (at, step) in edges {
+        if depth > 0 && at > from {
+            out.push((from, at, depth.unsigned_abs()));
+        }
+        depth += step;
+        from = at;
+    }
+    out
 }
