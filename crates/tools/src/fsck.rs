@@ -11,7 +11,11 @@
 //! validation — replayed without —, a tree node's header or branch entry
 //! and a bitmap block's index — mended in place —, the bitmap file's map
 //! — rebuilt from the bitmap blocks found on the volume —, extents past a file's
-//! end, the root's record without the attribute that does not decode),
+//! end, an inode record one field of which can be set back — its length,
+//! tag or mode bits —, or else the root's record without the attribute
+//! that does not decode, a device number on a file that is no device, a
+//! mode naming no type, an extent held in a record whose start went
+//! astray — found again by its checksums —, a symlink's extent moved),
 //! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never
@@ -29,6 +33,12 @@
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).
+//!
+//! Also in `fsck/`, what a damaged field was: `bitmapmap` (the bitmap
+//! file's map, rebuilt from the bitmap blocks; `headerfix` calls it),
+//! `records` (an inode record's length, tag or mode, a stray device
+//! number, a lost file type, a symlink's extent) and `repoint` (a record's
+//! extent gone astray, found again by its checksums).
 
 mod bitmapmap;
 mod datasums;

@@ -1,17 +1,21 @@
 //! What fsck can mend of a damaged inode record (for `Fix::Record`),
 //! keeping every attribute: a fixed-size attribute's length set back to
-//! its size, or a variable one's to the only length that lets the rest of
-//! the record decode; a damaged tag set back to the only tag missing from
-//! the record whose attribute has that length (an xattr's only when its
-//! body reads as an xattr with a namespaced name); mode bits above the
-//! file type cleared (the root's type set to a directory). Each mended
-//! record must decode whole, and the root's be a directory. Also a record
-//! that decodes but holds what none is written with: a device number on a
-//! file that is no device (the parent hint whose tag lost a bit: the
-//! number is kept as the hint when there is none), and a mode naming no
-//! file type, given the type its data tree's root node says (a
+//! its size, or a variable one's to the length that leaves the most
+//! attributes decoding (a longer one swallows the next); a damaged tag
+//! set back to the only tag missing from the record whose attribute has
+//! that length (an xattr's only when its body reads as an xattr with a
+//! namespaced name); mode bits above the file type cleared (the type a
+//! directory's where the data tree's root node is one's, or for the root;
+//! none where the node is an extent tree's and the type a directory).
+//! Each mended record must decode whole, and the root's be a directory.
+//! Also a record that decodes but holds what none is written with: a
+//! device number on a file that is no device (the parent hint whose tag
+//! lost a bit: the number is kept as the hint when there is none), a mode
+//! naming no file type, given the type its data tree's root node says (a
 //! directory's; the root inode is one) or else the type every entry
-//! naming the inode says, its permission bits kept.
+//! naming the inode says, its permission bits kept, and a symlink whose
+//! record holds its one extent elsewhere than at logical block 0 or
+//! longer than its target.
 //!
 //! Calls the inode record's decoder and encoder, the node header's
 //! verification and the device (a tree's root node, read).
