@@ -310,7 +310,7 @@ pub fn run(
     let max_call = (opts.max_call / bs).max(1);
     let zero_hash = xxh3_128(&vec![0u8; bs as usize]);
     let callers = if opts.dry_run { 0 } else { opts.callers };
-    let (to_call, calls) = crossbeam_channel::bounded::<matcher::Call>(4 * callers.max(1));
+    let (to_call, calls) = crossbeam_channel::bounded::<matcher::Call>(matcher::BATCH * callers.max(1));
     let (to_answer, answers) = crossbeam_channel::unbounded::<matcher::Answer>();
     let mut m = matcher::Matcher {
         fs,

@@ -1,7 +1,8 @@
-//! Dedupe, matching: blocks in file order against the index, gathered
+//! Dedupe, matching: blocks in device order against the index, gathered
 //! into runs, each run one `Fs::dedupe_range` call. The calls go to
 //! [`Options::callers`] threads ([`calls`]), so that their reads overlap
-//! each other and the matching; their outcomes are taken in the order the
+//! each other and the matching; a caller makes the calls waiting for it
+//! together (`Fs::dedupe_ranges`); their outcomes are taken in the order the
 //! runs were found (the hook sees the pairs in that order).
 //!
 //! The runs in flight at once never hurt each other: a run's source
@@ -15,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use tux3::error::{Error, Result};
 use tux3::types::Ino;
-use tux3::Fs;
+use tux3::{DedupeRange, Fs};
 
 /// A call to make: its number (in the order found), then
 /// `Fs::dedupe_range`'s arguments.
@@ -23,12 +24,39 @@ pub(super) type Call = (u64, Ino, u64, Ino, u64, u64);
 /// A call's number and what it returned.
 pub(super) type Answer = (u64, Result<Option<u64>>);
 
-/// A caller thread: the calls of `rx` made, their answers to `tx`.
+/// Most calls a caller makes at once ([`Fs::dedupe_ranges`]: two holds of
+/// the exclusive guard for all of them instead of three each). Its reads
+/// are made one after another, so a larger batch leaves fewer callers
+/// with reads in flight: 32 made two copies of /usr/include no faster than
+/// one call at a time, 8 took 0.6-0.9 s against 1.0-1.2 s.
+pub(super) const BATCH: usize = 8;
+
+/// A caller thread: the calls of `rx` made, as many at once as are
+/// waiting (up to [`BATCH`]), their answers to `tx`.
 pub(super) fn calls(fs: &Fs, rx: Receiver<Call>, tx: Sender<Answer>) {
-    for (seq, src, src_off, dst, dst_off, len) in rx {
-        let r = fs.dedupe_range(src, src_off, dst, dst_off, len);
-        if tx.send((seq, r)).is_err() {
-            break;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let ranges: Vec<DedupeRange> = batch
+            .iter()
+            .map(|&(_, src, src_off, dst, dst_off, len)| DedupeRange {
+                src,
+                src_off,
+                dst,
+                dst_off,
+                len,
+            })
+            .collect();
+        let answers = fs.dedupe_ranges(&ranges);
+        for ((seq, ..), r) in batch.into_iter().zip(answers) {
+            if tx.send((seq, r)).is_err() {
+                return;
+            }
         }
     }
 }
