@@ -170,6 +170,12 @@ pub(crate) enum Fix {
     ItableSeps { seps: Vec<(u64, u64, u64)> },
     /// Delete the snapshot `name`, whose image is damaged.
     DeleteSnapshot { name: Vec<u8> },
+    /// Put blocks `start..+count`, born in `birth`, that a snapshot's
+    /// image references and nothing holds, on the dead list.
+    Bury { start: u64, count: u64, birth: u32 },
+    /// Take the dead extent at `start`, which no snapshot holds, off the
+    /// dead list (its blocks, if nothing else references them, are leaks).
+    Unbury { start: u64 },
     /// Set the shared-extent table's count of blocks `start..+count` to
     /// `refs`, the times the files map them (below 2: no run).
     SharedRefs { start: u64, count: u64, refs: u32 },
@@ -180,7 +186,8 @@ pub(crate) enum Fix {
     Record { ino: u64, record: Vec<u8> },
     /// Take out of `ino`'s map the extents past the end of the file.
     TrimPastEnd { ino: u64 },
-    /// Replay the log passing over the records that fail validation (the
+    /// Replay the log passing over the records that fail validation, and
+    /// read the snapshot table passing over its entries that do (the
     /// repair's open does; `Backend::open_with`).
     SkipRecords,
 }

@@ -254,7 +254,7 @@ impl Backend {
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
-        let mut snaps = Snapshots::load(dev.as_ref(), sb.snapshots)?;
+        let mut snaps = Snapshots::load_with(dev.as_ref(), sb.snapshots, skip_bad)?;
         for (start, count, refs) in snaps.take_shared() {
             alloc.shared.apply(start, count, refs);
         }
@@ -339,6 +339,14 @@ impl Backend {
                         if birth >= death.max(1) {
                             return Err(bad(format!(
                                 "dead {start}+{count} born {birth}, after generation {death}"
+                            )));
+                        }
+                        if count == 0 || !in_volume(start) || !in_volume(start + u64::from(count) - 1) {
+                            return Err(bad(format!("dead {start}+{count} outside the volume")));
+                        }
+                        if let Some(o) = snaps.dead_overlap(start, u64::from(count)) {
+                            return Err(bad(format!(
+                                "dead {start}+{count} overlaps the dead extent at {o}"
                             )));
                         }
                         snaps.add_dead(dev.as_ref(), vec![(start, count as u64, birth)], death, None)?;

@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod commit;
 mod images;
+mod load;
 pub use images::{image_blocks, merged, subtract, Born};
 
 /// Owner of the snapshot table's nodes (an inode number never used by files).
@@ -290,70 +291,12 @@ pub struct Snapshots {
     /// allocator takes them (`take_shared`).
     shared_runs: usize,
     loaded_shared: Vec<(u64, u64, u32)>,
+    /// What a repair's load passed over or mended (`load.rs`): the block
+    /// and what was wrong, with what the repair does about it.
+    pub passed_over: Vec<(u64, String)>,
 }
 
 impl Snapshots {
-    /// Load the table named by `root` (whole: it is kept in memory).
-    pub fn load(dev: &dyn Device, root: Root) -> Result<Snapshots> {
-        let mut s = Snapshots {
-            tree: Tree::open(SNAP_INO, TreeKind::Snapshots, root),
-            records: BTreeMap::new(),
-            dead: BTreeMap::new(),
-            by_death: BTreeSet::new(),
-            dead_blocks: 0,
-            pending: Vec::new(),
-            names: std::collections::HashMap::new(),
-            deleting: 0,
-            shared_runs: 0,
-            loaded_shared: Vec::new(),
-        };
-        if root.addr == 0 {
-            return Ok(s);
-        }
-        let n = dev.block_count();
-        let mut entries = Vec::new();
-        s.tree.scan(dev, 0, u64::MAX, |key, value, leaf| {
-            entries.push((key, value.to_vec(), leaf));
-            Ok(std::ops::ControlFlow::Continue(()))
-        })?;
-        let mut end_of_last = 0u64;
-        let mut end_of_shared = 0u64;
-        for (key, value, leaf) in entries {
-            if key >= SHARED_KEY {
-                let start = key - SHARED_KEY;
-                let (count, refs) = decode_shared(start, &value, leaf, n)?;
-                if start < end_of_shared {
-                    return Err(Error::corrupt(
-                        leaf,
-                        format!("snapshot table: shared run at {start} overlaps the one before"),
-                    ));
-                }
-                end_of_shared = start + count;
-                s.loaded_shared.push((start, count, refs));
-                s.shared_runs += 1;
-            } else if key >= RECORD_KEY {
-                let id = key - RECORD_KEY;
-                let rec = SnapRecord::decode(id, &value, leaf, n)?;
-                if !rec.deleting && s.names.insert(rec.name.clone(), id).is_some() {
-                    return Err(Error::corrupt(leaf, "snapshot table: a name used twice"));
-                }
-                s.deleting += usize::from(rec.deleting);
-                s.records.insert(id, rec);
-            } else {
-                let d = DeadExtent::decode(key, &value, leaf, n)?;
-                if key < end_of_last {
-                    return Err(Error::corrupt(
-                        leaf,
-                        format!("snapshot table: dead extent {key} overlaps"),
-                    ));
-                }
-                end_of_last = key + d.count;
-                s.index(key, d);
-            }
-        }
-        Ok(s)
-    }
-
     fn index(&mut self, start: u64, d: DeadExtent) {
         self.by_death.insert((d.death, d.birth, start));
         self.dead_blocks += d.count;
@@ -417,6 +360,16 @@ impl Snapshots {
             r.extend(log);
         }
         Ok(())
+    }
+
+    /// The start of a dead extent that shares a block with
+    /// `start..start+count`, if one does.
+    pub fn dead_overlap(&self, start: u64, count: u64) -> Option<u64> {
+        let end = start.saturating_add(count);
+        let before = self.dead.range(..=start).next_back();
+        let before = before.filter(|(s, d)| s.saturating_add(d.count) > start);
+        let after = self.dead.range(start..end).next();
+        before.or(after).map(|(s, _)| *s)
     }
 
     /// Take the dead extent at `start` off the list (replay of `Reclaim`,

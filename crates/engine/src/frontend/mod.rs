@@ -45,6 +45,7 @@ mod receive;
 mod relocate;
 mod relocate_read;
 mod repair;
+mod repair_snap;
 mod repoint;
 pub use repoint::OldBlocks;
 mod resize;

@@ -42,18 +42,21 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         // without it (what it carries is lost), so the rest is checked
         // as that replay leaves the volume.
         Err(e @ Error::Corrupt { .. }) => match Backend::open_with(dev.clone(), true, None, true) {
-            Ok((be, replays)) if !be.skipped.is_empty() => {
-                let lines = be
-                    .skipped
-                    .iter()
-                    .map(|(block, what)| format!("block {block}: the volume cannot be mounted: {what}"))
-                    .collect();
+            Ok((be, replays)) if !be.skipped.is_empty() || !be.snaps.passed_over.is_empty() => {
+                let mounted = |(block, what): &(u64, String)| {
+                    format!("block {block}: the volume cannot be mounted: {what}")
+                };
+                let lines = be.skipped.iter().map(mounted).collect();
                 f.fixable_all(
                     "mount",
                     Fix::SkipRecords,
                     lines,
                     "repair replays the log without that record",
                 );
+                // Each line says what the repair does.
+                for line in be.snaps.passed_over.iter().map(mounted) {
+                    f.fixable("mount", Fix::SkipRecords, line);
+                }
                 Ok((be, replays))
             }
             _ => Err(e),
@@ -303,7 +306,10 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             .chain((unchanged(0) && !itable_damaged).then_some(be.sb.itable.addr))
             .filter(|&addr| addr != 0)
             .collect();
-        super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);
+        // Blocks a snapshot references that the repair puts on the dead
+        // list are not leaks.
+        let buried = super::snapshots::check_snapshots(&be, &refs, &mut seen, &mut f);
+        refs.extend(buried);
     }
 
     super::datasums::report(&inodes, &entries, bs, &mut f);

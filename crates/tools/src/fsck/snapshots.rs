@@ -74,10 +74,12 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
             .values()
             .any(|r| u64::from(d.birth) <= r.id && r.id < u64::from(d.death));
         if !held {
-            f.problem(
+            f.fixable(
                 "snapshots",
+                super::Fix::Unbury { start },
                 format!(
-                    "blocks {start}+{}: on the dead list (born {}, died {}) but no snapshot holds them",
+                    "blocks {start}+{}: on the dead list (born {}, died {}) but no snapshot holds them \
+                     (repair takes them off the list)",
                     d.count, d.birth, d.death
                 ),
             );
@@ -110,7 +112,15 @@ pub(super) fn retired_refs(tree: &Tree, owner: u64, refs: &mut Vec<Ref>) {
 /// (live, or dead). `prune` holds the nodes walked already (the live
 /// volume's): a node two trees share is walked once, with what lies below
 /// it, so the work follows the distinct nodes, not the snapshot count.
-pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u64>, f: &mut Findings) {
+/// Blocks a snapshot references that nothing owns but that are in use
+/// (their dead extent was lost) the repair puts on the dead list: returned
+/// as the dead list's, for the ownership checks.
+pub(super) fn check_snapshots(
+    be: &Backend,
+    refs: &[Ref],
+    prune: &mut HashSet<u64>,
+    f: &mut Findings,
+) -> Vec<Ref> {
     let dev = be.dev.clone();
     let dev = dev.as_ref();
     let mut owned: Vec<(u64, u64)> = refs
@@ -128,22 +138,27 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
         }
     }
     let owned = merged;
-    let covered = |start: u64, count: u64| -> bool {
-        // The ranges owned, merged, must cover [start, start+count).
+    // The runs of [start, start+count) that the ranges owned, merged, do
+    // not cover.
+    let uncovered = |start: u64, count: u64| -> Vec<(u64, u64)> {
         let end = start.saturating_add(count);
         let mut at = start;
-        let i = owned.partition_point(|&(s, _)| s <= at);
-        let mut j = i.saturating_sub(1);
+        let mut out = Vec::new();
+        let mut j = owned.partition_point(|&(s, _)| s <= at).saturating_sub(1);
         while at < end {
             match owned.get(j) {
                 Some(&(s, e)) if s <= at => {
                     at = at.max(e);
                     j += 1;
                 }
-                _ => return false,
+                next => {
+                    let to = next.map_or(end, |&(s, _)| s.min(end));
+                    out.push((at, to - at));
+                    at = to;
+                }
             }
         }
-        true
+        out
     };
     for rec in be.snaps.records.values().filter(|r| !r.deleting) {
         let name = String::from_utf8_lossy(&rec.name).into_owned();
@@ -190,16 +205,32 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
                 super::describe(&format!("snapshot {name}: inode table node"), e),
             );
         }
-        let check = |what: String, start: u64, count: u64, f: &mut Findings| {
-            if !covered(start, count) {
-                damaged(
-                    f,
-                    format!("blocks {start}+{count}: {what} of snapshot {name}, neither live nor on the dead list"),
-                );
+        // Blocks neither live nor dead: in use, their dead extent was
+        // lost (the repair puts them back, born as the image says); free,
+        // the snapshot cannot be trusted.
+        let check = |what: String, start: u64, count: u64, birth: Option<u32>, f: &mut Findings| {
+            let gaps = uncovered(start, count);
+            let used = |&(s, c): &(u64, u64)| (s..s.saturating_add(c)).all(|b| be.alloc.is_used(b));
+            let line = |s: u64, c: u64| {
+                format!("blocks {s}+{c}: {what} of snapshot {name}, neither live nor on the dead list")
+            };
+            match birth {
+                Some(birth) if gaps.iter().all(used) => {
+                    // (Held from the snapshot on, whatever the header says.)
+                    let birth = birth.min(u32::try_from(rec.id).unwrap_or(u32::MAX));
+                    for (s, c) in gaps {
+                        bury(f, s, c, birth, line(s, c));
+                    }
+                }
+                _ => {
+                    if let Some(&(s, c)) = gaps.first() {
+                        damaged(f, line(s, c));
+                    }
+                }
             }
         };
         for &(addr, _) in &w.nodes {
-            check("an inode table node".into(), addr, 1, f);
+            check("an inode table node".into(), addr, 1, node_birth(dev, addr), f);
         }
         // A file's data: born no later than the snapshot, live or dead,
         // summed as the volume says (and its blocks read, with `data`).
@@ -220,7 +251,13 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
                         ),
                     );
                 }
-                check(format!("data of inode {ino}"), e.pblock, e.count, f);
+                check(
+                    format!("data of inode {ino}"),
+                    e.pblock,
+                    e.count,
+                    Some(e.birth),
+                    f,
+                );
             }
         };
         // Only inodes in leaves not walked before are here: the others'
@@ -267,9 +304,50 @@ pub(super) fn check_snapshots(be: &Backend, refs: &[Ref], prune: &mut HashSet<u6
                 );
             }
             for &(addr, _) in &w.nodes {
-                check(format!("a node of inode {ino}"), addr, 1, f);
+                check(
+                    format!("a node of inode {ino}"),
+                    addr,
+                    1,
+                    node_birth(dev, addr),
+                    f,
+                );
             }
             data(ino, &extents, f);
         }
     }
+    f.fixes
+        .iter()
+        .filter_map(|(fix, _)| match *fix {
+            super::Fix::Bury { start, count, birth } => Some(Ref {
+                start,
+                count,
+                owner: Owner::Dead { birth },
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Put `start..+count` (born `birth`) on the dead list, unless a burial
+/// already recorded covers part of it (two snapshots reference it).
+fn bury(f: &mut Findings, start: u64, count: u64, birth: u32, line: String) {
+    let end = start.saturating_add(count);
+    let pending = f.fixes.iter().any(|(fix, _)| {
+        matches!(*fix, super::Fix::Bury { start: s, count: c, .. } if s < end && start < s.saturating_add(c))
+    });
+    if !pending {
+        let fix = super::Fix::Bury { start, count, birth };
+        f.fixable(
+            "snapshots",
+            fix,
+            format!("{line} (repair puts them on the dead list)"),
+        );
+    }
+}
+
+/// The birth recorded in the header of the node at `addr`.
+fn node_birth(dev: &dyn tux3::device::Device, addr: u64) -> Option<u32> {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut buf).ok()?;
+    buf.get(28..32)?.try_into().ok().map(u32::from_le_bytes)
 }

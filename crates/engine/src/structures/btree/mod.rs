@@ -18,6 +18,7 @@ pub mod node;
 mod redirect;
 mod relocate;
 mod replay;
+pub mod salvage;
 mod search;
 mod shed;
 pub mod tree;
