@@ -254,7 +254,8 @@ impl Backend {
         alloc.dirty.clear();
 
         let mut itable = Tree::open(0, TreeKind::Itable, sb.itable);
-        let mut snaps = Snapshots::load_with(dev.as_ref(), sb.snapshots, skip_bad)?;
+        let generation = u32::try_from(sb.generation).unwrap_or(u32::MAX);
+        let mut snaps = Snapshots::load_with(dev.as_ref(), sb.snapshots, generation, skip_bad)?;
         for (start, count, refs) in snaps.take_shared() {
             alloc.shared.apply(start, count, refs);
         }

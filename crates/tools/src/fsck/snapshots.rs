@@ -114,13 +114,15 @@ pub(super) fn retired_refs(tree: &Tree, owner: u64, refs: &mut Vec<Ref>) {
 /// it, so the work follows the distinct nodes, not the snapshot count.
 /// Blocks a snapshot references that nothing owns but that are in use
 /// (their dead extent was lost) the repair puts on the dead list: returned
-/// as the dead list's, for the ownership checks.
+/// as the dead list's, for the ownership checks. Then the dead extents
+/// that share a block with the live volume ([`dead_claims`]).
 pub(super) fn check_snapshots(
     be: &Backend,
     refs: &[Ref],
     prune: &mut HashSet<u64>,
     f: &mut Findings,
 ) -> Vec<Ref> {
+    let reached = std::cell::RefCell::new(Vec::new());
     let dev = be.dev.clone();
     let dev = dev.as_ref();
     let mut owned: Vec<(u64, u64)> = refs
@@ -209,6 +211,7 @@ pub(super) fn check_snapshots(
         // lost (the repair puts them back, born as the image says); free,
         // the snapshot cannot be trusted.
         let check = |what: String, start: u64, count: u64, birth: Option<u32>, f: &mut Findings| {
+            reached.borrow_mut().push((start, start.saturating_add(count)));
             let gaps = uncovered(start, count);
             let used = |&(s, c): &(u64, u64)| (s..s.saturating_add(c)).all(|b| be.alloc.is_used(b));
             let line = |s: u64, c: u64| {
@@ -315,6 +318,7 @@ pub(super) fn check_snapshots(
             data(ino, &extents, f);
         }
     }
+    dead_claims(be, refs, &reached.into_inner(), f);
     f.fixes
         .iter()
         .filter_map(|(fix, _)| match *fix {
@@ -326,6 +330,53 @@ pub(super) fn check_snapshots(
             _ => None,
         })
         .collect()
+}
+
+/// Dead extents that share blocks with an owner of the live volume where
+/// no snapshot's own trees reach those blocks (`reached`: (start, end) of
+/// each node and extent the snapshots' walks read): the dead extent is
+/// the wrong one (a damaged `Dead` record), and the repair takes it off
+/// the list — what a snapshot references of it is buried again.
+fn dead_claims(be: &Backend, refs: &[Ref], reached: &[(u64, u64)], f: &mut Findings) {
+    let meets = |s: u64, e: u64, r: &[(u64, u64)]| r.iter().any(|&(rs, re)| rs < e && s < re);
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut all: Vec<(u64, u64)> = refs
+        .iter()
+        .filter(|r| !matches!(r.owner, Owner::Dead { .. } | Owner::LogReserved))
+        .map(|r| (r.start, r.start.saturating_add(r.count)))
+        .collect();
+    all.sort_unstable();
+    for (s, e) in all {
+        match live.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => live.push((s, e)),
+        }
+    }
+    for (start, d) in be.snaps.dead_extents() {
+        let end = start.saturating_add(d.count);
+        let from = live.partition_point(|&(_, e)| e <= start);
+        let owned: Vec<(u64, u64)> = live[from..]
+            .iter()
+            .take_while(|&&(s, _)| s < end)
+            .map(|&(s, e)| (s.max(start), e.min(end)))
+            .collect();
+        let pending = f
+            .fixes
+            .iter()
+            .any(|(fix, _)| *fix == super::Fix::Unbury { start });
+        if owned.is_empty() || pending || owned.iter().any(|&(s, e)| meets(s, e, reached)) {
+            continue;
+        }
+        f.fixable(
+            "snapshots",
+            super::Fix::Unbury { start },
+            format!(
+                "blocks {start}+{}: on the dead list (born {}, died {}), but the live volume holds \
+                 some of them and no snapshot's own trees reach those (repair takes them off the list)",
+                d.count, d.birth, d.death
+            ),
+        );
+    }
 }
 
 /// Put `start..+count` (born `birth`) on the dead list, unless a burial

@@ -39,17 +39,20 @@ const TAKEN_OUT: &str = "repair takes it out of the snapshot table";
 struct Ends {
     dead: u64,
     shared: u64,
+    generation: u32,
 }
 
 impl Snapshots {
     /// Load the table named by `root` (whole: it is kept in memory).
-    pub fn load(dev: &dyn Device, root: Root) -> Result<Snapshots> {
-        Snapshots::load_with(dev, root, false)
+    /// `generation`: the superblock's (every snapshot's id and every
+    /// death is below or at it).
+    pub fn load(dev: &dyn Device, root: Root, generation: u32) -> Result<Snapshots> {
+        Snapshots::load_with(dev, root, generation, false)
     }
 
     /// [`Snapshots::load`]; with `repair`, passing over what does not
     /// decode (see the top of this file).
-    pub fn load_with(dev: &dyn Device, root: Root, repair: bool) -> Result<Snapshots> {
+    pub fn load_with(dev: &dyn Device, root: Root, generation: u32, repair: bool) -> Result<Snapshots> {
         let mut s = Snapshots {
             tree: Tree::open(SNAP_INO, TreeKind::Snapshots, root),
             records: BTreeMap::new(),
@@ -85,9 +88,20 @@ impl Snapshots {
             }
             Err(e) => return Err(e),
         };
-        let mut ends = Ends::default();
-        let (mut gone, mut mended) = (Vec::new(), Vec::new());
+        let mut ends = Ends {
+            generation,
+            ..Ends::default()
+        };
+        let (mut gone, mut mended, mut stray) = (Vec::new(), Vec::new(), Vec::new());
         for (key, value, leaf) in entries {
+            // A record whose id is not below the generation: its key is
+            // damaged; given the one id it can have, if only one fits.
+            if repair && (RECORD_KEY..SHARED_KEY).contains(&key) && key - RECORD_KEY >= u64::from(generation)
+            {
+                stray.push((key, value, leaf));
+                gone.push(key);
+                continue;
+            }
             match s.take(dev, key, &value, leaf, &mut ends, repair) {
                 Ok(Some(note)) => {
                     s.passed_over.push((leaf, note));
@@ -107,6 +121,18 @@ impl Snapshots {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        for (key, value, leaf) in stray {
+            let id = key - RECORD_KEY;
+            let what = format!("snapshot table: snapshot {id}: not below the generation {generation}");
+            let line = match s.rekey(dev, &value, leaf, &mut ends, generation) {
+                Some(to) => {
+                    mended.push(RECORD_KEY + to);
+                    format!("{what} (repair gives it id {to}, the only one its image allows)")
+                }
+                None => format!("{what} ({TAKEN_OUT})"),
+            };
+            s.passed_over.push((leaf, line));
         }
         match rebuild {
             Some(old) => s.rebuild(dev, old)?,
@@ -151,6 +177,15 @@ impl Snapshots {
             Ok(None)
         } else if key >= RECORD_KEY {
             let id = key - RECORD_KEY;
+            if id >= u64::from(ends.generation) {
+                return Err(Error::corrupt(
+                    leaf,
+                    format!(
+                        "snapshot table: snapshot {id}: not below the generation {}",
+                        ends.generation
+                    ),
+                ));
+            }
             let (rec, note) = match SnapRecord::decode(id, value, leaf, n) {
                 Ok(rec) => (rec, None),
                 Err(Error::Corrupt { what, .. }) if repair => match mend_record(dev, id, value, leaf) {
@@ -170,6 +205,15 @@ impl Snapshots {
             Ok(note)
         } else {
             let d = DeadExtent::decode(key, value, leaf, n)?;
+            if d.death > ends.generation {
+                return Err(Error::corrupt(
+                    leaf,
+                    format!(
+                        "snapshot table: dead extent {key}+{} died {}, after the generation {}",
+                        d.count, d.death, ends.generation
+                    ),
+                ));
+            }
             if key < ends.dead {
                 return Err(Error::corrupt(
                     leaf,
@@ -180,6 +224,29 @@ impl Snapshots {
             self.index(key, d);
             Ok(None)
         }
+    }
+
+    /// The record `v` whose key is damaged, taken in under the one id
+    /// that fits, if only one does: not below its root node's birth (its
+    /// unify wrote the root, or an earlier one did), below `generation`,
+    /// and held by no other record. That id.
+    fn rekey(
+        &mut self,
+        dev: &dyn Device,
+        v: &[u8],
+        leaf: u64,
+        ends: &mut Ends,
+        generation: u32,
+    ) -> Option<u64> {
+        let addr = u64::from_le_bytes(v.get(9..17)?.try_into().ok()?);
+        let birth = node_birth(dev, addr)?;
+        let mut free = (u64::from(birth)..u64::from(generation)).filter(|id| !self.records.contains_key(id));
+        let id = free.next()?;
+        if free.next().is_some() {
+            return None;
+        }
+        self.take(dev, RECORD_KEY + id, v, leaf, ends, true).ok()?;
+        Some(id)
     }
 
     /// Take the dead extent at `start` off the list in memory only.
@@ -260,6 +327,14 @@ fn mend_record(dev: &dyn Device, id: u64, v: &[u8], leaf: u64) -> Option<(SnapRe
     }
     let rec = SnapRecord::decode(id, &v, leaf, dev.block_count()).ok()?;
     (!how.is_empty()).then(|| (rec, format!("repair {}", how.join(" and "))))
+}
+
+/// The birth in the header of the inode-table node at `addr`.
+fn node_birth(dev: &dyn Device, addr: u64) -> Option<u32> {
+    itable_level(dev, addr)?;
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut buf).ok()?;
+    buf.get(28..32)?.try_into().ok().map(u32::from_le_bytes)
 }
 
 /// The table read node by node, passing over what does not decode.
