@@ -405,7 +405,8 @@ pub struct OpenOptions {
     pub discard: bool,
     /// Mounted by `fsck --repair`: inode-table records the mount reads
     /// ahead (of trees the log changed, the table's last) that do not
-    /// decode are passed over, for the repair to replace the leaf.
+    /// decode are passed over, for the repair to replace the leaf; so are
+    /// snapshot-table entries (`backend/snapshot/load.rs`).
     pub repair: bool,
 }
 

@@ -15,7 +15,11 @@
 //! tag or mode bits —, or else the root's record without the attribute
 //! that does not decode, a device number on a file that is no device, a
 //! mode naming no type, an extent held in a record whose start went
-//! astray — found again by its checksums —, a symlink's extent moved),
+//! astray — found again by its checksums —, a symlink's extent moved, a
+//! snapshot-table entry that does not decode — passed over by the repair's
+//! mount, the table rebuilt from the rest —, blocks a snapshot references
+//! that nothing holds — put back on the dead list —, a dead extent no
+//! snapshot holds — taken off it),
 //! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never

@@ -337,7 +337,7 @@ impl Backend {
                         }
                     }
                     Record::Dead { start, count, birth } => {
-                        if birth >= death.max(1) {
+                        if birth >= death {
                             return Err(bad(format!(
                                 "dead {start}+{count} born {birth}, after generation {death}"
                             )));

@@ -1,7 +1,7 @@
 //! `fsck --repair`: applies the repairs a read-only pass found safe, through
 //! the engine — mount read-write for a repair (replaying the log;
-//! `OpenOptions::repair` passes over inode records that do not decode, for
-//! the repair to replace), call the
+//! `OpenOptions::repair` passes over inode records and snapshot-table
+//! entries that do not decode, for the repair to replace), call the
 //! `Volume::repair_*` hooks (`crates/engine/src/frontend/repair.rs`), unify
 //! so every change and a fresh superblock land together, and close. Nothing is written if
 //! the volume does not mount.

@@ -62,6 +62,7 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
     // Nodes the replayed log took out of the table (reclaim emptied them)
     // are still the last unify's: the next unify frees them.
     retired_refs(&be.snaps.tree, SNAP_INO, refs);
+    let sound = sound(be);
     let snaps = &be.snaps;
     for (start, d) in snaps.dead_extents() {
         refs.push(Ref {
@@ -74,18 +75,34 @@ pub(super) fn table_refs(be: &mut Backend, refs: &mut Vec<Ref>, f: &mut Findings
             .values()
             .any(|r| u64::from(d.birth) <= r.id && r.id < u64::from(d.death));
         if !held {
-            f.fixable(
-                "snapshots",
-                super::Fix::Unbury { start },
-                format!(
-                    "blocks {start}+{}: on the dead list (born {}, died {}) but no snapshot holds them \
-                     (repair takes them off the list)",
-                    d.count, d.birth, d.death
-                ),
+            let line = format!(
+                "blocks {start}+{}: on the dead list (born {}, died {}) but no snapshot holds them",
+                d.count, d.birth, d.death
             );
+            if sound {
+                let line = format!("{line} (repair takes them off the list)");
+                f.fixable("snapshots", super::Fix::Unbury { start }, line);
+            } else {
+                f.problem("snapshots", line);
+            }
         }
     }
     w.complete()
+}
+
+/// Whether the superblock agrees with the snapshot table: it names one,
+/// every record's id is below its generation and no dead extent dies
+/// after it. Where it does not, the superblock may be the damaged one (a
+/// table root or generation gone astray): the repairs of the dead list,
+/// which trust it, are not made.
+fn sound(be: &Backend) -> bool {
+    let g = be.sb.generation;
+    be.sb.snapshots.addr != 0
+        && be.snaps.records.keys().all(|&id| id < g)
+        && be
+            .snaps
+            .dead_extents()
+            .all(|(_, d)| u64::from(d.death) <= g && d.birth < d.death)
 }
 
 /// The nodes of `tree` that replay took out but the last unify's image
@@ -123,6 +140,7 @@ pub(super) fn check_snapshots(
     f: &mut Findings,
 ) -> Vec<Ref> {
     let reached = std::cell::RefCell::new(Vec::new());
+    let sound = sound(be);
     let dev = be.dev.clone();
     let dev = dev.as_ref();
     let mut owned: Vec<(u64, u64)> = refs
@@ -218,7 +236,7 @@ pub(super) fn check_snapshots(
                 format!("blocks {s}+{c}: {what} of snapshot {name}, neither live nor on the dead list")
             };
             match birth {
-                Some(birth) if gaps.iter().all(used) => {
+                Some(birth) if sound && gaps.iter().all(used) => {
                     // (Held from the snapshot on, whatever the header says.)
                     let birth = birth.min(u32::try_from(rec.id).unwrap_or(u32::MAX));
                     for (s, c) in gaps {
@@ -318,7 +336,9 @@ pub(super) fn check_snapshots(
             data(ino, &extents, f);
         }
     }
-    dead_claims(be, refs, &reached.into_inner(), f);
+    if sound {
+        dead_claims(be, refs, &reached.into_inner(), f);
+    }
     f.fixes
         .iter()
         .filter_map(|(fix, _)| match *fix {

@@ -10,11 +10,16 @@
 //!   images and puts back on the dead list; a lost record's snapshot is
 //!   gone, and the dead extents only it held come free; shared runs are
 //!   counted again from the files;
-//! - a record whose flags byte has unknown bits keeps its known ones, and
-//!   one whose depth is out of bounds takes its root node's level;
+//! - a record whose flags byte has unknown bits keeps its known ones, one
+//!   whose depth is out of bounds takes its root node's level, and one
+//!   whose id is not below the generation takes the one id its image
+//!   allows, if only one does (else the generation may be the damaged
+//!   field, and the id is kept);
 //! - a node that does not decode: the table is rebuilt in memory from
 //!   what can be read (a leaf's entries before and after the damage,
-//!   `btree::salvage`), and the old nodes are freed by the next unify.
+//!   `btree::salvage`), and the old nodes are freed by the next unify —
+//!   unless it is the root and no sound node of the table at the depth
+//!   the superblock says (the superblock may be what is damaged).
 //!
 //! Each is listed in `Snapshots::passed_over`. Without `repair`, the first
 //! fails the open.
@@ -39,13 +44,11 @@ const TAKEN_OUT: &str = "repair takes it out of the snapshot table";
 struct Ends {
     dead: u64,
     shared: u64,
-    generation: u32,
 }
 
 impl Snapshots {
     /// Load the table named by `root` (whole: it is kept in memory).
-    /// `generation`: the superblock's (every snapshot's id and every
-    /// death is below or at it).
+    /// `generation`: the superblock's (every snapshot's id is below it).
     pub fn load(dev: &dyn Device, root: Root, generation: u32) -> Result<Snapshots> {
         Snapshots::load_with(dev, root, generation, false)
     }
@@ -77,9 +80,15 @@ impl Snapshots {
         // A node that does not decode: what can be read, in a new tree.
         let rebuild = match scanned {
             Ok(()) => None,
-            Err(Error::Corrupt { .. }) if repair => {
+            Err(e @ Error::Corrupt { .. }) if repair => {
                 let mut r = Tolerant::default();
                 r.node(dev, root.addr, root.depth, 0);
+                // A root that is no node of the table (or not at the
+                // superblock's depth): the superblock's pointer may be the
+                // damaged field, and the table whole elsewhere.
+                if !r.nodes.iter().any(|n| n.0 == root.addr) {
+                    return Err(e);
+                }
                 entries = r.entries;
                 entries.sort_by_key(|e| e.0);
                 entries.dedup_by_key(|e| e.0);
@@ -88,18 +97,13 @@ impl Snapshots {
             }
             Err(e) => return Err(e),
         };
-        let mut ends = Ends {
-            generation,
-            ..Ends::default()
-        };
+        let mut ends = Ends::default();
         let (mut gone, mut mended, mut stray) = (Vec::new(), Vec::new(), Vec::new());
         for (key, value, leaf) in entries {
             // A record whose id is not below the generation: its key is
-            // damaged; given the one id it can have, if only one fits.
-            if repair && (RECORD_KEY..SHARED_KEY).contains(&key) && key - RECORD_KEY >= u64::from(generation)
-            {
+            // damaged, or the generation is (then the id is right).
+            if (RECORD_KEY..SHARED_KEY).contains(&key) && key - RECORD_KEY >= u64::from(generation) {
                 stray.push((key, value, leaf));
-                gone.push(key);
                 continue;
             }
             match s.take(dev, key, &value, leaf, &mut ends, repair) {
@@ -122,17 +126,39 @@ impl Snapshots {
                 Err(e) => return Err(e),
             }
         }
+        // Given the one id that fits, if only one does (and the table
+        // says so: without `repair` it is an error); else taken as it is.
         for (key, value, leaf) in stray {
             let id = key - RECORD_KEY;
-            let what = format!("snapshot table: snapshot {id}: not below the generation {generation}");
-            let line = match s.rekey(dev, &value, leaf, &mut ends, generation) {
-                Some(to) => {
-                    mended.push(RECORD_KEY + to);
-                    format!("{what} (repair gives it id {to}, the only one its image allows)")
+            match s.fitting_id(dev, &value, generation) {
+                Some(to) if repair => {
+                    let what =
+                        format!("snapshot table: snapshot {id}: not below the generation {generation}");
+                    gone.push(key);
+                    let line = match s.take(dev, RECORD_KEY + to, &value, leaf, &mut ends, true) {
+                        Ok(_) => {
+                            mended.push(RECORD_KEY + to);
+                            format!("{what} (repair gives it id {to}, the only one its image allows)")
+                        }
+                        Err(_) => format!("{what} ({TAKEN_OUT})"),
+                    };
+                    s.passed_over.push((leaf, line));
                 }
-                None => format!("{what} ({TAKEN_OUT})"),
-            };
-            s.passed_over.push((leaf, line));
+                Some(_) => {
+                    return Err(Error::corrupt(
+                        leaf,
+                        format!("snapshot table: snapshot {id}: not below the generation {generation}"),
+                    ))
+                }
+                None => match s.take(dev, key, &value, leaf, &mut ends, repair) {
+                    Ok(_) => {}
+                    Err(Error::Corrupt { block, what }) if repair => {
+                        s.passed_over.push((block, format!("{what} ({TAKEN_OUT})")));
+                        gone.push(key);
+                    }
+                    Err(e) => return Err(e),
+                },
+            }
         }
         match rebuild {
             Some(old) => s.rebuild(dev, old)?,
@@ -177,15 +203,6 @@ impl Snapshots {
             Ok(None)
         } else if key >= RECORD_KEY {
             let id = key - RECORD_KEY;
-            if id >= u64::from(ends.generation) {
-                return Err(Error::corrupt(
-                    leaf,
-                    format!(
-                        "snapshot table: snapshot {id}: not below the generation {}",
-                        ends.generation
-                    ),
-                ));
-            }
             let (rec, note) = match SnapRecord::decode(id, value, leaf, n) {
                 Ok(rec) => (rec, None),
                 Err(Error::Corrupt { what, .. }) if repair => match mend_record(dev, id, value, leaf) {
@@ -205,15 +222,6 @@ impl Snapshots {
             Ok(note)
         } else {
             let d = DeadExtent::decode(key, value, leaf, n)?;
-            if d.death > ends.generation {
-                return Err(Error::corrupt(
-                    leaf,
-                    format!(
-                        "snapshot table: dead extent {key}+{} died {}, after the generation {}",
-                        d.count, d.death, ends.generation
-                    ),
-                ));
-            }
             if key < ends.dead {
                 return Err(Error::corrupt(
                     leaf,
@@ -226,27 +234,16 @@ impl Snapshots {
         }
     }
 
-    /// The record `v` whose key is damaged, taken in under the one id
-    /// that fits, if only one does: not below its root node's birth (its
-    /// unify wrote the root, or an earlier one did), below `generation`,
-    /// and held by no other record. That id.
-    fn rekey(
-        &mut self,
-        dev: &dyn Device,
-        v: &[u8],
-        leaf: u64,
-        ends: &mut Ends,
-        generation: u32,
-    ) -> Option<u64> {
+    /// The one id record `v`, whose id is not below `generation`, can
+    /// have if its key is the damaged field: not below its root node's
+    /// birth (its unify wrote the root, or an earlier one did), below
+    /// `generation`, held by no other record — if only one fits.
+    fn fitting_id(&self, dev: &dyn Device, v: &[u8], generation: u32) -> Option<u64> {
         let addr = u64::from_le_bytes(v.get(9..17)?.try_into().ok()?);
         let birth = node_birth(dev, addr)?;
         let mut free = (u64::from(birth)..u64::from(generation)).filter(|id| !self.records.contains_key(id));
         let id = free.next()?;
-        if free.next().is_some() {
-            return None;
-        }
-        self.take(dev, RECORD_KEY + id, v, leaf, ends, true).ok()?;
-        Some(id)
+        free.next().is_none().then_some(id)
     }
 
     /// Take the dead extent at `start` off the list in memory only.
