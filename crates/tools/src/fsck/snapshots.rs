@@ -139,25 +139,10 @@ pub(super) fn check_snapshots(
     prune: &mut HashSet<u64>,
     f: &mut Findings,
 ) -> Vec<Ref> {
-    let reached = std::cell::RefCell::new(Vec::new());
     let sound = sound(be);
     let dev = be.dev.clone();
     let dev = dev.as_ref();
-    let mut owned: Vec<(u64, u64)> = refs
-        .iter()
-        .map(|r| (r.start, r.start.saturating_add(r.count)))
-        .collect();
-    owned.sort_unstable();
-    // Merged into disjoint runs: references overlap where blocks are
-    // shared, and a run that starts later may end sooner than one before.
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(owned.len());
-    for (s, e) in owned {
-        match merged.last_mut() {
-            Some(l) if s <= l.1 => l.1 = l.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    let owned = merged;
+    let owned = runs(refs, |_| true);
     // The runs of [start, start+count) that the ranges owned, merged, do
     // not cover.
     let uncovered = |start: u64, count: u64| -> Vec<(u64, u64)> {
@@ -228,30 +213,39 @@ pub(super) fn check_snapshots(
         // Blocks neither live nor dead: in use, their dead extent was
         // lost (the repair puts them back, born as the image says); free,
         // the snapshot cannot be trusted.
-        let check = |what: String, start: u64, count: u64, birth: Option<u32>, f: &mut Findings| {
-            reached.borrow_mut().push((start, start.saturating_add(count)));
-            let gaps = uncovered(start, count);
-            let used = |&(s, c): &(u64, u64)| (s..s.saturating_add(c)).all(|b| be.alloc.is_used(b));
-            let line = |s: u64, c: u64| {
-                format!("blocks {s}+{c}: {what} of snapshot {name}, neither live nor on the dead list")
+        let check =
+            |what: String, start: u64, count: u64, birth: &dyn Fn() -> Option<u32>, f: &mut Findings| {
+                let gaps = uncovered(start, count);
+                let used = |&(s, c): &(u64, u64)| (s..s.saturating_add(c)).all(|b| be.alloc.is_used(b));
+                let line = |s: u64, c: u64| {
+                    format!("blocks {s}+{c}: {what} of snapshot {name}, neither live nor on the dead list")
+                };
+                if gaps.is_empty() {
+                    return;
+                }
+                match birth() {
+                    Some(birth) if sound && gaps.iter().all(used) => {
+                        // (Held from the snapshot on, whatever the header says.)
+                        let birth = birth.min(u32::try_from(rec.id).unwrap_or(u32::MAX));
+                        for (s, c) in gaps {
+                            bury(f, s, c, birth, line(s, c));
+                        }
+                    }
+                    _ => {
+                        if let Some(&(s, c)) = gaps.first() {
+                            damaged(f, line(s, c));
+                        }
+                    }
+                }
             };
-            match birth {
-                Some(birth) if sound && gaps.iter().all(used) => {
-                    // (Held from the snapshot on, whatever the header says.)
-                    let birth = birth.min(u32::try_from(rec.id).unwrap_or(u32::MAX));
-                    for (s, c) in gaps {
-                        bury(f, s, c, birth, line(s, c));
-                    }
-                }
-                _ => {
-                    if let Some(&(s, c)) = gaps.first() {
-                        damaged(f, line(s, c));
-                    }
-                }
-            }
-        };
         for &(addr, _) in &w.nodes {
-            check("an inode table node".into(), addr, 1, node_birth(dev, addr), f);
+            check(
+                "an inode table node".into(),
+                addr,
+                1,
+                &|| node_birth(dev, addr),
+                f,
+            );
         }
         // A file's data: born no later than the snapshot, live or dead,
         // summed as the volume says (and its blocks read, with `data`).
@@ -276,7 +270,7 @@ pub(super) fn check_snapshots(
                     format!("data of inode {ino}"),
                     e.pblock,
                     e.count,
-                    Some(e.birth),
+                    &|| Some(e.birth),
                     f,
                 );
             }
@@ -329,7 +323,7 @@ pub(super) fn check_snapshots(
                     format!("a node of inode {ino}"),
                     addr,
                     1,
-                    node_birth(dev, addr),
+                    &|| node_birth(dev, addr),
                     f,
                 );
             }
@@ -337,7 +331,7 @@ pub(super) fn check_snapshots(
         }
     }
     if sound {
-        dead_claims(be, refs, &reached.into_inner(), f);
+        dead_claims(be, refs, f);
     }
     f.fixes
         .iter()
@@ -353,25 +347,17 @@ pub(super) fn check_snapshots(
 }
 
 /// Dead extents that share blocks with an owner of the live volume where
-/// no snapshot's own trees reach those blocks (`reached`: (start, end) of
-/// each node and extent the snapshots' walks read): the dead extent is
-/// the wrong one (a damaged `Dead` record), and the repair takes it off
-/// the list — what a snapshot references of it is buried again.
-fn dead_claims(be: &Backend, refs: &[Ref], reached: &[(u64, u64)], f: &mut Findings) {
-    let meets = |s: u64, e: u64, r: &[(u64, u64)]| r.iter().any(|&(rs, re)| rs < e && s < re);
-    let mut live: Vec<(u64, u64)> = Vec::new();
-    let mut all: Vec<(u64, u64)> = refs
-        .iter()
-        .filter(|r| !matches!(r.owner, Owner::Dead { .. } | Owner::LogReserved))
-        .map(|r| (r.start, r.start.saturating_add(r.count)))
-        .collect();
-    all.sort_unstable();
-    for (s, e) in all {
-        match live.last_mut() {
-            Some(l) if s <= l.1 => l.1 = l.1.max(e),
-            _ => live.push((s, e)),
-        }
-    }
+/// no snapshot's image references those blocks, or where its count or
+/// start is plainly what is damaged: the dead extent is the wrong one (a
+/// damaged `Dead` record), and the repair takes it off the list — what a
+/// snapshot references of it is buried again. Only where
+/// some dead extent meets the live volume are the images read whole
+/// (`image_blocks`: the walk above skips what they share with the live
+/// trees, which may be the damaged side); an image that cannot be read
+/// leaves every such extent as it is.
+fn dead_claims(be: &Backend, refs: &[Ref], f: &mut Findings) {
+    let live = runs(refs, |o| !matches!(o, Owner::Dead { .. } | Owner::LogReserved));
+    let mut met = Vec::new();
     for (start, d) in be.snaps.dead_extents() {
         let end = start.saturating_add(d.count);
         let from = live.partition_point(|&(_, e)| e <= start);
@@ -384,7 +370,40 @@ fn dead_claims(be: &Backend, refs: &[Ref], reached: &[(u64, u64)], f: &mut Findi
             .fixes
             .iter()
             .any(|(fix, _)| *fix == super::Fix::Unbury { start });
-        if owned.is_empty() || pending || owned.iter().any(|&(s, e)| meets(s, e, reached)) {
+        if !owned.is_empty() && !pending {
+            met.push((start, *d, owned));
+        }
+    }
+    if met.is_empty() {
+        return;
+    }
+    let dev = be.dev.clone();
+    let mut imaged: Vec<(u64, u64, u32)> = Vec::new();
+    for rec in be.snaps.records.values().filter(|r| !r.deleting) {
+        match tux3::backend::snapshot::image_blocks(dev.as_ref(), rec.itable) {
+            Ok((blocks, _)) => imaged.extend(blocks),
+            Err(_) => return,
+        }
+    }
+    let imaged = tux3::backend::snapshot::merged(&imaged);
+    let meets = |s: u64, e: u64| {
+        let i = imaged.partition_point(|&(_, ie)| ie <= s);
+        imaged.get(i).is_some_and(|&(is, _)| is < e)
+    };
+    for (start, d, owned) in met {
+        let end = start.saturating_add(d.count);
+        // A snapshot references what the live volume holds of it, as
+        // blocks they share do: the extent is still the wrong one where
+        // its count ran into them (they are its tail, its head is not
+        // the live volume's), or where its start moved (the blocks it
+        // had, referenced and held by nothing, are buried above with its
+        // length and birth).
+        let tail = owned.len() == 1 && owned[0].1 == end && owned[0].0 > start;
+        let moved = owned == [(start, end)]
+            && f.fixes.iter().any(|(fix, _)| {
+                matches!(*fix, super::Fix::Bury { count, birth, .. } if count == d.count && birth == d.birth)
+            });
+        if owned.iter().any(|&(s, e)| meets(s, e)) && !tail && !moved {
             continue;
         }
         f.fixable(
@@ -392,11 +411,31 @@ fn dead_claims(be: &Backend, refs: &[Ref], reached: &[(u64, u64)], f: &mut Findi
             super::Fix::Unbury { start },
             format!(
                 "blocks {start}+{}: on the dead list (born {}, died {}), but the live volume holds \
-                 some of them and no snapshot's own trees reach those (repair takes them off the list)",
+                 some of them and no snapshot's image references those (repair takes them off the list)",
                 d.count, d.birth, d.death
             ),
         );
     }
+}
+
+/// The blocks of the `refs` whose owner is `keep`, as sorted disjoint
+/// (start, end) runs: references overlap where blocks are shared, and a
+/// run that starts later may end sooner than one before.
+fn runs(refs: &[Ref], keep: impl Fn(&Owner) -> bool) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = refs
+        .iter()
+        .filter(|r| keep(&r.owner))
+        .map(|r| (r.start, r.start.saturating_add(r.count)))
+        .collect();
+    all.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+    for (s, e) in all {
+        match out.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 /// Put `start..+count` (born `birth`) on the dead list, unless a burial

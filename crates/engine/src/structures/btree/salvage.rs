@@ -14,9 +14,11 @@ use crate::device::Device;
 /// The (key, value) entries of the leaf at `addr` of the tree owned by
 /// `owner` that does not decode as a node, or `None` when the block is no
 /// sound leaf of `owner`. Entries are read in order; where one's value is
-/// not `valid` at its length, the length that makes it valid and lands on
-/// a valid next entry (or, for the last one, on zeroes to the end of the
-/// block) is taken instead; where none does, the reading stops.
+/// not `valid` at its length but that length lands on a valid entry, the
+/// entry alone is left out (its key or value is the damaged field);
+/// otherwise the length that makes it valid and lands on a valid next
+/// entry (or, for the last one, on zeroes to the end of the block) is
+/// taken instead; where none does, the reading stops.
 pub fn raw_leaf(
     dev: &dyn Device,
     addr: u64,
@@ -39,14 +41,15 @@ pub fn raw_leaf(
             u16::from_le_bytes([*h.get(8)?, *h.get(9)?]) as usize,
         ))
     };
-    let value = |at: usize, len: usize| buf.get(at + 10..at + 10 + len);
+    let value =
+        |at: usize, len: usize| buf.get(at.saturating_add(10)..at.saturating_add(10).saturating_add(len));
     // The entry at `at` read with value length `len`: valid, and followed
     // by a valid entry (or, if it is the last, by zeroes).
     let fits = |at: usize, key: u64, len: usize, last: bool| -> bool {
         if !value(at, len).is_some_and(|v| valid(key, v)) {
             return false;
         }
-        let end = at + 10 + len;
+        let end = at.saturating_add(10).saturating_add(len);
         if last {
             return buf.get(end..).is_some_and(|rest| rest.iter().all(|&b| b == 0));
         }
@@ -56,11 +59,17 @@ pub fn raw_leaf(
     let mut at = NODE_HEADER;
     for i in 0..count {
         let Some((key, len)) = head(at) else { break };
-        let last = i + 1 == count;
+        let last = i.saturating_add(1) == count;
+        let next = at.saturating_add(10).saturating_add(len);
         let len = if value(at, len).is_some_and(|v| valid(key, v)) {
             len
+        } else if !last && head(next).is_some_and(|(k, l)| value(next, l).is_some_and(|v| valid(k, v))) {
+            // Its length lands on a valid entry: the length is sound and
+            // the key or the value is not; the entry alone is lost.
+            at = next;
+            continue;
         } else {
-            let room = buf.len().saturating_sub(at + 10);
+            let room = buf.len().saturating_sub(at.saturating_add(10));
             match (0..=room).find(|&l| fits(at, key, l, last)) {
                 Some(l) => l,
                 None => break,
@@ -68,7 +77,7 @@ pub fn raw_leaf(
         };
         let Some(v) = value(at, len) else { break };
         out.push((key, v.to_vec()));
-        at += 10 + len;
+        at = at.saturating_add(10).saturating_add(len);
     }
     Some(out)
 }
@@ -82,7 +91,7 @@ pub fn in_order(raw: &[(u64, Vec<u8>)], sep: u64, valid: &dyn Fn(u64, &[u8]) -> 
         let last = out.last().map(|(k, _)| *k);
         let above = last.is_none_or(|l| *key > l) && *key >= sep;
         let next_ok = raw
-            .get(i + 1)
+            .get(i.saturating_add(1))
             .is_none_or(|(n, _)| *key < *n || last.is_some_and(|l| *n <= l));
         if above && next_ok && valid(*key, v) {
             out.push((*key, v.clone()));
