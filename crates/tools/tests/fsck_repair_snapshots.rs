@@ -9,36 +9,17 @@
 use std::sync::Arc;
 use tux3::backend::snapshot::{RECORD_KEY, SNAP_INO};
 use tux3::backend::Backend;
-use tux3::device::{Device, MemDevice};
+use tux3::device::Device;
 use tux3::structures::btree::node::Leaf;
 use tux3::structures::btree::TreeKind;
-use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
-use tux3_tools::fsck::{check, FsckOptions, FsckReport};
+use tux3::{Fs, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::FsckReport;
+
+mod image_util;
+
+use image_util::{fsck, volume_with_snapshot};
 
 const BS: u32 = 4096;
-
-/// A volume with snapshot "s" of file `a` (40,000 bytes of 1), then `a`
-/// rewritten with 2: its old blocks are on the dead list.
-fn volume_with_snapshot() -> Arc<dyn Device> {
-    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS, 4096));
-    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
-    fs.write(a, 0, &vec![1u8; 40_000]).unwrap();
-    fs.snapshot_create(b"s").unwrap();
-    fs.write(a, 0, &vec![2u8; 40_000]).unwrap();
-    fs.unify().unwrap();
-    fs.close().unwrap();
-    dev
-}
-
-fn fsck(dev: &Arc<dyn Device>, repair: bool) -> FsckReport {
-    let opts = FsckOptions {
-        repair,
-        ..FsckOptions::default()
-    };
-    check(dev.clone(), &opts).unwrap()
-}
 
 /// File `a` as the live volume (or snapshot `snap`) reads it.
 fn contents(dev: &Arc<dyn Device>, snap: Option<&[u8]>) -> Vec<u8> {
@@ -81,16 +62,16 @@ fn edit_table(
 /// Repair in one run: problems before that `first` names, repairs made,
 /// nothing left, a clean check after, and the live file as written.
 fn repaired(dev: &Arc<dyn Device>, first: &str) -> FsckReport {
-    let before = fsck(dev, false);
+    let before = fsck(dev, false, false);
     assert!(
         before.problems.iter().any(|p| p.contains(first)),
         "{:#?}",
         before.problems
     );
-    let r = fsck(dev, true);
+    let r = fsck(dev, true, false);
     assert!(r.problems.is_empty(), "left after the repair: {:#?}", r.problems);
     assert!(!r.repaired.is_empty());
-    let after = fsck(dev, false);
+    let after = fsck(dev, false, false);
     assert!(after.problems.is_empty(), "{:#?}", after.problems);
     assert!(after.repaired.is_empty());
     assert_eq!(contents(dev, None), vec![2u8; 40_000]);
@@ -185,7 +166,7 @@ fn a_leaf_that_does_not_decode_is_rebuilt_from_what_it_holds() {
 #[test]
 fn the_dead_extents_of_a_lost_record_come_free() {
     let dev = volume_with_snapshot();
-    let used = |dev: &Arc<dyn Device>| fsck(dev, false).blocks_used;
+    let used = |dev: &Arc<dyn Device>| fsck(dev, false, false).blocks_used;
     let before = used(&dev);
     // The record's root outside the volume: it goes, with its snapshot.
     edit_table(

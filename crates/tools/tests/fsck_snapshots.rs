@@ -10,21 +10,11 @@ use tux3::structures::btree::node::Leaf;
 use tux3::structures::btree::TreeKind;
 use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
 
-const BS: u32 = 4096;
+mod image_util;
 
-fn volume_with_snapshot() -> Arc<dyn Device> {
-    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS, 4096));
-    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
-    fs.write(a, 0, &vec![1u8; 40_000]).unwrap();
-    fs.snapshot_create(b"s").unwrap();
-    // The old data of a goes on the dead list.
-    fs.write(a, 0, &vec![2u8; 40_000]).unwrap();
-    fs.unify().unwrap();
-    fs.close().unwrap();
-    dev
-}
+use image_util::volume_with_snapshot;
+
+const BS: u32 = 4096;
 
 fn problems(dev: &Arc<dyn Device>) -> Vec<String> {
     tux3_tools::fsck::check(dev.clone(), &Default::default())

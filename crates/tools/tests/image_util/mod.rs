@@ -1,5 +1,6 @@
 //! Helpers of the tests that edit an image under fsck (`fsck_data_sums.rs`,
-//! `hostile_sums.rs`, `inline_maps_fsck.rs`): volumes with and without `DATA_SUMS`, a record or
+//! `hostile_sums.rs`, `inline_maps_fsck.rs`, `fsck_snapshots.rs`,
+//! `fsck_repair_snapshots.rs`): a volume with a snapshot, volumes with and without `DATA_SUMS`, a record or
 //! an extent leaf read and rewritten in place on a unified volume (no log
 //! checksum covers it, so only the decoders and fsck see the change), a
 //! data block damaged, commits appended to the log, fsck runs.
@@ -27,6 +28,22 @@ pub fn fresh(blocks: u64, data_sums: bool) -> Arc<dyn Device> {
         ..FormatOptions::default()
     };
     Fs::format(dev.clone(), &opts).unwrap();
+    dev
+}
+
+/// A volume of 4 KiB blocks with snapshot "s" of file `a` (40,000 bytes
+/// of 1), then `a` rewritten with 2 and unified: its old blocks are on
+/// the dead list.
+pub fn volume_with_snapshot() -> Arc<dyn Device> {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 4096));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), tux3::OpenOptions::default()).unwrap();
+    let a = fs.create(tux3::ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &vec![1u8; 40_000]).unwrap();
+    fs.snapshot_create(b"s").unwrap();
+    fs.write(a, 0, &vec![2u8; 40_000]).unwrap();
+    fs.unify().unwrap();
+    fs.close().unwrap();
     dev
 }
 
