@@ -95,7 +95,7 @@ fn a_snapshots_inline_extents_must_be_live_or_dead() {
     let e = old.inline[0].clone();
     let line = format!(
         "blocks {}+{}: data of inode {a} of snapshot s, neither live nor on the dead list \
-         (repair deletes the snapshot)",
+         (repair puts them on the dead list)",
         e.pblock, e.count
     );
     assert!(p.contains(&line), "{p:#?}");
