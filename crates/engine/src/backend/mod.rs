@@ -15,6 +15,7 @@ pub(crate) mod checks;
 pub mod commit;
 pub mod discard;
 pub mod free_space;
+mod leafcheck;
 mod load;
 pub mod logwriter;
 pub mod mkfs;
@@ -179,6 +180,9 @@ pub struct Backend {
     /// Log records replay passed over (a repair's open only): the log block
     /// and what was wrong with the record.
     pub skipped: Vec<(u64, String)>,
+    /// Leaf maps replay mended (a repair's open only): the log block and
+    /// what the record named wrong (`leafcheck.rs`).
+    pub mended: Vec<(u64, String)>,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -226,6 +230,28 @@ impl Backend {
         snapshot: Option<&[u8]>,
         skip_bad: bool,
     ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        Backend::replay(dev, read_only, snapshot, skip_bad, skip_bad)
+    }
+
+    /// [`Backend::open`] for fsck: a `LeafMap` record its leaf block
+    /// contradicts fails the open (`leafcheck.rs`), as [`Backend::open_with`]
+    /// with `skip_bad` mends it.
+    pub fn open_checking(
+        dev: Arc<dyn Device>,
+        read_only: bool,
+    ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
+        Backend::replay(dev, read_only, None, false, true)
+    }
+
+    /// Replay; with `check_leaves`, each leaf map judged by its leaf
+    /// (mended with `skip_bad`, else an error).
+    fn replay(
+        dev: Arc<dyn Device>,
+        read_only: bool,
+        snapshot: Option<&[u8]>,
+        skip_bad: bool,
+        check_leaves: bool,
+    ) -> Result<(Backend, HashMap<u64, TreeReplay>)> {
         // R1: a write or flush through this device panics; the caller's
         // device goes back in at the end.
         #[cfg(debug_assertions)]
@@ -263,6 +289,8 @@ impl Backend {
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let mut chain = read_chain_with(dev.as_ref(), sb.log_start(), skip_bad)?;
         let mut skipped = std::mem::take(&mut chain.skipped);
+        let leafcheck = check_leaves.then(|| leafcheck::LeafCheck::new(&chain.deltas));
+        let mut mended = Vec::new();
         if let Some(why) = &chain.unproven {
             // A crash leaves this; so does damage to a block of the last
             // commit, which nothing can tell apart from it: say which.
@@ -373,9 +401,23 @@ impl Backend {
                             return Err(bad(format!("drops snapshot {id}, which the table does not hold")));
                         }
                     }
-                    Record::LeafMap { tree, sep, addr } => {
+                    Record::LeafMap {
+                        mut tree,
+                        mut sep,
+                        addr,
+                    } => {
                         if !in_volume(addr) {
                             return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
+                        }
+                        let m = leafcheck
+                            .as_ref()
+                            .and_then(|c| c.mend(dev.as_ref(), n, &mut itable, (tree, sep, addr)));
+                        if let Some((t, s, why)) = m {
+                            if !skip_bad {
+                                return Err(bad(why));
+                            }
+                            mended.push((at, format!("log of delta {}: {why}", d.delta)));
+                            (tree, sep) = (t, s);
                         }
                         if tree == 0 {
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
@@ -509,6 +551,7 @@ impl Backend {
             readers: Arc::default(),
             discard: discard::Discard::default(),
             skipped,
+            mended,
         };
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]

@@ -37,15 +37,27 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     };
     let sb = Superblock::load(dev.as_ref())?;
     check_copies(dev.as_ref(), &sb, &mut f);
-    let opened = match Backend::open(dev.clone(), true) {
+    let opened = match Backend::open_checking(dev.clone(), true) {
         // A log record that fails validation: a repair replays the log
-        // without it (what it carries is lost), so the rest is checked
-        // as that replay leaves the volume.
+        // without it (what it carries is lost), or maps the leaf where its
+        // block says it belongs, so the rest is checked as that replay
+        // leaves the volume.
         Err(e @ Error::Corrupt { .. }) => match Backend::open_with(dev.clone(), true, None, true) {
-            Ok((be, replays)) if !be.skipped.is_empty() || !be.snaps.passed_over.is_empty() => {
+            Ok((be, replays)) if !be.skipped.is_empty() || !be.snaps.passed_over.is_empty() || !be.mended.is_empty() => {
                 let mounted = |(block, what): &(u64, String)| {
                     format!("block {block}: the volume cannot be mounted: {what}")
                 };
+                let mended = be
+                    .mended
+                    .iter()
+                    .map(|(block, what)| format!("block {block}: {what}"))
+                    .collect();
+                f.fixable_all(
+                    "mount",
+                    Fix::SkipRecords,
+                    mended,
+                    "repair maps the leaf where its block says it belongs",
+                );
                 let lines = be.skipped.iter().map(mounted).collect();
                 f.fixable_all(
                     "mount",

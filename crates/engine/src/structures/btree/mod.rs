@@ -25,6 +25,7 @@ pub mod tree;
 
 pub use cached::{Cached, Loaded, Missing};
 pub use node::{Node, TreeKind};
+pub use replay::Routed;
 pub use search::{Probe, Spot};
 pub use tree::Tree;
 

@@ -1,7 +1,8 @@
 //! Replay of the log's leaf-list changes on a tree's unified branches:
 //! `LeafMap` inserts or moves a leaf, `LeafUnmap` removes one, keeping
 //! invariant T1 (tree.rs), asserted at each branch changed in debug builds
-//! (`check.rs`). Loads nodes through `tree::load`.
+//! (`check.rs`). Also routes a key to its leaf for replay's checks of
+//! what the log maps (`Tree::route_leaf`). Loads nodes through `tree::load`.
 
 use super::check;
 use super::node::{Child, FreedNode, Node, Slot};
@@ -116,4 +117,59 @@ pub(super) fn unmap_rec(
         return Ok(Unmapped::FirstSep(c.sep));
     }
     Ok(result)
+}
+
+/// The leaf a key routes to, as the leaf list stands (replay's checks).
+pub struct Routed {
+    /// Its separator and address (0: never written).
+    pub sep: u64,
+    pub addr: u64,
+    /// It is the tree's first leaf.
+    pub first: bool,
+    /// The next leaf's separator, if one follows.
+    pub next: Option<u64>,
+}
+
+impl super::Tree {
+    /// The leaf `key` routes to (none in an empty tree); loads branches
+    /// only, never the leaf.
+    pub fn route_leaf(&mut self, dev: &dyn crate::device::Device, key: u64) -> Result<Option<Routed>> {
+        let cx = self.ctx(dev);
+        let depth = self.depth();
+        let Some(slot) = self.root_slot_mut() else {
+            return Ok(None);
+        };
+        if depth == 0 {
+            let addr = slot.addr();
+            return Ok(Some(Routed {
+                sep: 0,
+                addr,
+                first: true,
+                next: None,
+            }));
+        }
+        let (mut first, mut next) = (true, None);
+        let mut node = load(slot, &cx, depth)?;
+        loop {
+            let Node::Branch(b) = node else {
+                return Err(Error::corrupt(node.addr(), "a branch's child below its level"));
+            };
+            let i = b.child_index(key);
+            first &= i == 0;
+            if let Some(c) = b.children.get(i.saturating_add(1)) {
+                next = Some(c.sep);
+            }
+            if b.level == 1 {
+                let c = child_mut(b, i)?;
+                return Ok(Some(Routed {
+                    sep: c.sep,
+                    addr: c.slot.addr(),
+                    first,
+                    next,
+                }));
+            }
+            let level = child_level(b);
+            node = load(&mut child_mut(b, i)?.slot, &cx, level)?;
+        }
+    }
 }

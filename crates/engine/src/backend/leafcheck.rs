@@ -1,0 +1,184 @@
+//! Replay's check of what a `LeafMap` record maps, for fsck and a repair
+//! (never at a plain mount: it reads each mapped leaf). The leaf block
+//! says its owner, tree kind and keys. A record that names a tree the
+//! leaf cannot belong to (its kind is another tree's, and the tree the
+//! leaf names takes it), or an inode-table separator the leaf's keys
+//! contradict (they lie below it with a leaf before it, or reach the next
+//! leaf's, or the leaf before holds keys at or above it), is mended: the
+//! leaf goes where it belongs — into the tree it names; at the separator
+//! of the leaf it replaces (the one its first key routes to, if that one
+//! holds any of its keys: an older copy), else at its first key (a new
+//! leaf, as a split gives). A record is judged only on blocks no later
+//! delta of the log allocates again (their contents are those the record
+//! saw) that decode as leaves and that no other record maps (then one of
+//! them names a wrong address); anything else is left as it is.
+//!
+//! Calls `structures::btree` (node decode, `Tree::route_leaf`), the inode
+//! decoder and the device.
+
+use crate::device::Device;
+use crate::log::chain::LoggedDelta;
+use crate::log::Record;
+use crate::structures::btree::{node, Node, Tree, TreeKind};
+use crate::types::FileType;
+use std::collections::HashSet;
+
+/// Blocks each delta of the chain allocates, to tell a block's contents
+/// as a record saw them from a later reuse.
+pub(super) struct LeafCheck {
+    allocs: Vec<(u64, u64, usize)>,
+    /// Addresses the chain's leaf maps name more than once: one of those
+    /// records names a wrong address, not a wrong tree.
+    twice: HashSet<u64>,
+}
+
+/// A leaf as its block reads: owner, kind, keys.
+type Read = (u64, TreeKind, Vec<u64>);
+
+impl LeafCheck {
+    pub(super) fn new(deltas: &[LoggedDelta]) -> LeafCheck {
+        let (mut allocs, mut seen, mut twice) = (Vec::new(), HashSet::new(), HashSet::new());
+        for (n, d) in deltas.iter().enumerate() {
+            for r in &d.records {
+                match *r {
+                    Record::Balloc { start, count } => allocs.push((start, u64::from(count), n)),
+                    Record::LeafMap { addr, .. } if !seen.insert(addr) => {
+                        twice.insert(addr);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        LeafCheck { allocs, twice }
+    }
+
+    /// The leaf at `addr` as delta `n` saw it, if it decodes as one.
+    fn leaf(&self, dev: &dyn Device, n: usize, addr: u64) -> Option<Read> {
+        let reused = self
+            .allocs
+            .iter()
+            .any(|&(s, c, i)| i > n && addr >= s && addr - s < c);
+        if reused || addr < 2 || addr >= dev.block_count() {
+            return None;
+        }
+        let mut b = vec![0u8; dev.block_size() as usize];
+        dev.read(addr, &mut b).ok()?;
+        let owner = u64::from_le_bytes(b.get(16..24)?.try_into().ok()?);
+        let kind = TreeKind::from_code(*b.get(24)?)?;
+        match node::decode(&b, addr, owner, kind, 0, dev.block_count()).ok()? {
+            Node::Leaf(l) => Some((owner, kind, l.entries.iter().map(|e| e.0).collect())),
+            Node::Branch(_) => None,
+        }
+    }
+
+    /// The tree and separator record `LeafMap { tree, sep, addr }` of
+    /// delta `n` should have named, and why, when its leaf contradicts it.
+    pub(super) fn mend(
+        &self,
+        dev: &dyn Device,
+        n: usize,
+        itable: &mut Tree,
+        (tree, sep, addr): (u64, u64, u64),
+    ) -> Option<(u64, u64, String)> {
+        if self.twice.contains(&addr) {
+            return None;
+        }
+        let (owner, kind, keys) = self.leaf(dev, n, addr)?;
+        let mut why = Vec::new();
+        let mut to = tree;
+        if owner != tree {
+            if fits(dev, itable, tree, kind) || !fits(dev, itable, owner, kind) {
+                return None;
+            }
+            why.push(format!(
+                "maps block {addr} as a leaf of {}, but the block is a {} leaf of {}",
+                name(tree),
+                kind.name(),
+                name(owner)
+            ));
+            to = owner;
+        }
+        let mut at = sep;
+        if to == 0 {
+            if let (Some(&k1), Some(&kn)) = (keys.first(), keys.last()) {
+                if !self.fits_at(dev, n, itable, sep, k1, kn)? {
+                    let r = itable.route_leaf(dev, k1).ok()??;
+                    let older = self.leaf(dev, n, r.addr).is_some_and(|(o, k, ks)| {
+                        o == 0 && k == TreeKind::Itable && ks.iter().any(|x| (k1..=kn).contains(x))
+                    });
+                    at = if older { r.sep } else { k1 };
+                    if at == sep || !self.fits_at(dev, n, itable, at, k1, kn)? {
+                        return None;
+                    }
+                    why.push(format!(
+                        "maps block {addr} as the inode-table leaf at {sep}, but its keys {k1}..={kn} \
+                         belong to the leaf at {at}"
+                    ));
+                }
+            }
+        }
+        if why.is_empty() {
+            return None;
+        }
+        Some((to, at, why.join("; ")))
+    }
+
+    /// Whether an inode-table leaf holding keys `k1..=kn` may take
+    /// separator `s` (none: the tree cannot be read).
+    fn fits_at(
+        &self,
+        dev: &dyn Device,
+        n: usize,
+        itable: &mut Tree,
+        s: u64,
+        k1: u64,
+        kn: u64,
+    ) -> Option<bool> {
+        let Some(r) = itable.route_leaf(dev, s).ok()? else {
+            return Some(true);
+        };
+        let below_next = |next: Option<u64>| next.is_none_or(|x| kn < x);
+        if r.sep == s {
+            return Some((r.first || k1 >= s) && below_next(r.next));
+        }
+        if s < r.sep {
+            // Before the first leaf.
+            return Some(kn < r.sep);
+        }
+        if k1 < s || !below_next(r.next) {
+            return Some(false);
+        }
+        // The leaf before holds keys below `s` only.
+        Some(match self.leaf(dev, n, r.addr) {
+            Some((0, TreeKind::Itable, ks)) => ks.last().is_none_or(|&l| l < s),
+            _ => true,
+        })
+    }
+}
+
+/// Whether tree `t` (as the inode table has it now) is of kind `kind`.
+fn fits(dev: &dyn Device, itable: &mut Tree, t: u64, kind: TreeKind) -> bool {
+    match t {
+        0 => kind == TreeKind::Itable,
+        super::BITMAP_INO | super::snapshot::SNAP_INO => false,
+        _ => {
+            let Ok(Some(raw)) = itable.get(dev, t) else {
+                return false;
+            };
+            let bounds = crate::structures::bounds(dev);
+            let Ok(a) = crate::structures::inode::InodeAttrs::decode(&raw, t, 0, &bounds) else {
+                return false;
+            };
+            let dir = FileType::from_mode(a.mode) == Some(FileType::Directory);
+            kind == if dir { TreeKind::Dirents } else { TreeKind::Extents }
+        }
+    }
+}
+
+fn name(t: u64) -> String {
+    if t == 0 {
+        "the inode table".into()
+    } else {
+        format!("inode {t}")
+    }
+}
