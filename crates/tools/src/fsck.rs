@@ -49,6 +49,7 @@ mod datasums;
 mod files;
 mod fix;
 mod headerfix;
+mod keyfix;
 mod logscan;
 mod names;
 mod records;
@@ -291,6 +292,8 @@ pub(crate) struct Pass {
     pub unify_frees: u64,
     /// Every referenced block range and its owner (when the volume opened).
     pub refs: Vec<refs::Ref>,
+    /// Inode-table keys out of place to mend in place (`keyfix`).
+    pub keyfixes: Vec<keyfix::KeyFix>,
 }
 
 /// Most repair rounds of one `check`: a repair may uncover what the damage
@@ -336,6 +339,12 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
         let mended = headerfix::mend(&dev, &pass.findings.problems)?;
         if !mended.is_empty() {
             repaired.extend(mended);
+            pass = scan::pass(dev.clone(), opts)?;
+        }
+        // An inode-table key out of place, mended in place.
+        let keys = keyfix::mend(dev.as_ref(), &pass.keyfixes)?;
+        if !keys.is_empty() {
+            repaired.extend(keys);
             pass = scan::pass(dev.clone(), opts)?;
         }
     }

@@ -12,6 +12,7 @@
 //! `datasums`.
 
 use super::files::check_inode;
+use super::keyfix::LeafKeys;
 use super::names::{self, Complete, Entry};
 use super::refs::{self, Owner, Ref};
 use super::walk::walk;
@@ -85,6 +86,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
                 blocks_used: 0,
                 unify_frees: 0,
                 refs: Vec::new(),
+                keyfixes: Vec::new(),
             });
         }
         Err(e) => return Err(e),
@@ -123,6 +125,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
 
     // The inode table.
     let mut inodes: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
+    let mut leaf_keys: Vec<Vec<u64>> = Vec::new();
     let itable_damaged;
     let walked = {
         let (itable, fr) = (be.itable.get_mut(), &mut f);
@@ -133,6 +136,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             itable,
             "inode table",
             &mut |leaf, entries| {
+                leaf_keys.push(entries.iter().map(|e| e.0).collect());
                 for (ino, v) in entries {
                     let bounds = tux3::structures::bounds(dev);
                     match InodeAttrs::decode(v, *ino, leaf, &bounds) {
@@ -297,6 +301,50 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         b.finish_and_clear();
     }
 
+    // Inode-table keys out of place whose inode can be told.
+    let keyfixes = {
+        let mut leaves: Vec<LeafKeys> = walked
+            .leaf_seps
+            .iter()
+            .zip(leaf_keys)
+            .map(|(&(addr, sep), keys)| LeafKeys { addr, sep, keys })
+            .collect();
+        // A leaf whose keys are out of order does not decode: its records
+        // as the block holds them.
+        let mut raw: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
+        let bounds = tux3::structures::bounds(dev);
+        for &(addr, sep, level) in &walked.undecoded {
+            let Some(es) = (level == 0)
+                .then(|| super::keyfix::raw_entries(dev, addr))
+                .flatten()
+            else {
+                continue;
+            };
+            for (k, v) in &es {
+                if let Ok(a) = InodeAttrs::decode(v, *k, addr, &bounds) {
+                    raw.insert(*k, a);
+                }
+            }
+            let at = leaves.partition_point(|l| l.sep < sep);
+            let keys = es.iter().map(|e| e.0).collect();
+            leaves.insert(at, LeafKeys { addr, sep, keys });
+        }
+        let attrs = |k: &u64| inodes.get(k).or_else(|| raw.get(k));
+        let kinds = leaves
+            .iter()
+            .flat_map(|l| l.keys.iter())
+            .map(|k| (*k, attrs(k).and_then(|a| FileType::from_mode(a.mode))))
+            .collect();
+        let owner_of = |k: u64| {
+            let root = attrs(&k).map(|a| a.root.addr).filter(|&r| r != 0)?;
+            super::keyfix::root_owner(dev, root)
+        };
+        super::keyfix::find(&leaves, &kinds, &entries, &owner_of)
+    };
+    for k in &keyfixes {
+        f.also("inode table", k.line());
+    }
+
     // Snapshots: the table owns its nodes and the dead list; what the
     // snapshots reference must be owned already.
     if !super::snapshots::table_refs(&mut be, &mut refs, &mut f) {
@@ -359,6 +407,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             .map(|r| r.count)
             .sum(),
         refs,
+        keyfixes,
     })
 }
 

@@ -38,6 +38,8 @@ pub(crate) struct Walked {
     /// of step with its keys (above its first, or not above the previous
     /// leaf's last) where its first key would be in step.
     pub misplaced: Vec<(u64, u64, u64)>,
+    /// (address, separator) of each leaf, in key order.
+    pub leaf_seps: Vec<(u64, u64)>,
 }
 
 impl Walked {
@@ -159,6 +161,7 @@ impl Walker<'_> {
             Node::Leaf(l) => {
                 self.out.nodes.push((addr, 0));
                 self.out.leaves += 1;
+                self.out.leaf_seps.push((addr, sep));
                 self.check_leaf(addr, sep, &l.entries);
                 (self.leaf)(addr, &l.entries);
             }

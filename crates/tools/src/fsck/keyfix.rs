@@ -1,0 +1,230 @@
+//! `fsck --repair` of an inode-table key out of place: a key not above the
+//! key before it, below its leaf's separator (the first leaf aside), at
+//! or above the next leaf's, or no inode number at all, while the keys
+//! around it are in step. Its inode is the one number left between its
+//! neighbours (and inside its leaf's range), or the owner the root of the
+//! record's tree names, or, of several, the only one a directory entry
+//! names that the table lacks, of the entry's file type.
+//! The key is mended in place (the leaf block rewritten and resealed, so
+//! a snapshot sharing the leaf is mended too) before the repair mounts;
+//! a leaf a `BlockSum` record of the log covers is left alone (rewriting
+//! it would make replay drop its delta).
+//!
+//! Calls the codec (reseal), the node layout and the device.
+
+use super::names::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+use tux3::backend::FIRST_INO;
+use tux3::codec::{reseal, INO_LIMIT};
+use tux3::device::Device;
+use tux3::error::Result;
+use tux3::structures::btree::node::NODE_HEADER;
+use tux3::types::FileType;
+use tux3::types::ROOT_INO;
+
+/// An inode-table leaf as the walk read it, in key order.
+pub(crate) struct LeafKeys {
+    pub addr: u64,
+    pub sep: u64,
+    pub keys: Vec<u64>,
+}
+
+/// A key to rewrite: in the leaf at `addr`, entry `index` from `from` to
+/// `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyFix {
+    pub addr: u64,
+    pub index: usize,
+    pub from: u64,
+    pub to: u64,
+}
+
+impl KeyFix {
+    pub fn line(&self) -> String {
+        format!(
+            "block {}: inode table leaf: key {} (entry {}) is out of place; its inode is {} \
+             (repair sets the key)",
+            self.addr, self.from, self.index, self.to
+        )
+    }
+}
+
+/// The keys out of place in `leaves` whose inode can be told: the records'
+/// `kinds` (file type by key), the directory `entries`.
+pub(super) fn find(
+    leaves: &[LeafKeys],
+    kinds: &BTreeMap<u64, Option<FileType>>,
+    entries: &[Entry],
+    owner_of: &dyn Fn(u64) -> Option<u64>,
+) -> Vec<KeyFix> {
+    let all: Vec<(usize, usize, u64)> = leaves
+        .iter()
+        .enumerate()
+        .flat_map(|(j, l)| l.keys.iter().enumerate().map(move |(i, &k)| (j, i, k)))
+        .collect();
+    // Inodes entries name that the table lacks, with the type they say.
+    let dangling: BTreeMap<u64, FileType> = entries
+        .iter()
+        .filter(|e| !kinds.contains_key(&e.ino))
+        .map(|e| (e.ino, e.kind))
+        .collect();
+    let mut out = Vec::new();
+    for (n, &(j, i, k)) in all.iter().enumerate() {
+        let leaf = &leaves[j];
+        // The range the leaf covers: from its separator (the first leaf:
+        // from 1) to the next leaf's.
+        let from = if j == 0 { 1 } else { leaf.sep };
+        let to = leaves.get(j + 1).map_or(INO_LIMIT, |l| l.sep.min(INO_LIMIT));
+        let prev = n.checked_sub(1).and_then(|p| all.get(p)).map(|x| x.2);
+        let next = all.get(n + 1).map(|x| x.2);
+        let in_step = |x: u64| {
+            number(x) && x >= from && x < to && prev.is_none_or(|p| x > p) && next.is_none_or(|q| x < q)
+        };
+        if in_step(k) {
+            continue;
+        }
+        // Its neighbours must be in step with each other and the range.
+        let lo = prev.map_or(from, |p| (p + 1).max(from));
+        let hi = next.map_or(to, |q| q.min(to));
+        if lo >= hi || prev.is_some_and(|p| p >= to) || next.is_some_and(|q| q < from) {
+            continue;
+        }
+        let own = kinds.get(&k).copied().flatten();
+        // The root of the record's tree names its owner: the inode.
+        let owner = owner_of(k).filter(|o| (lo..hi).contains(o) && number(*o));
+        let numbers = u64::from((lo..hi).contains(&ROOT_INO)) + hi.max(FIRST_INO) - lo.max(FIRST_INO);
+        let candidate = if owner.is_some() {
+            owner
+        } else if numbers == 1 {
+            (lo..hi).find(|&x| number(x))
+        } else {
+            let named: Vec<u64> = dangling
+                .range(lo..hi)
+                .filter(|(ino, _)| number(**ino))
+                .filter(|(_, t)| own.is_none_or(|o| o == **t))
+                .map(|(ino, _)| *ino)
+                .collect();
+            (named.len() == 1).then(|| named[0])
+        };
+        // A key in order with its neighbours but outside its leaf's range
+        // may be right and a separator wrong: only an entry naming the
+        // inode the table lacks (or its tree's root) says it is the key.
+        let in_order = number(k) && prev.is_none_or(|p| k > p) && next.is_none_or(|q| k < q);
+        let candidate = candidate.filter(|c| !in_order || owner.is_some() || dangling.contains_key(c));
+        if let Some(c) = candidate.filter(|c| !kinds.contains_key(c)) {
+            out.push(KeyFix {
+                addr: leaf.addr,
+                index: i,
+                from: k,
+                to: c,
+            });
+        }
+    }
+    out
+}
+
+/// Rewrite each key of `fixes` in place, but in blocks a `BlockSum` of
+/// the log covers; one line per key mended.
+pub(super) fn mend(dev: &dyn Device, fixes: &[KeyFix]) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    if fixes.is_empty() {
+        return Ok(done);
+    }
+    let Some(covered) = summed(dev) else {
+        return Ok(done);
+    };
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    for f in fixes {
+        if covered.contains(&f.addr) || f.addr < 2 || f.addr >= dev.block_count() {
+            continue;
+        }
+        dev.read(f.addr, &mut buf)?;
+        let Some(at) = key_offset(&buf, f.index) else {
+            continue;
+        };
+        if buf.get(at..at + 8) != Some(&f.from.to_le_bytes()[..]) {
+            continue;
+        }
+        buf[at..at + 8].copy_from_slice(&f.to.to_le_bytes());
+        reseal(&mut buf);
+        dev.write(f.addr, &buf)?;
+        done.push(f.line());
+    }
+    if !done.is_empty() {
+        dev.flush()?;
+    }
+    Ok(done)
+}
+
+/// Offset of entry `index`'s key in leaf block `b`.
+fn key_offset(b: &[u8], index: usize) -> Option<usize> {
+    let mut at = NODE_HEADER;
+    for _ in 0..index {
+        let len = u16::from_le_bytes([*b.get(at + 8)?, *b.get(at + 9)?]) as usize;
+        at = at.checked_add(10 + len)?;
+    }
+    (at + 8 <= b.len()).then_some(at)
+}
+
+/// The blocks the log's `BlockSum` records cover (none: the log cannot be
+/// read, and nothing is mended).
+fn summed(dev: &dyn Device) -> Option<BTreeSet<u64>> {
+    let sb = tux3::structures::superblock::Superblock::load(dev).ok()?;
+    let chain = tux3::log::read_chain(dev, sb.log_start()).ok()?;
+    let mut out = BTreeSet::new();
+    for d in &chain.deltas {
+        for r in &d.records {
+            if let tux3::log::Record::BlockSum { start, count, .. } = *r {
+                out.extend(start..start.saturating_add(u64::from(count)));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The owner a tree's root node at `addr` names, if it is a sound node.
+pub(super) fn root_owner(dev: &dyn Device, addr: u64) -> Option<u64> {
+    use tux3::structures::btree::node::{BRANCH_MAGIC, LEAF_MAGIC};
+    if addr < 2 || addr >= dev.block_count() {
+        return None;
+    }
+    let mut b = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut b).ok()?;
+    let sound = |m| tux3::codec::verify(&b, addr, m, "node").is_ok();
+    if !sound(LEAF_MAGIC) && !sound(BRANCH_MAGIC) {
+        return None;
+    }
+    Some(u64::from_le_bytes(b.get(16..24)?.try_into().ok()?))
+}
+
+/// An inode number the table may hold: the root's, or a file's.
+fn number(x: u64) -> bool {
+    x == ROOT_INO || (FIRST_INO..INO_LIMIT).contains(&x)
+}
+
+/// The entries of the inode-table leaf at `addr` that does not decode
+/// (its keys out of order), read as its header counts them; none if the
+/// block is not a sound inode-table leaf or they do not fit in it.
+pub(super) fn raw_entries(dev: &dyn Device, addr: u64) -> Option<Vec<(u64, Vec<u8>)>> {
+    use tux3::structures::btree::node::LEAF_MAGIC;
+    if addr < 2 || addr >= dev.block_count() {
+        return None;
+    }
+    let mut b = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut b).ok()?;
+    tux3::codec::verify(&b, addr, LEAF_MAGIC, "leaf").ok()?;
+    let owner = u64::from_le_bytes(b.get(16..24)?.try_into().ok()?);
+    if owner != 0 || b.get(24..26)? != [1, 0] {
+        return None;
+    }
+    let count = u16::from_le_bytes([*b.get(26)?, *b.get(27)?]) as usize;
+    let mut at = NODE_HEADER;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let key = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+        let len = u16::from_le_bytes([*b.get(at + 8)?, *b.get(at + 9)?]) as usize;
+        out.push((key, b.get(at + 10..at + 10 + len)?.to_vec()));
+        at += 10 + len;
+    }
+    Some(out)
+}
