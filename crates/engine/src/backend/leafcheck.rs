@@ -13,6 +13,9 @@
 //! saw) that decode as leaves and that no other record maps (then one of
 //! them names a wrong address); anything else is left as it is.
 //!
+//! Also a repair's replay of a full commit whose delta number is out of
+//! step ([`mend_deltas`]).
+//!
 //! Calls `structures::btree` (node decode, `Tree::route_leaf`), the inode
 //! decoder and the device.
 
@@ -181,4 +184,30 @@ fn name(t: u64) -> String {
     } else {
         format!("inode {t}")
     }
+}
+
+/// A repair's replay: a full commit whose delta number is below what the
+/// commits before it allow (the superblock's next delta, one above the
+/// last full commit's), or implausible, is taken as the lowest allowed —
+/// the number only orders commits, and the unify that ends the repair
+/// starts the log anew. The commit block and what was wrong, per commit.
+pub(super) fn mend_deltas(deltas: &mut [LoggedDelta], next_delta: u64) -> Vec<(u64, String)> {
+    let mut floor = next_delta;
+    let mut out = Vec::new();
+    for d in deltas.iter_mut().filter(|d| !d.fsync) {
+        if d.delta < floor || d.delta >= super::MAX_DELTA {
+            let at = d.blocks.last().copied().unwrap_or(0);
+            out.push((
+                at,
+                format!(
+                    "log commit block: delta {}, expected {floor} or later (repair replays it as \
+                     delta {floor})",
+                    d.delta
+                ),
+            ));
+            d.delta = floor;
+        }
+        floor = d.delta.saturating_add(1);
+    }
+    out
 }

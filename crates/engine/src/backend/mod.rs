@@ -291,6 +291,9 @@ impl Backend {
         let mut skipped = std::mem::take(&mut chain.skipped);
         let leafcheck = check_leaves.then(|| leafcheck::LeafCheck::new(&chain.deltas));
         let mut mended = Vec::new();
+        if skip_bad {
+            mended = leafcheck::mend_deltas(&mut chain.deltas, sb.next_delta);
+        }
         if let Some(why) = &chain.unproven {
             // A crash leaves this; so does damage to a block of the last
             // commit, which nothing can tell apart from it: say which.
@@ -416,7 +419,10 @@ impl Backend {
                             if !skip_bad {
                                 return Err(bad(why));
                             }
-                            mended.push((at, format!("log of delta {}: {why}", d.delta)));
+                            mended.push((
+                                at,
+                                format!("log of delta {}: {why} (repair maps it there)", d.delta),
+                            ));
                             (tree, sep) = (t, s);
                         }
                         if tree == 0 {

@@ -23,7 +23,7 @@
 //!
 //! Calls `log` (block decoder, chain reader) and the device.
 
-use super::Findings;
+use super::{Findings, Fix};
 use std::collections::HashSet;
 use tux3::device::Device;
 use tux3::error::Result;
@@ -125,13 +125,21 @@ fn check_deltas(s: &LogScan, sb: &Superblock, f: &mut Findings) {
             } else {
                 format!("{floor} or later")
             };
-            f.problem(
-                "log",
-                format!(
-                    "block {}: log block seq {} commits delta {}, expected {expected}",
-                    lb.addr, lb.seq, lb.delta
-                ),
+            let line = format!(
+                "block {}: log block seq {} commits delta {}, expected {expected}",
+                lb.addr, lb.seq, lb.delta
             );
+            // A full commit's: a repair's replay takes it as the lowest
+            // allowed, and its unify starts the log anew.
+            if lb.fsync {
+                f.problem("log", line);
+            } else {
+                f.fixable(
+                    "log",
+                    Fix::SkipRecords,
+                    format!("{line} (repair replays it as delta {floor})"),
+                );
+            }
         }
         for body in &s.blocks[start..i] {
             if body.delta != lb.delta {

@@ -48,17 +48,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
                 let mounted = |(block, what): &(u64, String)| {
                     format!("block {block}: the volume cannot be mounted: {what}")
                 };
-                let mended = be
-                    .mended
-                    .iter()
-                    .map(|(block, what)| format!("block {block}: {what}"))
-                    .collect();
-                f.fixable_all(
-                    "mount",
-                    Fix::SkipRecords,
-                    mended,
-                    "repair maps the leaf where its block says it belongs",
-                );
+                for (block, what) in &be.mended {
+                    f.fixable("mount", Fix::SkipRecords, format!("block {block}: {what}"));
+                }
                 let lines = be.skipped.iter().map(mounted).collect();
                 f.fixable_all(
                     "mount",
