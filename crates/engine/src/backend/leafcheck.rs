@@ -9,8 +9,8 @@
 //! of the leaf it replaces (the one its first key routes to, if that one
 //! holds any of its keys: an older copy), else at its first key (a new
 //! leaf, as a split gives). A record is judged only on blocks no later
-//! delta of the log allocates again (their contents are those the record
-//! saw) that decode as leaves and that no other record maps (then one of
+//! delta of the log allocates or frees (their contents are those the
+//! record saw) that decode as leaves and that no other record maps (then one of
 //! them names a wrong address); anything else is left as it is.
 //!
 //! Also a repair's replay of a full commit whose delta number is out of
@@ -26,8 +26,9 @@ use crate::structures::btree::{node, Node, Tree, TreeKind};
 use crate::types::FileType;
 use std::collections::HashSet;
 
-/// Blocks each delta of the chain allocates, to tell a block's contents
-/// as a record saw them from a later reuse.
+/// Blocks each delta of the chain allocates or frees, to tell a block's
+/// contents as a record saw them from a later reuse (a block freed later
+/// may be written again by anything: a unify, a commit a crash cut).
 pub(super) struct LeafCheck {
     allocs: Vec<(u64, u64, usize)>,
     /// Addresses the chain's leaf maps name more than once: one of those
@@ -44,7 +45,9 @@ impl LeafCheck {
         for (n, d) in deltas.iter().enumerate() {
             for r in &d.records {
                 match *r {
-                    Record::Balloc { start, count } => allocs.push((start, u64::from(count), n)),
+                    Record::Balloc { start, count } | Record::Bfree { start, count } => {
+                        allocs.push((start, u64::from(count), n))
+                    }
                     Record::LeafMap { addr, .. } if !seen.insert(addr) => {
                         twice.insert(addr);
                     }
@@ -106,9 +109,8 @@ impl LeafCheck {
             if let (Some(&k1), Some(&kn)) = (keys.first(), keys.last()) {
                 if !self.fits_at(dev, n, itable, sep, k1, kn)? {
                     let r = itable.route_leaf(dev, k1).ok()??;
-                    let older = self.leaf(dev, n, r.addr).is_some_and(|(o, k, ks)| {
-                        o == 0 && k == TreeKind::Itable && ks.iter().any(|x| (k1..=kn).contains(x))
-                    });
+                    let (o, k, ks) = self.leaf(dev, n, r.addr)?;
+                    let older = o == 0 && k == TreeKind::Itable && ks.iter().any(|x| (k1..=kn).contains(x));
                     at = if older { r.sep } else { k1 };
                     if at == sep || !self.fits_at(dev, n, itable, at, k1, kn)? {
                         return None;

@@ -1,0 +1,242 @@
+//! `fsck --repair` of a log record its leaf block contradicts and of a
+//! log commit's delta number, and of an inode-table key out of place,
+//! each in one run that leaves a clean volume with every file as it was:
+//! a `LeafMap` naming the wrong tree (the leaf goes to the tree its block
+//! names) or a separator its keys do not fit (the leaf replaces the one
+//! it is a copy of), a full commit's delta number below the superblock's
+//! next delta or implausible (replayed as the lowest allowed, the log
+//! started anew), and an inode-table key changed out of order (set back
+//! in place to the one number its neighbours leave). Each block is
+//! changed with a valid checksum, so only the checks see the damage.
+
+use std::sync::Arc;
+use tux3::codec::reseal;
+use tux3::device::{Device, MemDevice};
+use tux3::log::{read_chain, LogBlock, Record};
+use tux3::structures::superblock::Superblock;
+use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
+use tux3_tools::fsck::{check, metadata_blocks, FsckOptions, FsckReport};
+
+const FILES: usize = 10;
+
+/// A volume with /d holding f0..f9 (unified), then a delta that adds
+/// /d/late, synced and left in the log (the volume not closed). Returns
+/// the device and the inode of /d.
+fn logged_volume() -> (Arc<dyn Device>, Ino) {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 4096));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    for i in 0..FILES {
+        let f = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(f, 0, format!("data of f{i}").as_bytes()).unwrap();
+    }
+    fs.unify().unwrap();
+    let f = fs.create(d, b"late", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"data of late").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    (dev, d)
+}
+
+/// The files of /d and their contents.
+fn contents(dev: &Arc<dyn Device>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = fs
+        .readdir(d, 0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name.clone(), fs.read(e.ino, 0, 64).unwrap()))
+        .collect();
+    out.sort();
+    fs.close().unwrap();
+    out
+}
+
+fn fsck(dev: &Arc<dyn Device>, repair: bool) -> FsckReport {
+    let opts = FsckOptions {
+        repair,
+        progress: false,
+        data: true,
+    };
+    check(dev.clone(), &opts).unwrap()
+}
+
+/// The last block of the log.
+fn last_log_block(dev: &Arc<dyn Device>) -> LogBlock {
+    let sb = Superblock::load(dev.as_ref()).unwrap();
+    let chain = read_chain(dev.as_ref(), sb.log_start()).unwrap();
+    let addr = chain.blocks().last().expect("a log block");
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    dev.read(addr, &mut buf).unwrap();
+    LogBlock::decode(&buf, addr, dev.block_count()).unwrap()
+}
+
+/// Rewrite the last log block with `change` applied (resealed: it is the
+/// last, no block names its checksum).
+fn change_last_log_block(dev: &Arc<dyn Device>, change: impl FnOnce(&mut LogBlock)) {
+    let mut lb = last_log_block(dev);
+    change(&mut lb);
+    dev.write(lb.addr, &lb.encode(dev.block_size() as usize)).unwrap();
+}
+
+/// Damage `dev` with `damage`; fsck finds a problem with every part of
+/// `found` in it; one repair leaves a clean volume with the files as
+/// they were.
+fn repaired_keeping_all(dev: &Arc<dyn Device>, damage: impl FnOnce(&Arc<dyn Device>), found: &[&str]) {
+    let before = contents(dev);
+    assert_eq!(before.len(), FILES + 1, "every file of /d is there to start with");
+    damage(dev);
+    let r = fsck(dev, false);
+    assert!(
+        r.problems.iter().any(|l| found.iter().all(|p| l.contains(p))),
+        "fsck names the damage ({found:?}): {:?}",
+        r.problems
+    );
+    let r = fsck(dev, true);
+    assert!(
+        r.problems.is_empty(),
+        "one repair leaves nothing: {:?}",
+        r.problems
+    );
+    assert!(
+        r.repaired.iter().any(|l| found.iter().all(|p| l.contains(p))),
+        "the repair names what it mended: {:?}",
+        r.repaired
+    );
+    let again = fsck(dev, false);
+    assert!(
+        again.problems.is_empty() && again.repaired.is_empty(),
+        "{:?}",
+        again.problems
+    );
+    assert_eq!(contents(dev), before, "every file and its data kept");
+}
+
+/// The first `LeafMap` of the last log block for tree `tree`.
+fn leaf_map(lb: &mut LogBlock, tree: u64) -> &mut Record {
+    lb.records
+        .iter_mut()
+        .find(|r| matches!(r, Record::LeafMap { tree: t, .. } if *t == tree))
+        .expect("the delta maps a leaf of that tree")
+}
+
+#[test]
+fn a_leaf_map_naming_another_tree_maps_the_leaf_where_its_block_belongs() {
+    let (dev, d) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            change_last_log_block(dev, |lb| {
+                if let Record::LeafMap { tree, .. } = leaf_map(lb, 0) {
+                    *tree = d;
+                }
+            })
+        },
+        &[&format!(
+            "as a leaf of inode {d}, but the block is a itable leaf of the inode table"
+        )],
+    );
+}
+
+#[test]
+fn a_directory_leaf_mapped_into_the_inode_table_goes_back_to_its_directory() {
+    let (dev, d) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            change_last_log_block(dev, |lb| {
+                if let Record::LeafMap { tree, .. } = leaf_map(lb, d) {
+                    *tree = 0;
+                }
+            })
+        },
+        &[&format!(
+            "as a leaf of the inode table, but the block is a directory leaf of inode {d}"
+        )],
+    );
+}
+
+#[test]
+fn a_leaf_map_separator_its_keys_do_not_fit_takes_the_leaf_it_replaces() {
+    let (dev, _) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            change_last_log_block(dev, |lb| {
+                if let Record::LeafMap { sep, .. } = leaf_map(lb, 0) {
+                    *sep = 5;
+                }
+            })
+        },
+        &[
+            "as the inode-table leaf at 5, but its keys",
+            "belong to the leaf at 0",
+        ],
+    );
+}
+
+#[test]
+fn a_commit_with_a_delta_number_below_the_floor_is_replayed_as_the_floor() {
+    let (dev, _) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| change_last_log_block(dev, |lb| lb.delta = 0),
+        &["delta 0, expected"],
+    );
+}
+
+#[test]
+fn a_commit_with_an_implausible_delta_number_is_replayed_as_the_floor() {
+    let (dev, _) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| change_last_log_block(dev, |lb| lb.delta = u64::MAX),
+        &[&format!("delta {}, expected", u64::MAX)],
+    );
+}
+
+/// The inode-table leaf holding `ino` (the table is unified: no log), and
+/// the offset of its key there.
+fn itable_key(dev: &Arc<dyn Device>, ino: Ino) -> (u64, usize) {
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    for b in metadata_blocks(dev.clone()).unwrap() {
+        dev.read(b, &mut buf).unwrap();
+        if &buf[..4] != b"T3LF" || buf[16..24] != 0u64.to_le_bytes() || buf[24] != 1 {
+            continue;
+        }
+        let count = u16::from_le_bytes([buf[26], buf[27]]) as usize;
+        let mut at = 32;
+        for _ in 0..count {
+            if buf[at..at + 8] == ino.to_le_bytes() {
+                return (b, at);
+            }
+            at += 10 + u16::from_le_bytes([buf[at + 8], buf[at + 9]]) as usize;
+        }
+    }
+    panic!("no inode-table leaf holds inode {ino}");
+}
+
+#[test]
+fn an_inode_table_key_out_of_order_is_set_back_in_place() {
+    let (dev, d) = logged_volume();
+    // Unified: the table's leaves are on disk, no log replaces them.
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let f3 = fs.lookup(d, b"f3").unwrap().ino;
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            let (b, at) = itable_key(dev, f3);
+            let mut buf = vec![0u8; dev.block_size() as usize];
+            dev.read(b, &mut buf).unwrap();
+            buf[at..at + 8].copy_from_slice(&0xffff_ffffu64.to_le_bytes());
+            reseal(&mut buf);
+            dev.write(b, &buf).unwrap();
+        },
+        &[&format!("key {} (entry", 0xffff_ffffu64)],
+    );
+}
