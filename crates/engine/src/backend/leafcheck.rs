@@ -36,6 +36,15 @@ pub(super) struct LeafCheck {
     twice: HashSet<u64>,
 }
 
+/// How a leaf map is mended: the tree and separator it should name, the
+/// separator of a leaf to take out first, and why.
+pub(super) struct Mend {
+    pub tree: u64,
+    pub sep: u64,
+    pub unmap: Option<u64>,
+    pub why: String,
+}
+
 /// A leaf as its block reads: owner, kind, keys.
 type Read = (u64, TreeKind, Vec<u64>);
 
@@ -78,14 +87,15 @@ impl LeafCheck {
     }
 
     /// The tree and separator record `LeafMap { tree, sep, addr }` of
-    /// delta `n` should have named, and why, when its leaf contradicts it.
+    /// delta `n` should have named (and an inode-table leaf it replaces
+    /// whose separator is damaged), and why, when its leaf contradicts it.
     pub(super) fn mend(
         &self,
         dev: &dyn Device,
         n: usize,
         itable: &mut Tree,
         (tree, sep, addr): (u64, u64, u64),
-    ) -> Option<(u64, u64, String)> {
+    ) -> Option<Mend> {
         if self.twice.contains(&addr) {
             return None;
         }
@@ -104,10 +114,16 @@ impl LeafCheck {
             ));
             to = owner;
         }
-        let mut at = sep;
+        let (mut at, mut unmap) = (sep, None);
         if to == 0 {
             if let (Some(&k1), Some(&kn)) = (keys.first(), keys.last()) {
-                if !self.fits_at(dev, n, itable, sep, k1, kn)? {
+                if let Some((nx, b)) = self.stale_next(dev, n, itable, sep, k1, kn) {
+                    why.push(format!(
+                        "maps block {addr} as the inode-table leaf at {sep}, but the leaf after it \
+                         (block {b}, at {nx}) is an older copy of it, its separator above its keys"
+                    ));
+                    unmap = Some(nx);
+                } else if !self.fits_at(dev, n, itable, sep, k1, kn)? {
                     let r = itable.route_leaf(dev, k1).ok()??;
                     let (o, k, ks) = self.leaf(dev, n, r.addr)?;
                     let older = o == 0 && k == TreeKind::Itable && ks.iter().any(|x| (k1..=kn).contains(x));
@@ -125,7 +141,42 @@ impl LeafCheck {
         if why.is_empty() {
             return None;
         }
-        Some((to, at, why.join("; ")))
+        Some(Mend {
+            tree: to,
+            sep: at,
+            unmap,
+            why: why.join("; "),
+        })
+    }
+
+    /// The separator and block of the leaf that follows where a leaf of
+    /// keys `k1..=kn` goes in at `sep` (a new separator), when that leaf
+    /// holds some of those keys and its first key lies below its own
+    /// separator: an older copy of the leaf whose separator is damaged.
+    fn stale_next(
+        &self,
+        dev: &dyn Device,
+        n: usize,
+        itable: &mut Tree,
+        sep: u64,
+        k1: u64,
+        kn: u64,
+    ) -> Option<(u64, u64)> {
+        let r = itable.route_leaf(dev, sep).ok()??;
+        let nx = if r.sep == sep {
+            return None;
+        } else if sep < r.sep {
+            r.sep
+        } else {
+            r.next?
+        };
+        let b = itable.route_leaf(dev, nx).ok()??.addr;
+        let (o, k, ks) = self.leaf(dev, n, b)?;
+        let stale = o == 0
+            && k == TreeKind::Itable
+            && ks.first().is_some_and(|&f| f < nx)
+            && ks.iter().any(|x| (k1..=kn).contains(x));
+        stale.then_some((nx, b))
     }
 
     /// Whether an inode-table leaf holding keys `k1..=kn` may take

@@ -415,15 +415,16 @@ impl Backend {
                         let m = leafcheck
                             .as_ref()
                             .and_then(|c| c.mend(dev.as_ref(), n, &mut itable, (tree, sep, addr)));
-                        if let Some((t, s, why)) = m {
+                        if let Some(m) = m {
                             if !skip_bad {
-                                return Err(bad(why));
+                                return Err(bad(m.why));
                             }
-                            mended.push((
-                                at,
-                                format!("log of delta {}: {why} (repair maps it there)", d.delta),
-                            ));
-                            (tree, sep) = (t, s);
+                            let line = format!("log of delta {}: {} (repair maps it there)", d.delta, m.why);
+                            mended.push((at, line));
+                            if let Some(u) = m.unmap {
+                                itable.unmap_leaf(dev.as_ref(), u)?;
+                            }
+                            (tree, sep) = (m.tree, m.sep);
                         }
                         if tree == 0 {
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
