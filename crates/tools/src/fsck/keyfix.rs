@@ -69,14 +69,32 @@ pub(super) fn find(
         .map(|e| (e.ino, e.kind))
         .collect();
     let mut out = Vec::new();
+    // The range each leaf covers: from its separator (the first leaf's:
+    // from 1) to the next leaf's.
+    let range = |j: usize| {
+        let from = if j == 0 { 1 } else { leaves[j].sep };
+        (
+            from,
+            leaves.get(j + 1).map_or(INO_LIMIT, |l| l.sep.min(INO_LIMIT)),
+        )
+    };
+    let in_range = |x: Option<&(usize, usize, u64)>| {
+        x.is_none_or(|&(j, _, k)| {
+            let (from, to) = range(j);
+            number(k) && k >= from && k < to
+        })
+    };
     for (n, &(j, i, k)) in all.iter().enumerate() {
         let leaf = &leaves[j];
-        // The range the leaf covers: from its separator (the first leaf:
-        // from 1) to the next leaf's.
-        let from = if j == 0 { 1 } else { leaf.sep };
-        let to = leaves.get(j + 1).map_or(INO_LIMIT, |l| l.sep.min(INO_LIMIT));
-        let prev = n.checked_sub(1).and_then(|p| all.get(p)).map(|x| x.2);
-        let next = all.get(n + 1).map(|x| x.2);
+        let (from, to) = range(j);
+        let before = n.checked_sub(1).and_then(|p| all.get(p));
+        let after = all.get(n + 1);
+        // Only a key whose neighbours are in their leaves' ranges.
+        if !in_range(before) || !in_range(after) {
+            continue;
+        }
+        let prev = before.map(|x| x.2);
+        let next = after.map(|x| x.2);
         let in_step = |x: u64| {
             number(x) && x >= from && x < to && prev.is_none_or(|p| x > p) && next.is_none_or(|q| x < q)
         };
