@@ -45,6 +45,7 @@
 //! extent gone astray, found again by its checksums).
 
 mod bitmapmap;
+mod childfix;
 mod datasums;
 mod files;
 mod fix;
@@ -341,7 +342,8 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
             repaired.extend(mended);
             pass = scan::pass(dev.clone(), opts)?;
         }
-        // An inode-table key out of place, mended in place.
+        // An inode-table key out of place, or a branch entry's child gone
+        // astray, mended in place.
         let keys = keyfix::mend(dev.as_ref(), &pass.keyfixes)?;
         if !keys.is_empty() {
             repaired.extend(keys);

@@ -37,10 +37,19 @@ pub(crate) struct KeyFix {
     pub index: usize,
     pub from: u64,
     pub to: u64,
+    /// A branch entry's child (`childfix`), not a leaf's key.
+    pub child: bool,
 }
 
 impl KeyFix {
     pub fn line(&self) -> String {
+        if self.child {
+            return format!(
+                "block {}: inode table branch: entry {} names block {}, not the leaf of its \
+                 range; that is block {} (repair sets the entry)",
+                self.addr, self.index, self.from, self.to
+            );
+        }
         format!(
             "block {}: inode table leaf: key {} (entry {}) is out of place; its inode is {} \
              (repair sets the key)",
@@ -135,6 +144,7 @@ pub(super) fn find(
                 index: i,
                 from: k,
                 to: c,
+                child: false,
             });
         }
     }
@@ -157,7 +167,12 @@ pub(super) fn mend(dev: &dyn Device, fixes: &[KeyFix]) -> Result<Vec<String>> {
             continue;
         }
         dev.read(f.addr, &mut buf)?;
-        let Some(at) = key_offset(&buf, f.index) else {
+        let at = if f.child {
+            Some(NODE_HEADER + 16 * f.index + 8)
+        } else {
+            key_offset(&buf, f.index)
+        };
+        let Some(at) = at else {
             continue;
         };
         if buf.get(at..at + 8) != Some(&f.from.to_le_bytes()[..]) {

@@ -119,6 +119,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     let mut inodes: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
     let mut leaf_keys: Vec<Vec<u64>> = Vec::new();
     let itable_damaged;
+    let itable_shape_bad;
     let walked = {
         let (itable, fr) = (be.itable.get_mut(), &mut f);
         let (mut bad, mut shape, mut sums_bad) = (Vec::new(), Vec::new(), Vec::new());
@@ -185,6 +186,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         }
         // A leaf whose separator is out of step with its keys (a damaged
         // branch entry) gets its first key as separator.
+        itable_shape_bad = !shape.is_empty() || !w.errors.is_empty();
         let resep: Vec<(u64, u64, u64)> = w.misplaced.iter().copied().filter(|m| m.0 != 0).collect();
         if resep.is_empty() {
             for line in shape {
@@ -294,7 +296,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     }
 
     // Inode-table keys out of place whose inode can be told.
-    let keyfixes = {
+    let mut keyfixes = {
         let mut leaves: Vec<LeafKeys> = walked
             .leaf_seps
             .iter()
@@ -377,6 +379,16 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         &mut f,
     );
     let alloc = &be.alloc;
+    // Inode-table branch entries whose child went astray, and their leaves.
+    let children = if itable_shape_bad {
+        super::childfix::find(dev, &walked.leaf_entries, &refs, &|b| alloc.is_used(b))
+    } else {
+        Vec::new()
+    };
+    for k in &children {
+        f.also("inode table", k.line());
+    }
+    keyfixes.extend(children);
     let shared = super::shared::check(&refs, &alloc.shared, complete, &mut f);
     refs::check(
         &refs,

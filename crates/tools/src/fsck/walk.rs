@@ -40,6 +40,9 @@ pub(crate) struct Walked {
     pub misplaced: Vec<(u64, u64, u64)>,
     /// (address, separator) of each leaf, in key order.
     pub leaf_seps: Vec<(u64, u64)>,
+    /// (branch address, entry index, separator, child address) of each
+    /// entry of a branch of leaves, in key order.
+    pub leaf_entries: Vec<(u64, usize, u64, u64)>,
 }
 
 impl Walked {
@@ -181,7 +184,10 @@ impl Walker<'_> {
                     self.fail(addr, "branch at level 0".into());
                     return;
                 };
-                for c in &b.children {
+                for (i, c) in b.children.iter().enumerate() {
+                    if b.level == 1 {
+                        self.out.leaf_entries.push((addr, i, c.sep, c.slot.addr()));
+                    }
                     match &c.slot {
                         Slot::Mem(n) => self.node(n.addr(), c.sep, n, false, depth + 1),
                         Slot::Disk(a) => self.disk(*a, level, c.sep, depth + 1),
