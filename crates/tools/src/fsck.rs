@@ -19,7 +19,10 @@
 //! snapshot-table entry that does not decode — passed over by the repair's
 //! mount, the table rebuilt from the rest —, blocks a snapshot references
 //! that nothing holds — put back on the dead list —, a dead extent no
-//! snapshot holds — taken off it),
+//! snapshot holds — taken off it —, a log leaf map its leaf contradicts
+//! and a commit's delta number out of step — replayed as they should
+//! read —, an inode-table key out of place and a branch entry's child
+//! gone astray — mended in place),
 //! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
 //! snapshots and compares it with its checksum (a mismatch is never
@@ -32,8 +35,10 @@
 //! with `data`, the blocks), `logscan` (log chain and damage beyond its end),
 //! `names` (namespace and link counts), `refs` (block ownership),
 //! `salvage` (what a damaged leaf still holds), `superfix` (the newer
-//! superblock copy patched), `superfind` (a superblock field found again), `headerfix` (a node header that stops the
-//! mount, mended) and `fix` (repair through the engine).
+//! superblock copy patched), `superfind` (a superblock field found again),
+//! `headerfix` (a node header that stops the mount, mended), `keyfix` and
+//! `childfix` (an inode-table key or branch child out of place, mended)
+//! and `fix` (repair through the engine).
 //!
 //! Calls `backend::Backend::open` (read-only replay), the structures' decoders,
 //! `log::read_chain`, and for repair `frontend::Volume` (its `repair_*` hooks).

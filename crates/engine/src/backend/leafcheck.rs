@@ -20,6 +20,7 @@
 //! decoder and the device.
 
 use crate::device::Device;
+use crate::error::Result;
 use crate::log::chain::LoggedDelta;
 use crate::log::Record;
 use crate::structures::btree::{node, Node, Tree, TreeKind};
@@ -44,6 +45,9 @@ pub(super) struct Mend {
     pub unmap: Option<u64>,
     pub why: String,
 }
+
+/// Lines of what replay mended: the log block and what was wrong.
+pub(super) type Lines = Vec<(u64, String)>;
 
 /// A leaf as its block reads: owner, kind, keys.
 type Read = (u64, TreeKind, Vec<u64>);
@@ -212,6 +216,34 @@ impl LeafCheck {
     }
 }
 
+/// Record `LeafMap { tree, sep, addr }` of delta `n` as replay applies
+/// it: as it is, or mended when `mended` is given (a repair's replay: the
+/// line goes there with the log block and delta, an older copy of the
+/// leaf is taken out); else what is wrong with it, for an error.
+pub(super) fn judge(
+    check: Option<&LeafCheck>,
+    dev: &dyn Device,
+    n: usize,
+    itable: &mut Tree,
+    (tree, sep, addr): (u64, u64, u64),
+    mended: Option<(&mut Lines, u64, u64)>,
+) -> Result<std::result::Result<(u64, u64), String>> {
+    let Some(m) = check.and_then(|c| c.mend(dev, n, itable, (tree, sep, addr))) else {
+        return Ok(Ok((tree, sep)));
+    };
+    let Some((lines, at, delta)) = mended else {
+        return Ok(Err(m.why));
+    };
+    lines.push((
+        at,
+        format!("log of delta {delta}: {} (repair maps it there)", m.why),
+    ));
+    if let Some(u) = m.unmap {
+        itable.unmap_leaf(dev, u)?;
+    }
+    Ok(Ok((m.tree, m.sep)))
+}
+
 /// Whether tree `t` (as the inode table has it now) is of kind `kind`.
 fn fits(dev: &dyn Device, itable: &mut Tree, t: u64, kind: TreeKind) -> bool {
     match t {
@@ -239,14 +271,17 @@ fn name(t: u64) -> String {
     }
 }
 
-/// A repair's replay: a full commit whose delta number is below what the
+/// A repair's replay (`repair`; else nothing): a full commit whose delta number is below what the
 /// commits before it allow (the superblock's next delta, one above the
 /// last full commit's), or implausible, is taken as the lowest allowed —
 /// the number only orders commits, and the unify that ends the repair
 /// starts the log anew. The commit block and what was wrong, per commit.
-pub(super) fn mend_deltas(deltas: &mut [LoggedDelta], next_delta: u64) -> Vec<(u64, String)> {
+pub(super) fn mend_deltas(deltas: &mut [LoggedDelta], next_delta: u64, repair: bool) -> Lines {
     let mut floor = next_delta;
     let mut out = Vec::new();
+    if !repair {
+        return out;
+    }
     for d in deltas.iter_mut().filter(|d| !d.fsync) {
         if d.delta < floor || d.delta >= super::MAX_DELTA {
             let at = d.blocks.last().copied().unwrap_or(0);

@@ -290,10 +290,7 @@ impl Backend {
         let mut chain = read_chain_with(dev.as_ref(), sb.log_start(), skip_bad)?;
         let mut skipped = std::mem::take(&mut chain.skipped);
         let leafcheck = check_leaves.then(|| leafcheck::LeafCheck::new(&chain.deltas));
-        let mut mended = Vec::new();
-        if skip_bad {
-            mended = leafcheck::mend_deltas(&mut chain.deltas, sb.next_delta);
-        }
+        let mut mended = leafcheck::mend_deltas(&mut chain.deltas, sb.next_delta, skip_bad);
         if let Some(why) = &chain.unproven {
             // A crash leaves this; so does damage to a block of the last
             // commit, which nothing can tell apart from it: say which.
@@ -404,28 +401,20 @@ impl Backend {
                             return Err(bad(format!("drops snapshot {id}, which the table does not hold")));
                         }
                     }
-                    Record::LeafMap {
-                        mut tree,
-                        mut sep,
-                        addr,
-                    } => {
+                    Record::LeafMap { tree, sep, addr } => {
                         if !in_volume(addr) {
                             return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
                         }
-                        let m = leafcheck
-                            .as_ref()
-                            .and_then(|c| c.mend(dev.as_ref(), n, &mut itable, (tree, sep, addr)));
-                        if let Some(m) = m {
-                            if !skip_bad {
-                                return Err(bad(m.why));
-                            }
-                            let line = format!("log of delta {}: {} (repair maps it there)", d.delta, m.why);
-                            mended.push((at, line));
-                            if let Some(u) = m.unmap {
-                                itable.unmap_leaf(dev.as_ref(), u)?;
-                            }
-                            (tree, sep) = (m.tree, m.sep);
-                        }
+                        let to = skip_bad.then_some((&mut mended, at, d.delta));
+                        let (tree, sep) = leafcheck::judge(
+                            leafcheck.as_ref(),
+                            dev.as_ref(),
+                            n,
+                            &mut itable,
+                            (tree, sep, addr),
+                            to,
+                        )?
+                        .map_err(bad)?;
                         if tree == 0 {
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
                         } else {

@@ -1,15 +1,18 @@
 //! One read-only fsck pass: both superblock copies, mount-time replay
-//! (`Backend::open`, which writes nothing), the log, the bitmap file and its
+//! (`Backend::open_checking`, which writes nothing and judges each leaf
+//! map by its leaf), the log, the bitmap file and its
 //! blocks, every inode-table node and inode record, every file's data map
 //! (`files`: its tree with the replayed leaf changes applied as
 //! `Volume::open` does, or the extents its record holds), extents and
 //! directory entries; then the namespace (`names`) and block ownership
 //! (`refs`) checks over what was collected, and the data blocks that failed
-//! their checksums named by path (`datasums`).
+//! their checksums named by path (`datasums`), and the inode-table keys
+//! and branch children out of place whose mending is known (`keyfix`,
+//! `childfix`).
 //!
 //! Calls `backend::Backend` (open), `structures` decoders, and the sibling
 //! modules `walk`, `logscan`, `files`, `names`, `refs`, `snapshots`,
-//! `datasums`.
+//! `datasums`, `keyfix`, `childfix`.
 
 use super::files::check_inode;
 use super::keyfix::LeafKeys;
