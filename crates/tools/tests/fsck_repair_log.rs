@@ -2,8 +2,9 @@
 //! log commit's delta number, and of an inode-table key out of place,
 //! each in one run that leaves a clean volume with every file as it was:
 //! a `LeafMap` naming the wrong tree (the leaf goes to the tree its block
-//! names) or a separator its keys do not fit (the leaf replaces the one
-//! it is a copy of), a full commit's delta number below the superblock's
+//! names), a separator its keys do not fit (the leaf replaces the one it
+//! is a copy of) or another record's leaf (the leaf of the delta no record
+//! maps is taken), a full commit's delta number below the superblock's
 //! next delta or implausible (replayed as the lowest allowed, the log
 //! started anew), an inode-table key changed out of order (set back in
 //! place to the one number its neighbours leave), and an inode-table
@@ -158,6 +159,25 @@ fn a_directory_leaf_mapped_into_the_inode_table_goes_back_to_its_directory() {
         &[&format!(
             "as a leaf of the inode table, but the block is a directory leaf of inode {d}"
         )],
+    );
+}
+
+#[test]
+fn a_leaf_map_naming_another_records_leaf_maps_the_leaf_no_record_maps() {
+    let (dev, d) = logged_volume();
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            change_last_log_block(dev, |lb| {
+                let Record::LeafMap { addr: dir_leaf, .. } = *leaf_map(lb, d) else {
+                    unreachable!()
+                };
+                if let Record::LeafMap { addr, .. } = leaf_map(lb, 0) {
+                    *addr = dir_leaf;
+                }
+            })
+        },
+        &["as a leaf of the inode table, which it is not; the delta's leaf of it that no record maps"],
     );
 }
 

@@ -8,7 +8,9 @@
 //! leaf goes where it belongs — into the tree it names; at the separator
 //! of the leaf it replaces (the one its first key routes to, if that one
 //! holds any of its keys: an older copy), else at its first key (a new
-//! leaf, as a split gives). A record is judged only on blocks no later
+//! leaf, as a split gives). A record whose block is no leaf of its tree
+//! (or one another record maps) names the one leaf of that tree its delta
+//! allocated that no record maps, if there is one. A record is judged only on blocks no later
 //! delta of the log allocates or frees (their contents are those the
 //! record saw) that decode as leaves and that no other record maps (then one of
 //! them names a wrong address); anything else is left as it is.
@@ -31,7 +33,10 @@ use std::collections::HashSet;
 /// contents as a record saw them from a later reuse (a block freed later
 /// may be written again by anything: a unify, a commit a crash cut).
 pub(super) struct LeafCheck {
-    allocs: Vec<(u64, u64, usize)>,
+    /// (start, count, delta index, allocated: else freed).
+    allocs: Vec<(u64, u64, usize, bool)>,
+    /// Every address the chain's leaf maps name.
+    mapped: HashSet<u64>,
     /// Addresses the chain's leaf maps name more than once: one of those
     /// records names a wrong address, not a wrong tree.
     twice: HashSet<u64>,
@@ -42,9 +47,13 @@ pub(super) struct LeafCheck {
 pub(super) struct Mend {
     pub tree: u64,
     pub sep: u64,
+    pub addr: u64,
     pub unmap: Option<u64>,
     pub why: String,
 }
+
+/// Most blocks a delta allocated read for a leaf no record maps.
+const MAX_SCAN: u64 = 4096;
 
 /// Lines of what replay mended: the log block and what was wrong.
 pub(super) type Lines = Vec<(u64, String)>;
@@ -58,9 +67,8 @@ impl LeafCheck {
         for (n, d) in deltas.iter().enumerate() {
             for r in &d.records {
                 match *r {
-                    Record::Balloc { start, count } | Record::Bfree { start, count } => {
-                        allocs.push((start, u64::from(count), n))
-                    }
+                    Record::Balloc { start, count } => allocs.push((start, u64::from(count), n, true)),
+                    Record::Bfree { start, count } => allocs.push((start, u64::from(count), n, false)),
                     Record::LeafMap { addr, .. } if !seen.insert(addr) => {
                         twice.insert(addr);
                     }
@@ -68,7 +76,11 @@ impl LeafCheck {
                 }
             }
         }
-        LeafCheck { allocs, twice }
+        LeafCheck {
+            allocs,
+            mapped: seen,
+            twice,
+        }
     }
 
     /// The leaf at `addr` as delta `n` saw it, if it decodes as one.
@@ -76,7 +88,7 @@ impl LeafCheck {
         let reused = self
             .allocs
             .iter()
-            .any(|&(s, c, i)| i > n && addr >= s && addr - s < c);
+            .any(|&(s, c, i, _)| i > n && addr >= s && addr - s < c);
         if reused || addr < 2 || addr >= dev.block_count() {
             return None;
         }
@@ -100,16 +112,34 @@ impl LeafCheck {
         itable: &mut Tree,
         (tree, sep, addr): (u64, u64, u64),
     ) -> Option<Mend> {
-        if self.twice.contains(&addr) {
-            return None;
+        let read = (!self.twice.contains(&addr))
+            .then(|| self.leaf(dev, n, addr))
+            .flatten();
+        // No leaf of the tree there (or one another record maps): the
+        // address is wrong, and the leaf the delta wrote that no record
+        // maps is the one.
+        let astray = match &read {
+            None => true,
+            Some((o, k, _)) => *o != tree && (fits(dev, itable, tree, *k) || !fits(dev, itable, *o, *k)),
+        };
+        if astray {
+            let o = self.orphan(dev, n, tree)?;
+            return Some(Mend {
+                tree,
+                sep,
+                addr: o,
+                unmap: None,
+                why: format!(
+                    "maps block {addr} as a leaf of {}, which it is not; the delta's leaf of it \
+                     that no record maps is block {o}",
+                    name(tree)
+                ),
+            });
         }
-        let (owner, kind, keys) = self.leaf(dev, n, addr)?;
+        let (owner, kind, keys) = read?;
         let mut why = Vec::new();
         let mut to = tree;
         if owner != tree {
-            if fits(dev, itable, tree, kind) || !fits(dev, itable, owner, kind) {
-                return None;
-            }
             why.push(format!(
                 "maps block {addr} as a leaf of {}, but the block is a {} leaf of {}",
                 name(tree),
@@ -148,9 +178,34 @@ impl LeafCheck {
         Some(Mend {
             tree: to,
             sep: at,
+            addr,
             unmap,
             why: why.join("; "),
         })
+    }
+
+    /// The one block delta `n` allocated that decodes as a leaf of `tree`
+    /// and that no record maps (a leaf map whose address went astray).
+    fn orphan(&self, dev: &dyn Device, n: usize, tree: u64) -> Option<u64> {
+        let ranges: Vec<(u64, u64)> = self
+            .allocs
+            .iter()
+            .filter(|a| a.2 == n && a.3)
+            .map(|a| (a.0, a.1))
+            .collect();
+        if ranges.iter().map(|r| r.1).sum::<u64>() > MAX_SCAN {
+            return None;
+        }
+        let mut found = None;
+        for b in ranges.iter().flat_map(|&(s, c)| s..s.saturating_add(c)) {
+            if self.mapped.contains(&b) || self.leaf(dev, n, b).is_none_or(|l| l.0 != tree) {
+                continue;
+            }
+            if found.replace(b).is_some() {
+                return None;
+            }
+        }
+        found
     }
 
     /// The separator and block of the leaf that follows where a leaf of
@@ -227,9 +282,9 @@ pub(super) fn judge(
     itable: &mut Tree,
     (tree, sep, addr): (u64, u64, u64),
     mended: Option<(&mut Lines, u64, u64)>,
-) -> Result<std::result::Result<(u64, u64), String>> {
+) -> Result<std::result::Result<(u64, u64, u64), String>> {
     let Some(m) = check.and_then(|c| c.mend(dev, n, itable, (tree, sep, addr))) else {
-        return Ok(Ok((tree, sep)));
+        return Ok(Ok((tree, sep, addr)));
     };
     let Some((lines, at, delta)) = mended else {
         return Ok(Err(m.why));
@@ -241,7 +296,7 @@ pub(super) fn judge(
     if let Some(u) = m.unmap {
         itable.unmap_leaf(dev, u)?;
     }
-    Ok(Ok((m.tree, m.sep)))
+    Ok(Ok((m.tree, m.sep, m.addr)))
 }
 
 /// Whether tree `t` (as the inode table has it now) is of kind `kind`.

@@ -402,11 +402,8 @@ impl Backend {
                         }
                     }
                     Record::LeafMap { tree, sep, addr } => {
-                        if !in_volume(addr) {
-                            return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
-                        }
                         let to = skip_bad.then_some((&mut mended, at, d.delta));
-                        let (tree, sep) = leafcheck::judge(
+                        let (tree, sep, addr) = leafcheck::judge(
                             leafcheck.as_ref(),
                             dev.as_ref(),
                             n,
@@ -415,6 +412,9 @@ impl Backend {
                             to,
                         )?
                         .map_err(bad)?;
+                        if !in_volume(addr) {
+                            return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
+                        }
                         if tree == 0 {
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
                         } else {
