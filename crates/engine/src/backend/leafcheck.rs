@@ -8,9 +8,9 @@
 //! leaf goes where it belongs — into the tree it names; at the separator
 //! of the leaf it replaces (the one its first key routes to, if that one
 //! holds any of its keys: an older copy), else at its first key (a new
-//! leaf, as a split gives). A record whose block is no leaf of its tree
-//! (or one another record maps) names the one leaf of that tree its delta
-//! allocated that no record maps, if there is one. A record is judged only on blocks no later
+//! leaf, as a split gives). A record whose block another record maps too,
+//! a leaf of another tree or whose keys do not fit, names the one leaf of
+//! its tree its delta allocated that no record maps, if there is one. A record is judged only on blocks no later
 //! delta of the log allocates or frees (their contents are those the
 //! record saw) that decode as leaves and that no other record maps (then one of
 //! them names a wrong address); anything else is left as it is.
@@ -37,6 +37,9 @@ pub(super) struct LeafCheck {
     allocs: Vec<(u64, u64, usize, bool)>,
     /// Every address the chain's leaf maps name.
     mapped: HashSet<u64>,
+    /// The log's blocks and the one reserved after it (allocated, but
+    /// holding no leaf whatever they read as).
+    log: HashSet<u64>,
     /// Addresses the chain's leaf maps name more than once: one of those
     /// records names a wrong address, not a wrong tree.
     twice: HashSet<u64>,
@@ -62,7 +65,7 @@ pub(super) type Lines = Vec<(u64, String)>;
 type Read = (u64, TreeKind, Vec<u64>);
 
 impl LeafCheck {
-    pub(super) fn new(deltas: &[LoggedDelta]) -> LeafCheck {
+    pub(super) fn new(deltas: &[LoggedDelta], reserved: u64) -> LeafCheck {
         let (mut allocs, mut seen, mut twice) = (Vec::new(), HashSet::new(), HashSet::new());
         for (n, d) in deltas.iter().enumerate() {
             for r in &d.records {
@@ -76,8 +79,14 @@ impl LeafCheck {
                 }
             }
         }
+        let log = deltas
+            .iter()
+            .flat_map(|d| d.blocks.iter().copied())
+            .chain([reserved])
+            .collect();
         LeafCheck {
             allocs,
+            log,
             mapped: seen,
             twice,
         }
@@ -112,16 +121,17 @@ impl LeafCheck {
         itable: &mut Tree,
         (tree, sep, addr): (u64, u64, u64),
     ) -> Option<Mend> {
-        let read = (!self.twice.contains(&addr))
-            .then(|| self.leaf(dev, n, addr))
-            .flatten();
-        // No leaf of the tree there (or one another record maps): the
-        // address is wrong, and the leaf the delta wrote that no record
-        // maps is the one.
-        let astray = match &read {
-            None => true,
-            Some((o, k, _)) => *o != tree && (fits(dev, itable, tree, *k) || !fits(dev, itable, *o, *k)),
-        };
+        // The block as the record saw it (no later reuse): else not judged.
+        let read = self.leaf(dev, n, addr)?;
+        // A leaf another record maps, not of this tree or whose keys do
+        // not fit here: the address is wrong, and the leaf the delta wrote
+        // that no record maps is the one.
+        let astray = self.twice.contains(&addr)
+            && match (read.0 != tree, tree, read.2.first(), read.2.last()) {
+                (true, _, _, _) => true,
+                (false, 0, Some(&k1), Some(&kn)) => !self.fits_at(dev, n, itable, sep, k1, kn)?,
+                _ => false,
+            };
         if astray {
             let o = self.orphan(dev, n, tree)?;
             return Some(Mend {
@@ -136,10 +146,13 @@ impl LeafCheck {
                 ),
             });
         }
-        let (owner, kind, keys) = read?;
+        let (owner, kind, keys) = read;
         let mut why = Vec::new();
         let mut to = tree;
         if owner != tree {
+            if fits(dev, itable, tree, kind) || !fits(dev, itable, owner, kind) {
+                return None;
+            }
             why.push(format!(
                 "maps block {addr} as a leaf of {}, but the block is a {} leaf of {}",
                 name(tree),
@@ -198,7 +211,8 @@ impl LeafCheck {
         }
         let mut found = None;
         for b in ranges.iter().flat_map(|&(s, c)| s..s.saturating_add(c)) {
-            if self.mapped.contains(&b) || self.leaf(dev, n, b).is_none_or(|l| l.0 != tree) {
+            let unwritten = self.log.contains(&b);
+            if unwritten || self.mapped.contains(&b) || self.leaf(dev, n, b).is_none_or(|l| l.0 != tree) {
                 continue;
             }
             if found.replace(b).is_some() {

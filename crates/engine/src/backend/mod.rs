@@ -289,7 +289,7 @@ impl Backend {
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let mut chain = read_chain_with(dev.as_ref(), sb.log_start(), skip_bad)?;
         let mut skipped = std::mem::take(&mut chain.skipped);
-        let leafcheck = check_leaves.then(|| leafcheck::LeafCheck::new(&chain.deltas));
+        let leafcheck = check_leaves.then(|| leafcheck::LeafCheck::new(&chain.deltas, chain.tail.next));
         let mut mended = leafcheck::mend_deltas(&mut chain.deltas, sb.next_delta, skip_bad);
         if let Some(why) = &chain.unproven {
             // A crash leaves this; so does damage to a block of the last
