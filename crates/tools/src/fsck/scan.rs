@@ -47,7 +47,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         // block says it belongs, so the rest is checked as that replay
         // leaves the volume.
         Err(e @ Error::Corrupt { .. }) => match Backend::open_with(dev.clone(), true, None, true) {
-            Ok((be, replays)) if !be.skipped.is_empty() || !be.snaps.passed_over.is_empty() || !be.mended.is_empty() => {
+            Ok((be, replays))
+                if !be.skipped.is_empty() || !be.snaps.passed_over.is_empty() || !be.mended.is_empty() =>
+            {
                 let mounted = |(block, what): &(u64, String)| {
                     format!("block {block}: the volume cannot be mounted: {what}")
                 };
