@@ -408,12 +408,13 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
 /// Problems that may come of a superblock field: a copy named, a mount
 /// that fails (or replays only without a record), a log that does not
 /// start where the superblock says, a dead list no snapshot holds, a flag
-/// missing, a root of the wrong level.
+/// missing, a root of the wrong level. (A commit whose delta number is
+/// below the superblock's next delta is the log's to mend: its replay
+/// takes the lowest number allowed, whichever of the two was wrong.)
 const SUPERBLOCK_SIGNS: &[&str] = &[
     ": superblock copy ",
     "cannot be mounted",
     "reserved next log block",
-    ": log block seq ",
     "no snapshot holds them",
     "the superblock (",
     "inode table node: ",

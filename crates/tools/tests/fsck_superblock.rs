@@ -131,8 +131,11 @@ fn each_own_field_of_the_copy_in_use_is_found_again() {
             }
             let r = fsck(&dev, true);
             assert!(r.problems.is_empty(), "{name} {wrong}: left {:?}", r.problems);
+            // A next delta above the log's first commit reads as that
+            // commit's number gone low: the log's repair renumbers it.
             assert!(
-                r.repaired.iter().any(|l| l.contains(name)),
+                r.repaired.iter().any(|l| l.contains(name))
+                    || (name == "next delta" && r.repaired.iter().any(|l| l.contains("replays it as delta"))),
                 "{name} {wrong}: {:?}",
                 r.repaired
             );
