@@ -97,3 +97,86 @@ proptest! {
         fs.close().unwrap();
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// `Fs::read_many` gives each request what `Fs::read` gives it alone
+    /// (holes, unwritten pages, partial blocks, past the end), and reads
+    /// small files written one after another in fewer device reads.
+    #[test]
+    fn read_many_reads_as_read(
+        sizes in proptest::collection::vec(1..20_000usize, 2..30),
+        reqs in proptest::collection::vec((0..30usize, 0..24_000u64, 0..24_000usize), 1..40),
+        dirty in proptest::option::of(0..30usize),
+    ) {
+        let dev = Arc::new(MemDevice::new(BS as u32, 8192));
+        Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+        let fs = Fs::open(dev.clone(), OpenOptions { commit_interval: None, ..OpenOptions::default() }).unwrap();
+        let inos: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let ino = fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+                let data: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(7).wrapping_add(k as u8)).collect();
+                fs.write(ino, 0, &data).unwrap();
+                ino
+            })
+            .collect();
+        fs.sync().unwrap();
+        if let Some(k) = dirty {
+            if let Some(&ino) = inos.get(k) {
+                fs.write(ino, 100, b"not on the device yet").unwrap();
+            }
+        }
+        let reqs: Vec<_> = reqs
+            .iter()
+            .map(|&(k, off, len)| (inos[k % inos.len()], off, len))
+            .collect();
+        let many = fs.read_many(&reqs);
+        for (r, got) in reqs.iter().zip(&many) {
+            let alone = fs.read(r.0, r.1, r.2).unwrap();
+            prop_assert_eq!(got.as_ref().unwrap(), &alone, "{:?}", r);
+        }
+        // Whole small files, all of them: fewer device reads than files.
+        fs.sync().unwrap();
+        let whole: Vec<_> = inos.iter().zip(&sizes).map(|(&i, &n)| (i, 0u64, n)).collect();
+        let before = dev.counters().reads;
+        let got = fs.read_many(&whole);
+        let used = dev.counters().reads - before;
+        prop_assert!(got.iter().all(|g| g.is_ok()));
+        prop_assert!(used < whole.len() as u64 || whole.len() < 3, "{} reads for {} files", used, whole.len());
+        fs.close().unwrap();
+    }
+}
+
+#[test]
+fn read_many_checks_every_block_and_blames_only_its_file() {
+    let dev = Arc::new(MemDevice::new(BS as u32, 8192));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let inos: Vec<_> = (0..8u8)
+        .map(|k| {
+            let ino = fs.create(ROOT_INO, &[b'f', b'0' + k], 0o644, 0, 0).unwrap().ino;
+            fs.write(ino, 0, &block(k, 0).repeat(2)).unwrap();
+            ino
+        })
+        .collect();
+    fs.close().unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    // The second block of file 3 changed behind the filesystem's back.
+    let run = fs.data_runs(inos[3], 0, 2).unwrap()[0];
+    let mut b = vec![0u8; BS as usize];
+    dev.read(run.pblock + 1, &mut b).unwrap();
+    b[100] ^= 1;
+    dev.write(run.pblock + 1, &b).unwrap();
+    let reqs: Vec<_> = inos.iter().map(|&i| (i, 0, 2 * BS as usize)).collect();
+    let got = fs.read_many(&reqs);
+    for (k, g) in got.iter().enumerate() {
+        if k == 3 {
+            assert_eq!(g.as_ref().unwrap_err().errno(), Errno::EIO);
+        } else {
+            assert_eq!(g.as_ref().unwrap(), &block(k as u8, 0).repeat(2), "file {k}");
+        }
+    }
+    fs.close().unwrap();
+}

@@ -9,7 +9,7 @@
 //! changed) is then done alone by [`Fs::dedupe_range`].
 //!
 //! Calls the frontend (`Volume::dedupe_check`, `Volume::same_blocks`,
-//! `Volume::dedupe_seen`, `Volume::clone_blocks`) and [`Fs::read`].
+//! `Volume::dedupe_seen`, `Volume::clone_blocks`) and [`Fs::read_many`].
 
 use super::Fs;
 use crate::error::Result;
@@ -70,14 +70,21 @@ impl Fs {
                 }
             }
         }
-        // Compared without the guard.
+        // Compared without the guard, every range's reads made together
+        // (the sources of a batch often lie one after another, and so do
+        // the destinations).
+        let mut reqs = Vec::with_capacity(2 * todo.len());
+        for &(k, ..) in &todo {
+            let r = &ranges[k];
+            reqs.push((r.src, r.src_off, r.len as usize));
+            reqs.push((r.dst, r.dst_off, r.len as usize));
+        }
+        let mut data = self.read_many(&reqs).into_iter();
         let mut compared = Vec::with_capacity(todo.len());
         for (k, run, seen) in todo {
-            let r = &ranges[k];
-            let a = self.read(r.src, r.src_off, r.len as usize);
-            let b = self.read(r.dst, r.dst_off, r.len as usize);
+            let (a, b) = (data.next(), data.next());
             // A read that fails: done alone, which reports it.
-            if let (Ok(a), Ok(b)) = (a, b) {
+            if let (Some(Ok(a)), Some(Ok(b))) = (a, b) {
                 compared.push(Compared {
                     k,
                     run,

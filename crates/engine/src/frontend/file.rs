@@ -108,14 +108,14 @@ pub(crate) fn verify(ino: Ino, e: &extent::Extent, lblock: u64, data: &[u8]) -> 
 /// extent: one per block the read touches; none on a volume without).
 #[derive(Clone, Debug)]
 pub(super) struct DeviceRead {
-    pos: usize,
-    pblock: u64,
-    skip: usize,
-    len: usize,
+    pub(super) pos: usize,
+    pub(super) pblock: u64,
+    pub(super) skip: usize,
+    pub(super) len: usize,
     /// The extent the blocks are in, cut to them: checksums and the
     /// logical block, for the check and its report.
-    extent: extent::Extent,
-    ino: Ino,
+    pub(super) extent: extent::Extent,
+    pub(super) ino: Ino,
 }
 
 impl DeviceRead {

@@ -41,6 +41,7 @@ use super::file::{
 };
 use super::load::{MayLoad, Staged, Warm};
 use super::namespace::{probe_in, readdir_of};
+use super::read_many::read_blocks_many;
 use super::Volume;
 use crate::backend::readers::ReadTicket;
 use crate::cache::Inode;
@@ -394,6 +395,29 @@ impl<B: AsMut<[u8]>> PlannedRead<B> {
     pub(super) fn read_in_epoch(mut self) -> Result<(usize, B, Option<ReadTicket>)> {
         read_blocks(self.dev.as_ref(), self.bs, self.out.as_mut(), &self.reads)?;
         Ok((self.n, self.out, self._entered))
+    }
+
+    /// [`PlannedRead::read`] of each of `plans`, their device reads made
+    /// together (`file::read_blocks_many`: reads that follow one another
+    /// on the device are one). One result per plan, in order.
+    pub fn read_all(plans: Vec<PlannedRead<B>>) -> Vec<Result<(usize, B)>> {
+        let Some(first) = plans.first() else {
+            return Vec::new();
+        };
+        let (dev, bs) = (first.dev.clone(), first.bs);
+        let mut plans = plans;
+        let results = {
+            let mut jobs: Vec<(&mut [u8], &[DeviceRead])> = plans
+                .iter_mut()
+                .map(|p| (p.out.as_mut(), p.reads.as_slice()))
+                .collect();
+            read_blocks_many(dev.as_ref(), bs, &mut jobs)
+        };
+        plans
+            .into_iter()
+            .zip(results)
+            .map(|(p, r)| r.map(|()| (p.n, p.out)))
+            .collect()
     }
 
     /// The one block the read maps, when it reads exactly one device block
