@@ -314,11 +314,13 @@ pub fn check(dev: Arc<dyn Device>, opts: &FsckOptions) -> Result<FsckReport> {
     // A superblock copy whose own fields are wrong: the values the volume
     // offers are tried until the volume checks clean with one.
     if opts.repair && (superblock_suspect(&first) || superfind::roots_disagree(dev.as_ref())) {
-        let clean = |view: Arc<dyn Device>| {
-            scan::pass(view, &FsckOptions::default())
-                .is_ok_and(|p| p.findings.problems.is_empty() && !p.refs.is_empty())
+        let check = |view: Arc<dyn Device>| match scan::pass(view, &FsckOptions::default()) {
+            Ok(p) if p.refs.is_empty() => superfind::Checked::Unmountable,
+            Ok(p) if p.findings.problems.is_empty() => superfind::Checked::Clean,
+            Ok(_) => superfind::Checked::Mounted,
+            Err(_) => superfind::Checked::Unmountable,
         };
-        if let Some(found) = superfind::recover(&dev, clean) {
+        if let Some(found) = superfind::recover(&dev, check) {
             dev.write(found.copy, &found.block)?;
             dev.flush()?;
             repaired.push(found.line);

@@ -20,8 +20,12 @@
 //!   referenced that the bitmap says are free, so it never checks clean.
 //! - **Bounds.** The header scan reads the whole device only up to
 //!   [`SCAN_LIMIT`] blocks (larger volumes offer the other copy's values
-//!   and the log chain only), and at most [`MAX_TRIES`] candidates get a
-//!   check.
+//!   and the log chain only), at most [`MAX_TRIES`] candidates get a
+//!   check and at most [`MAX_MOUNTED`] of them a whole one (a candidate
+//!   whose volume does not even mount costs little; one that mounts costs
+//!   a whole check), so a volume whose damage lies elsewhere is not held
+//!   up for long. Root candidates no branch of their tree points to come
+//!   first (a root is the one node of its tree no other names).
 //!
 //! Calls the superblock, node-header and log-block decoders, the device
 //! (reads; writes only through the caller), and the caller's check.
@@ -38,6 +42,19 @@ use tux3::structures::superblock::Superblock;
 pub(super) const SCAN_LIMIT: u64 = 1 << 20;
 /// Most candidates checked.
 pub(super) const MAX_TRIES: usize = 400;
+/// Most candidates whose volume mounts and so gets a whole check.
+pub(super) const MAX_MOUNTED: usize = 48;
+
+/// What a check of a candidate found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Checked {
+    /// Nothing wrong.
+    Clean,
+    /// It mounts, and something is wrong.
+    Mounted,
+    /// It does not mount.
+    Unmountable,
+}
 /// Blocks read at a time by the header scan.
 const SCAN_CHUNK: u64 = 256;
 
@@ -126,6 +143,8 @@ fn reseal(b: &mut [u8]) {
 struct Headers {
     nodes: Vec<(u64, u64, u8, u8)>,
     logs: Vec<LogBlock>,
+    /// (owner, kind, child) of every branch entry seen.
+    children: std::collections::HashSet<(u64, u8, u64)>,
 }
 
 fn scan_headers(dev: &dyn Device, other: Option<&Superblock>) -> Headers {
@@ -181,6 +200,13 @@ fn header(b: &[u8], addr: u64, count: u64, h: &mut Headers) {
         if (magic == LEAF_MAGIC) == (level == 0) {
             h.nodes.push((addr, owner, kind, level));
         }
+        if magic == BRANCH_MAGIC {
+            let count = get(b, (26, 2, "count")) as usize;
+            for k in 0..count {
+                let child = get(b, (32 + 16 * k + 8, 8, "child"));
+                h.children.insert((owner, kind, child));
+            }
+        }
     }
 }
 
@@ -221,12 +247,13 @@ fn candidates(
         out.push(one(VERSION, version));
     }
     for &(root, depth, owner, kind) in ROOTS {
-        for &(addr, o, k, level) in &h.nodes {
-            if o == owner && k == kind {
-                out.push(Candidate {
-                    edits: vec![(root, addr), (depth, u64::from(level))],
-                });
-            }
+        let mut nodes: Vec<&(u64, u64, u8, u8)> =
+            h.nodes.iter().filter(|n| n.1 == owner && n.2 == kind).collect();
+        nodes.sort_by_key(|n| h.children.contains(&(owner, kind, n.0)));
+        for &&(addr, _, _, level) in &nodes {
+            out.push(Candidate {
+                edits: vec![(root, addr), (depth, u64::from(level))],
+            });
         }
         if owner == 3 {
             out.push(Candidate {
@@ -337,7 +364,7 @@ fn suspects(raws: &[Vec<u8>; 2]) -> Vec<u64> {
 
 /// A copy of the superblock with which `clean` finds the volume clean,
 /// changed in as few fields as can be, or `None`.
-pub(super) fn recover(dev: &Arc<dyn Device>, clean: impl Fn(Arc<dyn Device>) -> bool) -> Option<Found> {
+pub(super) fn recover(dev: &Arc<dyn Device>, check: impl Fn(Arc<dyn Device>) -> Checked) -> Option<Found> {
     let bs = dev.block_size() as usize;
     let mut raws = [vec![0u8; bs], vec![0u8; bs]];
     for (k, b) in raws.iter_mut().enumerate() {
@@ -380,13 +407,19 @@ pub(super) fn recover(dev: &Arc<dyn Device>, clean: impl Fn(Arc<dyn Device>) -> 
         }
     }
     tries.sort_by_key(|t| (t.0, t.1));
+    let mut mounted = 0;
     for (_, _, copy, c, b) in tries.into_iter().take(MAX_TRIES) {
+        if mounted >= MAX_MOUNTED {
+            return None;
+        }
         let view: Arc<dyn Device> = Arc::new(Replaced {
             inner: dev.clone(),
             copy,
             block: b.clone(),
         });
-        if clean(view) {
+        let checked = check(view);
+        mounted += usize::from(checked == Checked::Mounted);
+        if checked == Checked::Clean {
             let k = copy as usize;
             let what: Vec<String> = c
                 .edits
@@ -446,5 +479,95 @@ impl Device for Replaced {
     }
     fn name(&self) -> String {
         self.inner.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use tux3::device::MemDevice;
+    use tux3::{FormatOptions, Fs, OpenOptions, ROOT_INO};
+
+    /// A volume of 3,000 files, its copy in use given a wrong itable root.
+    fn damaged() -> Arc<dyn Device> {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 8192));
+        Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        // Enough inodes for an inode table of many nodes: more candidates
+        // than the bounds let through.
+        for k in 0..3000u32 {
+            let ino = fs
+                .create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino;
+            if k % 100 == 0 {
+                fs.write(ino, 0, &[k as u8; 6000]).unwrap();
+            }
+        }
+        fs.unify().unwrap();
+        fs.close().unwrap();
+        let sb = Superblock::load(dev.as_ref()).unwrap();
+        let mut b = vec![0u8; 4096];
+        dev.read(sb.home(), &mut b).unwrap();
+        set(&mut b, ITABLE_ROOT, sb.itable.addr + 1);
+        reseal(&mut b);
+        dev.write(sb.home(), &b).unwrap();
+        dev
+    }
+
+    #[test]
+    fn a_search_that_finds_nothing_clean_stops_at_its_bounds() {
+        let dev = damaged();
+        let calls = Cell::new(0usize);
+        let found = recover(&dev, |_| {
+            calls.set(calls.get() + 1);
+            Checked::Mounted
+        });
+        assert!(found.is_none());
+        assert_eq!(calls.get(), MAX_MOUNTED, "whole checks");
+        calls.set(0);
+        let found = recover(&dev, |_| {
+            calls.set(calls.get() + 1);
+            Checked::Unmountable
+        });
+        assert!(found.is_none());
+        assert!(
+            calls.get() <= MAX_TRIES && calls.get() > MAX_MOUNTED,
+            "{} cheap checks",
+            calls.get()
+        );
+    }
+
+    #[test]
+    fn the_root_is_tried_before_the_nodes_below_it() {
+        let dev = damaged();
+        let sb_root = {
+            // The true root: the one itable node no branch names.
+            let h = scan_headers(dev.as_ref(), None);
+            let roots: Vec<u64> = h
+                .nodes
+                .iter()
+                .filter(|n| n.1 == 0 && n.2 == 1 && !h.children.contains(&(0, 1, n.0)))
+                .map(|n| n.0)
+                .collect();
+            assert!(!roots.is_empty());
+            roots
+        };
+        let first_root_try = Cell::new(None);
+        let _ = recover(&dev, |view| {
+            let sb = Superblock::load(view.as_ref()).unwrap();
+            if first_root_try.get().is_none()
+                && sb.itable.addr != Superblock::load(dev.as_ref()).unwrap().itable.addr
+            {
+                first_root_try.set(Some(sb.itable.addr));
+            }
+            Checked::Unmountable
+        });
+        let tried = first_root_try.get().expect("an itable root was tried");
+        assert!(
+            sb_root.contains(&tried),
+            "first root tried {tried}, unreferenced nodes {sb_root:?}"
+        );
     }
 }
