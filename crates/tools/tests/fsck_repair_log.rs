@@ -12,13 +12,15 @@
 //! nothing references). Each block is
 //! changed with a valid checksum, so only the checks see the damage.
 
+mod image_util;
+
 use std::sync::Arc;
 use tux3::codec::reseal;
 use tux3::device::{Device, MemDevice};
 use tux3::log::{read_chain, LogBlock, Record};
 use tux3::structures::superblock::Superblock;
 use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
-use tux3_tools::fsck::{check, metadata_blocks, FsckOptions, FsckReport};
+use tux3_tools::fsck::{metadata_blocks, FsckReport};
 
 const FILES: usize = 10;
 
@@ -44,27 +46,11 @@ fn logged_volume() -> (Arc<dyn Device>, Ino) {
 
 /// The files of /d and their contents.
 fn contents(dev: &Arc<dyn Device>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = fs
-        .readdir(d, 0, 1000)
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.name != b"." && e.name != b"..")
-        .map(|e| (e.name.clone(), fs.read(e.ino, 0, 64).unwrap()))
-        .collect();
-    out.sort();
-    fs.close().unwrap();
-    out
+    image_util::dir_listing(dev, b"d", 64)
 }
 
 fn fsck(dev: &Arc<dyn Device>, repair: bool) -> FsckReport {
-    let opts = FsckOptions {
-        repair,
-        progress: false,
-        data: true,
-    };
-    check(dev.clone(), &opts).unwrap()
+    image_util::fsck(dev, repair, true)
 }
 
 /// The last block of the log.

@@ -39,18 +39,7 @@ fn volume() -> Arc<dyn Device> {
 
 /// The names in /d and the data of each file.
 fn listing(dev: &Arc<dyn Device>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
-    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = fs
-        .readdir(d, 0, 1000)
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.name != b"." && e.name != b"..")
-        .map(|e| (e.name.clone(), fs.read(e.ino, 0, 100).unwrap()))
-        .collect();
-    fs.close().unwrap();
-    out.sort();
-    out
+    image_util::dir_listing(dev, b"d", 100)
 }
 
 fn file(dev: &Arc<dyn Device>, name: &[u8]) -> Ino {

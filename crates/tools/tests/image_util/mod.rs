@@ -3,7 +3,8 @@
 //! `fsck_repair_snapshots.rs`): a volume with a snapshot, volumes with and without `DATA_SUMS`, a record or
 //! an extent leaf read and rewritten in place on a unified volume (no log
 //! checksum covers it, so only the decoders and fsck see the change), a
-//! data block damaged, commits appended to the log, fsck runs.
+//! data block damaged, commits appended to the log, fsck runs, a
+//! directory's files and their first bytes.
 //!
 //! Calls the engine's public API and `tux3_tools::fsck`.
 
@@ -55,6 +56,23 @@ pub fn fsck(dev: &Arc<dyn Device>, repair: bool, data: bool) -> FsckReport {
         data,
     };
     fsck::check(dev.clone(), &opts).unwrap()
+}
+
+/// The files of directory `/NAME` with the first `max` bytes of each,
+/// sorted by name (the model a repair must keep).
+pub fn dir_listing(dev: &Arc<dyn Device>, name: &[u8], max: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let fs = Fs::open(dev.clone(), tux3::OpenOptions::default()).unwrap();
+    let d = fs.lookup(tux3::ROOT_INO, name).unwrap().ino;
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = fs
+        .readdir(d, 0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name.clone(), fs.read(e.ino, 0, max).unwrap()))
+        .collect();
+    out.sort();
+    fs.close().unwrap();
+    out
 }
 
 /// Whether a problem line holds every one of `parts`.
