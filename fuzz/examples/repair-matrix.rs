@@ -8,7 +8,7 @@
 //! Usage: repair-matrix [--stride N] [--cuts N] [--seed NAME]... [--only WHAT]...
 //! (`--stride N` takes every N-th field, for a quick look; `--cuts N`
 //! samples N repaired mutations for the cut test; seeds default to
-//! "snapshots", "xattr-files" and "preallocated"; `--only WHAT` keeps the
+//! "snapshots", "xattr-files", "preallocated" and "known-damage"; `--only WHAT` keeps the
 //! fields whose description starts with WHAT, e.g. "superblock" or
 //! "dead list: extent").
 
@@ -38,7 +38,7 @@ fn main() {
         }
     }
     if names.is_empty() {
-        names = ["snapshots", "xattr-files", "preallocated"]
+        names = ["snapshots", "xattr-files", "preallocated", "known-damage"]
             .map(String::from)
             .to_vec();
     }
@@ -178,8 +178,8 @@ fn report(out: &mut String, names: &[String], stride: usize, outcomes: &[Outcome
         pct(d, n),
         pct(r, d)
     );
-    // Data checksums in a record: found, never repaired (nothing says
-    // whether the data or its checksum is wrong): the rate without them.
+    // Data checksums in a record: the data cannot be mended, the
+    // mismatch is recorded as known damage (reads still fail).
     let sums = |o: &&Outcome| o.what.starts_with("data checksum");
     let counted = || {
         outcomes
@@ -187,12 +187,12 @@ fn report(out: &mut String, names: &[String], stride: usize, outcomes: &[Outcome
             .filter(|o| !o.free_field() && o.matters() && o.detected())
     };
     let (sd, sr) = (
-        counted().filter(|o| !sums(o)).count() as u64,
-        counted().filter(|o| !sums(o) && o.repaired()).count() as u64,
+        counted().filter(|o| sums(o)).count() as u64,
+        counted().filter(|o| sums(o) && o.repaired()).count() as u64,
     );
     let _ = writeln!(
         out,
-        "\nRepaired in one pass without the data checksums in records (found, never repaired: no second copy says whether the data or the checksum is wrong): **{}** of {sd}.",
+        "\nData checksums in records: the data cannot be mended (no second copy says whether the data or the checksum is wrong); the repair records the block as known damage, reads of it keep failing with EIO, and the next check names it in a note. Recorded in one pass: **{}** of {sd}.",
         pct(sr, sd)
     );
     let _ = writeln!(

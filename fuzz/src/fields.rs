@@ -256,6 +256,18 @@ fn attributes(o: &mut Out, b: &[u8], mut at: usize, end: usize) {
             10 => o.push(body, 8, "inode: xattr file"),
             11 => o.push(body, 4, "inode: flags"),
             12 => (0..len / 4).for_each(|i| o.push(body + 4 * i, 4, "data checksum: in a record")),
+            13 => {
+                o.push(body, 1, "scrub state: version, phase");
+                o.push(body + 1, 1, "scrub state: version, phase");
+                (0..3).for_each(|i| o.push(body + 2 + 8 * i, 8, "scrub state: position, total, done"));
+                (3..8).for_each(|i| o.push(body + 2 + 8 * i, 8, "scrub state: counts, times"));
+                o.push(body + 66, 2, "scrub state: reserved");
+            }
+            14 => (0..len / 16).for_each(|i| {
+                o.push(body + 16 * i, 8, "known damage: block");
+                o.push(body + 16 * i + 8, 4, "known damage: checksums");
+                o.push(body + 16 * i + 12, 4, "known damage: checksums");
+            }),
             _ => {}
         }
         at = body + len;
@@ -285,7 +297,7 @@ fn log_records(o: &mut Out, b: &[u8], mut at: usize, end: usize) {
         };
         let what = match t {
             1 | 2 => "log record: balloc/bfree",
-            3 | 4 | 5 => "log record: leaf map",
+            3..=5 => "log record: leaf map",
             6 => "log record: inode image",
             7 => "log record: data inline",
             8 | 11 => "log record: dirent",

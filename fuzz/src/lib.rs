@@ -352,7 +352,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     fs.snapshot_create(b"here").unwrap();
     populate(&fs, 1);
     let origin = tux3::types::SnapOrigin {
-        volume: 0x5eed_0f_0123,
+        volume: 0x005e_ed0f_0123,
         id: 7,
     };
     fs.snapshot_create_received(b"received", origin).unwrap();
@@ -386,6 +386,38 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         drop(fs);
         out.push((name, mem.image()));
     }
+
+    // Known damage (the scrub state record, attributes 13 and 14): a
+    // volume a scrub ran on, then a data block of one file in a tree and
+    // one of a file whose record holds its map damaged behind its back,
+    // and recorded by a repair.
+    let (mem, fs) = formatted();
+    populate(&fs, 0);
+    let tree = fs.create(ROOT_INO, b"damaged-tree", 0o644, 0, 0).unwrap().ino;
+    fs.write(tree, 0, &pattern_bytes(8 * BS)).unwrap();
+    let small = fs.lookup(ROOT_INO, b"link0").unwrap().ino;
+    // Unified, so the damage is not taken for a torn last commit.
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.save_scrub_state(&tux3::structures::scrub_state::ScrubState::default())
+        .unwrap();
+    let runs = [(tree, 5), (small, 0)].map(|(ino, l)| fs.data_runs(ino, l, 1).unwrap()[0].pblock);
+    fs.close().unwrap();
+    for b in runs {
+        let mut block = vec![0u8; BS];
+        mem.read(b, &mut block).unwrap();
+        block[100] ^= 0xff;
+        mem.write(b, &block).unwrap();
+    }
+    let opts = tux3_tools::fsck::FsckOptions {
+        repair: true,
+        progress: false,
+        data: true,
+    };
+    let dev: Arc<dyn Device> = mem.clone();
+    let r = tux3_tools::fsck::check(dev, &opts).expect("repair");
+    assert!(r.problems.is_empty() && r.repaired.len() == 2, "{r:?}");
+    out.push(("known-damage", mem.image()));
 
     // Xattrs the records cannot hold, in xattr files: a large value, a
     // long name and a burst of names; one replaced after a snapshot (which

@@ -100,6 +100,7 @@ pub const FREE_FIELDS: &[&str] = &[
     "superblock: volume id",
     "snapshot record: name or origin",
     "inode: size",
+    "scrub state: counts, times",
 ];
 
 /// The image to mutate and what it holds.

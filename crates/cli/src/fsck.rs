@@ -54,8 +54,11 @@ pub const DATA_HELP: &str = "Data checksums: on a volume with data checksums (th
 fsck always checks that every written extent carries them, and --repair computes missing ones \
 from the data on disk. With --data it also reads every data block of the live files and of the \
 snapshots (a shared block once) and compares it with its checksum; a mismatch names the block, \
-every path of the file, the inode, the offset and both checksums, and leaves exit status 4 \
-(--repair cannot mend it: there is no second copy of the data). --data is off by default \
+every path of the file, the inode, the offset and both checksums, and leaves exit status 4. \
+--repair cannot mend the data (there is no second copy, and nothing says whether the data or \
+its checksum went wrong): it records the block as known damage in the volume, leaving the block \
+as it is. Reads of it keep failing with EIO, and later checks name it in a note and exit 0; \
+rewriting, truncating or deleting the file, or restoring it, clears it. --data is off by default \
 because it reads all the data, where the rest of fsck reads only the metadata; on a mounted \
 volume `tux3 scrub` does the same reading.";
 

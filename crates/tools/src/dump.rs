@@ -65,7 +65,27 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
     Ok(out)
 }
 
-/// The scrub state record (inode 4, attribute 13), if the volume has one.
+/// The known-damage list (attribute 14), a line per block.
+fn known_damage(list: &[tux3::structures::scrub_state::KnownDamage]) -> String {
+    let mut out = String::new();
+    if !list.is_empty() {
+        let _ = write!(
+            out,
+            "\n  known damage (recorded by a repair): {} blocks",
+            list.len()
+        );
+    }
+    for d in list {
+        let _ = write!(
+            out,
+            "\n    block {}: expected {:#010x}, found {:#010x}",
+            d.block, d.expected, d.found
+        );
+    }
+    out
+}
+
+/// The scrub state record (inode 4, attributes 13 and 14), if the volume has one.
 fn scrub_state(be: &mut Backend, out: &mut String) {
     use tux3::structures::scrub_state::SCRUB_INO;
     let dev = be.dev.clone();
@@ -74,8 +94,9 @@ fn scrub_state(be: &mut Backend, out: &mut String) {
         Ok(None) => return,
         Ok(Some((raw, leaf))) => {
             match InodeAttrs::decode(&raw, SCRUB_INO, leaf, &tux3::structures::bounds(dev.as_ref())) {
-                Ok(a) => match a.scrub {
-                    Some(s) => format!(
+                Ok(a) => {
+                    (match a.scrub {
+                        Some(s) => format!(
                     "  {}: position block {}, {} of {} bytes checked, damaged blocks: {} data, {} metadata; \
                      started {}, updated {}\n  data checksum errors met by reads: {}",
                     s.phase.name(),
@@ -88,8 +109,9 @@ fn scrub_state(be: &mut Backend, out: &mut String) {
                     s.updated,
                     s.data_errors
                 ),
-                    None => "  inode 4 holds no scrub state".to_string(),
-                },
+                        None => "  inode 4 holds no scrub state".to_string(),
+                    }) + &known_damage(&a.damage)
+                }
                 Err(e) => format!("  damaged: {e}"),
             }
         }

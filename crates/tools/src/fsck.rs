@@ -25,8 +25,11 @@
 //! gone astray — mended in place),
 //! in rounds until what a repair uncovers is repaired too. With
 //! `data` it also reads every data block of the live files and of the
-//! snapshots and compares it with its checksum (a mismatch is never
-//! repairable: there is no second copy).
+//! snapshots and compares it with its checksum; a mismatch cannot be
+//! mended (there is no second copy), so the repair records it as known
+//! damage in the scrub state record (reads still fail; later checks name
+//! it in a note), and sets back a scrub state record whose mode, link
+//! count or contents are not a scrub state's.
 //!
 //! This file owns the public API and the order of the passes; the passes live
 //! in `fsck/`: `scan` (superblocks, bitmap, inode table), `files` (each
@@ -195,6 +198,13 @@ pub(crate) enum Fix {
     Sums { ino: u64 },
     /// Give inode `ino` the record `record`: what decodes of its damaged one.
     Record { ino: u64, record: Vec<u8> },
+    /// Make `list` the volume's known-damage list (the data checksum
+    /// mismatches found, which nothing can mend).
+    KnownDamage {
+        list: Vec<tux3::structures::scrub_state::KnownDamage>,
+    },
+    /// Set inode 4's record back to a scrub state record's.
+    ScrubRecord,
     /// Take out of `ino`'s map the extents past the end of the file.
     TrimPastEnd { ino: u64 },
     /// Replay the log passing over the records that fail validation, and

@@ -4,8 +4,10 @@
 //! from the data on disk; on a volume without the flag a summed extent is
 //! named; a snapshot's unsummed extent is named and never changed; with
 //! `data` every block is read once and a damaged one is named by every
-//! path of its file, inode, offset, block and both checksums, and is left
-//! as it is by a repair; the repairs that rewrite a record keep its sums.
+//! path of its file, inode, offset, block and both checksums, and a repair
+//! records it as known damage (the data left as it is, reads still
+//! failing) so that later checks name it in a note; the repairs that
+//! rewrite a record keep its sums.
 //!
 //! Calls the engine's public API and `tux3_tools::fsck` (through
 //! `image_util`).
@@ -176,7 +178,7 @@ fn a_snapshots_unsummed_extent_is_named_and_kept() {
 }
 
 #[test]
-fn a_damaged_block_is_named_by_every_path_and_left_alone() {
+fn a_damaged_block_is_named_by_every_path_and_recorded_as_known_damage() {
     let v = volume(true);
     let e = record(&v.dev, v.small).inline[0].clone();
     let bad = e.pblock + 1;
@@ -192,7 +194,7 @@ fn a_damaged_block_is_named_by_every_path_and_left_alone() {
         ),
         "at offset 4096 (logical block 1)".to_string(),
         format!("expected {expected:#010x}, found {found:#010x}"),
-        "not repairable".to_string(),
+        "repair records it as known damage".to_string(),
     ];
     let want: Vec<&str> = want.iter().map(String::as_str).collect();
     let r = fsck(&v.dev, false, true);
@@ -204,9 +206,52 @@ fn a_damaged_block_is_named_by_every_path_and_left_alone() {
         b
     };
     let before = image(&v.dev);
+    // The repair records it; the data and its checksum stay as they were.
     let r = fsck(&v.dev, true, true);
-    assert!(has(&r.problems, &want) && r.repaired.is_empty(), "{r:#?}");
+    assert!(r.problems.is_empty() && has(&r.repaired, &want), "{r:#?}");
     assert_eq!(image(&v.dev), before);
+    assert_eq!(record(&v.dev, v.small).inline[0].sums[1], expected);
+    // Checked again: clean, the block named in a note as known damage.
+    let r = fsck(&v.dev, false, true);
+    assert!(r.problems.is_empty() && r.repaired.is_empty(), "{r:#?}");
+    assert!(
+        has(&r.notes, &[want[0], "known damage, recorded by a repair"]),
+        "{:#?}",
+        r.notes
+    );
+    let fs = Fs::open(v.dev.clone(), OpenOptions::default()).unwrap();
+    let listed = fs.known_damage().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].block, listed[0].expected, listed[0].found),
+        (bad, expected, found)
+    );
+    // Reads of it still fail: a record never blesses damaged data.
+    match fs.read(v.small, 4096, 4096) {
+        Err(Error::BadData(b)) => assert_eq!(b.pblock, bad),
+        other => panic!("a known damaged block read as {other:?}"),
+    }
+    // Rewritten, the block (new data, new checksum) is no damage; the
+    // stale entry harms nothing.
+    fs.write(v.small, 4096, &pattern(7, 4096)).unwrap();
+    fs.close().unwrap();
+    let r = fsck(&v.dev, false, true);
+    assert!(r.problems.is_empty(), "{r:#?}");
+    assert!(
+        !r.notes.iter().any(|n| n.contains("known damage, recorded")),
+        "{:#?}",
+        r.notes
+    );
+    // New damage elsewhere is a problem again; its repair drops the stale entry.
+    let other = record(&v.dev, v.small).inline[0].pblock;
+    damage(&v.dev, other);
+    let r = fsck(&v.dev, false, true);
+    assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+    assert_eq!(fsck(&v.dev, true, true).problems, Vec::<String>::new());
+    let fs = Fs::open(v.dev.clone(), OpenOptions::default()).unwrap();
+    let listed: Vec<u64> = fs.known_damage().unwrap().iter().map(|d| d.block).collect();
+    assert_eq!(listed, vec![other]);
+    fs.close().unwrap();
 }
 
 #[test]

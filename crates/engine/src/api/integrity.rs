@@ -85,6 +85,12 @@ impl Fs {
         self.vol().scrub_state()
     }
 
+    /// The data blocks a repair recorded as damaged (FORMAT.md 16.1):
+    /// reads of them fail as any mismatch does; fsck names them as known.
+    pub fn known_damage(&self) -> Result<Vec<crate::structures::scrub_state::KnownDamage>> {
+        self.vol().known_damage()
+    }
+
     /// Write `state` to the volume (with the current data error count)
     /// and make it durable: a crash after this returns keeps it.
     pub fn save_scrub_state(&self, state: &ScrubState) -> Result<()> {

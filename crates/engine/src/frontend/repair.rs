@@ -177,6 +177,8 @@ impl Volume {
             *t = Tree::new_empty(t.id, t.kind);
         } else {
             t.unmap_leaf(dev.as_ref(), sep)?;
+            // The first leaf gone, the next one takes its keys.
+            t.lower_first_sep(dev.as_ref(), sep)?;
         }
         for (ino, record) in records {
             if t.get(dev.as_ref(), *ino)?.is_none() {

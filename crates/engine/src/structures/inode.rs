@@ -16,9 +16,10 @@
 //! | 10 | xattr file | the inode holding the xattrs the record does not (`xattr_file.rs`): ino u64 |
 //! | 11 | flags   | inode flags u32 (`types::flags`: immutable, append-only, ...) |
 //! | 13 | scrub state | inode 4 only: how far a scrub got, what it found (`scrub_state.rs`) |
+//! | 14 | known damage | inode 4 only: data blocks a repair recorded as damaged (`scrub_state.rs`) |
 
 use super::extent::Extent;
-use super::scrub_state::ScrubState;
+use super::scrub_state::{self, KnownDamage, ScrubState};
 use super::superblock::Root;
 use super::xattr_file::S_IFXATTR;
 use crate::codec::{Bounds, Reader, Writer, INO_LIMIT, MAX_DEPTH};
@@ -39,6 +40,7 @@ const TAG_XATTR_FILE: u8 = 10;
 const TAG_FLAGS: u8 = 11;
 const TAG_SUMS: u8 = 12;
 const TAG_SCRUB: u8 = 13;
+const TAG_DAMAGE: u8 = 14;
 
 /// The first number an ordinary inode may have (the backend's `FIRST_INO`).
 const FIRST_FILE_INO: u64 = 16;
@@ -158,6 +160,9 @@ pub struct InodeAttrs {
     pub xattr_file: u64,
     /// The scrub state (attribute 13; inode 4 only).
     pub scrub: Option<ScrubState>,
+    /// The data blocks a repair recorded as damaged (attribute 14; inode 4
+    /// only; empty: none).
+    pub damage: Vec<KnownDamage>,
 }
 
 impl InodeAttrs {
@@ -238,6 +243,12 @@ impl InodeAttrs {
         if let Some(st) = &self.scrub {
             let body = st.encode();
             w.u8(TAG_SCRUB);
+            w.u16(u16::try_from(body.len()).unwrap_or(u16::MAX));
+            w.bytes(&body);
+        }
+        if !self.damage.is_empty() {
+            let body = scrub_state::encode_damage(&self.damage);
+            w.u8(TAG_DAMAGE);
             w.u16(u16::try_from(body.len()).unwrap_or(u16::MAX));
             w.bytes(&body);
         }
@@ -418,6 +429,9 @@ impl InodeAttrs {
                 }
                 TAG_SCRUB => {
                     a.scrub = Some(ScrubState::decode(body, ino, block, bounds.block_count)?);
+                }
+                TAG_DAMAGE => {
+                    a.damage = scrub_state::decode_damage(body, ino, block, bounds.block_count)?;
                 }
                 _ => return Err(bad(format!("unknown attribute tag {tag}"))),
             }

@@ -8,8 +8,12 @@
 //! snapshots is read once (a block they share is read for the first
 //! extent met, live ones first) and compared with its checksum; a
 //! mismatch is a problem naming the block, every path of the file, the
-//! inode, the offset and both checksums — never repairable, as the volume
-//! holds no other copy of the data.
+//! inode, the offset and both checksums. The data cannot be mended (the
+//! volume holds no other copy, and nothing says whether the data or its
+//! checksum is wrong); the repair records the mismatch in the known-damage
+//! list of the scrub state record (`Fix::KnownDamage`), reads of the block
+//! still fail with EIO, and later checks name it as a note, not a problem,
+//! while the block is mapped with that checksum.
 //!
 //! Calls the device and the extent checksum helper; the names come from
 //! the entries `scan` collected (reads no directory itself).
@@ -20,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use tux3::device::Device;
 use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
+use tux3::structures::scrub_state::{KnownDamage, MAX_KNOWN_DAMAGE};
 use tux3::types::{FileType, ROOT_INO};
 
 /// Deepest directory nesting a path is built through (a damaged namespace
@@ -35,6 +40,8 @@ pub(crate) struct DataScan {
     /// One bit per device block read already.
     seen: Vec<u64>,
     bad: Vec<Mismatch>,
+    /// The known-damage list the volume holds (attribute 14).
+    pub known: Vec<KnownDamage>,
 }
 
 impl DataScan {
@@ -148,30 +155,69 @@ pub(super) fn report(inodes: &BTreeMap<u64, InodeAttrs>, entries: &[Entry], bs: 
         return;
     };
     let bad = std::mem::take(&mut scan.bad);
-    f.data = Some(scan);
     if bad.is_empty() {
+        f.data = Some(scan);
         return;
     }
     let names = Names::new(entries);
-    for m in bad {
+    let is_known = |m: &Mismatch| {
+        scan.known
+            .binary_search_by_key(&m.pblock, |d| d.block)
+            .is_ok_and(|k| scan.known[k].expected == m.expected)
+    };
+    // The list a repair writes: every mismatch now on the volume (one entry
+    // per block), known ones first, so a full list never drops them.
+    let mut list: Vec<KnownDamage> = bad
+        .iter()
+        .map(|m| KnownDamage {
+            block: m.pblock,
+            expected: m.expected,
+            found: m.found,
+        })
+        .collect();
+    list.sort_by_key(|d| (!scan.known.iter().any(|k| k.block == d.block), d.block));
+    list.dedup_by_key(|d| d.block);
+    list.truncate(MAX_KNOWN_DAMAGE);
+    let mut fresh = Vec::new();
+    for m in &bad {
         let live = names.of_file(inodes, m.ino);
         let who = match &m.snapshot {
             None => format!("{live} (inode {})", m.ino),
             Some(s) => format!("inode {} of snapshot {s} (live: {live})", m.ino),
         };
-        f.problem(
-            "data",
-            format!(
-                "block {}: data checksum mismatch in {who} at offset {} (logical block {}): \
-                 expected {:#010x}, found {:#010x} (not repairable: no other copy of the data)",
-                m.pblock,
-                m.lblock.saturating_mul(bs),
-                m.lblock,
-                m.expected,
-                m.found
-            ),
+        let line = format!(
+            "block {}: data checksum mismatch in {who} at offset {} (logical block {}): \
+             expected {:#010x}, found {:#010x}",
+            m.pblock,
+            m.lblock.saturating_mul(bs),
+            m.lblock,
+            m.expected,
+            m.found
         );
+        if is_known(m) {
+            f.notes.push(format!(
+                "{line}: known damage, recorded by a repair (reads of the block fail with EIO; \
+                 rewrite, truncate or delete the file, or restore it from a snapshot or a copy)"
+            ));
+        } else if list.iter().any(|d| d.block == m.pblock) {
+            fresh.push(format!(
+                "{line} (the data cannot be mended: repair records it as known damage, and reads \
+                 of the block keep failing with EIO)"
+            ));
+        } else {
+            f.problem(
+                "data",
+                format!("{line} (not repairable: the known-damage list is full, {MAX_KNOWN_DAMAGE} blocks)"),
+            );
+        }
     }
+    // One fix per block, so the repair names each; setting the list
+    // twice sets it to the same.
+    list.sort();
+    for line in fresh {
+        f.fixable("data", Fix::KnownDamage { list: list.clone() }, line);
+    }
+    f.data = Some(scan);
 }
 
 /// Paths from the directory entries, upwards to the root.

@@ -75,6 +75,8 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
             Fix::TrimPastEnd { ino } => {
                 v.repair_trim(ino)?;
             }
+            Fix::KnownDamage { ref list } => v.set_known_damage(list)?,
+            Fix::ScrubRecord => v.repair_scrub_inode()?,
             // The open above replayed the log without the bad records.
             Fix::SkipRecords => {}
         }

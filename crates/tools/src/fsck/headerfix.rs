@@ -8,9 +8,10 @@
 //! first those that stop the mount, as often as the next one needs it,
 //! then those the check named. What the check names may be a pointer gone
 //! astray rather than a damaged header (another file's node, a depth
-//! wrong in a record): from its lines only the tree kind, the entry count
-//! and the owner of the inode table's and the snapshot table's nodes (one
-//! tree each of that kind) are mended.
+//! wrong in a record): from its lines only the tree kind, the entry count,
+//! the owner of the inode table's and the snapshot table's nodes (one
+//! tree each of that kind) and the level of the live inode table's (whose
+//! depth the superblock gives; a snapshot's is its record's) are mended.
 //!
 //! Calls `frontend::Volume::open` (read-only, as a repair opens), the
 //! node mender and the device.
@@ -82,9 +83,16 @@ pub(super) fn mend(dev: &Arc<dyn Device>, problems: &[String]) -> Result<Vec<Str
             continue;
         };
         if block >= 2 && block < dev.block_count() && seen.insert(block) {
+            // The live table's walk, not a snapshot's (whose depth is its
+            // record's, which may be the damaged field).
+            let live_table = !line.contains(": snapshot ");
             let trusted = |m: &Mended| match m.field {
                 "tree kind" | "entry count" | "branch entry" => true,
                 "owner" => matches!(m.kind, TreeKind::Itable | TreeKind::Snapshots),
+                // The inode table's depth is the superblock's, checked
+                // first; a node of it mended to another level must then
+                // decode whole as what its parent expects.
+                "level" => m.kind == TreeKind::Itable && live_table,
                 _ => false,
             };
             if let Some(how) = mend_one(dev, block, line, trusted)? {

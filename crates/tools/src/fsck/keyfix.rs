@@ -19,6 +19,7 @@ use tux3::codec::{reseal, INO_LIMIT};
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::structures::btree::node::NODE_HEADER;
+use tux3::structures::scrub_state::SCRUB_INO;
 use tux3::types::FileType;
 use tux3::types::ROOT_INO;
 
@@ -65,7 +66,11 @@ pub(super) fn find(
     kinds: &BTreeMap<u64, Option<FileType>>,
     entries: &[Entry],
     owner_of: &dyn Fn(u64) -> Option<u64>,
+    scrub_held: bool,
 ) -> Vec<KeyFix> {
+    // A key in step: an inode number, or the scrub state record's when
+    // the table holds one there (never a candidate for another record).
+    let held = |x: u64| number(x) || (scrub_held && x == SCRUB_INO);
     let all: Vec<(usize, usize, u64)> = leaves
         .iter()
         .enumerate()
@@ -90,7 +95,7 @@ pub(super) fn find(
     let in_range = |x: Option<&(usize, usize, u64)>| {
         x.is_none_or(|&(j, _, k)| {
             let (from, to) = range(j);
-            number(k) && k >= from && k < to
+            held(k) && k >= from && k < to
         })
     };
     for (n, &(j, i, k)) in all.iter().enumerate() {
@@ -105,7 +110,7 @@ pub(super) fn find(
         let prev = before.map(|x| x.2);
         let next = after.map(|x| x.2);
         let in_step = |x: u64| {
-            number(x) && x >= from && x < to && prev.is_none_or(|p| x > p) && next.is_none_or(|q| x < q)
+            held(x) && x >= from && x < to && prev.is_none_or(|p| x > p) && next.is_none_or(|q| x < q)
         };
         if in_step(k) {
             continue;
@@ -136,7 +141,7 @@ pub(super) fn find(
         // A key in order with its neighbours but outside its leaf's range
         // may be right and a separator wrong: only an entry naming the
         // inode the table lacks (or its tree's root) says it is the key.
-        let in_order = number(k) && prev.is_none_or(|p| k > p) && next.is_none_or(|q| k < q);
+        let in_order = held(k) && prev.is_none_or(|p| k > p) && next.is_none_or(|q| k < q);
         let candidate = candidate.filter(|c| !in_order || owner.is_some() || dangling.contains_key(c));
         if let Some(c) = candidate.filter(|c| !kinds.contains_key(c)) {
             out.push(KeyFix {

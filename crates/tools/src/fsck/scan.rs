@@ -224,6 +224,9 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         node_ref(&mut refs, addr, 0, level);
     }
     super::snapshots::retired_refs(be.itable.get_mut(), 0, &mut refs);
+    let scrub_held = inodes
+        .get(&tux3::structures::scrub_state::SCRUB_INO)
+        .is_some_and(|a| a.scrub.is_some() || !a.damage.is_empty());
     super::scrub_state::check(&mut inodes, &mut f);
     let itable_ok = walked.complete();
     for e in &walked.errors {
@@ -231,7 +234,15 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         let leaf = walked.undecoded.iter().find(|(addr, _, level)| {
             *level == 0 && matches!(e, Error::Corrupt { block, .. } if block == addr)
         });
-        let salvaged = leaf.map(|&(addr, sep, _)| (sep, super::salvage::itable_leaf(dev, addr, sep)));
+        // Only the keys the leaf's place in its branch gives it: below the
+        // next leaf's separator (a block holds stale entries past its count).
+        let salvaged = leaf.map(|&(addr, sep, _)| {
+            let mut next = walked.leaf_entries.iter().skip_while(|e| e.3 != addr).skip(1);
+            let below = next.next().map_or(u64::MAX, |e| e.2);
+            let mut records = super::salvage::itable_leaf(dev, addr, sep);
+            records.retain(|(ino, _)| *ino < below);
+            (sep, records)
+        });
         let root = tux3::types::ROOT_INO;
         match salvaged {
             // A leaf that does not decode: replaced by the records it
@@ -338,7 +349,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             let root = attrs(&k).map(|a| a.root.addr).filter(|&r| r != 0)?;
             super::keyfix::root_owner(dev, root)
         };
-        super::keyfix::find(&leaves, &kinds, &entries, &owner_of)
+        super::keyfix::find(&leaves, &kinds, &entries, &owner_of, scrub_held)
     };
     for k in &keyfixes {
         f.also("inode table", k.line());

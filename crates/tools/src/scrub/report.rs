@@ -3,7 +3,8 @@
 //! does), with the snapshots holding its damaged blocks; each damaged
 //! metadata block by structure ("inode table leaf, block N", "extent leaf
 //! of inode 17 (/a/b), block N", "bitmap block 3 at block N", "log block
-//! N"); and the tree nodes that did not even load.
+//! N"); and the tree nodes that did not even load. A damaged block a
+//! repair recorded (the known-damage list) is counted as such.
 //!
 //! Calls the API (`Fs::paths_of`) and the plan.
 
@@ -25,6 +26,8 @@ pub struct Damage {
     pub snapshots: Vec<String>,
     /// Whether the live volume holds any of them (else only snapshots do).
     pub live: bool,
+    /// How many of them a repair recorded as known damage (FORMAT.md 16.1).
+    pub known: usize,
 }
 
 /// A scrub's findings.
@@ -73,6 +76,12 @@ impl Report {
             if !f.live {
                 line.push_str("; only in snapshots");
             }
+            if f.known > 0 {
+                line.push_str(&format!(
+                    "; {} of them known damage, recorded by fsck --repair",
+                    f.known
+                ));
+            }
             out.push(line);
         }
         for (_, m) in &self.metadata {
@@ -101,6 +110,11 @@ pub fn build(fs: &Fs, plan: &Plan, bad: &[(Item, Bad)]) -> Report {
             .clone()
     };
     let mut r = Report::default();
+    let known = fs.known_damage().unwrap_or_default();
+    let is_known = |it: &Item, block: u64| {
+        it.sum_at(block)
+            .is_some_and(|want| known.iter().any(|d| d.block == block && d.expected == want))
+    };
     for (it, b) in bad {
         match &it.what {
             What::Data {
@@ -112,6 +126,7 @@ pub fn build(fs: &Fs, plan: &Plan, bad: &[(Item, Bad)]) -> Report {
                 });
                 d.blocks
                     .push((lblock.saturating_add(b.block - it.start), b.block));
+                d.known += usize::from(is_known(it, b.block));
                 for s in plan.holders(b.block, *birth) {
                     let s = String::from_utf8_lossy(&s).into_owned();
                     if !d.snapshots.contains(&s) {

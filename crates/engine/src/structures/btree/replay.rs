@@ -2,7 +2,9 @@
 //! `LeafMap` inserts or moves a leaf, `LeafUnmap` removes one, keeping
 //! invariant T1 (tree.rs), asserted at each branch changed in debug builds
 //! (`check.rs`). Also routes a key to its leaf for replay's checks of
-//! what the log maps (`Tree::route_leaf`). Loads nodes through `tree::load`.
+//! what the log maps (`Tree::route_leaf`), and lowers the left edge back
+//! after a repair unmapped the first leaf (`Tree::lower_first_sep`).
+//! Loads nodes through `tree::load`.
 
 use super::check;
 use super::node::{Child, FreedNode, Node, Slot};
@@ -131,6 +133,38 @@ pub struct Routed {
 }
 
 impl super::Tree {
+    /// Repair: the leftmost child of every branch down the leftmost path
+    /// gets separator `sep` where its own is above it, so keys from `sep`
+    /// on route to the tree again after its first leaf was unmapped (a
+    /// replayed unmap raises the separators; a repair that then inserts
+    /// the old leaf's keys needs them lowered back).
+    pub fn lower_first_sep(&mut self, dev: &dyn crate::device::Device, sep: u64) -> Result<()> {
+        self.edited();
+        let cx = self.ctx(dev);
+        let mut level = self.depth();
+        let Some(mut slot) = self.root_slot_mut() else {
+            return Ok(());
+        };
+        while level > 0 {
+            let Node::Branch(b) = load(slot, &cx, level)? else {
+                break;
+            };
+            level = child_level(b);
+            let Some(first) = b.children.first_mut() else {
+                break;
+            };
+            if first.sep > sep {
+                first.sep = sep;
+                b.dirty = true;
+            }
+            let Some(first) = b.children.first_mut() else {
+                break;
+            };
+            slot = &mut first.slot;
+        }
+        Ok(())
+    }
+
     /// The leaf `key` routes to (none in an empty tree); loads branches
     /// only, never the leaf.
     pub fn route_leaf(&mut self, dev: &dyn crate::device::Device, key: u64) -> Result<Option<Routed>> {

@@ -347,29 +347,21 @@ fn a_probe_reads_no_leaf_past_its_range() {
     assert_eq!(dev.counters().blocks_read - before, u64::from(root.depth) + 1);
 }
 
-/// The tree's first leaf, emptied, stays: otherwise its right neighbour
-/// takes keys below its own separator, and a split there gives two leaves
-/// one separator (a branch that does not decode after a unify).
-#[test]
-fn an_emptied_first_leaf_keeps_the_left_edge() {
-    let bs = 512usize;
-    let mut h = Harness {
+/// A tree of two entries a leaf: leaves [10, 20] [30, 40] [50, 60].
+fn three_leaves(bs: usize) -> (Harness, Tree) {
+    let h = Harness {
         dev: MemDevice::new(bs as u32, 1 << 12),
         next: 2,
     };
     let mut t = Tree::new_empty(7, TreeKind::Extents);
-    let v = |k: u64| vec![k as u8; 150];
-    // Two entries a leaf: leaves [10, 20] [30, 40] [50, 60].
     for k in [10, 20, 30, 40, 50, 60] {
-        t.insert(&h.dev, k, v(k)).unwrap();
+        t.insert(&h.dev, k, vec![k as u8; 150]).unwrap();
     }
-    // Empty the first leaf, then fill keys below the second leaf's
-    // separator until it splits.
-    t.remove(&h.dev, 10).unwrap();
-    t.remove(&h.dev, 20).unwrap();
-    for k in [5, 6, 7, 31, 32] {
-        t.insert(&h.dev, k, v(k)).unwrap();
-    }
+    (h, t)
+}
+
+/// Commit and unify `t` onto `h`'s device; the keys of the tree read back.
+fn committed_keys(h: &mut Harness, t: &mut Tree, bs: usize) -> Vec<u64> {
     let mut out = Vec::new();
     let (mut maps, mut freed) = (Vec::new(), Vec::new());
     let mut next = h.next;
@@ -384,8 +376,43 @@ fn an_emptied_first_leaf_keeps_the_left_edge() {
     h.next = next;
     h.write(out);
     let mut r = Tree::open(7, TreeKind::Extents, root);
+    contents(&mut r, &h.dev).into_keys().collect()
+}
+
+/// The tree's first leaf, emptied, stays: otherwise its right neighbour
+/// takes keys below its own separator, and a split there gives two leaves
+/// one separator (a branch that does not decode after a unify).
+#[test]
+fn an_emptied_first_leaf_keeps_the_left_edge() {
+    let bs = 512usize;
+    let (mut h, mut t) = three_leaves(bs);
+    let v = |k: u64| vec![k as u8; 150];
+    // Empty the first leaf, then fill keys below the second leaf's
+    // separator until it splits.
+    t.remove(&h.dev, 10).unwrap();
+    t.remove(&h.dev, 20).unwrap();
+    for k in [5, 6, 7, 31, 32] {
+        t.insert(&h.dev, k, v(k)).unwrap();
+    }
     let want: Vec<u64> = vec![5, 6, 7, 30, 31, 32, 40, 50, 60];
-    assert_eq!(contents(&mut r, &h.dev).into_keys().collect::<Vec<_>>(), want);
+    assert_eq!(committed_keys(&mut h, &mut t, bs), want);
+}
+
+/// The tree's first leaf unmapped (a repair replacing a damaged one), the
+/// left edge lowered back: keys below the next leaf's separator go in
+/// again and the tree commits, unifies and reads back whole.
+#[test]
+fn an_unmapped_first_leaf_lowered_back_takes_keys_below_the_next() {
+    let bs = 512usize;
+    let (mut h, mut t) = three_leaves(bs);
+    let v = |k: u64| vec![k as u8; 150];
+    t.unmap_leaf(&h.dev, 0).unwrap();
+    t.lower_first_sep(&h.dev, 0).unwrap();
+    for k in [5, 6, 7, 31, 32] {
+        t.insert(&h.dev, k, v(k)).unwrap();
+    }
+    let want: Vec<u64> = vec![5, 6, 7, 30, 31, 32, 40, 50, 60];
+    assert_eq!(committed_keys(&mut h, &mut t, bs), want);
 }
 
 /// T1 broken by hand (the root's second entry moved off the first
