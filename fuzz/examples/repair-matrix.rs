@@ -2,8 +2,9 @@
 //! field of every metadata block of the seed images with snapshots (see
 //! `tux3_fuzz::matrix`), runs fsck, fsck --repair, fsck and a mount on
 //! each, and prints the matrix as Markdown; then kills a repair at each of
-//! its writes for a sample of the repaired mutations and checks that the
-//! next repair converges.
+//! its writes for a sample of the repaired mutations (one of each
+//! structure, then an even spread) and checks that the next repair
+//! converges.
 //!
 //! Usage: repair-matrix [--stride N] [--cuts N] [--seed NAME]... [--only WHAT]...
 //! (`--stride N` takes every N-th field, for a quick look; `--cuts N`
@@ -264,8 +265,22 @@ fn cut_test(base: &Base, outcomes: &[Outcome], max: usize, totals: &mut (u64, u6
         .filter(|o| o.detected() && o.repaired() && o.repair == 1)
         .collect();
     let step = (repaired.len() / max.max(1)).max(1);
-    let fields = base.fields();
+    // One of each structure first (so every kind of repair is cut at
+    // least once), then every `step`-th.
+    let mut picked: Vec<&Outcome> = Vec::new();
+    for o in &repaired {
+        let kind = |x: &Outcome| x.what.split(':').next().unwrap_or_default().to_string();
+        if !picked.iter().any(|p| kind(p) == kind(o)) {
+            picked.push(o);
+        }
+    }
     for o in repaired.iter().step_by(step).take(max) {
+        if !picked.iter().any(|p| std::ptr::eq(*p, *o)) {
+            picked.push(o);
+        }
+    }
+    let fields = base.fields();
+    for o in picked {
         let field = fields
             .iter()
             .find(|(b, f)| *b == o.block && f.at == o.at)
