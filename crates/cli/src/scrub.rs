@@ -280,6 +280,7 @@ fn image_status(target: &Path) -> Result<u8, CliError> {
     let (fs, lock) = open_image(target, false).map_err(op)?;
     let st = fs.scrub_state();
     let errors = fs.data_errors();
+    let known = fs.known_damage().map(|k| k.len()).unwrap_or(0);
     close(target, fs).map_err(op)?;
     drop(lock);
     let st = st.map_err(|e| CliError::at(target.display(), e).with_exit(EXIT_OPERATIONAL))?;
@@ -296,6 +297,9 @@ fn image_status(target: &Path) -> Result<u8, CliError> {
             s.meta_damage,
             s.data_errors
         ),
+    }
+    if known > 0 {
+        println!("{t}: {known} data blocks recorded as known damage by fsck --repair (fsck --data names the files)");
     }
     Ok(EXIT_CLEAN)
 }

@@ -1,7 +1,8 @@
 //! `tux3 scrub` through a real mount: start, status and cancel on a
 //! mount; a cancelled scrub resumes after a remount; a data block damaged
 //! behind the volume's back is reported by every path of its file, with
-//! fsck's exit codes (0 clean, 4 damage, 8 operational, 32 cancelled).
+//! fsck's exit codes (0 clean, 4 damage, 8 operational, 32 cancelled);
+//! the damage `fsck --repair --data` records is then named as known.
 //!
 //! Needs root and /dev/fuse; without them the test prints a note and
 //! passes (fails under TUX3_REQUIRE_MOUNT=1).
@@ -125,4 +126,27 @@ fn start_status_cancel_resume_and_name_a_damaged_file() {
         text(&o)
     );
     fx.fsck();
+    // fsck --data finds it; the repair records it as known damage, after
+    // which fsck --data is clean and names it in a note, and the scrub
+    // and its status say it is known.
+    let tux3 = |args: &[&str]| Command::new(TUX3).args(args).arg(&fx.img).output().unwrap();
+    assert_eq!(tux3(&["fsck", "--data"]).status.code(), Some(4));
+    let o = tux3(&["fsck", "--data", "--repair"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = tux3(&["fsck", "--data"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("known damage, recorded by a repair"),
+        "{}",
+        text(&o)
+    );
+    let o = tux3(&["scrub", "status"]);
+    assert!(
+        text(&o).contains("1 data blocks recorded as known damage"),
+        "{}",
+        text(&o)
+    );
+    let o = tux3(&["scrub", "start", "--rate", "max", "--restart"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("1 of them known damage"), "{}", text(&o));
 }
