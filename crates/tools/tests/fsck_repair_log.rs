@@ -327,3 +327,31 @@ fn the_first_inode_table_leaf_rebuilt_keeps_the_keys_below_the_next() {
 fn has_line(lines: &[String], part: &str) -> bool {
     lines.iter().any(|l| l.contains(part))
 }
+
+#[test]
+fn an_inode_table_branch_child_outside_the_volume_gets_its_leaf_back() {
+    let dev = several_itable_leaves();
+    let mut buf = vec![0u8; dev.block_size() as usize];
+    let branch = metadata_blocks(dev.clone())
+        .unwrap()
+        .into_iter()
+        .find(|&b| {
+            dev.read(b, &mut buf).unwrap();
+            &buf[..4] == b"T3BR" && buf[16..24] == 0u64.to_le_bytes() && buf[25] == 1 && buf[26] >= 2
+        })
+        .expect("the inode table has a branch of leaves");
+    // The first entry's child (the leaf of the root's record) leaves the
+    // volume: the mount fails, the entry is taken out, and the leaf, in use
+    // and named by nothing, goes back at separator 0.
+    repaired_keeping_all(
+        &dev,
+        |dev| {
+            let mut buf = vec![0u8; dev.block_size() as usize];
+            dev.read(branch, &mut buf).unwrap();
+            buf[32 + 8..32 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+            reseal(&mut buf);
+            dev.write(branch, &buf).unwrap();
+        },
+        &[&format!("block {branch}: inode table")],
+    );
+}

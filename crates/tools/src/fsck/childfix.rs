@@ -4,7 +4,10 @@
 //! leaf that belongs there is a block in use that nothing references, an
 //! inode-table leaf holding keys all in the entry's range: if exactly one
 //! block is, the entry is set to it in place (`keyfix::mend`, before the
-//! repair mounts), so a snapshot sharing the branch is mended too.
+//! repair mounts), so a snapshot sharing the branch is mended too. And
+//! an inode-table leaf in use that no entry names any more (`lost`: the
+//! entry of a child outside the volume was taken out so the volume would
+//! mount) gets its entry back, in place the same way.
 //!
 //! Calls the node decoder and the device.
 
@@ -53,25 +56,9 @@ pub(super) fn find(
     if wrong.is_empty() {
         return Vec::new();
     }
-    let mut referenced: Vec<(u64, u64)> = refs.iter().map(|r| (r.start, r.count)).collect();
-    referenced.sort_unstable();
-    let is_referenced = |b: u64| {
-        let i = referenced.partition_point(|&(s, _)| s <= b);
-        i > 0 && referenced[i - 1].0 + referenced[i - 1].1 > b
+    let Some(leaves) = loose_leaves(dev, refs, used) else {
+        return Vec::new();
     };
-    let mut loose = Vec::new();
-    for b in 2..dev.block_count() {
-        if used(b) && !is_referenced(b) {
-            if loose.len() == MAX_CANDIDATES {
-                return Vec::new();
-            }
-            loose.push(b);
-        }
-    }
-    let leaves: Vec<(u64, Vec<u64>)> = loose
-        .into_iter()
-        .filter_map(|b| keys(dev, b).filter(|ks| !ks.is_empty()).map(|ks| (b, ks)))
-        .collect();
     let mut out = Vec::new();
     for p in wrong {
         let (branch, index, _, child) = entries[p];
@@ -87,6 +74,7 @@ pub(super) fn find(
                 from: child,
                 to: *to,
                 child: true,
+                insert: None,
             });
         }
     }
@@ -95,4 +83,148 @@ pub(super) fn find(
     tos.sort_unstable();
     out.retain(|f| tos.iter().filter(|&&t| t == f.to).count() == 1);
     out
+}
+
+/// The blocks in use that nothing references and that are inode-table
+/// leaves holding keys, with their keys; `None` when there are more than
+/// [`MAX_CANDIDATES`] such blocks to read.
+fn loose_leaves(dev: &dyn Device, refs: &[Ref], used: &dyn Fn(u64) -> bool) -> Option<Vec<(u64, Vec<u64>)>> {
+    let mut referenced: Vec<(u64, u64)> = refs.iter().map(|r| (r.start, r.count)).collect();
+    referenced.sort_unstable();
+    let is_referenced = |b: u64| {
+        let i = referenced.partition_point(|&(s, _)| s <= b);
+        i > 0 && referenced[i - 1].0 + referenced[i - 1].1 > b
+    };
+    let mut loose = Vec::new();
+    for b in 2..dev.block_count() {
+        if used(b) && !is_referenced(b) {
+            if loose.len() == MAX_CANDIDATES {
+                return None;
+            }
+            loose.push(b);
+        }
+    }
+    Some(
+        loose
+            .into_iter()
+            .filter_map(|b| keys(dev, b).filter(|ks| !ks.is_empty()).map(|ks| (b, ks)))
+            .collect(),
+    )
+}
+
+/// Branch entries to add for inode-table leaves no entry names any more
+/// (a child outside the volume was taken out to mount): a block in use
+/// that nothing references, an inode-table leaf all of whose keys the
+/// table lacks and that lie in one entry's range wholly below or above
+/// the keys of that entry's leaf. The leaf goes back at the entry's
+/// separator (the entry's own separator moving up to its leaf's first
+/// key) or, above, at its first key. A gap two such leaves claim is left
+/// alone. `entries` as for [`find`]; `present` says whether the table
+/// holds an inode, `wanted` whether it is the root or a directory entry
+/// names it.
+pub(super) fn lost(
+    dev: &dyn Device,
+    entries: &[(u64, usize, u64, u64)],
+    refs: &[Ref],
+    used: &dyn Fn(u64) -> bool,
+    present: &dyn Fn(u64) -> bool,
+    wanted: &dyn Fn(u64) -> bool,
+) -> Vec<KeyFix> {
+    let Some(leaves) = loose_leaves(dev, refs, used) else {
+        return Vec::new();
+    };
+    let mut out: Vec<KeyFix> = Vec::new();
+    for (b, ks) in leaves {
+        let (Some(&lo), Some(&hi)) = (ks.first(), ks.last()) else {
+            continue;
+        };
+        // None of its keys in the table, and one of them wanted: the root,
+        // or an inode a directory entry names (a stale copy of a leaf is
+        // never in use; this keeps one from coming back all the same).
+        if ks.iter().any(|&k| present(k)) || !ks.iter().any(|&k| wanted(k)) {
+            continue;
+        }
+        // The entry whose range holds the keys.
+        let p = entries.partition_point(|e| e.2 <= lo).saturating_sub(1);
+        let Some(&(branch, index, sep, child)) = entries.get(p) else {
+            continue;
+        };
+        let to = entries.get(p + 1).map_or(INO_LIMIT, |e| e.2);
+        if branch == 0 || (p > 0 && lo < sep) || hi >= to {
+            continue;
+        }
+        let Some(own) = keys(dev, child).filter(|k| !k.is_empty()) else {
+            continue;
+        };
+        let (first, last) = (own[0], own[own.len() - 1]);
+        let fix = if hi < first {
+            KeyFix {
+                addr: branch,
+                index,
+                from: child,
+                to: b,
+                child: true,
+                insert: Some((sep, Some(first))),
+            }
+        } else if lo > last {
+            KeyFix {
+                addr: branch,
+                index: index + 1,
+                from: child,
+                to: b,
+                child: true,
+                insert: Some((lo, None)),
+            }
+        } else {
+            continue;
+        };
+        out.push(fix);
+    }
+    // Two leaves for one place: neither is told.
+    let place = |f: &KeyFix| (f.addr, f.index);
+    let all = out.clone();
+    out.retain(|f| all.iter().filter(|g| place(g) == place(f)).count() == 1);
+    out
+}
+
+/// Add entry (`sep`, `leaf`) at `index` of the branch block `b`: below
+/// the entry whose child is `from` (which moves up, its separator set to
+/// `next`) or, with `next` `None`, after it. `None` when the block is not
+/// as the fix expects or has no room; the block is resealed.
+pub(super) fn insert_entry(
+    b: &mut [u8],
+    index: usize,
+    from: u64,
+    leaf: u64,
+    sep: u64,
+    next: Option<u64>,
+) -> Option<()> {
+    use tux3::structures::btree::node::{BRANCH_ENTRY, NODE_HEADER};
+    let count = u16::from_le_bytes([*b.get(26)?, *b.get(27)?]) as usize;
+    if b.get(25) != Some(&1) || count >= (b.len() - NODE_HEADER) / BRANCH_ENTRY || index > count {
+        return None;
+    }
+    let at = |i: usize| NODE_HEADER + BRANCH_ENTRY * i;
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let neighbour = if next.is_some() {
+        index
+    } else {
+        index.checked_sub(1)?
+    };
+    if u64_at(b, at(neighbour) + 8)? != from || (next.is_some() && u64_at(b, at(index))? != sep) {
+        return None;
+    }
+    b.copy_within(at(index)..at(count), at(index + 1));
+    b.get_mut(at(index)..at(index) + 8)?
+        .copy_from_slice(&sep.to_le_bytes());
+    b.get_mut(at(index) + 8..at(index + 1))?
+        .copy_from_slice(&leaf.to_le_bytes());
+    if let Some(n) = next {
+        b.get_mut(at(index + 1)..at(index + 1) + 8)?
+            .copy_from_slice(&n.to_le_bytes());
+    }
+    b.get_mut(26..28)?
+        .copy_from_slice(&u16::try_from(count + 1).ok()?.to_le_bytes());
+    tux3::codec::reseal(b);
+    Some(())
 }

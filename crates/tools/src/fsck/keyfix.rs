@@ -8,17 +8,20 @@
 //! The key is mended in place (the leaf block rewritten and resealed, so
 //! a snapshot sharing the leaf is mended too) before the repair mounts;
 //! a leaf a `BlockSum` record of the log covers is left alone (rewriting
-//! it would make replay drop its delta).
+//! it would make replay drop its delta). `gather` finds them from the
+//! walk; `mend` also writes the branch entries `childfix` sets or adds.
 //!
 //! Calls the codec (reseal), the node layout and the device.
 
 use super::names::Entry;
+use super::walk::Walked;
 use std::collections::{BTreeMap, BTreeSet};
 use tux3::backend::FIRST_INO;
 use tux3::codec::{reseal, INO_LIMIT};
 use tux3::device::Device;
 use tux3::error::Result;
 use tux3::structures::btree::node::NODE_HEADER;
+use tux3::structures::inode::InodeAttrs;
 use tux3::structures::scrub_state::SCRUB_INO;
 use tux3::types::FileType;
 use tux3::types::ROOT_INO;
@@ -40,10 +43,22 @@ pub(crate) struct KeyFix {
     pub to: u64,
     /// A branch entry's child (`childfix`), not a leaf's key.
     pub child: bool,
+    /// A branch entry to add (`childfix::lost`): `(sep, next)`, entry
+    /// `index` becomes (`sep`, `to`) and the one it moves up, whose child
+    /// is `from`, gets separator `next` (`None`: the entry goes after the
+    /// one whose child is `from`, unchanged).
+    pub insert: Option<(u64, Option<u64>)>,
 }
 
 impl KeyFix {
     pub fn line(&self) -> String {
+        if let Some((sep, _)) = self.insert {
+            return format!(
+                "block {}: inode table branch: no entry names block {}, an inode-table leaf in use \
+                 that holds inodes the table lacks, from {sep} on (repair adds the entry)",
+                self.addr, self.to
+            );
+        }
         if self.child {
             return format!(
                 "block {}: inode table branch: entry {} names block {}, not the leaf of its \
@@ -150,10 +165,59 @@ pub(super) fn find(
                 from: k,
                 to: c,
                 child: false,
+                insert: None,
             });
         }
     }
     out
+}
+
+/// The keys out of place in the inode table `walked` read (its leaves'
+/// keys `leaf_keys`, in order), told from the records (`inodes`, and what
+/// a leaf that does not decode still holds) and the directory `entries`;
+/// `scrub_held`: key 4 holds the scrub state record.
+pub(super) fn gather(
+    dev: &dyn Device,
+    walked: &Walked,
+    leaf_keys: Vec<Vec<u64>>,
+    inodes: &BTreeMap<u64, InodeAttrs>,
+    entries: &[Entry],
+    scrub_held: bool,
+) -> Vec<KeyFix> {
+    let mut leaves: Vec<LeafKeys> = walked
+        .leaf_seps
+        .iter()
+        .zip(leaf_keys)
+        .map(|(&(addr, sep), keys)| LeafKeys { addr, sep, keys })
+        .collect();
+    // A leaf whose keys are out of order does not decode: its records
+    // as the block holds them.
+    let mut raw: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
+    let bounds = tux3::structures::bounds(dev);
+    for &(addr, sep, level) in &walked.undecoded {
+        let Some(es) = (level == 0).then(|| raw_entries(dev, addr)).flatten() else {
+            continue;
+        };
+        for (k, v) in &es {
+            if let Ok(a) = InodeAttrs::decode(v, *k, addr, &bounds) {
+                raw.insert(*k, a);
+            }
+        }
+        let at = leaves.partition_point(|l| l.sep < sep);
+        let keys = es.iter().map(|e| e.0).collect();
+        leaves.insert(at, LeafKeys { addr, sep, keys });
+    }
+    let attrs = |k: &u64| inodes.get(k).or_else(|| raw.get(k));
+    let kinds = leaves
+        .iter()
+        .flat_map(|l| l.keys.iter())
+        .map(|k| (*k, attrs(k).and_then(|a| FileType::from_mode(a.mode))))
+        .collect();
+    let owner_of = |k: u64| {
+        let root = attrs(&k).map(|a| a.root.addr).filter(|&r| r != 0)?;
+        root_owner(dev, root)
+    };
+    find(&leaves, &kinds, entries, &owner_of, scrub_held)
 }
 
 /// Rewrite each key of `fixes` in place, but in blocks a `BlockSum` of
@@ -172,6 +236,13 @@ pub(super) fn mend(dev: &dyn Device, fixes: &[KeyFix]) -> Result<Vec<String>> {
             continue;
         }
         dev.read(f.addr, &mut buf)?;
+        if let Some((sep, next)) = f.insert {
+            if super::childfix::insert_entry(&mut buf, f.index, f.from, f.to, sep, next).is_some() {
+                dev.write(f.addr, &buf)?;
+                done.push(f.line());
+            }
+            continue;
+        }
         let at = if f.child {
             Some(NODE_HEADER + 16 * f.index + 8)
         } else {

@@ -15,7 +15,6 @@
 //! `datasums`, `keyfix`, `childfix`.
 
 use super::files::check_inode;
-use super::keyfix::LeafKeys;
 use super::names::{self, Complete, Entry};
 use super::refs::{self, Owner, Ref};
 use super::walk::walk;
@@ -312,45 +311,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     }
 
     // Inode-table keys out of place whose inode can be told.
-    let mut keyfixes = {
-        let mut leaves: Vec<LeafKeys> = walked
-            .leaf_seps
-            .iter()
-            .zip(leaf_keys)
-            .map(|(&(addr, sep), keys)| LeafKeys { addr, sep, keys })
-            .collect();
-        // A leaf whose keys are out of order does not decode: its records
-        // as the block holds them.
-        let mut raw: BTreeMap<u64, InodeAttrs> = BTreeMap::new();
-        let bounds = tux3::structures::bounds(dev);
-        for &(addr, sep, level) in &walked.undecoded {
-            let Some(es) = (level == 0)
-                .then(|| super::keyfix::raw_entries(dev, addr))
-                .flatten()
-            else {
-                continue;
-            };
-            for (k, v) in &es {
-                if let Ok(a) = InodeAttrs::decode(v, *k, addr, &bounds) {
-                    raw.insert(*k, a);
-                }
-            }
-            let at = leaves.partition_point(|l| l.sep < sep);
-            let keys = es.iter().map(|e| e.0).collect();
-            leaves.insert(at, LeafKeys { addr, sep, keys });
-        }
-        let attrs = |k: &u64| inodes.get(k).or_else(|| raw.get(k));
-        let kinds = leaves
-            .iter()
-            .flat_map(|l| l.keys.iter())
-            .map(|k| (*k, attrs(k).and_then(|a| FileType::from_mode(a.mode))))
-            .collect();
-        let owner_of = |k: u64| {
-            let root = attrs(&k).map(|a| a.root.addr).filter(|&r| r != 0)?;
-            super::keyfix::root_owner(dev, root)
-        };
-        super::keyfix::find(&leaves, &kinds, &entries, &owner_of, scrub_held)
-    };
+    let mut keyfixes = super::keyfix::gather(dev, &walked, leaf_keys, &inodes, &entries, scrub_held);
     for k in &keyfixes {
         f.also("inode table", k.line());
     }
@@ -398,6 +359,19 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     // Inode-table branch entries whose child went astray, and their leaves.
     let children = if itable_shape_bad {
         super::childfix::find(dev, &walked.leaf_entries, &refs, &|b| alloc.is_used(b))
+    } else if itable_ok {
+        let present =
+            |k: u64| inodes.contains_key(&k) || (scrub_held && k == tux3::structures::scrub_state::SCRUB_INO);
+        let named: std::collections::HashSet<u64> = entries.iter().map(|e| e.ino).collect();
+        let wanted = |k: u64| k == tux3::types::ROOT_INO || named.contains(&k);
+        super::childfix::lost(
+            dev,
+            &walked.leaf_entries,
+            &refs,
+            &|b| alloc.is_used(b),
+            &present,
+            &wanted,
+        )
     } else {
         Vec::new()
     };
