@@ -262,18 +262,23 @@ fn several_itable_leaves() -> Arc<dyn Device> {
     dev
 }
 
-#[test]
-fn an_inode_table_branch_entry_naming_another_leaf_is_set_back() {
-    let dev = several_itable_leaves();
+/// An inode-table branch of leaves with at least `entries` entries.
+fn itable_branch(dev: &Arc<dyn Device>, entries: u8) -> u64 {
     let mut buf = vec![0u8; dev.block_size() as usize];
-    let branch = metadata_blocks(dev.clone())
+    metadata_blocks(dev.clone())
         .unwrap()
         .into_iter()
         .find(|&b| {
             dev.read(b, &mut buf).unwrap();
-            &buf[..4] == b"T3BR" && buf[16..24] == 0u64.to_le_bytes() && buf[25] == 1 && buf[26] >= 3
+            &buf[..4] == b"T3BR" && buf[16..24] == 0u64.to_le_bytes() && buf[25] == 1 && buf[26] >= entries
         })
-        .expect("the inode table has a branch of three leaves or more");
+        .expect("the inode table has a branch of leaves")
+}
+
+#[test]
+fn an_inode_table_branch_entry_naming_another_leaf_is_set_back() {
+    let dev = several_itable_leaves();
+    let branch = itable_branch(&dev, 3);
     repaired_keeping_all(
         &dev,
         |dev| {
@@ -331,15 +336,7 @@ fn has_line(lines: &[String], part: &str) -> bool {
 #[test]
 fn an_inode_table_branch_child_outside_the_volume_gets_its_leaf_back() {
     let dev = several_itable_leaves();
-    let mut buf = vec![0u8; dev.block_size() as usize];
-    let branch = metadata_blocks(dev.clone())
-        .unwrap()
-        .into_iter()
-        .find(|&b| {
-            dev.read(b, &mut buf).unwrap();
-            &buf[..4] == b"T3BR" && buf[16..24] == 0u64.to_le_bytes() && buf[25] == 1 && buf[26] >= 2
-        })
-        .expect("the inode table has a branch of leaves");
+    let branch = itable_branch(&dev, 2);
     // The first entry's child (the leaf of the root's record) leaves the
     // volume: the mount fails, the entry is taken out, and the leaf, in use
     // and named by nothing, goes back at separator 0.
