@@ -450,17 +450,26 @@ impl Backend {
             let Some(inode) = cache.get_mut(*ino) else {
                 continue;
             };
-            let pages = inode.pages.start_writeback();
+            let (pages, taken) = inode.pages.start_writeback_summed();
             // On a volume with data checksums each block's CRC32C goes in
-            // the extent that maps it, in the same delta as the data.
+            // the extent that maps it, in the same delta as the data: the
+            // one the write took while the bytes were hot, else computed.
             let summed = self.sb.data_sums;
             let sums_of = |from: usize, n: u64| -> Vec<u32> {
                 if !summed {
                     return Vec::new();
                 }
-                pages[from..from + n as usize]
+                let range = from..from + n as usize;
+                pages[range.clone()]
                     .iter()
-                    .map(|(_, p)| extent::block_sum(p))
+                    .zip(&taken[range])
+                    .map(|((_, p), t)| {
+                        debug_assert!(
+                            t.is_none_or(|t| t == extent::block_sum(p)),
+                            "a page's taken sum is stale"
+                        );
+                        t.unwrap_or_else(|| extent::block_sum(p))
+                    })
                     .collect()
             };
             let mut i = 0;

@@ -30,7 +30,14 @@ pub struct Page {
     pub writeback: bool,
     /// Its current content is in an fsync commit of the open delta.
     pub logged: bool,
+    /// The CRC32C of its current content, when the write that finished it
+    /// took it while the bytes were hot (`PageMap::set_sum`); any change
+    /// through [`PageMap::page_mut`] clears it.
+    pub sum: Option<u32>,
 }
+
+/// Pages frozen into a commit: (logical block, content), in order.
+pub type Frozen = Vec<(u64, Arc<Vec<u8>>)>;
 
 /// The cached pages of one file.
 #[derive(Default)]
@@ -110,6 +117,7 @@ impl PageMap {
                 delta,
                 writeback: false,
                 logged: false,
+                sum: None,
             }
         });
         if created || page.writeback {
@@ -117,6 +125,7 @@ impl PageMap {
         }
         page.writeback = false;
         page.logged = false;
+        page.sum = None;
         page.delta = delta;
         let before = Arc::as_ptr(&page.data);
         let shared = Arc::strong_count(&page.data) > 1;
@@ -221,20 +230,36 @@ impl PageMap {
         self.clean.extend(moved.into_iter().map(|(k, d)| (to(k), d)));
     }
 
+    /// The checksum of the dirty page at `lblock` as it is now, taken by
+    /// the write that just changed it (the next change clears it).
+    pub fn set_sum(&mut self, lblock: u64, sum: u32) {
+        if let Some(p) = self.pages.get_mut(&lblock).filter(|p| !p.writeback) {
+            p.sum = Some(sum);
+        }
+    }
+
     /// Freeze every dirty page into a commit: returns them in logical order
     /// and keeps them here, under writeback, until [`PageMap::end_writeback`].
-    pub fn start_writeback(&mut self) -> Vec<(u64, Arc<Vec<u8>>)> {
+    pub fn start_writeback(&mut self) -> Frozen {
+        self.start_writeback_summed().0
+    }
+
+    /// [`PageMap::start_writeback`], with each page's checksum where a
+    /// write took it.
+    pub fn start_writeback_summed(&mut self) -> (Frozen, Vec<Option<u32>>) {
         // The commit holds every change the fsync commits before it logged.
         (self.fsynced, self.dropped_fsynced) = (false, false);
         let mut out = Vec::with_capacity(self.dirty);
+        let mut sums = Vec::with_capacity(self.dirty);
         for (k, p) in self.pages.iter_mut() {
             if !p.writeback {
                 p.writeback = true;
                 out.push((*k, p.data.clone()));
+                sums.push(p.sum);
             }
         }
         self.dirty = 0;
-        out
+        (out, sums)
     }
 
     /// The commit is durable: the pages it wrote that were not changed

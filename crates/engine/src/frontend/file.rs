@@ -401,6 +401,7 @@ impl Volume {
         let bs = self.bs();
         let dev = self.be.dev.as_ref();
         let delta = self.be.delta;
+        let summed = self.be.sb.data_sums;
         let first = offset / bs;
         let last = (end - 1) / bs;
         let (old_size, clean_before) = (i.attrs.size, i.pages.clean_len());
@@ -443,6 +444,12 @@ impl Volume {
             });
             if !fresh {
                 page[from as usize..to as usize].copy_from_slice(src);
+            }
+            // A write that finishes the page takes its checksum now, while
+            // the bytes are in cache, not at the commit (FORMAT.md 7.6).
+            if summed && to == bs {
+                let sum = crate::structures::extent::block_sum(page);
+                i.pages.set_sum(lblock, sum);
             }
         }
         self.dirty_bytes.fetch_add(newly_dirty, Relaxed);
