@@ -362,16 +362,24 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     } else if itable_ok {
         let present =
             |k: u64| inodes.contains_key(&k) || (scrub_held && k == tux3::structures::scrub_state::SCRUB_INO);
-        let named: std::collections::HashSet<u64> = entries.iter().map(|e| e.ino).collect();
-        let wanted = |k: u64| k == tux3::types::ROOT_INO || named.contains(&k);
-        super::childfix::lost(
-            dev,
-            &walked.leaf_entries,
-            &refs,
-            &|b| alloc.is_used(b),
-            &present,
-            &wanted,
-        )
+        // Inodes wanted and missing: the root, or one an entry names. Only
+        // then are the unreferenced blocks read for a lost leaf.
+        let dangling: std::collections::HashSet<u64> =
+            entries.iter().map(|e| e.ino).filter(|&k| !present(k)).collect();
+        let root = tux3::types::ROOT_INO;
+        let wanted = |k: u64| (k == root && !present(root)) || dangling.contains(&k);
+        if dangling.is_empty() && present(root) {
+            Vec::new()
+        } else {
+            super::childfix::lost(
+                dev,
+                &walked.leaf_entries,
+                &refs,
+                &|b| alloc.is_used(b),
+                &present,
+                &wanted,
+            )
+        }
     } else {
         Vec::new()
     };
