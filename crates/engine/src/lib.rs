@@ -48,7 +48,7 @@ pub(crate) fn loom_model(f: impl Fn() + Sync + Send + 'static) {
 
 pub use api::{
     default_clean_limit, default_dir_leaf_limit, default_dirty_limit, default_inode_limit, open_path,
-    usable_memory, DedupeRange, DefragOptions, DefragReport, Fs, Resized,
+    usable_memory, DedupeRange, DefragOptions, DefragReport, Fs, ReadRange, Resized,
 };
 pub use error::{Errno, Error, Result};
 pub use types::*;

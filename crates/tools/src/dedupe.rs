@@ -56,12 +56,18 @@
 //! blocks' hashes ahead of the matcher (16 bytes a block: 64 MiB), plus
 //! one read buffer each (as large as the largest segment it read, at most
 //! [`Options::read_size`]); the file table holds each file's path. Many
-//! readers (16) keep many small files' reads in flight at once.
+//! readers (16) keep many small files' reads in flight at once. When the
+//! calls are to carry the bytes read (`dedupe/kept.rs`), the readers stay
+//! within [`KEEP_AHEAD`] bytes of the matcher and hand their buffers on,
+//! and the matcher keeps copies of indexed blocks up to
+//! [`Options::keep_bytes`]; the calls waiting for the callers hold at most
+//! 1 MiB a side each.
 //!
 //! `dedupe/walk.rs` walks, `dedupe/read.rs` places, groups and hashes, `dedupe/matcher.rs` matches and
 //! calls. Calls the API (`Fs`: lookup, readdir, getattr, data_runs,
 //! device, read_into, seek_data, sync, dedupe_range).
 
+mod kept;
 mod matcher;
 mod read;
 mod walk;
@@ -89,6 +95,10 @@ pub const GAP: u64 = 64;
 /// memory, 16 bytes a block: 64 MiB at most); a reader always may take the
 /// segment after the matcher's.
 pub const WINDOW: u64 = 4 << 20;
+/// Bytes the readers may be ahead of the matcher when they hand it the
+/// blocks they read (for the calls to carry, `dedupe/kept.rs`), in place
+/// of [`WINDOW`]; a reader always may take the segment after the matcher's.
+pub const KEEP_AHEAD: u64 = 64 << 20;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -111,6 +121,10 @@ pub struct Options {
     /// ranges, small ones for small files, which wait on the device: 16
     /// at once gave 1.5-3x the rate of one on two copies of /usr/include.
     pub callers: usize,
+    /// Most bytes of indexed blocks kept in memory as read, so that the
+    /// calls whose sources they are need not read them again
+    /// (`dedupe/kept.rs`).
+    pub keep_bytes: usize,
 }
 
 impl Default for Options {
@@ -123,6 +137,7 @@ impl Default for Options {
             max_call: 16 << 20,
             threads: 16,
             callers: 16,
+            keep_bytes: 256 << 20,
         }
     }
 }
@@ -219,7 +234,7 @@ impl Hasher for LowBits {
 type Index = HashMap<u128, Loc, BuildHasherDefault<LowBits>>;
 
 /// A block: file number (in the file table) and block in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Loc {
     file: u32,
     block: u64,
@@ -274,6 +289,10 @@ struct Hashed {
     blocks: Vec<Blk>,
     read: u64,
     failure: Option<String>,
+    /// Its bytes as read from the device: the read's buffer, where the
+    /// segment begins in it, and the volume's write epoch before the read
+    /// (none: read through the file, too far ahead, or writes in flight).
+    data: Option<(std::sync::Arc<kept::Pooled>, usize, u64)>,
 }
 
 /// Dedupe the regular files under `paths` (relative to directory `base`;
@@ -319,6 +338,7 @@ pub fn run(
         opts,
         max_call,
         index: Index::default(),
+        kept: kept::Kept::new(bs, if opts.dry_run { 0 } else { opts.keep_bytes }),
         run: None,
         report: &mut report,
         hook,
@@ -328,6 +348,10 @@ pub fn run(
         early: BTreeMap::new(),
         seq: 0,
     };
+    // Readers that hand their bytes on stay nearer the matcher.
+    let keeping = !opts.dry_run && opts.keep_bytes > 0;
+    let window = if keeping { (KEEP_AHEAD / bs).max(1) } else { WINDOW };
+    let pool = &std::sync::Arc::new(kept::Pool::default());
     let next = AtomicUsize::new(0);
     let consumed = Mutex::new(0usize);
     let moved = Condvar::new();
@@ -348,34 +372,38 @@ pub fn run(
                     let (i, last) = (b.segs.start, b.segs.end - 1);
                     {
                         let mut c = consumed.lock();
-                        while i > *c && before[last + 1] - before[*c] > WINDOW && !ctl.cancel.load(Relaxed) {
+                        while i > *c && before[last + 1] - before[*c] > window && !ctl.cancel.load(Relaxed) {
                             moved.wait_for(&mut c, Duration::from_millis(100));
                         }
                     }
                     if ctl.cancel.load(Relaxed) {
                         break;
                     }
-                    let hashed = read::hash_batch(fs, segments, b, bs, zero_hash, &mut buf, ctl)
-                        .unwrap_or_else(|| {
-                            segments[b.segs.clone()]
-                                .iter()
-                                .map(|seg| {
-                                    let want = (seg.count * bs).min(most * bs) as usize;
-                                    if buf.len() < want {
-                                        buf.resize(want, 0);
-                                    }
-                                    read::hash_segment(
-                                        fs,
-                                        &files[seg.file as usize],
-                                        seg,
-                                        bs,
-                                        zero_hash,
-                                        &mut buf,
-                                        ctl,
-                                    )
-                                })
-                                .collect()
-                        });
+                    // The bytes go to the matcher for the calls to carry
+                    // when no write is in flight on the device.
+                    let keep = keeping.then(|| fs.write_epoch()).flatten();
+                    let hashed =
+                        read::hash_batch(fs, segments, b, (bs, zero_hash), (&mut buf, keep, pool), ctl)
+                            .unwrap_or_else(|| {
+                                segments[b.segs.clone()]
+                                    .iter()
+                                    .map(|seg| {
+                                        let want = (seg.count * bs).min(most * bs) as usize;
+                                        if buf.len() < want {
+                                            buf.resize(want, 0);
+                                        }
+                                        read::hash_segment(
+                                            fs,
+                                            &files[seg.file as usize],
+                                            seg,
+                                            bs,
+                                            zero_hash,
+                                            &mut buf,
+                                            ctl,
+                                        )
+                                    })
+                                    .collect()
+                            });
                     if hashed
                         .into_iter()
                         .enumerate()
@@ -411,7 +439,16 @@ pub fn run(
             if let Some(f) = h.failure {
                 m.report.failures.push(f);
             }
-            m.segment(seg, &h.blocks);
+            let bytes = match (h.data, seg.pblock) {
+                (Some((buf, at, epoch)), Some(pblock)) => Some(kept::SegBytes {
+                    buf,
+                    at,
+                    pblock,
+                    epoch,
+                }),
+                _ => None,
+            };
+            m.segment(seg, &h.blocks, bytes.as_ref());
             m.answered(false);
             ctl.done.fetch_add(seg.count * bs, Relaxed);
             want += 1;

@@ -379,3 +379,47 @@ fn small_files_are_read_from_the_device_in_long_reads() {
     assert!(used < 60, "{used} device reads");
     fs.close().unwrap();
 }
+
+/// The calls compare the bytes the readers read (the volume idle, no
+/// write between): the data is read from the device once, not again by
+/// each call; with nothing kept, each call reads both sides again.
+#[test]
+fn the_calls_compare_what_was_read_without_reading_it_again() {
+    let blocks_read = |keep_bytes: usize| {
+        let (dev, fs) = volume();
+        for copy in 0..2 {
+            for k in 0..50u64 {
+                put(
+                    &fs,
+                    ROOT_INO,
+                    &format!("c{copy}-{k}"),
+                    &blocks([4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3]),
+                );
+            }
+        }
+        fs.close().unwrap();
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        let before = dev.counters().blocks_read;
+        let opts = Options {
+            keep_bytes,
+            ..Options::default()
+        };
+        let (r, pairs) = run_with(&fs, &[], &opts);
+        assert_eq!((r.shared_bytes, pairs.len()), (200 * BS, 50));
+        let read = dev.counters().blocks_read - before;
+        let after = contents(&fs);
+        fs.close().unwrap();
+        for k in 0..50 {
+            assert_eq!(after[&format!("/c1-{k}")], after[&format!("/c0-{k}")]);
+        }
+        read
+    };
+    let (kept, not_kept) = (blocks_read(Options::default().keep_bytes), blocks_read(0));
+    // 400 data blocks, read once, plus metadata; the calls' own reads
+    // add 400 more (a few of them found in the cache).
+    assert!(kept < 600, "{kept} blocks read with the bytes kept");
+    assert!(
+        not_kept >= kept + 350,
+        "{not_kept} blocks read without, {kept} with"
+    );
+}

@@ -54,6 +54,8 @@ pub(super) struct Shared {
     volume: RwLock<Volume>,
     /// Data checksum mismatches reads have found since open.
     pub(super) data_errors: AtomicU64,
+    /// The volume's device writes, begun and ended (read without the guard).
+    pub(super) write_epoch: Arc<crate::backend::WriteEpoch>,
     /// Whose turn it is to commit a delta, and which deltas are durable.
     durability: Durability,
     /// Serializes use of the log's tail (see the module comment).
@@ -121,6 +123,7 @@ impl Shared {
 
     pub(super) fn new(volume: Volume, fsync_strict: bool) -> Shared {
         Shared {
+            write_epoch: volume.write_epoch(),
             volume: RwLock::new(volume),
             data_errors: AtomicU64::new(0),
             durability: Durability::default(),

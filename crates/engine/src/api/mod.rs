@@ -41,7 +41,7 @@ pub use crate::types::*;
 pub use clone::Sharing;
 pub use commit::FsyncDone;
 use commit::{Phase, Shared, Worker};
-pub use dedupe::DedupeRange;
+pub use dedupe::{DedupeRange, ReadRange};
 pub use defrag::{DefragOptions, DefragReport};
 pub use image::open_path;
 pub use integrity::BadDataReport;

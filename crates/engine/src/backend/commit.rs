@@ -45,7 +45,7 @@
 
 use super::checks::{new_log_head, JobChecks, Last};
 use super::logwriter::LogLayout;
-use super::writeout::{images, write_all, Pages, Writes};
+use super::writeout::{images, write_all, Pages, WriteEpoch, Writes};
 use super::{Backend, BITMAP_INO};
 use crate::cache::InodeCache;
 use crate::device::{Device, Urgent};
@@ -69,6 +69,8 @@ pub const SINGLE_FLUSH_BLOCKS: usize = 256;
 /// it durable. Holding a job means the delta guard is free for the frontend.
 pub struct CommitJob {
     dev: Arc<dyn Device>,
+    /// The volume's count of device writes ([`Backend::write_epoch`]).
+    epoch: Arc<WriteEpoch>,
     bs: usize,
     /// The delta this job makes durable.
     pub delta: u64,
@@ -164,6 +166,7 @@ impl CommitJob {
         }
         write_all(
             self.dev.as_ref(),
+            &self.epoch,
             self.bs,
             std::mem::take(&mut self.writes),
             &self.data,
@@ -205,6 +208,7 @@ impl CommitJob {
         writes.append(&mut self.log_body);
         write_all(
             self.dev.as_ref(),
+            &self.epoch,
             self.bs,
             writes,
             data,
@@ -324,6 +328,7 @@ impl Backend {
         };
         let job = CommitJob {
             dev: self.dev.clone(),
+            epoch: self.write_epoch.clone(),
             bs: self.bs,
             delta: self.delta,
             data_bytes: (data.len() * self.bs) as u64,
@@ -367,6 +372,7 @@ impl Backend {
             .lay_out(&mut self.alloc, records, self.delta, true, self.bs)?;
         Ok(CommitJob {
             dev: self.dev.clone(),
+            epoch: self.write_epoch.clone(),
             bs: self.bs,
             delta: self.delta,
             data_bytes,

@@ -22,6 +22,7 @@ pub mod mkfs;
 pub mod readers;
 pub mod snapshot;
 mod writeout;
+pub use writeout::WriteEpoch;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -175,6 +176,8 @@ pub struct Backend {
     /// Reads in the device without the delta guard, which a commit's frees
     /// wait for before they are handed out again (`readers.rs`).
     pub readers: Arc<readers::ReadEpochs>,
+    /// The device writes of its commits, begun and ended (`writeout.rs`).
+    pub write_epoch: Arc<WriteEpoch>,
     /// Giving blocks free for good back to the device (`discard.rs`).
     pub discard: discard::Discard,
     /// Log records replay passed over (a repair's open only): the log block
@@ -545,6 +548,7 @@ impl Backend {
             named: BTreeSet::new(),
             snaps,
             readers: Arc::default(),
+            write_epoch: Arc::default(),
             discard: discard::Discard::default(),
             skipped,
             mended,

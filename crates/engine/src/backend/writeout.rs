@@ -7,7 +7,53 @@
 
 use crate::device::{Device, Gather};
 use crate::error::Result;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
+
+/// The device writes of a volume's commits, begun and ended: a reader
+/// that reads blocks without the delta guard learns from it that nothing
+/// was written to the device since (`Fs::write_epoch`). Every block a
+/// mounted volume writes goes through [`write_all`], which counts here.
+#[derive(Debug, Default)]
+pub struct WriteEpoch {
+    begun: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl WriteEpoch {
+    /// The writes begun so far, if none of them is in flight now: the
+    /// device's blocks hold what they will hold until the next write
+    /// begins ([`WriteEpoch::unchanged_since`]). `None` while one is in
+    /// flight.
+    pub fn quiet(&self) -> Option<u64> {
+        // `ended` first: if `begun` is no larger a moment later, every
+        // write begun by then had ended.
+        let ended = self.ended.load(SeqCst);
+        let begun = self.begun.load(SeqCst);
+        (begun == ended).then_some(begun)
+    }
+
+    /// Whether no write has begun since [`WriteEpoch::quiet`] gave `epoch`.
+    pub fn unchanged_since(&self, epoch: u64) -> bool {
+        self.begun.load(SeqCst) == epoch
+    }
+}
+
+/// A write counted in a [`WriteEpoch`] while it lives (ended on every path).
+struct Counted<'a>(&'a WriteEpoch);
+
+impl<'a> Counted<'a> {
+    fn begin(epoch: &'a WriteEpoch) -> Counted<'a> {
+        epoch.begun.fetch_add(1, SeqCst);
+        Counted(epoch)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, SeqCst);
+    }
+}
 
 /// Blocks to write in this commit: (address, image).
 pub(super) type Writes = Vec<(u64, Vec<u8>)>;
@@ -27,6 +73,7 @@ const MAX_MERGE: usize = 1 << 20;
 /// body and commit block, usually neighbours, go as one request.
 pub(super) fn write_all(
     dev: &dyn Device,
+    epoch: &WriteEpoch,
     bs: usize,
     writes: Writes,
     data: &[(u64, Arc<Vec<u8>>)],
@@ -49,6 +96,7 @@ pub(super) fn write_all(
         reqs.push((start, all[i..j].iter().map(|w| w.1).collect()));
         i = j;
     }
+    let _counted = Counted::begin(epoch);
     dev.write_gather(&reqs)?;
     Ok(())
 }
@@ -81,7 +129,15 @@ mod tests {
         let writes: Writes = vec![(11, vec![2u8; bs]), (10, vec![1u8; bs]), (30, vec![5u8; bs])];
         let data: Pages = vec![(12, Arc::new(vec![3u8; bs]))];
         let commit = vec![4u8; bs];
-        write_all(&dev, bs, writes, &data, Some((13, &commit))).unwrap();
+        write_all(
+            &dev,
+            &WriteEpoch::default(),
+            bs,
+            writes,
+            &data,
+            Some((13, &commit)),
+        )
+        .unwrap();
         let c = dev.counters();
         assert_eq!(c.blocks_written, 5);
         assert_eq!(c.writes, 2, "blocks 10..=13 as one request, then block 30");

@@ -62,6 +62,16 @@ pub struct DedupeSeen {
     pub unwritten: bool,
 }
 
+/// Where a file's blocks lie on the device and their checksums
+/// ([`Volume::on_device`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OnDevice {
+    /// The device block of each block.
+    pub at: Vec<u64>,
+    /// Its checksum, on a volume with data checksums.
+    pub sums: Vec<Option<u32>>,
+}
+
 /// What sharing has saved on a volume (see [`crate::Fs::sharing`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sharing {
@@ -357,6 +367,38 @@ impl Volume {
             maps,
             unwritten,
         })
+    }
+
+    /// The volume's count of device writes (`Fs::write_epoch`).
+    pub fn write_epoch(&self) -> std::sync::Arc<crate::backend::WriteEpoch> {
+        self.be.write_epoch.clone()
+    }
+
+    /// Where `ino`'s blocks `from..from + count` lie, block by block, and
+    /// each one's checksum (`None` on a volume without them), if every
+    /// one is written on the device and none has a page dirty or under
+    /// writeback: then the device's bytes at those blocks are the file's.
+    /// `None` if not (a hole, a preallocated block, a page not written).
+    pub fn on_device(&mut self, ino: Ino, from: u64, count: u64) -> Result<Option<OnDevice>> {
+        if self.has_unwritten_pages(ino, from, count)? {
+            return Ok(None);
+        }
+        let dev = self.be.dev.clone();
+        let i = self.inode(ino)?;
+        let extents = extent_range::clipped(&mut i.tree, dev.as_ref(), from, from + count)?;
+        let mut out = OnDevice::default();
+        let mut next = from;
+        for e in &extents {
+            if e.unwritten || e.lblock != next {
+                return Ok(None);
+            }
+            for k in 0..e.count {
+                out.at.push(e.pblock + k);
+                out.sums.push(e.sums.get(k as usize).copied());
+            }
+            next = e.end();
+        }
+        Ok((next == from + count).then_some(out))
     }
 
     /// The shared-extent table's totals.

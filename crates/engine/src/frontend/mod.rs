@@ -25,7 +25,7 @@ macro_rules! or_fail {
 pub mod acl;
 mod atime;
 mod clone;
-pub use clone::{BlockRun, ClonePlan, DedupeSeen, Sharing};
+pub use clone::{BlockRun, ClonePlan, DedupeSeen, OnDevice, Sharing};
 mod defrag;
 pub use defrag::DefragPlan;
 pub use relocate::PastEnd;

@@ -5,22 +5,33 @@
 //! together (`Fs::dedupe_ranges`); their outcomes are taken in the order the
 //! runs were found (the hook sees the pairs in that order).
 //!
+//! A run whose blocks were all read from the device in one write epoch
+//! carries their bytes (`dedupe/kept.rs`), up to [`CARRY`] bytes a side
+//! (a longer one is cut into calls of that size), and its call hands them
+//! to `Fs::dedupe_ranges_read`, which compares them without reading.
+//!
 //! The runs in flight at once never hurt each other: a run's source
 //! blocks are first occurrences (indexed) and its destination blocks
 //! later ones (matched, never indexed), so no block is the source of one
 //! run and the destination of another; and each call compares before it
 //! shares.
 
+use super::kept::{Carried, Kept, SegBytes};
 use super::{gone, Blk, File, Index, Loc, Options, Outcome, Pair, Report, Segment};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use tux3::error::{Error, Result};
-use tux3::types::Ino;
-use tux3::{DedupeRange, Fs};
+use tux3::{DedupeRange, Fs, ReadRange};
 
 /// A call to make: its number (in the order found), then
-/// `Fs::dedupe_range`'s arguments.
-pub(super) type Call = (u64, Ino, u64, Ino, u64, u64);
+/// `Fs::dedupe_range`'s arguments, and the bytes of both sides if it
+/// carries them.
+pub(super) type Call = (u64, DedupeRange, Option<Box<ReadRange>>);
+
+/// Most bytes a side of a run carries: a run that carries bytes is cut
+/// into calls of this size (the calls waiting for the callers hold at
+/// most `BATCH` times the callers of them).
+pub(super) const CARRY: u64 = 1 << 20;
 /// A call's number and what it returned.
 pub(super) type Answer = (u64, Result<Option<u64>>);
 
@@ -42,18 +53,26 @@ pub(super) fn calls(fs: &Fs, rx: Receiver<Call>, tx: Sender<Answer>) {
                 Err(_) => break,
             }
         }
-        let ranges: Vec<DedupeRange> = batch
-            .iter()
-            .map(|&(_, src, src_off, dst, dst_off, len)| DedupeRange {
-                src,
-                src_off,
-                dst,
-                dst_off,
-                len,
-            })
-            .collect();
-        let answers = fs.dedupe_ranges(&ranges);
-        for ((seq, ..), r) in batch.into_iter().zip(answers) {
+        let (mut read, mut read_seq, mut unread, mut unread_seq) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (seq, range, bytes) in batch {
+            match bytes {
+                Some(b) => {
+                    read.push(*b);
+                    read_seq.push(seq);
+                }
+                None => {
+                    unread.push(range);
+                    unread_seq.push(seq);
+                }
+            }
+        }
+        let answers = fs
+            .dedupe_ranges_read(&read)
+            .into_iter()
+            .zip(read_seq)
+            .chain(fs.dedupe_ranges(&unread).into_iter().zip(unread_seq));
+        for (r, seq) in answers {
             if tx.send((seq, r)).is_err() {
                 return;
             }
@@ -67,6 +86,8 @@ pub(super) struct Run {
     pub(super) src: Loc,
     pub(super) dst: Loc,
     pub(super) len: u64,
+    /// Both sides' bytes, while every block's are known.
+    pub(super) carried: Option<Carried>,
 }
 
 pub(super) struct Matcher<'a> {
@@ -76,6 +97,8 @@ pub(super) struct Matcher<'a> {
     pub(super) opts: &'a Options,
     pub(super) max_call: u64,
     pub(super) index: Index,
+    /// Indexed blocks' bytes, as read.
+    pub(super) kept: Kept,
     pub(super) run: Option<Run>,
     pub(super) report: &'a mut Report,
     pub(super) hook: &'a mut dyn FnMut(&Pair),
@@ -91,8 +114,10 @@ pub(super) struct Matcher<'a> {
 }
 
 impl Matcher<'_> {
-    pub(super) fn segment(&mut self, seg: &Segment, blocks: &[Blk]) {
+    pub(super) fn segment(&mut self, seg: &Segment, blocks: &[Blk], bytes: Option<&SegBytes>) {
         let zero_key = u128::MAX;
+        let bs = self.bs;
+        let carry = (CARRY / bs).max(1);
         for (k, b) in blocks.iter().enumerate() {
             let here = Loc {
                 file: seg.file,
@@ -104,7 +129,7 @@ impl Matcher<'_> {
                     continue;
                 }
                 Blk::Zero => {
-                    self.report.zero_bytes += self.bs;
+                    self.report.zero_bytes += bs;
                     if !self.opts.zeros {
                         self.flush();
                         continue;
@@ -113,6 +138,8 @@ impl Matcher<'_> {
                 }
                 Blk::Data(h) => h,
             };
+            let mine = || bytes.and_then(|sb| sb.block(k as u64, bs));
+            let epoch = bytes.map_or(0, |sb| sb.epoch);
             let first = self.index.get(&key).copied();
             if let Some(r) = &mut self.run {
                 let follows = r.dst.file == here.file && r.dst.block + r.len == here.block;
@@ -120,9 +147,19 @@ impl Matcher<'_> {
                     file: r.src.file,
                     block: r.src.block + r.len,
                 };
-                if follows && first == Some(next_src) && r.len < self.max_call {
+                let most = if r.carried.is_some() {
+                    carry.min(self.max_call)
+                } else {
+                    self.max_call
+                };
+                if follows && first == Some(next_src) && r.len < most {
                     r.len += 1;
-                    self.report.dup_bytes += self.bs;
+                    if let Some(c) = &mut r.carried {
+                        if !c.push(self.kept.get(next_src), mine(), epoch) {
+                            r.carried = None;
+                        }
+                    }
+                    self.report.dup_bytes += bs;
                     continue;
                 }
                 if follows && first == Some(next_src) {
@@ -132,25 +169,33 @@ impl Matcher<'_> {
                         src: next_src,
                         dst: here,
                         len: 1,
+                        carried: Carried::start(self.kept.get(next_src), mine(), epoch),
                     });
-                    self.report.dup_bytes += self.bs;
+                    self.report.dup_bytes += bs;
                     continue;
                 }
             }
             self.flush();
             match first {
                 Some(src) => {
-                    self.report.dup_bytes += self.bs;
+                    self.report.dup_bytes += bs;
                     self.run = Some(Run {
                         src,
                         dst: here,
                         len: 1,
+                        carried: Carried::start(self.kept.get(src), mine(), epoch),
                     });
                 }
                 None if self.index.len() < self.opts.max_index => {
                     self.index.insert(key, here);
+                    if let Some(sb) = bytes {
+                        let at = sb.at + k * bs as usize;
+                        if let Some(data) = sb.buf.buf.get(at..at + bs as usize) {
+                            self.kept.keep(here, data, sb.pblock + k as u64, epoch);
+                        }
+                    }
                 }
-                None => self.report.unindexed_bytes += self.bs,
+                None => self.report.unindexed_bytes += bs,
             }
         }
     }
@@ -158,7 +203,7 @@ impl Matcher<'_> {
     /// Hand the run gathered, if any, to the callers (a dry run: report
     /// it found).
     pub(super) fn flush(&mut self) {
-        let Some(r) = self.run.take() else { return };
+        let Some(mut r) = self.run.take() else { return };
         if self.opts.dry_run {
             return self.report_pair(&r, Outcome::Found);
         }
@@ -167,7 +212,25 @@ impl Matcher<'_> {
             self.files[r.src.file as usize].ino,
             self.files[r.dst.file as usize].ino,
         );
-        let call = (self.seq, src, r.src.block * bs, dst, r.dst.block * bs, r.len * bs);
+        let range = DedupeRange {
+            src,
+            src_off: r.src.block * bs,
+            dst,
+            dst_off: r.dst.block * bs,
+            len: r.len * bs,
+        };
+        let carried = r.carried.take().map(|c| {
+            let (src, dst) = c.bytes(&self.kept);
+            Box::new(ReadRange {
+                range,
+                epoch: c.epoch,
+                src_at: c.src_at,
+                dst_at: c.dst_at,
+                src,
+                dst,
+            })
+        });
+        let call = (self.seq, range, carried);
         self.sent.insert(self.seq, r);
         self.seq += 1;
         self.report.calls += 1;
@@ -185,8 +248,11 @@ impl Matcher<'_> {
     }
 
     /// Make `call` on this thread (no callers).
-    fn call_here(&mut self, (seq, src, src_off, dst, dst_off, len): Call) {
-        let r = self.fs.dedupe_range(src, src_off, dst, dst_off, len);
+    fn call_here(&mut self, (seq, d, carried): Call) {
+        let r = match carried {
+            Some(c) => self.fs.dedupe_ranges_read(&[*c]).pop().unwrap_or(Ok(None)),
+            None => self.fs.dedupe_range(d.src, d.src_off, d.dst, d.dst_off, d.len),
+        };
         self.early.insert(seq, r);
     }
 

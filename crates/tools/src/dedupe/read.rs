@@ -3,8 +3,10 @@
 //! device reads, and each group (or a segment, through its file) read and
 //! hashed block by block.
 
+use super::kept::Pool;
 use super::{Batch, Blk, Control, File, Hashed, Segment, GAP, SEGMENT};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use tux3::error::{Errno, Result};
 use tux3::Fs;
 use xxhash_rust::xxh3::xxh3_128;
@@ -91,21 +93,29 @@ pub(super) fn batches(segments: &[Segment], most: u64) -> Vec<Batch> {
 
 /// Read a group's blocks from the device into `buf` and hash each of its
 /// segments; `None` if the read failed (each segment is then read through
-/// its file, which names what failed).
+/// its file, which names what failed). `keep`: the volume's write epoch
+/// before the read, to hand the bytes on with it (read into a buffer of
+/// their own from `pool`, then; else into `buf`).
 pub(super) fn hash_batch(
     fs: &Fs,
     segments: &[Segment],
     b: &Batch,
-    bs: u64,
-    zero_hash: u128,
-    buf: &mut Vec<u8>,
+    (bs, zero_hash): (u64, u128),
+    (buf, keep, pool): (&mut Vec<u8>, Option<u64>, &Arc<Pool>),
     ctl: &Control,
 ) -> Option<Vec<Hashed>> {
     let start = b.start?;
     let len = (b.blocks * bs) as usize;
-    if buf.len() < len {
-        buf.resize(len, 0);
-    }
+    let mut own = keep.map(|_| pool.take(len));
+    let buf = match &mut own {
+        Some(p) => &mut p.buf,
+        None => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            buf
+        }
+    };
     fs.device().read(start, &mut buf[..len]).ok()?;
     let mut out = Vec::with_capacity(b.segs.len());
     for seg in &segments[b.segs.clone()] {
@@ -127,7 +137,15 @@ pub(super) fn hash_batch(
             blocks,
             read: seg.count * bs,
             failure: None,
+            data: None,
         });
+    }
+    if let (Some(epoch), Some(own)) = (keep, own) {
+        let own = Arc::new(own);
+        for (h, seg) in out.iter_mut().zip(&segments[b.segs.clone()]) {
+            let at = ((seg.pblock? - start) * bs) as usize;
+            h.data = Some((own.clone(), at, epoch));
+        }
     }
     Some(out)
 }
@@ -205,5 +223,6 @@ pub(super) fn hash_segment(
         blocks,
         read,
         failure,
+        data: None,
     }
 }
