@@ -104,7 +104,7 @@ for r in $(seq 1 "$ROUNDS"); do
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "$r  $fill  $dd_mib  $secs  $read_mib  $wr_mib  $rate  $(pct "$DIR/idle" 50)/$(pct "$DIR/idle" 99)  $(pct "$DIR/busy" 50)/$(pct "$DIR/busy" 99)  $(wc -l < "$DIR/busy")  $(echo "$cpu0 $cpu1" | awk '{printf "%.1f", $2 - $1}')  $load" | tee -a "$DIR/rows"
     timeout 60 umount "$MNT" || exit 1
-    "$TUX3" fsck "$LOOP" >/dev/null || { echo "shrink: fsck found problems" >&2; exit 1; }
+    "$TUX3" fsck "$LOOP" >"$DIR/fsck" 2>&1 || { echo "shrink: fsck found problems:" >&2; cat "$DIR/fsck" >&2; exit 1; }
     losetup -d "$LOOP"
     LOOP=
 done

@@ -758,6 +758,18 @@ impl Backend {
             self.sb.generation = u64::from(self.alloc.generation);
         }
         let relocated = self.relocate_bitmap(writes)?;
+        #[cfg(debug_assertions)]
+        {
+            let dev = self.dev.clone();
+            let past = extent::all(&mut self.bitmap, dev.as_ref())?
+                .into_iter()
+                .find(|e| e.end() > self.sb.bitmap_blocks);
+            debug_assert!(
+                past.is_none(),
+                "a unify leaves the bitmap file mapping {past:?}, past its {} blocks",
+                self.sb.bitmap_blocks
+            );
+        }
         for (index, addr) in relocated.iter().filter_map(|(i, a)| Some((i, (*a)?))) {
             writes.push((
                 addr,

@@ -102,8 +102,18 @@ impl Volume {
             return Err(Error::Posix(Errno::ENOSPC));
         }
         let bs = self.be.bs;
+        let (old, new) = (self.be.sb.bitmap_blocks, bitmap::blocks_needed(bs, blocks));
+        // The bitmap blocks past the file's new end are all clear now, and
+        // nothing can set a bit there again; but a unify may have written
+        // one that its own relocation cleared afterwards (the last block in
+        // use there an old bitmap block or bitmap-file node it moved): that
+        // one is mapped still and not marked changed. Marked, the next
+        // unify — the one that writes the new size — leaves them all holes,
+        // as the new bitmap file must (a mount refuses a block mapped past
+        // its end).
+        self.be.alloc.dirty.extend(new..old.max(new));
         self.be.sb.block_count = blocks;
-        self.be.sb.bitmap_blocks = bitmap::blocks_needed(bs, blocks);
+        self.be.sb.bitmap_blocks = new;
         Ok(())
     }
 
