@@ -65,12 +65,22 @@ fn contents(fs: &Fs, inos: &[Ino]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Each file's block seeds (equal seeds: equal blocks).
+fn seeds() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    proptest::collection::vec(proptest::collection::vec(0u8..3, BLOCKS as usize), FILES as usize)
+}
+
+/// Up to `most` ranges: (source file, block, destination file, block, blocks).
+fn calls(most: usize) -> impl Strategy<Value = Vec<(u64, u64, u64, u64, u64)>> {
+    proptest::collection::vec((0..FILES, 0..BLOCKS, 0..FILES, 0..BLOCKS, 1..5u64), 1..most)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
     #[test]
     fn a_batch_answers_as_each_range_alone(
-        seeds in proptest::collection::vec(proptest::collection::vec(0u8..3, BLOCKS as usize), FILES as usize),
-        calls in proptest::collection::vec((0..FILES, 0..BLOCKS, 0..FILES, 0..BLOCKS, 1..5u64), 1..24),
+        seeds in seeds(),
+        calls in calls(24),
         dirty in proptest::option::of((0..FILES, 0..BLOCKS)),
         missing in any::<bool>(),
     ) {
@@ -190,8 +200,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn ranges_read_answer_as_each_range_alone(
-        seeds in proptest::collection::vec(proptest::collection::vec(0u8..3, BLOCKS as usize), FILES as usize),
-        calls in proptest::collection::vec((0..FILES, 0..BLOCKS, 0..FILES, 0..BLOCKS, 1..5u64), 1..16),
+        seeds in seeds(),
+        calls in calls(16),
         what in between(),
     ) {
         let img = volume(&seeds);

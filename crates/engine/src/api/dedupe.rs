@@ -81,18 +81,17 @@ impl Fs {
     /// the others as [`Fs::dedupe_ranges`] answers them. The same answers
     /// as [`Fs::dedupe_range`] of each, in order.
     pub fn dedupe_ranges_read(&self, reads: &[ReadRange]) -> Vec<Result<Option<u64>>> {
-        // The checksums of what was read, without the guard (a block is
-        // what was read over the blocks read; a range that says otherwise
-        // is done as unread).
-        let sums: Vec<[Vec<u32>; 2]> = reads
+        // The checksums of what was read, without the guard, where both
+        // sides are equal (a block is what was read over the blocks read;
+        // a range that says otherwise is done as unread).
+        let sums: Vec<Vec<u32>> = reads
             .iter()
             .map(|r| {
                 let bs = r.src.len() / r.src_at.len().max(1);
                 if r.src == r.dst && bs > 0 {
-                    let s: Vec<u32> = r.src.chunks(bs).map(block_sum).collect();
-                    [s.clone(), s]
+                    r.src.chunks(bs).map(block_sum).collect()
                 } else {
-                    [Vec::new(), Vec::new()]
+                    Vec::new()
                 }
             })
             .collect();
@@ -235,11 +234,11 @@ enum Settled {
 
 /// Under the exclusive guard: whether `r`, read by the caller, can be
 /// answered from its bytes (`None`: no, do it as unread). `sums`: the
-/// checksums of each side's bytes, when they are equal.
+/// checksums of the bytes, when both sides' are equal.
 fn settle_read(
     vol: &mut Volume,
     r: &ReadRange,
-    sums: &[Vec<u32>; 2],
+    sums: &[u32],
     epoch: &crate::backend::WriteEpoch,
 ) -> Result<Option<Settled>> {
     let d = &r.range;
@@ -251,15 +250,15 @@ fn settle_read(
     if r.src_at.len() != n || r.dst_at.len() != n || r.src.len() != bytes || r.dst.len() != bytes {
         return Ok(None);
     }
-    if vol.same_blocks(d.src, sb, d.dst, db, count)? {
-        return Ok(Some(Settled::Same));
-    }
     let on = |vol: &mut Volume, ino, from, at: &[u64]| -> Result<Option<OnDevice>> {
         Ok(vol.on_device(ino, from, count)?.filter(|o| o.at == at))
     };
     let (Some(src), Some(dst)) = (on(vol, d.src, sb, &r.src_at)?, on(vol, d.dst, db, &r.dst_at)?) else {
         return Ok(None);
     };
+    if src.at == dst.at {
+        return Ok(Some(Settled::Same));
+    }
     // Nothing written since the reads: the bytes are still the blocks'.
     if !epoch.unchanged_since(r.epoch) {
         return Ok(None);
@@ -267,9 +266,10 @@ fn settle_read(
     if r.src != r.dst {
         return Ok(Some(Settled::Differ));
     }
-    let matches =
-        |o: &OnDevice, found: &[u32]| o.sums.iter().zip(found).all(|(s, f)| s.is_none_or(|s| s == *f));
-    if !matches(&src, &sums[0]) || !matches(&dst, &sums[1]) {
+    let matches = |o: &OnDevice, found: &[u32]| {
+        o.sums.len() == found.len() && o.sums.iter().zip(found).all(|(s, f)| s.is_none_or(|s| s == *f))
+    };
+    if !matches(&src, sums) || !matches(&dst, sums) {
         // A damaged block (or bytes not read where said): the unread
         // path names it.
         return Ok(None);
