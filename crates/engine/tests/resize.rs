@@ -52,6 +52,17 @@ fn fill(fs: &Fs, prefix: &str, kib: usize) -> usize {
     unreachable!()
 }
 
+/// Files `{prefix}{i}` for `i` in `r`, each `content(i, kib)`.
+fn write_files(fs: &Fs, prefix: &str, r: std::ops::Range<usize>, kib: usize) {
+    for i in r {
+        let ino = fs
+            .create(ROOT_INO, format!("{prefix}{i}").as_bytes(), 0o644, 0, 0)
+            .unwrap()
+            .ino;
+        fs.write(ino, 0, &content(i, kib)).unwrap();
+    }
+}
+
 fn check_files(fs: &Fs, prefix: &str, n: usize, kib: usize) {
     check_range(fs, prefix, 0..n, kib);
 }
@@ -82,22 +93,10 @@ fn shrinking_moves_data_past_the_new_end() {
     let dev = fresh(40_000);
     let fs = open(&dev);
     // Files written first lie lowest.
-    for i in 0..10 {
-        let ino = fs
-            .create(ROOT_INO, format!("k{i}").as_bytes(), 0o644, 0, 0)
-            .unwrap()
-            .ino;
-        fs.write(ino, 0, &content(i, 256)).unwrap();
-    }
+    write_files(&fs, "k", 0..10, 256);
     // About 90% full.
     let n = 130;
-    for i in 0..n {
-        let ino = fs
-            .create(ROOT_INO, format!("a{i}").as_bytes(), 0o644, 0, 0)
-            .unwrap()
-            .ino;
-        fs.write(ino, 0, &content(i, 256)).unwrap();
-    }
+    write_files(&fs, "a", 0..n, 256);
     fs.sync().unwrap();
     // More is in use than fits: refused before anything changes.
     assert_eq!(fs.resize(20_000).unwrap_err().errno(), Errno::ENOSPC);
@@ -129,6 +128,40 @@ fn shrinking_moves_data_past_the_new_end() {
     assert!(more > 0);
     fs.close().unwrap();
     fsck_clean(&dev);
+}
+
+/// The blocks a shrink moves keep the checksums the read that fetched
+/// them checked: no commit computes them again (under the delta guard,
+/// where every other operation would wait for it), and each is right (a
+/// cold open reads every moved block back through its checksum).
+#[test]
+fn a_shrink_takes_the_checksums_its_read_checked() {
+    let dev = fresh(16_000);
+    let fs = open(&dev);
+    write_files(&fs, "a", 0..40, 256);
+    fs.sync().unwrap();
+    for i in (0..40).step_by(2) {
+        fs.unlink(ROOT_INO, format!("a{i}").as_bytes()).unwrap();
+    }
+    fs.close().unwrap();
+    // A cold cache: every block moved is read from the device.
+    let fs = open(&dev);
+    let before = fs.stats().sums_computed;
+    let r = fs.resize(8_000).unwrap();
+    assert!(r.moved_blocks > 1_000, "{} blocks moved", r.moved_blocks);
+    assert_eq!(
+        fs.stats().sums_computed,
+        before,
+        "the commits computed checksums the shrink's read had checked"
+    );
+    fs.close().unwrap();
+    fsck_clean(&dev);
+    let fs = open(&dev);
+    for i in (1..40).step_by(2) {
+        let ino = fs.lookup(ROOT_INO, format!("a{i}").as_bytes()).unwrap().ino;
+        assert!(fs.read(ino, 0, 256 * 1024).unwrap() == content(i, 256), "a{i}");
+    }
+    fs.close().unwrap();
 }
 
 fn check_range(fs: &Fs, prefix: &str, r: std::ops::Range<usize>, kib: usize) {

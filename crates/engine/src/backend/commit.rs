@@ -461,6 +461,9 @@ impl Backend {
             // the extent that maps it, in the same delta as the data: the
             // one the write took while the bytes were hot, else computed.
             let summed = self.sb.data_sums;
+            if summed {
+                self.stats.sums_computed += taken.iter().filter(|t| t.is_none()).count() as u64;
+            }
             let sums_of = |from: usize, n: u64| -> Vec<u32> {
                 if !summed {
                     return Vec::new();

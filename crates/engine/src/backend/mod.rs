@@ -112,6 +112,11 @@ pub struct Stats {
     /// Leaves of the inode table held in memory (filled by the frontend):
     /// those of inodes let go of past `inode_limit` go with them.
     pub itable_leaves: u64,
+    /// Data blocks whose checksum a commit computed itself since open (on
+    /// a volume with data checksums): those whose page no write took it
+    /// for while the bytes were hot, nor a shrink or defrag from the read
+    /// that checked it.
+    pub sums_computed: u64,
 }
 
 /// Changes to one file tree found in the log, applied when its inode loads.

@@ -268,7 +268,20 @@ impl PageMap {
     /// only push other files' clean pages out): those go to `dropped`, for
     /// the caller to free outside its locks.
     pub fn end_writeback(&mut self, keep_max: usize, dropped: &mut Vec<Arc<Vec<u8>>>) {
-        let written: Vec<(u64, Page)> = self.pages.extract_if(.., |_, p| p.writeback).collect();
+        // The map is taken apart and the pages still dirty built into a new
+        // one in bulk: a commit of thousands of pages (a stream, a shrink's
+        // batch) would otherwise pay a rebalancing per page removed, under
+        // the delta guard that every other operation waits for.
+        let mut written = Vec::with_capacity(self.pages.len().saturating_sub(self.dirty));
+        let mut kept = Vec::with_capacity(self.dirty);
+        for (k, p) in std::mem::take(&mut self.pages) {
+            if p.writeback {
+                written.push((k, p));
+            } else {
+                kept.push((k, p));
+            }
+        }
+        self.pages = kept.into_iter().collect();
         if written.len() > keep_max {
             dropped.extend(written.into_iter().map(|(_, p)| p.data));
             return;

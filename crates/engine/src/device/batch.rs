@@ -22,7 +22,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Pieces in flight at once.
 pub const DEPTH: usize = 8;
@@ -37,6 +37,10 @@ pub const PIECE_MAX: usize = 256 << 10;
 /// Longest a batch holds back for urgent I/O before it sends one more
 /// piece anyway, so a steady run of fsyncs cannot starve a delta commit.
 pub const MAX_HOLD: Duration = Duration::from_millis(20);
+/// How long after urgent I/O a background batch keeps only one piece in
+/// flight: fsyncs come in runs (a database's, a mail server's), and the next
+/// one's write then queues behind one piece instead of [`BYTES_IN_FLIGHT`].
+pub const URGENT_ECHO: Duration = Duration::from_millis(100);
 /// Alignment of bounce buffers for `O_DIRECT` I/O.
 pub const DIRECT_ALIGN: usize = 4096;
 
@@ -127,12 +131,16 @@ pub fn pieces<'a>(reqs: &[(u64, Vec<&'a [u8]>)], unit: usize, max: usize) -> Vec
 /// Urgent I/O under way (an fsync commit's writes and flush), which
 /// background batches make way for: while it lasts they send no new piece
 /// (up to [`MAX_HOLD`] per piece), so the urgent writes queue behind at most
-/// what was already in flight.
+/// what was already in flight; for [`URGENT_ECHO`] after it ends they keep
+/// one piece in flight at a time.
 #[derive(Default)]
 pub struct Gate {
     urgent: AtomicUsize,
-    lock: Mutex<()>,
+    /// When urgent I/O last ended (under the lock the waiters use).
+    lock: Mutex<Option<Instant>>,
     calm: Condvar,
+    /// Times a background call waited for urgent I/O to end (for tests).
+    waits: AtomicUsize,
 }
 
 impl Gate {
@@ -142,19 +150,44 @@ impl Gate {
 
     pub fn end(&self) {
         if self.urgent.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _l = self.lock.lock();
+            let mut last = self.lock.lock();
+            *last = Some(Instant::now());
             self.calm.notify_all();
         }
+    }
+
+    /// Times a background call waited for urgent I/O to end.
+    #[cfg(test)]
+    pub fn waits(&self) -> usize {
+        self.waits.load(Ordering::SeqCst)
     }
 
     fn is_urgent(&self) -> bool {
         self.urgent.load(Ordering::SeqCst) > 0
     }
 
+    /// Bytes a background batch of pieces of `piece` bytes may have in
+    /// flight now: one piece while urgent I/O is under way or within
+    /// [`URGENT_ECHO`] of its end, else [`BYTES_IN_FLIGHT`].
+    pub fn in_flight_cap(&self, piece: usize) -> usize {
+        self.in_flight_cap_at(piece, Instant::now())
+    }
+
+    fn in_flight_cap_at(&self, piece: usize, now: Instant) -> usize {
+        let ended = *self.lock.lock();
+        let echo = self.is_urgent() || ended.is_some_and(|t| now.saturating_duration_since(t) < URGENT_ECHO);
+        if echo {
+            piece
+        } else {
+            BYTES_IN_FLIGHT
+        }
+    }
+
     /// Wait until no urgent I/O is under way, or [`MAX_HOLD`].
-    fn wait_calm(&self) {
+    pub(super) fn wait_calm(&self) {
         let mut l = self.lock.lock();
         if self.is_urgent() {
+            self.waits.fetch_add(1, Ordering::SeqCst);
             self.calm.wait_for(&mut l, MAX_HOLD);
         }
     }
@@ -196,6 +229,39 @@ pub use ring::Batch;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A background batch keeps one piece in flight while urgent I/O is
+    /// under way and for [`URGENT_ECHO`] after it ends (the next fsync of
+    /// a run of them then waits for one piece), the whole window
+    /// otherwise.
+    #[test]
+    fn the_window_narrows_to_one_piece_around_urgent_io() {
+        let gate = Gate::default();
+        assert_eq!(gate.in_flight_cap(4096), BYTES_IN_FLIGHT, "never urgent");
+        gate.begin();
+        assert_eq!(gate.in_flight_cap(4096), 4096, "urgent");
+        gate.end();
+        let ended = gate.lock.lock().expect("the end is recorded");
+        assert_eq!(gate.in_flight_cap_at(4096, ended), 4096, "just after");
+        let later = ended + URGENT_ECHO;
+        assert_eq!(gate.in_flight_cap_at(4096, later), BYTES_IN_FLIGHT, "long after");
+        gate.begin();
+        assert_eq!(gate.in_flight_cap_at(4096, later), 4096, "urgent again");
+        gate.end();
+    }
+
+    /// Background work waits for urgent I/O under way (at most
+    /// [`MAX_HOLD`]), and not when there is none.
+    #[test]
+    fn waiting_for_calm_counts_only_real_waits() {
+        let gate = Gate::default();
+        gate.wait_calm();
+        assert_eq!(gate.waits.load(Ordering::SeqCst), 0);
+        gate.begin();
+        gate.wait_calm(); // returns after MAX_HOLD: nobody ends it
+        assert_eq!(gate.waits.load(Ordering::SeqCst), 1);
+        gate.end();
+    }
 
     #[test]
     fn pieces_split_at_the_limit_and_keep_offsets() {

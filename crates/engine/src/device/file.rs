@@ -319,7 +319,13 @@ impl Device for FileDevice {
         }
         Ok(())
     }
+    /// A background flush (a delta commit's) waits for urgent I/O under
+    /// way to end first (up to `MAX_HOLD`): an fsync commit's flush would
+    /// otherwise queue behind it.
     fn flush(&self) -> io::Result<()> {
+        if URGENT_HERE.get() == 0 {
+            self.gate.wait_calm();
+        }
         self.file.sync_data()?;
         self.counters.on_flush();
         Ok(())
@@ -601,6 +607,31 @@ mod tests {
         }
         let err = dev.write_gather(&[(699, vec![&b])]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    /// A flush from another thread than the urgent one (a delta commit's)
+    /// waits for the urgent I/O to end (at most `MAX_HOLD`), so that it is
+    /// not queued ahead of the fsync commit's own flush; the urgent
+    /// thread's flush goes at once, and so does any when none is urgent.
+    #[test]
+    fn background_flushes_wait_for_urgent_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        create_image(&path, 16 * BS as u64).unwrap();
+        let dev = FileDevice::open_with(&path, BS, true, false).unwrap();
+        let other =
+            |dev: &FileDevice| std::thread::scope(|s| s.spawn(|| dev.flush().unwrap()).join().unwrap());
+        other(&dev);
+        assert_eq!(dev.gate.waits(), 0, "nothing urgent");
+        dev.urgent_begin();
+        dev.flush().unwrap();
+        assert_eq!(dev.gate.waits(), 0, "the urgent thread's own flush");
+        other(&dev);
+        assert_eq!(dev.gate.waits(), 1, "another thread's flush waited");
+        dev.urgent_end();
+        other(&dev);
+        assert_eq!(dev.gate.waits(), 1, "calm again");
+        assert_eq!(dev.counters().flushes, 4);
     }
 
     /// Urgent I/O is the calling thread's: its own batches go at once,

@@ -280,9 +280,15 @@ impl Volume {
                 while b + n < e.end() && n < READ_BLOCKS && i.pages.content(b + n).is_none() {
                     n += 1;
                 }
+                // Both kinds of read checked each block against its
+                // checksum: the commit takes it as known.
                 if let Some((data, got)) = read.and_then(|p| p.blocks_of(ino, e, b, n, bs)) {
                     for (k, block) in data.chunks(bs as usize).enumerate() {
-                        i.pages.page_mut(b + k as u64, delta, || block.to_vec());
+                        let at = b + k as u64;
+                        i.pages.page_mut(at, delta, || block.to_vec());
+                        if let Some(sum) = e.sum_at(at) {
+                            i.pages.set_sum(at, sum);
+                        }
                     }
                     dirtied += got;
                     b += got;
@@ -294,7 +300,11 @@ impl Volume {
                     verify(ino, e, b + k as u64, block)?;
                 }
                 for (k, block) in buf.chunks(bs as usize).enumerate() {
-                    i.pages.page_mut(b + k as u64, delta, || block.to_vec());
+                    let at = b + k as u64;
+                    i.pages.page_mut(at, delta, || block.to_vec());
+                    if let Some(sum) = e.sum_at(at) {
+                        i.pages.set_sum(at, sum);
+                    }
                 }
                 dirtied += n;
                 b += n;

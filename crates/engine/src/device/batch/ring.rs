@@ -51,6 +51,8 @@ pub struct Batch {
     holds: u64,
     /// Pieces sent through the ring.
     sent: u64,
+    /// Most bytes in flight at once during the last write.
+    peak: usize,
 }
 
 impl Batch {
@@ -68,6 +70,7 @@ impl Batch {
                 broken: false,
                 holds: 0,
                 sent: 0,
+                peak: 0,
             }),
             Err(e) => {
                 tracing::debug!("io_uring unavailable ({e}): device writes go one at a time");
@@ -113,6 +116,7 @@ impl Batch {
             self.bufs.push(AlignedBuf::new(self.piece_max)?);
             self.iovs.push(Vec::new());
         }
+        self.peak = 0;
         // Slot `s` holds the index of the piece in flight in `bufs[s]`.
         let mut slots: Vec<Option<usize>> = vec![None; self.bufs.len()];
         let mut next = 0;
@@ -129,7 +133,8 @@ impl Batch {
                     break;
                 };
                 let p = &pieces[next];
-                if in_flight > 0 && bytes + p.len > BYTES_IN_FLIGHT {
+                let cap = gate.map_or(BYTES_IN_FLIGHT, |g| g.in_flight_cap(self.piece_max));
+                if in_flight > 0 && bytes + p.len > cap {
                     break;
                 }
                 if let Some(gate) = gate.filter(|g| !held && g.is_urgent()) {
@@ -187,6 +192,7 @@ impl Batch {
                 next += 1;
                 in_flight += 1;
                 bytes += p.len;
+                self.peak = self.peak.max(bytes);
             }
             if in_flight == 0 {
                 break;
@@ -286,6 +292,10 @@ mod tests {
         gate.end();
         batch.write(&file, &ps, Some(&gate)).unwrap();
         assert_eq!(batch.holds, 4, "calm again");
+        assert_eq!(batch.peak, 4096, "one piece at a time just after urgent I/O");
+        let calm = Gate::default();
+        batch.write(&file, &ps, Some(&calm)).unwrap();
+        assert_eq!(batch.peak, 4 * 4096, "all four in flight on a gate never urgent");
         let mut back = vec![0u8; data.len()];
         file.read_exact_at(&mut back, 0).unwrap();
         assert!(back == data);
