@@ -246,12 +246,29 @@ pub struct Mounted<'a> {
 impl Mounted<'_> {
     /// `umount MNT`, then wait until the server has closed the volume and
     /// exited.
+    /// `umount`, tried again while it fails with the mount still busy
+    /// (up to the deadline): a descriptor another thread of the test
+    /// process had open on the mount may be closed a moment later (a
+    /// child forked for another test holds it until its exec). What held
+    /// it is printed if it never lets go.
     pub fn unmount(mut self) {
-        let st = Command::new("umount")
-            .arg(&self.fx.mnt)
-            .status()
-            .expect("run umount");
-        assert!(st.success(), "umount failed");
+        let start = Instant::now();
+        loop {
+            let out = Command::new("umount")
+                .arg(&self.fx.mnt)
+                .output()
+                .expect("run umount");
+            if out.status.success() {
+                break;
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.contains("busy") || start.elapsed() > DEADLINE {
+                let holders = Command::new("fuser").arg("-vm").arg(&self.fx.mnt).output();
+                let holders = holders.map(|o| String::from_utf8_lossy(&o.stderr).into_owned());
+                panic!("umount failed: {err}; held by: {holders:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.wait_gone();
     }
 

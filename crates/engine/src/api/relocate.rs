@@ -3,7 +3,7 @@
 //! File data goes in batches of 32 MiB (at most a quarter of the dirty
 //! limit), each in three steps: its pieces planned under the delta guard
 //! (where they lie now), read without it (`frontend/relocate_read.rs`:
-//! large requests, two at once) while the batch before is written, then
+//! runs of up to 1 MiB, one at a time) while the batch before is written, then
 //! made dirty under the guard a chunk of 256 blocks at a time, each block
 //! taking what was read only if it is still mapped where it was read
 //! from (else as the guarded path has it: a newer page kept, the device
