@@ -13,6 +13,7 @@ mod ahead;
 mod bulk;
 mod cached;
 mod check;
+mod edit;
 pub mod mend;
 pub mod node;
 mod redirect;
