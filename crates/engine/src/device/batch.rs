@@ -156,6 +156,13 @@ impl Gate {
         }
     }
 
+    /// Record the last end of urgent I/O as `t` (tests pin the window
+    /// with it).
+    #[cfg(test)]
+    pub fn ended_at(&self, t: Instant) {
+        *self.lock.lock() = Some(t);
+    }
+
     /// Times a background call waited for urgent I/O to end.
     #[cfg(test)]
     pub fn waits(&self) -> usize {

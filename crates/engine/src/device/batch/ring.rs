@@ -290,6 +290,9 @@ mod tests {
         batch.write(&file, &ps, Some(&gate)).unwrap();
         assert_eq!(batch.holds, 4, "one hold per piece while urgent");
         gate.end();
+        // However long this thread waits before its next piece, the end is
+        // recent.
+        gate.ended_at(std::time::Instant::now() + std::time::Duration::from_secs(3600));
         batch.write(&file, &ps, Some(&gate)).unwrap();
         assert_eq!(batch.holds, 4, "calm again");
         assert_eq!(batch.peak, 4096, "one piece at a time just after urgent I/O");
