@@ -238,3 +238,71 @@ fn fsck_counts_every_leaked_range_and_repair_frees_that_many() {
         report.blocks_used - want - report.unify_frees
     );
 }
+
+/// A snapshot taken at a unify shares the inode table's root then; once
+/// the log has moved the live table's leaf elsewhere (a delta commit, no
+/// unify since), only the snapshot reads that old leaf, and fsck must
+/// still check it there.
+#[test]
+fn a_snapshots_inode_table_the_log_moved_away_from_is_checked() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS, 4096));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &[1u8; 4096]).unwrap();
+    fs.snapshot_create(b"s").unwrap();
+    let held = Backend::open(dev.clone(), true).unwrap().0.sb.itable;
+    assert_eq!(held.depth, 0, "the table is one leaf");
+    fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap();
+    fs.close().unwrap();
+    assert_eq!(problems(&dev), Vec::<String>::new());
+    // The snapshot's leaf, which the live table no longer uses, damaged.
+    dev.write(held.addr, &vec![0xa5; BS as usize]).unwrap();
+    let p = problems(&dev);
+    assert!(
+        p.iter().any(|l| l.contains(&format!("{}", held.addr))),
+        "the snapshot's inode table leaf at {} is damaged: {p:#?}",
+        held.addr
+    );
+}
+
+/// The same with a table of several leaves: the snapshot shares the root
+/// branch's block, and the log moved one leaf below it; the snapshot's
+/// old leaf is checked too.
+#[test]
+fn a_snapshots_inode_table_leaf_the_log_moved_away_from_is_checked() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BS, 8192));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    let mut inos = Vec::new();
+    for i in 0..400 {
+        inos.push(
+            fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino,
+        );
+    }
+    fs.snapshot_create(b"s").unwrap();
+    let (be, _) = Backend::open(dev.clone(), true).unwrap();
+    let held = be.sb.itable;
+    assert!(held.depth >= 1, "several leaves");
+    let mut t = tux3::structures::btree::Tree::open(0, TreeKind::Itable, held);
+    let last = *inos.last().unwrap();
+    let old_leaf = t
+        .get_at(dev.as_ref(), last)
+        .unwrap()
+        .expect("the last file's record")
+        .1;
+    drop(be);
+    fs.write(last, 0, b"changed").unwrap();
+    fs.close().unwrap();
+    let live = Backend::open(dev.clone(), true).unwrap().0.sb.itable;
+    assert_eq!(live.addr, held.addr, "no unify since the snapshot");
+    assert_eq!(problems(&dev), Vec::<String>::new());
+    dev.write(old_leaf, &vec![0xa5; BS as usize]).unwrap();
+    let p = problems(&dev);
+    assert!(
+        p.iter().any(|l| l.contains(&format!("block {old_leaf}"))),
+        "the snapshot's inode table leaf at {old_leaf} is damaged: {p:#?}"
+    );
+}

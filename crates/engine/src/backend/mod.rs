@@ -191,6 +191,11 @@ pub struct Backend {
     /// Leaf maps replay mended (a repair's open only): the log block and
     /// what the record named wrong (`leafcheck.rs`).
     pub mended: Vec<(u64, String)>,
+    /// Replay moved or removed leaves of the inode table (tree 0, whose
+    /// log changes go straight into the table rather than into the replay
+    /// map): a snapshot sharing the unified root then reads leaves the
+    /// live table no longer has (fsck walks them).
+    pub itable_replayed: bool,
 }
 
 pub(crate) fn nonce() -> u64 {
@@ -307,6 +312,7 @@ impl Backend {
         let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut orphans = BTreeSet::new();
+        let mut itable_replayed = false;
         let mut delta = sb.next_delta;
         // An fsync commit counts unless a later full commit holds its delta:
         // that commit holds everything the fsync described. (An fsync
@@ -424,6 +430,7 @@ impl Backend {
                             return Err(bad(format!("leaf of tree {tree} at {addr} outside the volume")));
                         }
                         if tree == 0 {
+                            itable_replayed = true;
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
                         } else {
                             trees.entry(tree).or_default().ops.push((sep, Some(addr)));
@@ -431,6 +438,7 @@ impl Backend {
                     }
                     Record::LeafUnmap { tree, sep } => {
                         if tree == 0 {
+                            itable_replayed = true;
                             itable.unmap_leaf(dev.as_ref(), sep)?;
                         } else {
                             trees.entry(tree).or_default().ops.push((sep, None));
@@ -557,6 +565,7 @@ impl Backend {
             discard: discard::Discard::default(),
             skipped,
             mended,
+            itable_replayed,
         };
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]

@@ -334,7 +334,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
             .map(|(_, a)| a.root.addr)
             // (A damaged record is a snapshot's damage too if it shares
             // the table: walk its copy, so the repair deletes it.)
-            .chain((unchanged(0) && !itable_damaged).then_some(be.sb.itable.addr))
+            .chain((!be.itable_replayed && !itable_damaged).then_some(be.sb.itable.addr))
             .filter(|&addr| addr != 0)
             .collect();
         // Blocks a snapshot references that the repair puts on the dead
