@@ -28,6 +28,7 @@ use super::relocate_read::Prefetched;
 use super::Volume;
 use crate::backend::alloc::SharedExtents;
 use crate::backend::free_space;
+use crate::cache::pages::PageMap;
 use crate::error::{err, Errno, Result};
 use crate::structures::extent::{self, Extent};
 use crate::structures::extent_range;
@@ -284,11 +285,7 @@ impl Volume {
                 // checksum: the commit takes it as known.
                 if let Some((data, got)) = read.and_then(|p| p.blocks_of(ino, e, b, n, bs)) {
                     for (k, block) in data.chunks(bs as usize).enumerate() {
-                        let at = b + k as u64;
-                        i.pages.page_mut(at, delta, || block.to_vec());
-                        if let Some(sum) = e.sum_at(at) {
-                            i.pages.set_sum(at, sum);
-                        }
+                        fill_checked(&mut i.pages, e, b + k as u64, delta, block);
                     }
                     dirtied += got;
                     b += got;
@@ -300,11 +297,7 @@ impl Volume {
                     verify(ino, e, b + k as u64, block)?;
                 }
                 for (k, block) in buf.chunks(bs as usize).enumerate() {
-                    let at = b + k as u64;
-                    i.pages.page_mut(at, delta, || block.to_vec());
-                    if let Some(sum) = e.sum_at(at) {
-                        i.pages.set_sum(at, sum);
-                    }
+                    fill_checked(&mut i.pages, e, b + k as u64, delta, block);
                 }
                 dirtied += n;
                 b += n;
@@ -319,6 +312,16 @@ impl Volume {
             self.clean.get_mut().changed(ino, clean_before, clean_after, bs);
         }
         Ok(dirtied)
+    }
+}
+
+/// A new dirty page at `at` holding `block`, read from where `e` maps it
+/// and checked against its checksum there: the page takes that checksum,
+/// so the commit need not compute it again.
+fn fill_checked(pages: &mut PageMap, e: &Extent, at: u64, delta: u64, block: &[u8]) {
+    pages.page_mut(at, delta, || block.to_vec());
+    if let Some(sum) = e.sum_at(at) {
+        pages.set_sum(at, sum);
     }
 }
 

@@ -133,8 +133,11 @@ impl Batch {
                     break;
                 };
                 let p = &pieces[next];
-                let cap = gate.map_or(BYTES_IN_FLIGHT, |g| g.in_flight_cap(self.piece_max));
-                if in_flight > 0 && bytes + p.len > cap {
+                // (The cap, which takes the gate's lock, only once something
+                // is in flight.)
+                if in_flight > 0
+                    && bytes + p.len > gate.map_or(BYTES_IN_FLIGHT, |g| g.in_flight_cap(self.piece_max))
+                {
                     break;
                 }
                 if let Some(gate) = gate.filter(|g| !held && g.is_urgent()) {
