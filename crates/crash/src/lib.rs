@@ -254,7 +254,7 @@ fn check_all(
                     let image = states::build(&durable, &rec.log, e, &st, bs);
                     let w = check::window(rec, e.start, e.end);
                     let same = |img: &[u8]| states::matches(img, &durable, &rec.log, e, &st, bs);
-                    let discarded = states::discarded(&before, &rec.log, e, &st);
+                    let discarded = states::discarded_in(&before, &rec.log, e, &st, &image, bs);
                     let broken = check::check(image, same, rec, w, opts.ordering, &discarded);
                     if broken.is_empty() {
                         continue;

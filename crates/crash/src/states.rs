@@ -57,7 +57,8 @@ pub struct Epoch {
 /// those of the durable prefix (every epoch before). Each of the epoch's
 /// discards counts as issued (the crash may follow it), each of its
 /// writes only if it landed whole (a torn write leaves the block neither
-/// old nor new, so nothing may refer to it either way).
+/// old nor new, so nothing may refer to it either way; but see
+/// [`discarded_in`]).
 pub fn discarded(before: &BTreeSet<u64>, log: &[RecordedOp], epoch: &Epoch, state: &State) -> BTreeSet<u64> {
     let mut out = before.clone();
     if out.is_empty() && epoch.discards.is_empty() {
@@ -76,6 +77,37 @@ pub fn discarded(before: &BTreeSet<u64>, log: &[RecordedOp], epoch: &Epoch, stat
             }
             RecordedOp::Discard { start, count } => out.extend(*start..start.saturating_add(*count)),
             _ => {}
+        }
+    }
+    out
+}
+
+/// [`discarded`], less the block of a torn write that reads back whole in
+/// `image` (the crash image, of blocks of `bs` bytes): the sectors that did
+/// not land held those bytes already, so the block is the write's as far
+/// as anything can tell, and the volume may refer to it. (On a device a
+/// discarded block's untouched sectors may read back otherwise; a block
+/// written in the crash's epoch is referred to only through a checksum —
+/// a log block's own, or a single-flush delta's `BlockSum` — so such a
+/// device makes the recovery drop what refers to it instead, which the
+/// integrity checks cover.)
+pub fn discarded_in(
+    before: &BTreeSet<u64>,
+    log: &[RecordedOp],
+    epoch: &Epoch,
+    state: &State,
+    image: &[u8],
+    bs: usize,
+) -> BTreeSet<u64> {
+    let mut out = discarded(before, log, epoch, state);
+    let torn = state
+        .torn
+        .and_then(|(k, _)| epoch.writes.get(k))
+        .map(|&i| &log[i]);
+    if let Some(RecordedOp::Write { block, data }) = torn {
+        let at = usize::try_from(*block).unwrap_or(usize::MAX).saturating_mul(bs);
+        if image.get(at..at.saturating_add(bs)) == Some(&data[..]) {
+            out.remove(block);
         }
     }
     out

@@ -237,6 +237,45 @@ fn discarded_blocks_are_those_not_written_since() {
     assert_eq!(got, BTreeSet::from([12]));
 }
 
+/// A torn write to a discarded block takes it off the discarded set only
+/// when the block reads back whole (its unlanded sectors held the write's
+/// bytes already).
+#[test]
+fn a_torn_write_that_reads_back_whole_ends_a_discard() {
+    let bs = 1024;
+    let log = vec![
+        RecordedOp::Discard { start: 3, count: 1 },
+        w(3, 7, bs),
+        RecordedOp::Flush,
+    ];
+    let eps = states::epochs(&log);
+    let state = states::State {
+        epoch: 0,
+        landed: vec![0],
+        torn: Some((0, 1)),
+        tier: 1,
+        must: false,
+    };
+    let RecordedOp::Write { data, .. } = &log[1] else {
+        unreachable!()
+    };
+    let mut image = vec![0u8; 8 * bs];
+    let none = BTreeSet::new();
+    // The tail that did not land differs from the write's: still discarded.
+    image[3 * bs..3 * bs + 512].copy_from_slice(&data[..512]);
+    let got = states::discarded_in(&none, &log, &eps[0], &state, &image, bs);
+    assert_eq!(got, BTreeSet::from([3]));
+    // The same bytes there already: the block is the write's.
+    image[3 * bs..4 * bs].copy_from_slice(data);
+    let got = states::discarded_in(&none, &log, &eps[0], &state, &image, bs);
+    assert!(got.is_empty(), "{got:?}");
+    // Without the image's say, a torn write never ends a discard.
+    assert_eq!(
+        states::discarded(&none, &log, &eps[0], &state),
+        BTreeSet::from([3])
+    );
+}
+
 /// The discard check flags a recovered volume that refers to a block the
 /// log discarded, and passes the same image when nothing it refers to was.
 #[test]
