@@ -32,8 +32,9 @@
 //!    wholly gone, and never changes one.
 //!
 //! 8. discard (promise 11): no block whose last change before the crash
-//!    is a discard (`states::discarded`: every discard issued before the
-//!    epoch's closing flush, no write to the block landing after it) is
+//!    is a discard (`states::discarded_in`: every discard issued before
+//!    the epoch's closing flush, no write to the block landing after it,
+//!    nor a torn one that reads back whole) is
 //!    one the recovered volume refers to (fsck's reference walk of the
 //!    crash image: the walk of the fsck above, the image being unchanged,
 //!    or `referenced_blocks` of a copy when the mount freed orphans and
