@@ -46,19 +46,31 @@ fn a_mount_right_after_umount2_waits_for_the_previous_server() {
         return;
     }
     let fx = Fixture::new("256M");
-    let old = fx.mount(&["-o", "commit=0"]);
-    // Written, not committed: the old server commits it when it closes.
     let data: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
-    fs::write(fx.path("big"), &data).unwrap();
-    // A plain umount(2), not tux3 umount: it returns before the server has
-    // closed the volume, and the server is held there for the test.
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::umount2(cstr(&fx.mnt).as_ptr(), 0) }, 0, "umount2");
-    let stopped = Stopped::new(old.pid);
-    assert!(!is_mounted(&fx.mnt));
-    assert!(
-        image_locked(&fx),
-        "the old server closed the volume before it could be stopped: the case is not set up"
+    // The server may close the volume between umount(2)'s return and its
+    // stop (a loaded machine): then the case is set up again, a few times.
+    let mut held = None;
+    for _ in 0..5 {
+        let old = fx.mount(&["-o", "commit=0"]);
+        // Written, not committed: the old server commits it when it closes.
+        fs::write(fx.path("big"), &data).unwrap();
+        // A plain umount(2), not tux3 umount: it returns before the server
+        // has closed the volume, and the server is held there for the test.
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::umount2(cstr(&fx.mnt).as_ptr(), 0) }, 0, "umount2");
+        let stopped = Stopped::new(old.pid);
+        assert!(!is_mounted(&fx.mnt));
+        if image_locked(&fx) {
+            held = Some((old, stopped));
+            break;
+        }
+        drop(stopped);
+        let pid = old.pid;
+        wait_until("the old server to exit", || is_gone(pid));
+        drop(old);
+    }
+    let (old, stopped) = held.expect(
+        "the old server closed the volume before it could be stopped, five times: the case is not set up",
     );
 
     // The new mount (in the foreground: our child, reaped by its guard).
