@@ -100,13 +100,14 @@ pub fn discarded_in(
     bs: usize,
 ) -> BTreeSet<u64> {
     let mut out = discarded(before, log, epoch, state);
-    let torn = state
-        .torn
-        .and_then(|(k, _)| epoch.writes.get(k))
-        .map(|&i| &log[i]);
-    if let Some(RecordedOp::Write { block, data }) = torn {
+    let torn = state.torn.and_then(|(k, _)| epoch.writes.get(k)).copied();
+    if let Some((i, RecordedOp::Write { block, data })) = torn.map(|i| (i, &log[i])) {
+        // Not when a discard of the block follows it in the epoch.
+        let discarded_after = log[i..epoch.end]
+            .iter()
+            .any(|op| matches!(op, RecordedOp::Discard { start, count } if (*start..start.saturating_add(*count)).contains(block)));
         let at = usize::try_from(*block).unwrap_or(usize::MAX).saturating_mul(bs);
-        if image.get(at..at.saturating_add(bs)) == Some(&data[..]) {
+        if !discarded_after && image.get(at..at.saturating_add(bs)) == Some(&data[..]) {
             out.remove(block);
         }
     }

@@ -274,6 +274,12 @@ fn a_torn_write_that_reads_back_whole_ends_a_discard() {
         states::discarded(&none, &log, &eps[0], &state),
         BTreeSet::from([3])
     );
+    // Nor does it when a discard of the block follows it.
+    let mut later = log.clone();
+    later.insert(2, RecordedOp::Discard { start: 3, count: 1 });
+    let eps = states::epochs(&later);
+    let got = states::discarded_in(&none, &later, &eps[0], &state, &image, bs);
+    assert_eq!(got, BTreeSet::from([3]));
 }
 
 /// The discard check flags a recovered volume that refers to a block the
