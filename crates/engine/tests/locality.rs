@@ -1,7 +1,11 @@
 //! Scenario: where new files' data goes. Files created in two directories
 //! by turns, a commit each round, end up with each directory's files
 //! together: a new file's goal is the end of the last data written in its
-//! directory, not the end of the last data written anywhere.
+//! directory, not the end of the last data written anywhere. A file
+//! written over many deltas, each committed (and fsynced) in turn, lies in
+//! at most two runs (its first delta's, then the rest): the deltas' leaves,
+//! log blocks and other files' data go outside the room its data continues
+//! into.
 
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
@@ -61,4 +65,87 @@ fn a_new_file_goes_near_its_directorys_files() {
         late.iter().all(|&x| x > hi && x < big_lo),
         "the late file at {late:?}: near a's files ({lo}..={hi}), not past the big file ({big_lo}..)"
     );
+}
+
+/// The device runs of `blocks` (a file's, in file order): (start, length).
+fn runs(blocks: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &b in blocks {
+        match out.last_mut() {
+            Some((s, n)) if *s + *n == b => *n += 1,
+            _ => out.push((b, 1)),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_file_written_over_many_deltas_lies_in_one_run() {
+    for sums in [true, false] {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 16384));
+        let opts = FormatOptions {
+            data_sums: sums,
+            ..FormatOptions::default()
+        };
+        Fs::format(dev.clone(), &opts).unwrap();
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        let dir = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+        // A stream: 256 KiB a delta, each delta committed, with another
+        // file of the directory appended and fsynced between.
+        let big = fs.create(dir, b"stream", 0o644, 0, 0).unwrap().ino;
+        let other = fs.create(dir, b"other", 0o644, 0, 0).unwrap().ino;
+        let mut other_end = 0;
+        for i in 0..12u64 {
+            fs.write(big, i * (256 << 10), &vec![i as u8; 256 << 10]).unwrap();
+            fs.sync().unwrap();
+            for _ in 0..4 {
+                fs.write(other, other_end, &vec![2; 16 << 10]).unwrap();
+                fs.fsync(other, false).unwrap();
+                other_end += 16 << 10;
+            }
+            fs.sync().unwrap();
+            if i % 4 == 3 {
+                fs.unify().unwrap();
+            }
+        }
+        // A log: 16 KiB appended and fsynced at a time, 48 times.
+        let log = fs.create(dir, b"log", 0o644, 0, 0).unwrap().ino;
+        let mut log_end = 0;
+        for i in 0..48 {
+            fs.write(log, log_end, &vec![3; 16 << 10]).unwrap();
+            fs.fsync(log, false).unwrap();
+            log_end += 16 << 10;
+            if i % 4 == 3 {
+                fs.sync().unwrap();
+            }
+            if i % 16 == 15 {
+                fs.unify().unwrap();
+            }
+        }
+        fs.close().unwrap();
+        let stream = blocks_of(&dev, big);
+        assert_eq!(stream.len(), 12 * 64);
+        // Its first delta's data is not a stream yet (a file written in
+        // one delta keeps no room): that delta's metadata may follow it,
+        // and the eleven deltas after it lie in one run.
+        let pieces = runs(&stream);
+        assert!(
+            pieces.len() <= 2 && pieces[0].1 >= 64,
+            "sums {sums}: the stream in pieces: {pieces:?}"
+        );
+        let log = blocks_of(&dev, log);
+        assert_eq!(log.len() as u64, log_end / 4096);
+        assert!(
+            runs(&log).len() <= 2,
+            "sums {sums}: the log in pieces: {:?}",
+            runs(&log)
+        );
+        let other = blocks_of(&dev, other);
+        assert_eq!(other.len() as u64, other_end / 4096);
+        assert!(
+            runs(&other).len() <= 2,
+            "sums {sums}: the other file in pieces: {:?}",
+            runs(&other)
+        );
+    }
 }

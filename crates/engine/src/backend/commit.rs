@@ -451,12 +451,16 @@ impl Backend {
     /// extent tree.
     fn allocate_data(&mut self, cache: &mut InodeCache, data: &mut Pages) -> Result<()> {
         let dev = self.dev.clone();
+        self.alloc.age_rooms();
         let dirty: Vec<crate::types::Ino> = cache.dirty.get_mut().iter().copied().collect();
         for ino in &dirty {
             let Some(inode) = cache.get_mut(*ino) else {
                 continue;
             };
             let (pages, taken) = inode.pages.start_writeback_summed();
+            // Written in an earlier delta of this mount: a stream if
+            // written at its end again.
+            let streams = inode.goal != 0;
             // On a volume with data checksums each block's CRC32C goes in
             // the extent that maps it, in the same delta as the data: the
             // one the write took while the bytes were hot, else computed.
@@ -522,7 +526,9 @@ impl Backend {
                     } else {
                         self.dir_goals.get(&parent).copied().unwrap_or(self.data_cursor)
                     };
-                    let (start, n) = self.alloc.alloc(goal, want, true)?;
+                    // Data keeps out of the streams' rooms but its own.
+                    let own = (inode.goal != 0).then_some(inode.goal);
+                    let (start, n) = self.alloc.alloc_outside_rooms(goal, want, true, own)?;
                     for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
                         data.push((start + k as u64, p.clone()));
                     }
@@ -537,6 +543,12 @@ impl Backend {
                     inode.attrs.blocks = inode.attrs.blocks + n - freed_blocks;
                     inode.goal = start + n;
                     self.data_cursor = start + n;
+                    // A stream (a file written at its end in this delta
+                    // and in an earlier one) keeps the room after it for
+                    // its next delta's data.
+                    if streams && (lblock + n) * self.bs as u64 >= inode.attrs.size {
+                        self.alloc.keep_room(start + n);
+                    }
                     if self.dir_goals.len() >= super::DIR_GOALS {
                         self.dir_goals.clear();
                     }

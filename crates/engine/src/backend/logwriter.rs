@@ -134,8 +134,8 @@ impl LogWriter {
         let mut nexts = Vec::with_capacity(n);
         let mut at = self.tail.next;
         for _ in 0..n {
-            match alloc.alloc(at + 1, 1, false) {
-                Ok((next, _)) => {
+            match alloc.alloc_meta(at + 1, false) {
+                Ok(next) => {
                     nexts.push(next);
                     at = next;
                 }

@@ -79,7 +79,23 @@ pub struct Allocator {
     pub dying: Vec<(u64, u64, u32)>,
     /// Blocks two or more references of the live volume map (`shared.rs`).
     pub shared: SharedExtents,
+    /// Where the data streams of the last `ROOM_DELTAS` deltas ended, and
+    /// the delta (counted by `age_rooms`) of each (`keep_room`): the free
+    /// run from each, up to `ROOM` blocks, is kept for the stream's next
+    /// data; metadata and new files' data go elsewhere
+    /// (`alloc_outside_rooms`).
+    rooms: Vec<(u64, u64)>,
+    room_clock: u64,
 }
+
+/// The most blocks a stream's room holds (128 MiB of 4 KiB blocks; at most
+/// a sixteenth of the volume): a stream crosses metadata at most once per
+/// this many blocks.
+pub const ROOM: u64 = 1 << 15;
+/// The most rooms kept (the newest).
+const MAX_ROOMS: usize = 16;
+/// A room lasts this many deltas after its stream's last data.
+const ROOM_DELTAS: u64 = 8;
 
 impl Allocator {
     /// An allocator for `blocks` blocks, all free.
@@ -104,6 +120,8 @@ impl Allocator {
             held_upto: None,
             dying: Vec::new(),
             shared: SharedExtents::default(),
+            rooms: Vec::new(),
+            room_clock: 0,
         };
         a.grow(blocks);
         a
@@ -614,7 +632,82 @@ impl Allocator {
 
     /// Allocate one block near `goal`.
     pub fn alloc_one(&mut self, goal: u64) -> Result<u64> {
-        Ok(self.alloc(goal, 1, true)?.0)
+        self.alloc_meta(goal, true)
+    }
+
+    /// Allocate one block of metadata (a leaf, a branch, a log or bitmap
+    /// block) near `goal`, outside the rooms kept for data streams.
+    pub fn alloc_meta(&mut self, goal: u64, logged: bool) -> Result<u64> {
+        Ok(self.alloc_outside_rooms(goal, 1, logged, None)?.0)
+    }
+
+    /// As [`Allocator::alloc`], but outside the rooms kept for data
+    /// streams (`keep_room`), except the one starting at `own` (a stream's
+    /// next data), while any run of the size asked for is free elsewhere:
+    /// so a file written over several deltas lies in one run, not one per
+    /// delta with the delta's leaves, log blocks and other files between.
+    pub fn alloc_outside_rooms(
+        &mut self,
+        goal: u64,
+        want: u64,
+        logged: bool,
+        own: Option<u64>,
+    ) -> Result<(u64, u64)> {
+        if self.rooms.is_empty() || self.available == 0 || want == 0 {
+            return self.alloc(goal, want, logged);
+        }
+        let goal = if goal >= self.limit { 2 } else { goal.max(2) };
+        let size = want.min(self.bits_per_block) as u32;
+        let Some((first, _)) = self.search(goal, size) else {
+            return self.alloc(goal, want, logged);
+        };
+        let mut at = first;
+        // Each room skipped moves past it; a search that comes back to the
+        // first run (the volume wrapped) gives up on them.
+        for _ in 0..=self.rooms.len() {
+            let Some(past) = self.room_end(at, own) else {
+                return self.alloc(at, want, logged);
+            };
+            match self.search(if past >= self.limit { 2 } else { past }, size) {
+                Some((next, _)) if next != first => at = next,
+                _ => break,
+            }
+        }
+        self.alloc(first, want, logged)
+    }
+
+    /// Keep the free run from `end` (up to `ROOM` blocks) for the data of
+    /// the stream that ends there, for `ROOM_DELTAS` deltas.
+    pub fn keep_room(&mut self, end: u64) {
+        self.rooms.retain(|r| r.0 != end);
+        if self.rooms.len() == MAX_ROOMS {
+            self.rooms.remove(0);
+        }
+        self.rooms.push((end, self.room_clock));
+    }
+
+    /// A delta begins: rooms no stream renewed for `ROOM_DELTAS` deltas
+    /// go, and so do rooms data has filled.
+    pub fn age_rooms(&mut self) {
+        self.room_clock += 1;
+        let oldest = self.room_clock.saturating_sub(ROOM_DELTAS);
+        let mut rooms = std::mem::take(&mut self.rooms);
+        rooms.retain(|&(end, at)| at >= oldest && self.run_from(end, 1) == 1);
+        self.rooms = rooms;
+    }
+
+    /// If block `b` (allocatable) lies in a stream's room (but the one at
+    /// `own`), the block past that room's free run (at most `ROOM` from
+    /// the stream's end).
+    fn room_end(&self, b: u64, own: Option<u64>) -> Option<u64> {
+        let room = ROOM.min(self.blocks / 16);
+        self.rooms
+            .iter()
+            .filter(|r| Some(r.0) != own)
+            .find_map(|&(end, _)| {
+                let run = (b >= end && b - end < room).then(|| self.run_from(end, room))?;
+                (b < end + run).then_some(end + run)
+            })
     }
 
     /// Free `[start, start+count)`: clear the bits now, pin them until the

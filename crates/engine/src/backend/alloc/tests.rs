@@ -371,3 +371,45 @@ fn free_runs_walked_in_batches_are_the_runs_there_are() {
     });
     assert_eq!(first, Some((2, 1)));
 }
+
+#[test]
+fn metadata_and_new_files_keep_out_of_a_streams_room() {
+    // 16,384 blocks: a room is at most 1,024 (a sixteenth).
+    let mut a = Allocator::new(16384, 4096);
+    a.apply_alloc(0, 2);
+    assert_eq!(a.alloc(100, 64, true).unwrap(), (100, 64));
+    a.keep_room(164);
+    // Metadata aimed at the stream's end goes past its room.
+    assert_eq!(a.alloc_meta(164, true).unwrap(), 164 + 1024);
+    // Aimed before the stream, it takes the first free block there.
+    assert_eq!(a.alloc_meta(50, true).unwrap(), 50);
+    // Other files' data keeps out too; the stream's own data does not.
+    assert_eq!(a.alloc_outside_rooms(164, 8, true, Some(100)).unwrap(), (1189, 8));
+    assert_eq!(
+        a.alloc_outside_rooms(164, 64, true, Some(164)).unwrap(),
+        (164, 64)
+    );
+    // The room moves on with the stream, and the old end is filled.
+    a.keep_room(228);
+    a.age_rooms();
+    assert_eq!(a.rooms.len(), 1, "a filled room goes at the next delta");
+    // Its free run now stops at the metadata block: the room is what is
+    // left of it, and metadata goes past that.
+    assert_eq!(a.alloc_meta(228, true).unwrap(), 1197);
+    // Rooms last ROOM_DELTAS deltas without their stream's data.
+    for _ in 0..ROOM_DELTAS {
+        a.age_rooms();
+    }
+    assert!(a.rooms.is_empty());
+    assert_eq!(a.alloc_meta(228, true).unwrap(), 228);
+}
+
+#[test]
+fn a_room_gives_way_when_nothing_else_is_free() {
+    let mut a = Allocator::new(1024, 4096);
+    a.apply_alloc(0, 1000);
+    a.keep_room(1000);
+    // All that is free lies in the room: metadata takes it.
+    assert_eq!(a.alloc_meta(0, true).unwrap(), 1000);
+    assert_eq!(a.alloc_outside_rooms(0, 4, true, None).unwrap(), (1001, 4));
+}
