@@ -5,7 +5,7 @@
 //! written over many deltas, each committed (and fsynced) in turn, lies in
 //! at most two runs (its first delta's, then the rest): the deltas' leaves,
 //! log blocks and other files' data go outside the room its data continues
-//! into.
+//! into. A file appended after a mount goes on near where its data ends.
 
 use std::sync::Arc;
 use tux3::device::{Device, MemDevice};
@@ -148,4 +148,41 @@ fn a_file_written_over_many_deltas_lies_in_one_run() {
             runs(&other)
         );
     }
+}
+
+#[test]
+fn a_file_appended_after_a_mount_goes_on_where_it_ends() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(4096, 16384));
+    Fs::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+    // A hole near the volume's start: a file written first, then deleted.
+    let early = fs.create(ROOT_INO, b"early", 0o644, 0, 0).unwrap().ino;
+    fs.write(early, 0, &vec![1; 64 << 10]).unwrap();
+    fs.sync().unwrap();
+    let log = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    fs.write(log, 0, &vec![2; 64 << 10]).unwrap();
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"early").unwrap();
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    fs.unify().unwrap();
+    fs.close().unwrap();
+    let before = blocks_of(&dev, log);
+    for round in 0..3u64 {
+        let fs = Fs::open(dev.clone(), OpenOptions::default()).unwrap();
+        let end = (64 << 10) * (round + 1);
+        fs.write(log, end, &vec![3; 64 << 10]).unwrap();
+        fs.close().unwrap();
+    }
+    let after = blocks_of(&dev, log);
+    assert_eq!(after[..before.len()], before[..]);
+    // The three appends are one run, just past the file's first delta and
+    // that delta's metadata (not in the hole at the volume's start).
+    let appended = runs(&after[before.len()..]);
+    let last = before[before.len() - 1];
+    assert!(
+        appended.len() == 1 && appended[0].0 > last && appended[0].0 <= last + 8,
+        "the log after three mounts: {:?}",
+        runs(&after)
+    );
 }

@@ -458,9 +458,11 @@ impl Backend {
                 continue;
             };
             let (pages, taken) = inode.pages.start_writeback_summed();
-            // Written in an earlier delta of this mount: a stream if
-            // written at its end again.
-            let streams = inode.goal != 0;
+            // A file (not a directory, whose blocks are rewritten entry by
+            // entry) written in an earlier delta of this mount: a stream
+            // if written at its end again.
+            let file = !inode.is_dir();
+            let streams = file && inode.goal != 0;
             // On a volume with data checksums each block's CRC32C goes in
             // the extent that maps it, in the same delta as the data: the
             // one the write took while the bytes were hot, else computed.
@@ -517,18 +519,28 @@ impl Backend {
                         }
                         Run::Other { count } => count,
                     };
-                    // A file's data follows its last extent; a new file's
-                    // goes to the first room from where its directory's
-                    // data begins (holes its deleted files left first).
+                    // A file's data follows its last extent (this mount's,
+                    // else the block after its logical predecessor's); a
+                    // new file's goes to the first room from where its
+                    // directory's data begins (holes its deleted files
+                    // left first).
                     let parent = inode.attrs.parent;
+                    let after = match inode.goal {
+                        0 if file => after_predecessor(&mut inode.tree, dev.as_ref(), lblock)?,
+                        _ => None,
+                    };
                     let goal = if inode.goal != 0 {
                         inode.goal
+                    } else if let Some(after) = after {
+                        after
                     } else {
                         self.dir_goals.get(&parent).copied().unwrap_or(self.data_cursor)
                     };
                     // Data keeps out of the streams' rooms but its own.
                     let own = (inode.goal != 0).then_some(inode.goal);
                     let (start, n) = self.alloc.alloc_outside_rooms(goal, want, true, own)?;
+                    // Written on after data an earlier mount wrote.
+                    let goes_on = after.is_some();
                     for (k, (_, p)) in pages[i..i + n as usize].iter().enumerate() {
                         data.push((start + k as u64, p.clone()));
                     }
@@ -544,9 +556,10 @@ impl Backend {
                     inode.goal = start + n;
                     self.data_cursor = start + n;
                     // A stream (a file written at its end in this delta
-                    // and in an earlier one) keeps the room after it for
-                    // its next delta's data.
-                    if streams && (lblock + n) * self.bs as u64 >= inode.attrs.size {
+                    // and in an earlier one, or going on from its data
+                    // of an earlier mount) keeps the room after it for its
+                    // next delta's data.
+                    if (streams || goes_on) && (lblock + n) * self.bs as u64 >= inode.attrs.size {
                         self.alloc.keep_room(start + n);
                     }
                     if self.dir_goals.len() >= super::DIR_GOALS {
@@ -917,6 +930,21 @@ impl Backend {
 /// a file's tree of one leaf never written, of at most
 /// [`INLINE_EXTENTS`] extents (none: the record needs no attribute), whose
 /// record then still fits a leaf.
+/// The block after the one `lblock - 1` of a file maps to, if written:
+/// where its data at `lblock` goes best (an append or a rewrite after a
+/// mount, before this mount's allocations gave the file a goal).
+fn after_predecessor(
+    tree: &mut crate::structures::btree::Tree,
+    dev: &dyn Device,
+    lblock: u64,
+) -> Result<Option<u64>> {
+    let Some(before) = lblock.checked_sub(1) else {
+        return Ok(None);
+    };
+    let e = extent::lookup(tree, dev, before)?;
+    Ok(e.filter(|e| !e.unwritten).map(|e| e.physical(before) + 1))
+}
+
 fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<extent::Extent>>> {
     use crate::structures::btree::{Tree, TreeKind};
     use crate::structures::inode::{

@@ -9,7 +9,10 @@
 //! A request is served from a free run of the size asked for, the first
 //! at or after the goal (the groups' hints skip those that cannot hold
 //! it); only when no group has such a run does it take the longest run
-//! there is (ARCHITECTURE.md, "Allocation").
+//! there is (ARCHITECTURE.md, "Allocation"). A file written at its end
+//! over several deltas keeps the free run after it (its room) for its
+//! next delta's data: metadata and other files start outside the rooms
+//! while they can (`alloc_outside_rooms`).
 //!
 //! Invariant A1: a block is handed out only if its bit is clear and it is
 //! not pinned, so no allocation ever overwrites a block that the durable
