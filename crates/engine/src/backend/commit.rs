@@ -526,7 +526,7 @@ impl Backend {
                     // left first).
                     let parent = inode.attrs.parent;
                     let after = match inode.goal {
-                        0 if file => after_predecessor(&mut inode.tree, dev.as_ref(), lblock)?,
+                        0 if file => extent_range::after_predecessor(&mut inode.tree, dev.as_ref(), lblock)?,
                         _ => None,
                     };
                     let goal = if inode.goal != 0 {
@@ -930,21 +930,6 @@ impl Backend {
 /// a file's tree of one leaf never written, of at most
 /// [`INLINE_EXTENTS`] extents (none: the record needs no attribute), whose
 /// record then still fits a leaf.
-/// The block after the one `lblock - 1` of a file maps to, if written:
-/// where its data at `lblock` goes best (an append or a rewrite after a
-/// mount, before this mount's allocations gave the file a goal).
-fn after_predecessor(
-    tree: &mut crate::structures::btree::Tree,
-    dev: &dyn Device,
-    lblock: u64,
-) -> Result<Option<u64>> {
-    let Some(before) = lblock.checked_sub(1) else {
-        return Ok(None);
-    };
-    let e = extent::lookup(tree, dev, before)?;
-    Ok(e.filter(|e| !e.unwritten).map(|e| e.physical(before) + 1))
-}
-
 fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<extent::Extent>>> {
     use crate::structures::btree::{Tree, TreeKind};
     use crate::structures::inode::{

@@ -3,7 +3,8 @@
 //! range meets, turning part of an unwritten extent into a written one,
 //! and shifting the map to remove or open a block-aligned range (collapse,
 //! insert), and lifting a range's written extents to map them elsewhere
-//! (a clone). Like `extent.rs`, every operation keeps extents disjoint.
+//! (a clone), and where a write that follows mapped data goes best. Like
+//! `extent.rs`, every operation keeps extents disjoint.
 //!
 //! Calls `extent.rs`, the btree and the base modules.
 
@@ -170,6 +171,17 @@ pub fn holes(t: &mut Tree, dev: &dyn Device, from: u64, to: u64) -> Result<Vec<(
 /// none reads its blocks).
 pub fn fillable(e: &Extent, held_upto: Option<u32>) -> bool {
     e.unwritten && held_upto.is_none_or(|s| e.birth > s)
+}
+
+/// The block after the one `lblock - 1` maps to, if written: where the
+/// data at `lblock` goes best (an append, or a rewrite, that follows it).
+pub fn after_predecessor(t: &mut Tree, dev: &dyn Device, lblock: u64) -> Result<Option<u64>> {
+    let Some(before) = lblock.checked_sub(1) else {
+        return Ok(None);
+    };
+    let e = lookup(t, dev, before)?;
+    Ok(e.filter(|e| !e.unwritten)
+        .map(|e| e.physical(before).saturating_add(1)))
 }
 
 /// What a write of up to `max` blocks from logical block `lblock` meets
