@@ -141,7 +141,11 @@ fn shrink_moves_files_past_the_end_through_the_mount() {
     // the snapshot named in the server's log, nothing changed.
     let o = resize(&[&mnt, "64M"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The filler is made durable before `late` is written, so its
+    // blocks take the free space below 32 MiB first and `late` can only
+    // go past it, wherever the allocator would rather put a new file.
     fs::write(fx.path("filler"), pattern(0, 40 << 20)).unwrap();
+    fs::File::open(fx.path("filler")).unwrap().sync_all().unwrap();
     fs::write(fx.path("late"), pattern(9, 4 << 20)).unwrap();
     cut();
     sync.sync_all().unwrap();
