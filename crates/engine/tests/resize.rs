@@ -347,3 +347,67 @@ fn a_snapshot_holding_blocks_past_the_end_refuses_the_shrink_by_name() {
     fs.close().unwrap();
     fsck_clean(&dev);
 }
+
+/// Clones stay shared through a shrink: blocks a file and its clones map
+/// past the new end are moved once and every clone pointed at the copy
+/// (copying each would need eleven times the room below the end, more
+/// than the volume keeps: ENOSPC). A part one clone overwrote is its own
+/// and moves with it; a clone of half the file shares that half.
+#[test]
+fn a_shrink_keeps_clones_shared() {
+    let dev = fresh(40_000);
+    let fs = open(&dev);
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).unwrap().ino;
+    fs.write(filler, 0, &content(1, 22 * 1024)).unwrap();
+    fs.sync().unwrap();
+    let src = fs.create(ROOT_INO, b"src", 0o644, 0, 0).unwrap().ino;
+    let data = content(3, 4096);
+    fs.write(src, 0, &data).unwrap();
+    fs.sync().unwrap();
+    let clone = |name: &str, from: u64, len: u64| {
+        let ino = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        assert_eq!(fs.clone_range(src, from, ino, 0, len).unwrap(), len);
+        ino
+    };
+    let clones: Vec<Ino> = (0..10).map(|i| clone(&format!("clone{i}"), 0, 4 << 20)).collect();
+    let half = clone("half", 2 << 20, 2 << 20);
+    let mut changed = data.clone();
+    changed[1 << 20..(1 << 20) + (64 << 10)].fill(0xa5);
+    fs.write(clones[3], 1 << 20, &changed[1 << 20..(1 << 20) + (64 << 10)])
+        .unwrap();
+    fs.unlink(ROOT_INO, b"filler").unwrap();
+    fs.sync().unwrap();
+    let used = |fs: &Fs| {
+        let st = fs.statfs().unwrap();
+        st.blocks - st.blocks_free
+    };
+    let (used_before, saved_before) = (used(&fs), fs.sharing().saved_blocks);
+    assert_eq!(saved_before, 10 * 4096 + 2048 - 64);
+    let r = fs.resize(20_000).unwrap();
+    assert!(r.moved_blocks >= 4096 + 64, "{} blocks moved", r.moved_blocks);
+    assert_eq!(
+        fs.sharing().saved_blocks,
+        saved_before,
+        "every clone still shares"
+    );
+    assert!(
+        used(&fs) <= used_before + 64,
+        "{} blocks in use after, {used_before} before",
+        used(&fs)
+    );
+    let check = |fs: &Fs| {
+        assert_eq!(fs.read(src, 0, data.len()).unwrap(), data);
+        for (i, &c) in clones.iter().enumerate() {
+            let want = if i == 3 { &changed } else { &data };
+            assert!(fs.read(c, 0, data.len()).unwrap() == *want, "clone{i}");
+        }
+        assert!(fs.read(half, 0, 2 << 20).unwrap() == data[2 << 20..], "half");
+    };
+    check(&fs);
+    fs.close().unwrap();
+    fsck_clean(&dev);
+    let fs = open(&dev);
+    check(&fs);
+    assert_eq!(fs.sharing().saved_blocks, saved_before);
+    fs.close().unwrap();
+}

@@ -27,6 +27,7 @@ mod integrity;
 mod layout;
 mod receive;
 mod relocate;
+mod relocate_shared;
 mod resize;
 mod snapshot;
 mod trim;

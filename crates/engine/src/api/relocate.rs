@@ -24,6 +24,7 @@
 //! Calls the frontend (`Volume::relocate_*`, `Prefetched`,
 //! `snapshots_past`) and the commit pipeline.
 
+use super::relocate_shared::Claims;
 use super::Fs;
 use crate::error::{Error, Result};
 use crate::frontend::Prefetched;
@@ -90,6 +91,7 @@ impl Fs {
         let batch = (BATCH_BYTES.min(self.vol().dirty_limit() / 4) / bs).max(CHUNK_BLOCKS);
         let mut w = Walked::default();
         let mut queue = Queue::default();
+        let mut claims = Claims::default();
         let (mut from, mut in_batch) = (0, 0u64);
         loop {
             let inos = self.next_inodes(&mut from)?;
@@ -107,6 +109,11 @@ impl Fs {
                 for (start, count) in past.data {
                     queue.push(ino, start, count);
                 }
+                for (lblock, count, old) in past.shared {
+                    for (start, count) in claims.take(ino, lblock, count, old) {
+                        queue.push(ino, start, count);
+                    }
+                }
                 while queue.blocks >= batch {
                     w.blocks += self.move_batch(queue.take(batch), limit)?;
                 }
@@ -118,6 +125,10 @@ impl Fs {
         }
         while queue.blocks > 0 {
             w.blocks += self.move_batch(queue.take(batch), limit)?;
+        }
+        let shared = self.repoint_claims(claims, limit)?;
+        if shared > 0 {
+            tracing::info!("resize: {shared} blocks of clones pointed at their moved copies");
         }
         let (nodes, held) = self.vol().relocate_tables(limit, survey)?;
         w.hold(held);

@@ -44,6 +44,8 @@ pub mod pipeline;
 mod receive;
 mod relocate;
 mod relocate_read;
+mod relocate_shared;
+pub use relocate_shared::MovedRun;
 mod repair;
 mod repair_snap;
 mod repoint;

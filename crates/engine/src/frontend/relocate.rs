@@ -8,8 +8,9 @@
 //!   with the contents it has, as defrag does (`Volume::redirty`): the
 //!   commit writes it elsewhere and frees the old blocks; what a batch
 //!   reads, it reads beforehand without the guard (`relocate_read.rs`).
-//!   A block a clone shares moves too, losing its sharing (the copy below the end is this
-//!   file's own); the old block goes when its last holder has moved;
+//!   A block clones share is moved by the first file the walk finds
+//!   mapping it; the others are then pointed at its new copy
+//!   (`relocate_shared.rs`), so that clones stay shared;
 //! * a preallocated (unwritten) extent is mapped anew to blocks allocated
 //!   now, unwritten still, and the old ones freed, in one step;
 //! * a tree node (a file's extent tree, a directory, the inode table, the
@@ -35,8 +36,12 @@ use crate::types::Ino;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PastEnd {
     /// Logical ranges `(start, count)` of written blocks past the end,
-    /// none of them a snapshot's: for [`Volume::relocate_chunk`].
+    /// none of them a snapshot's nor shared: for [`Volume::relocate_chunk`].
     pub data: Vec<(u64, u64)>,
+    /// Written blocks past the end that other mappings share (the
+    /// shared-extent table counts two or more references), none of them
+    /// a snapshot's: `(lblock, count, pblock)`.
+    pub shared: Vec<(u64, u64, u64)>,
     /// Tree nodes past the end (marked dirty unless surveying).
     pub nodes: u64,
     /// Preallocated blocks moved below the end.
@@ -80,7 +85,7 @@ impl Volume {
             Err(e) => return Err(e),
         };
         let mut out = PastEnd::default();
-        let mut unwritten = Vec::new();
+        let (mut unwritten, mut written) = (Vec::new(), Vec::new());
         if i.tree.kind == TreeKind::Extents {
             for e in extent::all(&mut i.tree, dev.as_ref())?
                 .iter()
@@ -91,7 +96,7 @@ impl Volume {
                 } else if e.unwritten {
                     unwritten.push((e.lblock, e.count));
                 } else {
-                    out.data.push((e.lblock, e.count));
+                    written.push((e.lblock, e.pblock, e.count));
                 }
             }
         }
@@ -102,6 +107,16 @@ impl Volume {
             }
         })?;
         out.held = held;
+        for (lblock, pblock, count) in written {
+            for (p, n, refs) in self.be.alloc.shared.pieces(pblock, count) {
+                let l = lblock + (p - pblock);
+                if refs >= 2 {
+                    out.shared.push((l, n, p));
+                } else {
+                    out.data.push((l, n));
+                }
+            }
+        }
         if survey {
             return Ok(out);
         }
