@@ -19,7 +19,7 @@ SPACE_DEV=      # what mkfs and mount are given: the loop device, or an image
 SPACE_MNT=      # the mount point
 SPACE_FS=       # the filesystem mounted there now, if any
 SPACE_PID=      # the tux3 server of that mount
-SPACE_KEEP=     # set: leave the scratch directory (debugging)
+SPACE_KEEP=${SPACE_KEEP:-}  # set: leave the scratch directory (debugging)
 
 say() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 die() { say "error: $*"; exit 1; }

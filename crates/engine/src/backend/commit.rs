@@ -453,6 +453,15 @@ impl Backend {
         let dev = self.dev.clone();
         self.alloc.age_rooms();
         let dirty: Vec<crate::types::Ino> = cache.dirty.get_mut().iter().copied().collect();
+        let mut writing = Vec::new();
+        for ino in &dirty {
+            if let Some(i) = cache.get_mut(*ino) {
+                if i.goal != 0 && !i.pages.all_written() {
+                    writing.push(i.goal);
+                }
+            }
+        }
+        self.alloc.streams_writing(writing);
         for ino in &dirty {
             let Some(inode) = cache.get_mut(*ino) else {
                 continue;

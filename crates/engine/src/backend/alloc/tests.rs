@@ -383,8 +383,16 @@ fn metadata_and_new_files_keep_out_of_a_streams_room() {
     assert_eq!(a.alloc_meta(164, true).unwrap(), 164 + 1024);
     // Aimed before the stream, it takes the first free block there.
     assert_eq!(a.alloc_meta(50, true).unwrap(), 50);
-    // Other files' data keeps out too; the stream's own data does not.
+    // In the delta that kept it, other files' data may take it: the
+    // stream may be done, and a file written after it then follows it.
+    assert_eq!(a.alloc_outside_rooms(164, 4, true, None).unwrap(), (164, 4));
+    a.apply_free(164, 4);
+    // The next delta, while the stream writes in it: other files' data
+    // keeps out, new or not; the stream's own data does not.
+    a.age_rooms();
+    a.streams_writing(vec![164]);
     assert_eq!(a.alloc_outside_rooms(164, 8, true, Some(100)).unwrap(), (1189, 8));
+    assert_eq!(a.alloc_outside_rooms(164, 8, true, None).unwrap(), (1197, 8));
     assert_eq!(
         a.alloc_outside_rooms(164, 64, true, Some(164)).unwrap(),
         (164, 64)
@@ -393,15 +401,21 @@ fn metadata_and_new_files_keep_out_of_a_streams_room() {
     a.keep_room(228);
     a.age_rooms();
     assert_eq!(a.rooms.len(), 1, "a filled room goes at the next delta");
-    // Its free run now stops at the metadata block: the room is what is
-    // left of it, and metadata goes past that.
-    assert_eq!(a.alloc_meta(228, true).unwrap(), 1197);
+    // A delta the stream writes nothing in: a new file's data may take
+    // its room, a file written before keeps out; metadata too.
+    a.streams_writing(Vec::new());
+    assert_eq!(
+        a.alloc_outside_rooms(228, 8, true, Some(1189)).unwrap(),
+        (1205, 8)
+    );
+    assert_eq!(a.alloc_meta(228, true).unwrap(), 1213);
+    assert_eq!(a.alloc_outside_rooms(228, 8, true, None).unwrap(), (228, 8));
     // Rooms last ROOM_DELTAS deltas without their stream's data.
     for _ in 0..ROOM_DELTAS {
         a.age_rooms();
     }
     assert!(a.rooms.is_empty());
-    assert_eq!(a.alloc_meta(228, true).unwrap(), 228);
+    assert_eq!(a.alloc_meta(236, true).unwrap(), 236);
 }
 
 #[test]
