@@ -18,7 +18,7 @@
 
 use super::fsck::{EXIT_OPERATIONAL, EXIT_USAGE};
 use super::scrub::bytes_bar;
-use super::snapshot::{close, locate, open_image, Target};
+use super::target::{close, locate, open_image, Target};
 use super::CliError;
 use clap::Args;
 use std::ffi::OsString;

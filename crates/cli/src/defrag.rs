@@ -22,7 +22,7 @@
 use super::fsck::{EXIT_CLEAN, EXIT_ERRORS_LEFT, EXIT_OPERATIONAL, EXIT_USAGE};
 use super::image::{join, read_dir_sorted, resolve_arg};
 use super::scrub::bytes_bar;
-use super::snapshot::{close, locate, open_image, Target};
+use super::target::{close, locate, open_image, Target};
 use super::CliError;
 use clap::Args;
 use std::collections::HashSet;

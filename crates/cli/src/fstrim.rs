@@ -17,7 +17,7 @@
 //! adapter's ioctl encoding.
 
 use super::fsck::{EXIT_CLEAN, EXIT_OPERATIONAL, EXIT_USAGE};
-use super::snapshot::{close, locate, open_image, Target};
+use super::target::{close, locate, open_image, Target};
 use super::{parse_size, CliError};
 use clap::Args;
 use std::fs::File;

@@ -41,6 +41,7 @@ mod scrub;
 mod send;
 mod snapshot;
 mod sync;
+mod target;
 pub mod umount;
 
 pub use args::{parse_block_size, parse_size, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};

@@ -6,7 +6,7 @@
 //! alone, which a mount in use cannot offer: a mounted volume is
 //! unmounted for the receive (refused while files are open on it) and
 //! mounted again with its options after it, as a rollback through a mount
-//! is (`snapshot.rs`, `with_unmounted`). Its token is read from the
+//! is (`target.rs`, `with_unmounted`). Its token is read from the
 //! mount's image, read-only, beside the server.
 //!
 //! Calls the stream's receiver ([`tux3_tools::stream::receive`]), the
@@ -15,7 +15,7 @@
 use super::image::image_error;
 use super::mount::lock_volume;
 use super::send::{exit_codes_help, progress_bar, stream_failure, EXIT_OK, EXIT_OPERATIONAL, EXIT_REFUSED};
-use super::snapshot::{locate, with_unmounted, Target};
+use super::target::{locate, with_unmounted, Target};
 use super::CliError;
 use clap::Args;
 use std::io::{self, IsTerminal, Write};

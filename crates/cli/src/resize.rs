@@ -15,7 +15,7 @@
 
 use super::args::parse_size;
 use super::fsck::{EXIT_OPERATIONAL, EXIT_USAGE};
-use super::snapshot::{close, locate, open_image, Target};
+use super::target::{close, locate, open_image, Target};
 use super::CliError;
 use clap::Args;
 use std::fs::File;

@@ -17,7 +17,7 @@
 //! snapshot command's target and image helpers.
 
 use super::fsck::{EXIT_CANCELLED, EXIT_CLEAN, EXIT_ERRORS_LEFT, EXIT_OPERATIONAL, EXIT_USAGE};
-use super::snapshot::{close, locate, open_image, Target};
+use super::target::{close, locate, open_image, Target};
 use super::CliError;
 use clap::{Args, Subcommand};
 use std::fs::File;

@@ -10,12 +10,12 @@
 //! codes, the progress bar, the mapping of stream errors to messages.
 //!
 //! Calls the stream's sender ([`tux3_tools::stream::send`]),
-//! [`tux3::open_path`] and `snapshot.rs`'s way of telling a mount from
+//! [`tux3::open_path`] and `target.rs`'s way of telling a mount from
 //! an image.
 
 use super::image::image_error;
 use super::mount::lock_volume;
-use super::snapshot::{locate, Target};
+use super::target::{locate, Target};
 use super::CliError;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};

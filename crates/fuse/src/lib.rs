@@ -24,6 +24,8 @@
 //!   and closing the volume at the end;
 //! - `test_hooks.rs` (feature `test-hooks`, tests only): faults injected on
 //!   purpose (a queue thread that panics);
+//! - `ioctls.rs`: the ioctls the server answers itself (inode flags, and
+//!   the volume's: snapshots, mount info, remount, resize, scrub, trim);
 //! - `snapshot.rs`: the arguments of the snapshot ioctls, encoded and
 //!   decoded (the `tux3 snapshot` command uses the same code);
 //! - `trim.rs`: the trim ioctls (`tux3 fstrim`, fstrim(8)'s FITRIM);
@@ -41,6 +43,7 @@ mod defrag;
 mod devfuse;
 mod forgets;
 mod idle_poll;
+mod ioctls;
 mod listing;
 mod ops;
 mod remount;

@@ -6,6 +6,11 @@
 //! sync/fsync, on dirty-memory pressure (`dirty_limit`) and at close; the
 //! log is unified once it holds `unify_log_blocks` blocks.
 //!
+//! This file holds [`Volume`] and its books, open (replay into cache) and
+//! close, and the inode lookups and delta stamps every operation starts
+//! with; the end of a delta is in `commit.rs`, the bound on dirty memory
+//! in `pressure.rs`, and each kind of operation in a file of its own.
+//!
 //! May call every layer below: the backend (commit, fsync commit, replay,
 //! allocator), the cache, structures (trees, attribute records, directory
 //! entries), log (the records of fsync commits), device and the base
@@ -26,6 +31,8 @@ pub mod acl;
 mod atime;
 mod clone;
 pub use clone::{BlockRun, ClonePlan, DedupeSeen, OnDevice, Sharing};
+mod commit;
+pub use commit::Retired;
 mod defrag;
 pub use defrag::DefragPlan;
 pub use relocate::PastEnd;
@@ -41,6 +48,8 @@ pub use load::{ColdNode, MayLoad, ReadNode, Staged, TreeNeed};
 mod names;
 mod namespace;
 pub mod pipeline;
+mod pressure;
+pub use pressure::Pressure;
 mod receive;
 mod relocate;
 mod relocate_read;
@@ -62,9 +71,8 @@ mod tail;
 mod trim;
 mod xattr;
 
-use crate::backend::commit::CommitJob;
 use crate::backend::{Backend, FIRST_INO};
-use crate::cache::{CleanPages, Inode, InodeCache, PageMap};
+use crate::cache::{CleanPages, Inode, InodeCache};
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
 use crate::log::Record;
@@ -81,17 +89,6 @@ pub use crate::backend::Stats;
 /// Largest file size: 2^40 blocks or 2^63-1 bytes, whichever is smaller.
 pub fn max_file_size(bs: u64) -> u64 {
     (bs << 40).min(i64::MAX as u64)
-}
-
-/// Answer of [`Volume::write_pressure`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pressure {
-    /// The write fits within `dirty_limit`.
-    Clear,
-    /// It fits once the commit in flight is durable and lets go of its data.
-    WaitCommit,
-    /// Nothing is in flight: the open delta must be committed first.
-    Commit,
 }
 
 /// A mounted volume: backend plus cache.
@@ -198,14 +195,6 @@ struct Unsettled {
 /// The clean-page books `opts` ask for.
 fn clean_books(opts: &OpenOptions) -> CleanPages {
     CleanPages::new(opts.clean_limit, opts.dirty_limit.min(opts.stream_limit))
-}
-
-/// What a finished commit leaves to free ([`Volume::finish`]): dropping it
-/// frees the job's and the written pages' memory.
-pub struct Retired {
-    _job: CommitJob,
-    _pages: Vec<Arc<Vec<u8>>>,
-    _trimmed: evict::Trimmed,
 }
 
 /// A number no inode can have: below the root, or between the root and
@@ -469,368 +458,6 @@ impl Volume {
             || !self.be.alloc.delta_frees.is_empty()
             || !self.be.alloc.dying.is_empty()
             || self.be.snaps.reclaiming()
-    }
-
-    /// End the current delta: commit it (and unify when asked or when the
-    /// log has grown past its limit), all under the caller's lock. Does
-    /// nothing while another commit's I/O is in flight.
-    pub(super) fn commit(&mut self, unify: bool) -> Result<()> {
-        if self.commit_in_flight() {
-            return Ok(());
-        }
-        if unify && self.frees_first() {
-            self.commit(false)?;
-        }
-        let Some(mut job) = self.freeze(unify)? else {
-            return Ok(());
-        };
-        let r = job.write_data();
-        let r = r.and_then(|()| self.encode_log(&mut job));
-        let r = r.and_then(|()| job.write_log());
-        self.finish(job, r).map(drop)
-    }
-
-    /// Freeze the current delta into a commit job whose I/O the caller runs
-    /// without holding the volume: [`CommitJob::write_data`], then
-    /// [`Volume::encode_log`], then [`CommitJob::write_log`], then
-    /// [`Volume::finish`]. `None` when there is nothing to commit. Only one
-    /// job may be in flight when a delta freezes.
-    pub fn freeze(&mut self, unify: bool) -> Result<Option<CommitJob>> {
-        self.settle();
-        if self.be.read_only {
-            return Ok(None);
-        }
-        if self.failed {
-            return err(Errno::EIO);
-        }
-        let changed = self.changed.load(Relaxed) || self.lazy_changed.load(Relaxed);
-        if !(unify || changed && self.delta_dirty()) {
-            return Ok(None);
-        }
-        // The log at its bound makes this commit a unify, unless the
-        // delta's frees must become free space first on a full volume
-        // (`frees_first`): then the next commit unifies.
-        let long = self.be.log.since_unify.len() as u64 >= self.opts.unify_log_blocks;
-        let unify = unify || long && !self.frees_first();
-        debug_assert!(
-            unify || !long || self.frees_first(),
-            "P6: a delta commit with the log at its bound is not a unify"
-        );
-        // (A unify gives trees new roots; an fsync commit that goes ahead
-        // of it logs them, and replay keeps the inode table's root instead.)
-        let frozen = self.frozen_state();
-        match self.be.prepare(&mut self.cache, unify) {
-            Ok(job) => {
-                // Nothing may go ahead of a job that holds the log.
-                self.pipeline.freeze((!job.holds_log()).then_some(frozen));
-                self.in_flight_bytes += job.data_bytes();
-                *self.dirty_bytes.get_mut() = 0;
-                *self.reserved.get_mut() = 0;
-                *self.changes.get_mut() = 0;
-                self.count_unify_work();
-                // Reclaim goes on in the next delta while it has work.
-                *self.changed.get_mut() = self.be.snaps.reclaiming();
-                *self.lazy_changed.get_mut() = false;
-                let books = self.books.get_mut();
-                books.ns_touched.clear();
-                books.names.clear();
-                books.freed_images.clear();
-                books.xattr_files.clear();
-                self.data_changed.get_mut().clear();
-                self.fsync_logged.clear();
-                Ok(Some(job))
-            }
-            Err(e) => {
-                self.fail("freezing a delta", &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// The dirty inodes of the open delta whose changes are not all durable
-    /// through its fsync commits: not logged by one, or changed since (their
-    /// image differs, they have unlogged pages or tree changes, or their
-    /// names changed).
-    fn uncovered(&self) -> std::collections::HashSet<Ino> {
-        let dirty: Vec<Ino> = self.cache.dirty.lock().iter().copied().collect();
-        dirty.into_iter().filter(|i| !self.fsync_covered(*i)).collect()
-    }
-
-    /// Whether an fsync commit of the open delta made `ino` durable as it
-    /// is now: logged there and not changed since (same image, every page
-    /// logged, no tree or name change).
-    pub(crate) fn fsync_covered(&self, ino: Ino) -> bool {
-        let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.lock(ino)) else {
-            return false;
-        };
-        let books = self.books.lock();
-        !books.ns_touched.contains(&ino)
-            && !books.names.pending(ino)
-            && !i.tree.has_dirty_leaves()
-            && !i.pages.any_unlogged()
-            && i.attrs.encode() == *image
-    }
-
-    /// Between a delta commit's data and its log: encode the log at the
-    /// tail as it is now. From here on no fsync commit may go ahead of it.
-    pub fn encode_log(&mut self, job: &mut CommitJob) -> Result<()> {
-        self.pipeline.encode_log();
-        let r = self.be.encode_log(job);
-        if let Err(e) = &r {
-            self.fail("encoding a commit's log", e);
-        }
-        r
-    }
-
-    /// The delta commit in flight has written its log blocks (completed,
-    /// its flush not yet issued): from here on an fsync commit may follow
-    /// it in the log ([`Volume::fsync_plan`]), as if it were durable
-    /// already — the fsync commit's flush makes it so. Not for a unify that
-    /// starts a fresh log (its superblock is the commit).
-    pub fn log_written(&mut self, job: &CommitJob) {
-        debug_assert!(!job.is_fsync() && !job.holds_log());
-        self.pipeline.log_written();
-    }
-
-    /// An fsync commit's log blocks are written: the log's tail passes on
-    /// (the next fsync commit may be planned and written after it in the
-    /// chain) while it waits for its flush.
-    pub fn fsync_written(&mut self, job: &mut CommitJob) {
-        debug_assert!(job.is_fsync());
-        self.be.chain_encoded(job);
-        self.pipeline.fsync_written();
-        job.hand_on();
-    }
-
-    /// The I/O of `job` ended with `result`: on success the delta (or fsync
-    /// commit) is durable; on failure the volume refuses further changes.
-    /// Returns what the commit leaves to free — the job, with the pages it
-    /// holds, and the pages it wrote — for the caller to drop once it has
-    /// released the volume (freeing a delta's worth of pages takes
-    /// milliseconds, which writers should not wait for).
-    pub fn finish(&mut self, job: CommitJob, result: Result<()>) -> Result<Retired> {
-        if job.is_fsync() {
-            self.pipeline.finish_fsync(job.is_handed_on());
-            if !job.is_handed_on() {
-                self.be.chain_encoded(&job);
-            }
-            // Its blocks were placed on the chain and never encoded: no
-            // block may follow them.
-            if job.log_unwritten() && result.is_ok() {
-                let e = Error::Posix(Errno::EIO);
-                self.fail("an fsync commit (its log never written)", &e);
-            }
-        } else {
-            self.pipeline.finish_delta();
-        }
-        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(job.data_bytes());
-        if let Err(e) = result {
-            let what = match (job.is_fsync(), job.is_unify()) {
-                (true, _) => "an fsync commit",
-                (false, true) => "a unify commit",
-                (false, false) => "a delta commit",
-            };
-            self.fail(what, &e);
-            return Err(e);
-        }
-        // A commit that failed before this one ended (its log written
-        // after the failed one's) may be unreachable in the chain: it is
-        // not durable either.
-        if self.failed {
-            return err(Errno::EIO);
-        }
-        debug_assert!(
-            job.is_flushed(),
-            "P4: a commit finished as durable before its final flush"
-        );
-        self.be.finish(&job);
-        let mut pages = Vec::new();
-        if !job.is_fsync() {
-            let bs = self.bs();
-            let clean = self.clean.get_mut();
-            let keep_max = clean.admits(bs);
-            for ino in &job.inodes {
-                if let Some(i) = self.cache.get_mut(*ino) {
-                    let before = i.pages.clean_len();
-                    i.pages.end_writeback(keep_max, &mut pages);
-                    clean.changed(*ino, before, i.pages.clean_len(), bs);
-                }
-            }
-            clean.evict(&mut self.cache, bs, &mut pages);
-        }
-        let trimmed = if job.is_fsync() {
-            evict::Trimmed::default()
-        } else {
-            self.trim_inodes()
-        };
-        Ok(Retired {
-            _job: job,
-            _pages: pages,
-            _trimmed: trimmed,
-        })
-    }
-
-    /// What a write of `len` bytes at `offset` of `ino` must wait for so
-    /// that dirty file data — the open delta's plus what the commit in
-    /// flight holds — stays within `dirty_limit`.
-    pub fn write_pressure(&mut self, ino: Ino, offset: u64, len: usize) -> Pressure {
-        // A volume a failed commit left read-only refuses the write itself.
-        if self.failed {
-            return Pressure::Clear;
-        }
-        let over = {
-            let i = self.cache.lock(ino);
-            self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
-        };
-        if !over {
-            Pressure::Clear
-        } else if self.commit_in_flight() {
-            Pressure::WaitCommit
-        } else if self.delta_dirty() {
-            // Pages replayed from fsync commits are dirty without a change
-            // since open; the write about to happen is one, so the freeze
-            // must not skip them.
-            *self.changed.get_mut() = true;
-            Pressure::Commit
-        } else {
-            Pressure::Clear // nothing a commit could release
-        }
-    }
-
-    /// Whether such a write would wait now ([`Volume::write_pressure`] is
-    /// not `Clear`), without changing anything: a request server hands
-    /// such a write to a thread that may block.
-    pub fn write_would_wait(&self, ino: Ino, offset: u64, len: usize) -> bool {
-        let i = self.cache.lock(ino);
-        self.over_dirty_limit(i.as_deref().map(|i| &i.pages), offset, len)
-            && (self.commit_in_flight() || self.delta_dirty())
-    }
-
-    /// The bound a stream works within: the limit, or
-    /// [`OpenOptions::stream_limit`] when that is smaller.
-    fn stream_bound(&self) -> u64 {
-        self.opts.dirty_limit.min(self.opts.stream_limit)
-    }
-
-    /// A file holding `pages` is a stream (a heavy writer): it holds an
-    /// eighth of the stream bound or more in memory.
-    fn is_stream(&self, pages: Option<&PageMap>) -> bool {
-        let held = pages.map_or(0, |p| p.len() as u64);
-        held.saturating_mul(self.bs()) >= self.stream_bound() / 8
-    }
-
-    /// The write's cost — the pages it would newly dirty in a file holding
-    /// `pages` — would take the held dirty data past the limit. A write on
-    /// a volume holding no dirty data always goes (even one larger than the
-    /// limit). A stream stops at seven eighths of the stream bound instead.
-    fn over_dirty_limit(&self, pages: Option<&PageMap>, offset: u64, len: usize) -> bool {
-        let held = self.dirty_bytes.load(Relaxed) + self.in_flight_bytes;
-        if held == 0 || len == 0 {
-            return false;
-        }
-        !self.within_limit(held, pages, offset, len)
-    }
-
-    /// Whether `held` bytes and the cost of the write stay within the limit
-    /// (a stream's: seven eighths of the stream bound).
-    fn within_limit(&self, held: u64, pages: Option<&PageMap>, offset: u64, len: usize) -> bool {
-        let bs = self.bs();
-        let Some(end) = offset.checked_add(len as u64) else {
-            return true; // the write fails (EFBIG)
-        };
-        if len == 0 {
-            return held <= self.opts.dirty_limit;
-        }
-        // A stream stops an eighth short of its bound, so that light
-        // writers (a log appended and fsynced next to it) keep going while
-        // it waits for its commit. Their bound stays the limit.
-        let stream = self.stream_bound();
-        // An inode not in cache holds no pages: every block is new.
-        let new_blocks = (offset / bs..=(end - 1) / bs)
-            .filter(|b| !pages.is_some_and(|p| p.is_dirty(*b)))
-            .count() as u64;
-        let cost = new_blocks.saturating_mul(bs);
-        let limit = if self.is_stream(pages) {
-            stream - stream / 8
-        } else {
-            self.opts.dirty_limit
-        };
-        held.saturating_add(cost) <= limit
-    }
-
-    /// Whether a write of `len` bytes at `offset` of `ino` fits within the
-    /// dirty limit with what is held now (P5; for its assertion). Unlike
-    /// [`Volume::write_pressure`], a write on a volume holding nothing that
-    /// is larger than the limit does not fit: it goes through alone.
-    pub fn write_fits(&self, ino: Ino, offset: u64, len: usize) -> bool {
-        let held = self.held_bytes();
-        let i = self.cache.lock(ino);
-        self.within_limit(held, i.as_deref().map(|i| &i.pages), offset, len)
-    }
-
-    /// The bound P5 keeps `held_bytes` within (`OpenOptions::dirty_limit`).
-    pub fn dirty_limit(&self) -> u64 {
-        self.opts.dirty_limit
-    }
-
-    /// Dirty file data held now: the open delta's and the commit in
-    /// flight's (what P5 bounds).
-    pub fn held_bytes(&self) -> u64 {
-        self.dirty_bytes.load(Relaxed) + self.in_flight_bytes
-    }
-
-    /// A commit job (full or fsync) is frozen or writing.
-    pub fn commit_in_flight(&self) -> bool {
-        self.pipeline.delta_in_flight() || self.pipeline.fsync_in_flight()
-    }
-
-    /// After a write to `ino`: no commit is in flight and half the limit
-    /// is dirty — half the stream bound, if `ino` is a stream — so a
-    /// commit thread should take the open delta now, and the next one
-    /// fills meanwhile.
-    pub fn wants_commit(&self, ino: Ino) -> bool {
-        let stream = self.is_stream(self.cache.lock(ino).as_deref().map(|i| &i.pages));
-        self.wants_commit_of(stream)
-    }
-
-    /// [`Volume::wants_commit`] after a write to a file that is (or is
-    /// not) a stream.
-    fn wants_commit_of(&self, stream: bool) -> bool {
-        let bound = if stream {
-            self.stream_bound()
-        } else {
-            self.opts.dirty_limit
-        };
-        self.may_commit_early() && self.dirty_bytes.load(Relaxed) >= bound / 2
-    }
-
-    /// Whether a commit thread woken by [`Volume::wants_commit`] still has
-    /// a delta to take: none in flight, and at least half the stream bound
-    /// dirty (less means a commit took the delta since the wake-up).
-    /// Whether the open delta holds a change the periodic commit writes:
-    /// anything but access times alone.
-    pub fn changed_eagerly(&self) -> bool {
-        self.changed.load(Relaxed)
-    }
-
-    pub fn may_commit_early(&self) -> bool {
-        let dirty = self.dirty_bytes.load(Relaxed);
-        !self.pipeline.delta_in_flight() && dirty > 0 && dirty >= self.stream_bound() / 2
-    }
-
-    pub fn sync(&mut self) -> Result<()> {
-        if self.be.read_only {
-            return Ok(());
-        }
-        self.commit(false)
-    }
-
-    /// Commit and unify, under the caller's lock.
-    pub fn unify(&mut self) -> Result<()> {
-        if self.be.read_only || self.failed {
-            return err(Errno::EROFS);
-        }
-        self.commit(true)
     }
 
     pub fn is_read_only(&self) -> bool {

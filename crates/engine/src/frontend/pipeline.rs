@@ -75,7 +75,7 @@
 //! transition below; P2 where a write would change a page a commit holds
 //! (`cache/pages.rs`); P3 before each device I/O step of a commit
 //! (`api/guard.rs`, called from `api/commit.rs`); P4 in `Volume::finish`;
-//! P5 after an exclusive write (`api/mod.rs`); P6 in `Volume::freeze`.
+//! P5 after an exclusive write (`api/file.rs`); P6 in `Volume::freeze`.
 //!
 //! Calls nothing: the volume owns a [`Pipeline`], the API a [`Durability`].
 

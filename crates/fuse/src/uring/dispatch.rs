@@ -14,7 +14,8 @@ use super::args::{
     ReadIn, Rename2In, RenameIn, SetattrIn, SetxattrIn, WriteIn,
 };
 use super::out::Out;
-use crate::adapter::{einval, is_flags_ioctl, is_snapshot_ioctl, negative_attr, xattr_answer, XattrAnswer};
+use crate::adapter::{einval, negative_attr, xattr_answer, XattrAnswer};
+use crate::ioctls::{is_flags_ioctl, is_snapshot_ioctl};
 use crate::{Tux3Fuse, IOC_SYNC, TTL};
 use crossbeam_channel::{SendError, Sender};
 use tux3::error::{Errno, Error, Result};

@@ -14,11 +14,13 @@
 //! the preamble, the framing and its checks. `plan.rs` works out what an
 //! incremental stream holds, `full.rs` reads a full one off the snapshot,
 //! `send.rs` writes either (through `ahead.rs`, which reads ahead on the
-//! device), `receive.rs` applies it, `resume.rs` keeps a cut receive's
-//! place. The format's files call only the engine's value types and
-//! `crc32c`.
+//! device; `contents.rs` writes a changed inode's records,
+//! `sent_blocks.rs` finds its clones), `receive.rs` applies it,
+//! `resume.rs` keeps a cut receive's place. The format's files call only
+//! the engine's value types and `crc32c`.
 
 pub mod ahead;
+mod contents;
 mod frame;
 pub mod full;
 pub mod plan;
@@ -26,6 +28,7 @@ pub mod receive;
 mod record;
 pub mod resume;
 pub mod send;
+mod sent_blocks;
 
 pub use frame::{preamble, Reader, Writer};
 pub use record::{kind, Attrs, Begin, Record};
