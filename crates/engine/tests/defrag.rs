@@ -416,3 +416,47 @@ proptest! {
         fsck(&mem);
     }
 }
+
+/// Pointing a rewritten file's clones at its new copy compares each piece
+/// of it once for many clones, not once per clone: 200 clones of a 512-
+/// block file cost the device a few reads of the file, where comparing
+/// each clone's bytes with the file's read 200 times it.
+#[test]
+fn many_clones_are_pointed_at_the_new_copy_for_a_few_reads_of_the_file() {
+    let mem = fresh(16384);
+    let blocks = 512;
+    let fs = open(&mem);
+    let ino = write_scattered(&fs, b"f", &shuffled(blocks, 5), 64);
+    let clones: Vec<Ino> = (0..200)
+        .map(|i| {
+            let c = fs
+                .create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino;
+            fs.clone_range(ino, 0, c, 0, blocks * BS).unwrap();
+            c
+        })
+        .collect();
+    fs.sync().unwrap();
+    let saved = fs.sharing().saved_blocks;
+    assert_eq!(saved, 200 * blocks);
+    let read_before = mem.counters().blocks_read;
+    let report = fs.defrag(ino, &DefragOptions::default(), &mut |_, _| {}).unwrap();
+    let read = mem.counters().blocks_read - read_before;
+    assert_eq!(report.repointed_bytes, 200 * blocks * BS, "{report:?}");
+    assert_eq!(
+        fs.sharing().saved_blocks,
+        saved,
+        "every clone shares the new copy"
+    );
+    assert!(
+        read <= 12 * blocks,
+        "{read} blocks read for {} of the file and its 200 clones",
+        blocks
+    );
+    for &c in clones.iter().step_by(37) {
+        check_contents(&fs, c, blocks, |b| block(b, 0));
+    }
+    fs.close().unwrap();
+    fsck(&mem);
+}

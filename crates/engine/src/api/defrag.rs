@@ -13,25 +13,25 @@
 //! counts them) are rewritten too, once, and then every other file that
 //! maps them is pointed at the new copy: the inode table is walked for
 //! the files mapping the old blocks (`Volume::maps_into`; the walk stops
-//! once it has found as many references as the table counts), and each
-//! such range is shared with the file's new blocks by [`Fs::dedupe_range`],
-//! which compares the bytes first. A range whose bytes no longer match
-//! the rewritten file's (either was written since) keeps its blocks: it
-//! costs space, never data. The old blocks are freed when their last
+//! once it has found as many references as the table counts), and then
+//! those ranges are shared with the file's new blocks as a shrink shares
+//! clones with a moved copy (`api/relocate_shared.rs`): in pieces of up
+//! to 256 blocks, each compared once (the new copy against the old
+//! blocks, read under the guard) for up to 64 files mapping it. A range
+//! whose bytes no longer match the rewritten file's (either was written
+//! since) keeps its blocks: it costs space, never data. The old blocks are freed when their last
 //! reference goes. Extents a snapshot holds are left alone unless
 //! `unshare` (a snapshot cannot be repointed).
 //!
 //! Calls the frontend (`Volume::defrag_*`) and the commit scheduling.
 
+use super::relocate_shared::Waiting;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::types::Ino;
 
 /// Blocks made dirty under one hold of the delta guard.
 const CHUNK_BLOCKS: u64 = 256;
-/// Blocks compared and shared by one dedupe call when a clone is pointed
-/// at the rewritten copy (both sides are read into memory).
-const REPOINT_BLOCKS: u64 = 4096;
 
 /// How [`Fs::defrag`] works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,44 +170,29 @@ impl Fs {
     /// there now, where the bytes are the same (see the module comment).
     /// Returns the blocks repointed.
     fn repoint(&self, ino: Ino, cloned: &[(u64, u64, u64)]) -> Result<u64> {
-        let bs = u64::from(self.statfs()?.block_size);
         let mut old: Vec<(u64, u64, u64)> = cloned.iter().map(|&(l, p, n)| (p, n, l)).collect();
         old.sort_unstable();
+        let mut by_lblock = cloned.to_vec();
+        by_lblock.sort_unstable();
         let mut left = self.vol().references_left(&old);
-        let (mut from, mut repointed) = (0, 0);
+        let (mut from, mut waiting) = (0, Waiting::default());
         while left > 0 {
             let inos = self.next_inodes(&mut from)?;
             if inos.is_empty() {
                 break;
             }
             for other in inos {
-                let maps = self.vol().maps_into(other, &old)?;
-                for (lg, lf, count) in maps {
+                for (lg, lf, count) in self.vol().maps_into(other, &old)? {
                     left = left.saturating_sub(count);
-                    let mut at = 0;
-                    while at < count {
-                        let n = REPOINT_BLOCKS.min(count - at);
-                        match self.dedupe_range(ino, (lf + at) * bs, other, (lg + at) * bs, n * bs) {
-                            Ok(Some(_)) => repointed += n,
-                            // Changed since, or no longer there (a file
-                            // truncated or gone, a range of `ino` itself
-                            // overlapping the new one, an immutable file):
-                            // it keeps its blocks.
-                            Ok(None)
-                            | Err(Error::Posix(
-                                Errno::EINVAL | Errno::ENOENT | Errno::EPERM | Errno::EISDIR,
-                            )) => {}
-                            Err(e) => return Err(e),
-                        }
-                        at += n;
-                    }
+                    // The old run of `ino` the piece lies in.
+                    let k = by_lblock.partition_point(|r| r.0 <= lf).saturating_sub(1);
+                    let (l, p, _) = by_lblock[k];
+                    let at = p + (lf - l);
+                    waiting.add(at, at + count, ino, lf, other, lg);
                 }
             }
         }
-        if repointed > 0 {
-            self.shared.commit(false)?;
-        }
-        Ok(repointed)
+        self.repoint_waiting(waiting, None)
     }
 
     /// One chunk; on ENOSPC while a commit is in flight, again after it.

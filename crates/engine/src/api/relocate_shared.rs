@@ -2,7 +2,9 @@
 //! ([`Claims`]), and the pass that points every other mapping of them at
 //! the copy the first one's move made ([`Fs::repoint_claims`]), so that
 //! a shrink keeps clones shared instead of copying each (which would
-//! also need the room for every copy below the new end).
+//! also need the room for every copy below the new end). Defrag points
+//! the clones of a file it rewrote the same way ([`Waiting`],
+//! [`Fs::repoint_waiting`]).
 //!
 //! The walk (`api/relocate.rs`) hands each shared piece it finds to
 //! [`Claims::take`]: blocks no file has claimed yet are moved with the
@@ -14,6 +16,8 @@
 //! most [`PER_HOLD`] under one hold of the guard
 //! (`Volume::repoint_moved` checks and shares them). What could not be
 //! pointed (a file written since) is moved by the shrink's next pass.
+//! A defrag's old blocks may be freed and used again meanwhile, so there
+//! they are read under the same hold as the sharing.
 //!
 //! Calls the frontend (`Volume::repoint_moved`) and the commit pipeline.
 
@@ -35,9 +39,33 @@ const PER_HOLD: usize = 64;
 pub(super) struct Claims {
     /// Old start -> (count, claimer, the claimer's lblock at the start).
     runs: BTreeMap<u64, (u64, Ino, u64)>,
-    /// Pieces of claimed runs, at most [`PIECE`] blocks each and cut at
-    /// multiples of it, with the mappings of them that wait.
-    waiting: BTreeMap<MovedRun, Vec<(Ino, u64)>>,
+    waiting: Waiting,
+}
+
+/// Mappings of old blocks waiting to be pointed at the copy a claimer
+/// maps now: pieces of the claimer's runs, at most [`PIECE`] blocks each
+/// and cut at multiples of it, each with the `(file, lblock)` mappings of
+/// it that wait.
+#[derive(Default)]
+pub(super) struct Waiting(BTreeMap<MovedRun, Vec<(Ino, u64)>>);
+
+impl Waiting {
+    /// Old blocks `a..b` (the claimer's from `cl` on) are mapped by `ino`
+    /// from `l` on: it waits.
+    pub(super) fn add(&mut self, a: u64, b: u64, claimer: Ino, cl: u64, ino: Ino, l: u64) {
+        let mut s = a;
+        while s < b {
+            let e = ((s / PIECE + 1) * PIECE).min(b);
+            let run = MovedRun {
+                old: s,
+                count: e - s,
+                claimer,
+                lblock: cl + (s - a),
+            };
+            self.0.entry(run).or_default().push((ino, l + (s - a)));
+            s = e;
+        }
+    }
 }
 
 impl Claims {
@@ -66,7 +94,8 @@ impl Claims {
             if a > at {
                 moves.push((at, a - at));
             }
-            self.wait(a, b, claimer, cl + (a - s), ino, lblock + (a - old));
+            self.waiting
+                .add(a, b, claimer, cl + (a - s), ino, lblock + (a - old));
             at = b;
         }
         if at < end {
@@ -77,23 +106,6 @@ impl Claims {
         }
         moves.into_iter().map(|(s, n)| (lblock + (s - old), n)).collect()
     }
-
-    /// Old blocks `a..b` (the claimer's from `cl` on) are mapped by `ino`
-    /// from `l` on: it waits, cut in pieces at multiples of [`PIECE`].
-    fn wait(&mut self, a: u64, b: u64, claimer: Ino, cl: u64, ino: Ino, l: u64) {
-        let mut s = a;
-        while s < b {
-            let e = ((s / PIECE + 1) * PIECE).min(b);
-            let run = MovedRun {
-                old: s,
-                count: e - s,
-                claimer,
-                lblock: cl + (s - a),
-            };
-            self.waiting.entry(run).or_default().push((ino, l + (s - a)));
-            s = e;
-        }
-    }
 }
 
 impl Fs {
@@ -101,18 +113,33 @@ impl Fs {
     /// the module comment), after committing the moves. Returns the
     /// blocks pointed.
     pub(super) fn repoint_claims(&self, claims: Claims, limit: u64) -> Result<u64> {
-        if claims.waiting.is_empty() {
+        if claims.waiting.0.is_empty() {
             return Ok(0);
         }
         self.shared.commit(false)?;
+        self.repoint_waiting(claims.waiting, Some(limit))
+    }
+
+    /// Point every mapping in `waiting` at what its claimer maps now where
+    /// that holds the old blocks' bytes. With `past` (a shrink's limit)
+    /// the copy must lie below it, and the old blocks (past it, where
+    /// nothing is allocated) are read once per piece beforehand; without
+    /// it they are read under each hold of the guard. Returns the blocks
+    /// pointed, after a commit if any.
+    pub(super) fn repoint_waiting(&self, waiting: Waiting, past: Option<u64>) -> Result<u64> {
         let dev = self.device();
         let bs = dev.block_size() as usize;
         let mut done = 0;
-        for (run, others) in claims.waiting {
-            let mut old = vec![0u8; run.count as usize * bs];
-            dev.read(run.old, &mut old)?;
+        for (run, others) in waiting.0 {
+            let mut old = Vec::new();
+            if past.is_some() {
+                old = vec![0u8; run.count as usize * bs];
+                dev.read(run.old, &mut old)?;
+            }
+            let limit = past.unwrap_or(u64::MAX);
             for part in others.chunks(PER_HOLD) {
-                done += self.retrying_enospc(|v| v.repoint_moved(run, part, &old, limit))?;
+                let known = past.is_some().then_some(old.as_slice());
+                done += self.retrying_enospc(|v| v.repoint_moved(run, part, known, limit))?;
             }
         }
         if done > 0 {

@@ -34,15 +34,18 @@ pub struct MovedRun {
 impl Volume {
     /// Point each of `others` (`(ino, lblock)`: a file mapping `run.old`'s
     /// blocks from `lblock` on) at what `run.claimer` maps now, where that
-    /// is a copy of the old blocks below `limit`; `old_bytes` are the old
-    /// blocks' bytes, read beforehand (they cannot change: nothing is
-    /// allocated past the limit). Returns the blocks repointed (a multiple
-    /// of `run.count`); none if the claimer's copy is not what was moved.
+    /// is a copy of the old blocks below `limit`. `old_bytes` are the old
+    /// blocks' bytes if read beforehand (a shrink's: they cannot change,
+    /// nothing is allocated past the limit); else they are read here,
+    /// once a file is found still mapping them (so they are in use, and
+    /// hold what that file reads). Returns the blocks repointed (a
+    /// multiple of `run.count`); none if the claimer's copy is not what
+    /// was moved.
     pub fn repoint_moved(
         &mut self,
         run: MovedRun,
         others: &[(Ino, u64)],
-        old_bytes: &[u8],
+        old_bytes: Option<&[u8]>,
         limit: u64,
     ) -> Result<u64> {
         let MovedRun {
@@ -56,9 +59,17 @@ impl Volume {
             Ok(None) | Err(Error::Posix(Errno::ENOENT)) => return Ok(0),
             Err(e) => return Err(e),
         };
-        if copy.iter().any(|&b| b >= limit) || !self.same_bytes(&copy, old_bytes)? {
+        // Not moved (the claimer still maps the old blocks), or moved to
+        // where a shrink cannot keep it.
+        let unmoved = copy.iter().enumerate().all(|(k, &b)| b == old + k as u64);
+        if unmoved || copy.iter().any(|&b| b >= limit) {
             return Ok(0);
         }
+        let mut checked = match old_bytes {
+            Some(bytes) if !self.same_bytes(&copy, bytes)? => return Ok(0),
+            Some(_) => true,
+            None => false,
+        };
         let mut done = 0;
         for &(ino, at) in others {
             let maps_old = match self.on_device(ino, at, count) {
@@ -68,6 +79,14 @@ impl Volume {
             };
             if !maps_old {
                 continue;
+            }
+            if !checked {
+                let mut bytes = vec![0u8; (count * self.bs()) as usize];
+                self.be.dev.read(old, &mut bytes)?;
+                if !self.same_bytes(&copy, &bytes)? {
+                    return Ok(done);
+                }
+                checked = true;
             }
             let size = self.getattr(ino)?.size;
             let share = BlockRun {
