@@ -704,12 +704,15 @@ impl Allocator {
     /// Keep the free run from `end` (up to `ROOM` blocks) for the data of
     /// the stream that ends there, for `ROOM_DELTAS` deltas.
     pub fn keep_room(&mut self, end: u64) {
-        self.writing.push(end);
         self.rooms.retain(|r| r.0 != end);
         if self.rooms.len() == MAX_ROOMS {
             self.rooms.remove(0);
         }
         self.rooms.push((end, self.room_clock));
+        let rooms = &self.rooms;
+        self.writing
+            .retain(|e| *e != end && rooms.iter().any(|r| r.0 == *e));
+        self.writing.push(end);
     }
 
     /// A delta begins: rooms no stream renewed for `ROOM_DELTAS` deltas
@@ -728,7 +731,10 @@ impl Allocator {
     /// written before, as their streams may be done (a file written after
     /// one in the next delta then follows it, instead of leaving its room
     /// as a gap).
-    pub fn streams_writing(&mut self, ends: Vec<u64>) {
+    pub fn streams_writing(&mut self, mut ends: Vec<u64>) {
+        // Only room ends matter: at most MAX_ROOMS, so the check each
+        // allocation makes stays short however many files the delta has.
+        ends.retain(|e| self.rooms.iter().any(|r| r.0 == *e));
         self.writing = ends;
     }
 
