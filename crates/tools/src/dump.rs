@@ -24,6 +24,7 @@ use tux3::log::{read_chain, Record};
 use tux3::structures::inode::InodeAttrs;
 use tux3::structures::superblock::{
     Superblock, FLAG_DATA_SUMS, FLAG_INLINE_MAPS, FLAG_SHARED_EXTENTS, FLAG_SNAPSHOTS, FLAG_SPARSE_BITMAP,
+    FLAG_TABLE_SUMS,
 };
 use tux3::structures::{bitmap, extent};
 use tux3::types::FileType;
@@ -49,6 +50,7 @@ pub fn report(dev: Arc<dyn Device>) -> Result<String> {
             data_maps(&be, &maps, &replays, &mut out);
             snapshots(&be, &mut out);
             shared_extents(&be, &mut out);
+            checksum_table(&be, &mut out);
             scrub_state(&mut be, &mut out);
             free_space(&mut be, &mut out);
         }
@@ -182,6 +184,33 @@ fn shared_extents(be: &Backend, out: &mut String) {
     }
 }
 
+/// The checksum table: its totals and its first chunks.
+fn checksum_table(be: &Backend, out: &mut String) {
+    let t = be.alloc.sums.read();
+    if !be.sb.table_sums && t.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nchecksum table (after replay; in the snapshot table from key 2^62 + 2^61)\n  {} chunks of 64 blocks, {} blocks with a checksum, about {} KiB of memory",
+        t.len(),
+        t.blocks(),
+        t.memory().div_ceil(1024)
+    );
+    for (start, c) in t.iter().take(SHARED_LISTED) {
+        let first = c.sums.first().copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  chunk {start}: {} blocks (mask {:#018x}), first checksum {first:#010x}",
+            c.sums.len(),
+            c.mask
+        );
+    }
+    if t.len() > SHARED_LISTED {
+        let _ = writeln!(out, "  ... and {} more chunks", t.len() - SHARED_LISTED);
+    }
+}
+
 /// Runs of the shared-extent table `dump` lists.
 const SHARED_LISTED: usize = 20;
 
@@ -214,6 +243,7 @@ fn geometry(sb: &Superblock, out: &mut String) {
         (FLAG_DATA_SUMS, "DATA_SUMS"),
         (FLAG_SPARSE_BITMAP, "SPARSE_BITMAP"),
         (FLAG_SHARED_EXTENTS, "SHARED_EXTENTS"),
+        (FLAG_TABLE_SUMS, "TABLE_SUMS"),
     ]
     .iter()
     .filter(|(bit, _)| flags & bit != 0)
@@ -521,7 +551,7 @@ impl Summed {
     fn add(&mut self, list: &[extent::Extent]) {
         for e in list.iter().filter(|e| !e.unwritten) {
             self.written += 1;
-            if e.is_summed() {
+            if e.has_sums() {
                 self.extents += 1;
                 self.blocks += e.count;
             }
@@ -532,6 +562,9 @@ impl Summed {
 /// An extent as `datamap::show` has it, with `summed` and its first
 /// block's checksum when it carries checksums.
 fn show(e: &extent::Extent) -> String {
+    if e.table_sums {
+        return format!("{} summed in the checksum table", datamap::show(e));
+    }
     match e.sums.first() {
         Some(first) => format!("{} summed {first:#010x}", datamap::show(e)),
         None => datamap::show(e),

@@ -194,8 +194,12 @@ pub(crate) enum Fix {
     /// `refs`, the times the files map them (below 2: no run).
     SharedRefs { start: u64, count: u64, refs: u32 },
     /// Give the written extents of `ino` that lack checksums those of
-    /// their blocks as the device holds them (a `DATA_SUMS` volume).
+    /// their blocks as the device holds them (a `DATA_SUMS` volume), in
+    /// the extent or, for one that keeps them there, in the checksum table.
     Sums { ino: u64 },
+    /// Drop the checksum table's entries of blocks `start..+count`, which
+    /// are free.
+    DropSums { start: u64, count: u64 },
     /// Give inode `ino` the record `record`: what decodes of its damaged one.
     Record { ino: u64, record: Vec<u8> },
     /// Make `list` the volume's known-damage list (the data checksum
@@ -230,6 +234,8 @@ pub(crate) struct Findings {
     pub twice: Tally,
     /// The data blocks read and what they showed, when fsck reads them.
     pub data: Option<datasums::DataScan>,
+    /// The volume's checksum table (checksums kept by device block).
+    pub sum_table: Option<tux3::backend::alloc::SumsHandle>,
 }
 
 impl Findings {

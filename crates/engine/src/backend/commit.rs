@@ -789,6 +789,7 @@ impl Backend {
         new_log_head(old, known, head, fresh, writes);
         // A table with shared runs (replayed ones too) marks the volume.
         self.sb.shared_extents |= self.snaps.shared_runs() > 0;
+        self.sb.table_sums |= self.snaps.sum_chunks() > 0;
         if self.snaps.tree.needs_unify() || self.sb.has_snapshots() || self.alloc.generation != 0 {
             let dev = self.dev.clone();
             self.sb.snapshots = self.snaps.write(dev.as_ref(), &mut self.alloc, bs, writes)?;
@@ -943,6 +944,7 @@ fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<exten
     use crate::structures::btree::{Tree, TreeKind};
     use crate::structures::inode::{
         inline_cost, inline_sums_cost, FIXED_ATTRS_MAX, INLINE_EXTENTS, INLINE_SUMMED_BLOCKS,
+        INLINE_TABLE_SUMS_COST,
     };
     if inode.tree.kind != TreeKind::Extents {
         return Ok(None);
@@ -969,12 +971,18 @@ fn inline_map(inode: &crate::cache::Inode, bs: usize) -> Result<Option<Vec<exten
     }
     // Checksums (attribute 12) for a few blocks only: a bigger file's
     // map is better in a leaf than in the inode table.
+    // Extents whose checksums are in the checksum table (a clone's) cost
+    // the record one byte, whatever their length.
     let summed: u64 = out.iter().filter(|e| e.is_summed()).map(|e| e.count).sum();
+    let table: u64 = out.iter().filter(|e| e.table_sums).map(|e| e.count).sum();
     let all: u64 = out.iter().map(|e| e.count).sum();
-    if summed != 0 && (summed != all || summed > INLINE_SUMMED_BLOCKS) {
+    if (summed != 0 || table != 0) && (summed + table != all || summed > INLINE_SUMMED_BLOCKS) {
         return Ok(None);
     }
     record += inline_sums_cost(summed);
+    if table != 0 {
+        record += INLINE_TABLE_SUMS_COST;
+    }
     if record > Tree::max_value(bs) {
         return Ok(None);
     }

@@ -115,6 +115,7 @@ pub fn format(dev: &dyn Device, opts: &FormatOptions) -> Result<()> {
         data_sums: opts.data_sums,
         sparse_bitmap: opts.sparse_bitmap,
         shared_extents: false,
+        table_sums: false,
     };
     dev.write(0, &sb.encode())?;
     let mut sb1 = sb.clone();

@@ -299,6 +299,10 @@ impl Backend {
             alloc.shared.apply(start, count, refs);
         }
         alloc.shared.clear_dirty();
+        for (start, c) in snaps.take_sums() {
+            alloc.sums.apply(start, Some(c));
+        }
+        let _ = alloc.sums.take_dirty();
         let death = u32::try_from(sb.generation).unwrap_or(u32::MAX);
         let mut chain = read_chain_with(dev.as_ref(), sb.log_start(), skip_bad)?;
         let mut skipped = std::mem::take(&mut chain.skipped);
@@ -410,6 +414,17 @@ impl Backend {
                     Record::Share { start, count, refs } => {
                         alloc.shared.apply(start, u64::from(count), refs);
                     }
+                    Record::Sums {
+                        start,
+                        mask,
+                        ref sums,
+                    } => {
+                        let chunk = alloc::SumChunk {
+                            mask,
+                            sums: sums.clone(),
+                        };
+                        alloc.sums.apply(start, Some(chunk));
+                    }
                     Record::SnapGone { id } => {
                         if !snaps.remove_record(dev.as_ref(), id)? {
                             return Err(bad(format!("drops snapshot {id}, which the table does not hold")));
@@ -520,6 +535,8 @@ impl Backend {
         // The replayed runs go into the table's tree (written at the next unify).
         let replayed = alloc.shared.take_dirty();
         snaps.sync_shared(dev.as_ref(), replayed, None)?;
+        let replayed = alloc.sums.take_dirty();
+        snaps.sync_sums(dev.as_ref(), replayed, None)?;
         alloc.generation = death;
         alloc.held_upto = snaps.held_upto();
         let mut replayed_images: Vec<u64> = images.iter().map(|(ino, _, _)| *ino).collect();

@@ -46,9 +46,12 @@ pub use images::{image_blocks, merged, subtract, Born};
 
 /// Owner of the snapshot table's nodes (an inode number never used by files).
 pub const SNAP_INO: u64 = 3;
-/// Keys at or above this (and below [`SHARED_KEY`]) are snapshot records
+/// Keys at or above this (and below [`SUMS_KEY`]) are snapshot records
 /// (`RECORD_KEY + id`); below it, dead extents keyed by their first block.
 pub const RECORD_KEY: u64 = 1 << 62;
+/// Keys at or above this (and below [`SHARED_KEY`]) are the checksum
+/// table's chunks (`SUMS_KEY + start`; `alloc/sums.rs`).
+pub const SUMS_KEY: u64 = (1 << 62) + (1 << 61);
 /// Keys at or above this are the shared-extent table's runs
 /// (`SHARED_KEY + start`; `alloc/shared.rs`).
 pub const SHARED_KEY: u64 = 1 << 63;
@@ -291,6 +294,10 @@ pub struct Snapshots {
     /// allocator takes them (`take_shared`).
     shared_runs: usize,
     loaded_shared: Vec<(u64, u64, u32)>,
+    /// Checksum-table chunks in the tree; those read by `load`, until the
+    /// allocator takes them (`take_sums`).
+    sum_chunks: usize,
+    loaded_sums: Vec<(u64, crate::backend::alloc::SumChunk)>,
     /// What a repair's load passed over or mended (`load.rs`): the block
     /// and what was wrong, with what the repair does about it.
     pub passed_over: Vec<(u64, String)>,
@@ -572,6 +579,49 @@ impl Snapshots {
         self.shared_runs
     }
 
+    /// The checksum-table chunks `load` read.
+    pub fn take_sums(&mut self) -> Vec<(u64, crate::backend::alloc::SumChunk)> {
+        std::mem::take(&mut self.loaded_sums)
+    }
+
+    /// Checksum-table chunks in the tree.
+    pub fn sum_chunks(&self) -> usize {
+        self.sum_chunks
+    }
+
+    /// Write the checksum table's changed chunks (`SumTable::take_dirty`)
+    /// into the tree; with `records`, log them as `Sums` records too.
+    pub fn sync_sums(
+        &mut self,
+        dev: &dyn Device,
+        changes: Vec<(u64, Option<crate::backend::alloc::SumChunk>)>,
+        mut records: Option<&mut Vec<Record>>,
+    ) -> Result<()> {
+        use crate::backend::alloc::sums::encode_chunk;
+        for (start, chunk) in changes {
+            let key = SUMS_KEY + start;
+            let had = self.tree.get(dev, key)?.is_some();
+            let (mask, sums) = match chunk {
+                Some(c) => {
+                    self.tree.insert(dev, key, encode_chunk(&c))?;
+                    self.sum_chunks += usize::from(!had);
+                    (c.mask, c.sums)
+                }
+                None => {
+                    if had {
+                        self.tree.remove(dev, key)?;
+                        self.sum_chunks -= 1;
+                    }
+                    (0, Vec::new())
+                }
+            };
+            if let Some(r) = records.as_deref_mut() {
+                r.push(Record::Sums { start, mask, sums });
+            }
+        }
+        Ok(())
+    }
+
     /// Unify: write the table's changed nodes (its own old nodes are freed
     /// at once: no snapshot holds them) and return its new root.
     /// An empty table (no record, no dead extent) has no node at all: its
@@ -584,7 +634,7 @@ impl Snapshots {
         bs: usize,
         writes: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<Root> {
-        if self.records.is_empty() && self.dead.is_empty() && self.shared_runs == 0 {
+        if self.records.is_empty() && self.dead.is_empty() && self.shared_runs == 0 && self.sum_chunks == 0 {
             let mut nodes = Vec::new();
             self.tree.visit(dev, &mut |addr, _, _, _| {
                 nodes.push(addr);

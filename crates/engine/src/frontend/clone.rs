@@ -27,6 +27,7 @@
 
 use super::file::check_file;
 use super::{max_file_size, Volume};
+use crate::backend::alloc::SumTable;
 use crate::error::{err, Errno, Error, Result};
 use crate::structures::extent::{self, Extent, Freed};
 use crate::structures::extent_range;
@@ -215,6 +216,7 @@ impl Volume {
             at = k + 1;
         }
         self.begin_change(map_cost(lifted.entries.len() as u64 + 2) + pages.len() as u64)?;
+        let mut entries = sums_to_table(&mut self.be.alloc.sums, dev.as_ref(), lifted.entries)?;
         // The destination's old blocks there go; its pages too.
         let d = self.inode(dst)?;
         let clean_before = d.pages.clean_len();
@@ -223,7 +225,6 @@ impl Volume {
         let freed: Vec<Freed> = extent::punch(&mut d.tree, dev.as_ref(), dst_block, dst_block + count)?;
         // The range is empty now: the source's entries go in as they are,
         // in one pass, and each physical run gains a reference at once.
-        let mut entries = lifted.entries;
         extent_range::join_before(&mut d.tree, dev.as_ref(), &mut entries)?;
         d.tree.insert_sorted(dev.as_ref(), entries)?;
         let mapped = lifted.blocks;
@@ -384,11 +385,13 @@ impl Volume {
             return Ok(None);
         }
         let dev = self.be.dev.clone();
+        let sums = self.be.alloc.sums.handle();
         let i = self.inode(ino)?;
         let extents = extent_range::clipped(&mut i.tree, dev.as_ref(), from, from + count)?;
         let mut out = OnDevice::default();
         let mut next = from;
-        for e in &extents {
+        for e in extents.iter().map(|e| sums.resolve(e)) {
+            let e = &e;
             if e.unwritten || e.lblock != next {
                 return Ok(None);
             }
@@ -410,4 +413,50 @@ impl Volume {
             saved_blocks: t.saved(),
         }
     }
+}
+
+/// A clone's entries as the destination maps them: an extent with its
+/// checksums in it puts them in the checksum table (once however many
+/// clones there are: they are there already from the second on) and
+/// maps its blocks with the checksums there, so each clone costs an
+/// entry per physically contiguous run, not 4 bytes per block; those
+/// entries then join (the 64-block bound of an extent with checksums
+/// in it does not hold for them).
+fn sums_to_table(
+    table: &mut SumTable,
+    dev: &dyn crate::device::Device,
+    entries: Vec<(u64, Vec<u8>)>,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let bounds = crate::structures::bounds(dev);
+    let mut out: Vec<Extent> = Vec::with_capacity(entries.len());
+    let mut raw = Vec::new();
+    for (k, v) in entries {
+        let head = extent::decode_head(k, &v, 0, &bounds)?;
+        if !head.summed && !head.table_sums {
+            raw.push((out.len(), k, v));
+            continue;
+        }
+        let mut e = extent::decode(k, &v, 0, &bounds)?;
+        if e.is_summed() {
+            table.put(e.pblock, &e.sums);
+            e.sums = Vec::new();
+            e.table_sums = true;
+        }
+        if let Some(last) = out.last_mut() {
+            if let Some((head, rest)) = extent::join(last, &e) {
+                *last = head;
+                out.extend(rest);
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    if raw.is_empty() {
+        return Ok(out.iter().map(|e| (e.lblock, extent::encode_extent(e))).collect());
+    }
+    // Entries without checksums (a volume without them) stay as they are.
+    let mut all: Vec<(u64, Vec<u8>)> = out.iter().map(|e| (e.lblock, extent::encode_extent(e))).collect();
+    all.extend(raw.into_iter().map(|(_, k, v)| (k, v)));
+    all.sort_by_key(|e| e.0);
+    Ok(all)
 }

@@ -243,9 +243,13 @@ impl Volume {
             held_upto: held,
             table: &self.be.alloc.shared,
         };
+        // Checksums kept in the table come with them: every block read is
+        // checked before it is written again with a checksum of its own.
+        let sums = self.be.alloc.sums.handle();
         let targets: Vec<Extent> = clipped
             .into_iter()
             .filter(|e| holders.movable(e, unshare))
+            .map(|e| sums.resolve(&e))
             .collect();
         self.redirty(ino, &targets, None)
     }

@@ -149,6 +149,7 @@ impl Volume {
                     birth,
                     unwritten: true,
                     sums: Vec::new(),
+                    table_sums: false,
                 };
                 extent::map_extent(&mut i.tree, dev.as_ref(), &e)?;
                 i.attrs.blocks += n;

@@ -11,6 +11,7 @@
 //! Calls the cache (through `Volume`) and structures (extent trees).
 
 use super::{max_file_size, Volume};
+use crate::backend::alloc::SumsHandle;
 use crate::cache::Inode;
 use crate::device::Device;
 use crate::error::{err, Errno, Error, Result};
@@ -19,7 +20,7 @@ use crate::types::*;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Contents of logical block `lblock` of `i` as it is now.
-fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec<u8>> {
+fn block_of(i: &mut Inode, dev: &dyn Device, sums: &SumsHandle, bs: u64, lblock: u64) -> Result<Vec<u8>> {
     if let Some(data) = i.pages.content(lblock) {
         return Ok(data.as_ref().clone());
     }
@@ -29,7 +30,7 @@ fn block_of(i: &mut Inode, dev: &dyn Device, bs: u64, lblock: u64) -> Result<Vec
         crate::device::read_named(dev, e.physical(lblock), &mut buf)?;
         // A write into part of a block keeps the rest: never bytes that
         // fail their checksum, which the new one would cover.
-        verify(i.ino, &e, lblock, &buf)?;
+        verify(i.ino, &sums.resolve(&e.piece(lblock, lblock + 1)), lblock, &buf)?;
     }
     Ok(buf)
 }
@@ -56,13 +57,14 @@ pub(super) fn check_tail(i: &Inode, bs: u64) {
 pub(super) fn read_from(
     i: &mut Inode,
     dev: &dyn Device,
+    sums: &SumsHandle,
     bs: u64,
     offset: u64,
     size: usize,
 ) -> Result<Vec<u8>> {
     let len = i.attrs.size.saturating_sub(offset).min(size as u64) as usize;
     let mut out = vec![0u8; len];
-    let n = read_into(i, dev, bs, offset, &mut out)?;
+    let n = read_into(i, dev, sums, bs, offset, &mut out)?;
     out.truncate(n);
     Ok(out)
 }
@@ -72,11 +74,12 @@ pub(super) fn read_from(
 pub(super) fn read_into(
     i: &mut Inode,
     dev: &dyn Device,
+    sums: &SumsHandle,
     bs: u64,
     offset: u64,
     out: &mut [u8],
 ) -> Result<usize> {
-    let (n, reads) = plan_read(i, dev, bs, offset, out)?;
+    let (n, reads) = plan_read(i, dev, sums, bs, offset, out)?;
     read_blocks(dev, bs, out, &reads)?;
     Ok(n)
 }
@@ -134,6 +137,7 @@ impl DeviceRead {
 pub(super) fn plan_read(
     i: &mut Inode,
     dev: &dyn Device,
+    sums: &SumsHandle,
     bs: u64,
     offset: u64,
     out: &mut [u8],
@@ -193,7 +197,7 @@ pub(super) fn plan_read(
             pblock: e.physical(lblock),
             skip: from,
             len,
-            extent: e.piece(lblock, lblock + n),
+            extent: sums.resolve(&e.piece(lblock, lblock + n)),
             ino: i.ino,
         };
         push_read(&mut reads, read, bs);
@@ -220,6 +224,7 @@ fn push_read(reads: &mut Vec<DeviceRead>, r: DeviceRead, bs: u64) {
             && a.physical(a.end()) == b.pblock
             && a.birth == b.birth
             && a.is_summed() == b.is_summed()
+            && a.table_sums == b.table_sums
         {
             last.len += r.len;
             last.extent.count += b.count;
@@ -341,14 +346,16 @@ impl Volume {
     pub(super) fn block(&mut self, ino: Ino, lblock: u64) -> Result<Vec<u8>> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
-        block_of(self.inode(ino)?, dev.as_ref(), bs, lblock)
+        let sums = self.be.alloc.sums.handle();
+        block_of(self.inode(ino)?, dev.as_ref(), &sums, bs, lblock)
     }
 
     /// Read `size` bytes at `offset`, clamped to the file size.
     pub(super) fn read_data(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
-        read_from(self.inode(ino)?, dev.as_ref(), bs, offset, size)
+        let sums = self.be.alloc.sums.handle();
+        read_from(self.inode(ino)?, dev.as_ref(), &sums, bs, offset, size)
     }
 
     pub fn read(&mut self, ino: Ino, offset: u64, size: usize) -> Result<Vec<u8>> {
@@ -359,9 +366,10 @@ impl Volume {
     pub fn read_into(&mut self, ino: Ino, offset: u64, out: &mut [u8]) -> Result<usize> {
         let bs = self.bs();
         let dev = self.be.dev.clone();
+        let sums = self.be.alloc.sums.handle();
         let i = self.inode(ino)?;
         check_file(i)?;
-        read_into(i, dev.as_ref(), bs, offset, out)
+        read_into(i, dev.as_ref(), &sums, bs, offset, out)
     }
 
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
@@ -415,7 +423,7 @@ impl Volume {
             let (from, to) = (offset.max(start) - start, end.min(start + bs) - start);
             let whole = from == 0 && to == bs;
             if !(whole || i.pages.get(lblock).is_some() || start >= old_size || (k == 1 && last == first)) {
-                fills[k] = Some(block_of(i, dev, bs, lblock)?);
+                fills[k] = Some(block_of(i, dev, &self.be.alloc.sums.handle(), bs, lblock)?);
             }
         }
         for lblock in first..=last {

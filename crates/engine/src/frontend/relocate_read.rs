@@ -129,12 +129,14 @@ impl Volume {
         limit: u64,
     ) -> Result<Vec<Extent>> {
         let (dev, held_upto) = (self.be.dev.clone(), self.be.alloc.held_upto);
+        let sums = self.be.alloc.sums.handle();
         let tree = &mut self.inode(ino)?.tree;
         Ok(
             crate::structures::extent_range::clipped(tree, dev.as_ref(), from, to)?
                 .iter()
                 .filter(|e| !e.unwritten && held_upto.is_none_or(|s| e.birth > s))
                 .filter_map(|e| super::relocate::past(e, limit))
+                .map(|e| sums.resolve(&e))
                 .collect(),
         )
     }

@@ -66,6 +66,14 @@ impl Volume {
         Ok(())
     }
 
+    /// Drop the checksum table's entries of blocks `start..+count` (free
+    /// blocks: an entry there would be found by no extent).
+    pub fn repair_drop_sums(&mut self, start: u64, count: u64) -> Result<()> {
+        self.repair_begin()?;
+        self.be.alloc.sums.forget(start, count);
+        Ok(())
+    }
+
     /// Drop `owner`'s reference to xattr file `xf` if it names it (`owner`
     /// 0: none does), and free `xf` if it is an xattr file.
     pub fn repair_xattr_file(&mut self, owner: Ino, xf: Ino) -> Result<()> {
@@ -243,7 +251,8 @@ impl Volume {
 impl Volume {
     /// Give every written extent of `ino` that has no checksums the
     /// CRC32C of each of its blocks as the device holds them now (a volume
-    /// with data checksums whose extent lacks them). The blocks stay where
+    /// with data checksums whose extent lacks them, or whose checksums the
+    /// checksum table should hold and does not). The blocks stay where
     /// they are; only the map changes, in the current delta. Returns the
     /// blocks summed (0 on a volume without data checksums).
     pub fn repair_sums(&mut self, ino: Ino) -> Result<u64> {
@@ -255,11 +264,25 @@ impl Volume {
         let bs = self.be.bs;
         let stripped = self.load_without_sums(ino)?;
         let tree = &mut self.inode(ino)?.tree;
-        let bare: Vec<Extent> = extent::all(tree, dev.as_ref())?
+        let all = extent::all(tree, dev.as_ref())?;
+        let (in_table, bare): (Vec<Extent>, Vec<Extent>) = all
             .into_iter()
             .filter(|e| !e.unwritten && !e.is_summed())
-            .collect();
+            .partition(|e| e.table_sums);
         let mut summed = 0;
+        // Blocks whose checksums the extent says are in the checksum table
+        // but which the table lacks get them there.
+        let mut buf = vec![0u8; bs];
+        for e in in_table {
+            for b in e.pblock..e.pblock.saturating_add(e.count) {
+                if self.be.alloc.sums.get(b).is_none() {
+                    dev.read(b, &mut buf)?;
+                    self.be.alloc.sums.put(b, &[extent::block_sum(&buf)]);
+                    summed += 1;
+                }
+            }
+        }
+        let tree = &mut self.inode(ino)?.tree;
         for e in bare {
             let mut sums = Vec::new();
             let mut buf = vec![0u8; bs];

@@ -167,7 +167,8 @@ impl Volume {
         }
         let size = i.attrs.size as usize;
         let bs = self.bs();
-        Some(self.staged(None, staged, |dev| read_from(&mut i, dev, bs, 0, size)))
+        let sums = self.be.alloc.sums.handle();
+        Some(self.staged(None, staged, |dev| read_from(&mut i, dev, &sums, bs, 0, size)))
     }
 
     /// Up to `max` entries of directory `ino` from `pos`; or (`Err`) the
@@ -226,9 +227,11 @@ impl Volume {
         let mut i = or_fail!(self.inode_shared(ino));
         or_fail!(check_file(&i));
         let mut out = buf(&i);
+        let sums = self.be.alloc.sums.handle();
         let planned = match or_fail!(self.staged(None, staged, |dev| Ok(plan_read(
             &mut i,
             dev,
+            &sums,
             bs,
             offset,
             out.as_mut()

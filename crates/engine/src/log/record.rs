@@ -21,6 +21,7 @@
 //! | 15 | SnapGone  | id u64 | snapshot `id`'s space is all back: its record goes |
 //! | 16 | Named     | ino u64 | `ino` left the orphan list with a name: a file made without one (`O_TMPFILE`) was linked |
 //! | 17 | Share     | start u64, count u32, refs u32 | the shared-extent run at `start` is `count` blocks with `refs` (≥ 2) references each; refs 0 (count 0): no run starts at `start` any more |
+//! | 18 | Sums      | start u64, mask u64, crc u32 per bit set | the checksum table's chunk at `start` (a multiple of 64) holds the checksums of blocks `start + k` for each bit `k` of `mask`, in order; mask 0: the chunk holds none |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
 //! Replay applies them unless a later full commit in the chain carries a
@@ -172,10 +173,16 @@ pub enum Record {
         count: u32,
         refs: u32,
     },
+    /// The checksum table's chunk at `start` (mask 0: empty).
+    Sums {
+        start: u64,
+        mask: u64,
+        sums: Vec<u32>,
+    },
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 17] = [
+pub const KINDS: [&str; 18] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -193,6 +200,7 @@ pub const KINDS: [&str; 17] = [
     "snapgone",
     "named",
     "share",
+    "sums",
 ];
 
 impl Record {
@@ -209,6 +217,7 @@ impl Record {
             Record::InodeImage { attrs, .. } => attrs.len().saturating_add(11),
             Record::DataInline { data, .. } => data.len().saturating_add(21),
             Record::DirentSet { entry, .. } => entry.len().saturating_add(19),
+            Record::Sums { sums, .. } => sums.len().saturating_mul(4).saturating_add(17),
         }
     }
 
@@ -232,6 +241,7 @@ impl Record {
             Record::SnapGone { .. } => 14,
             Record::Named { .. } => 15,
             Record::Share { .. } => 16,
+            Record::Sums { .. } => 17,
         }
     }
 
@@ -332,6 +342,18 @@ impl Record {
                 w.u32(count);
                 w.u32(refs);
             }
+            Record::Sums {
+                start,
+                mask,
+                ref sums,
+            } => {
+                w.u8(18);
+                w.u64(start);
+                w.u64(mask);
+                for &s in sums {
+                    w.u32(s);
+                }
+            }
         }
     }
 
@@ -427,6 +449,15 @@ impl Record {
                 count: r.u32("share count")?,
                 refs: r.u32("share refs")?,
             },
+            18 => {
+                let start = r.u64("sums start")?;
+                let mask = r.u64("sums mask")?;
+                let mut sums = Vec::with_capacity(mask.count_ones() as usize);
+                for _ in 0..mask.count_ones() {
+                    sums.push(r.u32("sums checksum")?);
+                }
+                Record::Sums { start, mask, sums }
+            }
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         };
         rec.check(r, bounds)?;
@@ -458,6 +489,18 @@ impl Record {
                 };
                 if !shape || !bounds.holds_range(start, u64::from(count.max(1))) {
                     return bad(format!("run {start}+{count} with {refs} references"));
+                }
+            }
+            Record::Sums { start, mask, .. } => {
+                let last = 63u64.saturating_sub(u64::from(mask.leading_zeros()));
+                let first = u64::from(mask.trailing_zeros().min(63));
+                let inside = mask == 0
+                    || bounds.holds_range(
+                        start.saturating_add(first),
+                        last.saturating_sub(first).saturating_add(1),
+                    );
+                if !start.is_multiple_of(64) || !inside {
+                    return bad(format!("checksum chunk at block {start} (mask {mask:#x})"));
                 }
             }
             Record::LeafMap { tree, .. } | Record::LeafUnmap { tree, .. } | Record::Drop { tree } => {

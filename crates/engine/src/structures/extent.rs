@@ -34,6 +34,11 @@ pub struct Extent {
     /// CRC32C of each block, `count` of them, on a volume with data
     /// checksums (never for an unwritten extent); empty otherwise.
     pub sums: Vec<u32>,
+    /// The blocks' checksums are not in the extent but in the volume's
+    /// checksum table, by device block (a clone's extents: the blocks'
+    /// checksums are kept once however many files map them). `sums` is
+    /// then empty; [`Extent::resolved`] fills it for a piece to check.
+    pub table_sums: bool,
 }
 
 /// Physical blocks an operation freed: `(start, count, birth)`.
@@ -49,6 +54,7 @@ impl Extent {
             birth,
             unwritten: false,
             sums: Vec::new(),
+            table_sums: false,
         }
     }
 
@@ -61,6 +67,7 @@ impl Extent {
             birth,
             unwritten: false,
             sums,
+            table_sums: false,
         }
     }
 
@@ -80,7 +87,35 @@ impl Extent {
             birth: self.birth,
             unwritten: self.unwritten,
             sums: self.sums.get(a..b).map(<[u32]>::to_vec).unwrap_or_default(),
+            table_sums: self.table_sums,
         }
+    }
+
+    /// The extent with its checksums in hand: a table-summed one gets
+    /// each block's from `table` (by device block) and becomes summed, if
+    /// the table has every one; else it stays as it is (unchecked: fsck
+    /// reports the missing checksums). Meant for a piece cut to a read.
+    pub fn resolved(&self, table: impl Fn(u64) -> Option<u32>) -> Extent {
+        if !self.table_sums {
+            return self.clone();
+        }
+        let sums: Option<Vec<u32>> = (0..self.count)
+            .map(|k| table(self.pblock.saturating_add(k)))
+            .collect();
+        match sums {
+            Some(sums) => Extent {
+                sums,
+                table_sums: false,
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
+    }
+
+    /// Whether each block has a checksum somewhere (in the extent or in
+    /// the volume's checksum table).
+    pub fn has_sums(&self) -> bool {
+        self.is_summed() || self.table_sums
     }
 
     /// The same extent moved to logical block `lblock`.
@@ -107,6 +142,7 @@ impl Extent {
             birth: self.birth,
             unwritten: self.unwritten,
             summed: self.is_summed(),
+            table_sums: self.table_sums,
         }
     }
 
@@ -134,6 +170,10 @@ pub const FLAG_UNWRITTEN: u8 = 1;
 
 /// Flag bit of the summed form: a CRC32C per block follows the flags byte.
 pub const FLAG_SUMMED: u8 = 2;
+
+/// Flag bit of the 17-byte form: the blocks' checksums are in the volume's
+/// checksum table (version 7).
+pub const FLAG_TABLE_SUMS: u8 = 4;
 
 /// Longest summed extent stored in one entry (its value is 17 + 4 × 64 =
 /// 273 bytes, so a 4 KiB leaf holds 14 of them); a longer one is stored as
@@ -171,6 +211,14 @@ pub fn encode_as(pblock: u64, count: u64, birth: u32, unwritten: bool) -> Vec<u8
 /// checksums, the 17-byte form with flag `SUMMED` and then one `u32` per
 /// block.
 pub fn encode_extent(e: &Extent) -> Vec<u8> {
+    if e.table_sums {
+        let mut w = Writer::with_capacity(17);
+        w.u64(e.pblock);
+        w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
+        w.u32(e.birth);
+        w.u8(FLAG_TABLE_SUMS);
+        return w.buf;
+    }
     if !e.is_summed() {
         return encode_as(e.pblock, e.count, e.birth, e.unwritten);
     }
@@ -194,6 +242,8 @@ pub struct Head {
     pub unwritten: bool,
     /// A CRC32C per block follows at [`SUMS_AT`].
     pub summed: bool,
+    /// The blocks' checksums are in the checksum table.
+    pub table_sums: bool,
 }
 
 /// Offset of the first checksum in a summed extent's value.
@@ -215,7 +265,7 @@ pub fn decode_head(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result
     if r.remaining() >= 1 {
         flags = r.u8("extent flags")?;
         let want = match flags {
-            FLAG_UNWRITTEN => 0,
+            FLAG_UNWRITTEN | FLAG_TABLE_SUMS => 0,
             FLAG_SUMMED if (1..=MAX_SUMMED).contains(&count) => count as usize,
             FLAG_SUMMED => {
                 return Err(r.bad(format!(
@@ -242,6 +292,7 @@ pub fn decode_head(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result
         birth,
         unwritten: flags == FLAG_UNWRITTEN,
         summed: flags == FLAG_SUMMED,
+        table_sums: flags == FLAG_TABLE_SUMS,
     })
 }
 
@@ -266,6 +317,7 @@ pub fn decode(lblock: u64, v: &[u8], block: u64, bounds: &Bounds) -> Result<Exte
         birth: h.birth,
         unwritten: h.unwritten,
         sums,
+        table_sums: h.table_sums,
     })
 }
 
@@ -413,6 +465,7 @@ pub fn join(p: &Extent, e: &Extent) -> Option<(Extent, Option<Extent>)> {
         && p.birth == e.birth
         && p.unwritten == e.unwritten
         && p.is_summed() == e.is_summed()
+        && p.table_sums == e.table_sums
         && p.count < limit;
     if !joins {
         return None;
@@ -484,6 +537,7 @@ mod tests {
                 birth: 0,
                 unwritten: false,
                 sums: Vec::new(),
+                table_sums: false,
             }]
         );
         let freed = map(&mut t, &dev, 3, 500, 2, 7).unwrap();
@@ -498,6 +552,7 @@ mod tests {
                     birth: 0,
                     unwritten: false,
                     sums: Vec::new(),
+                    table_sums: false,
                 },
                 Extent {
                     lblock: 3,
@@ -506,6 +561,7 @@ mod tests {
                     birth: 7,
                     unwritten: false,
                     sums: Vec::new(),
+                    table_sums: false,
                 },
                 Extent {
                     lblock: 5,
@@ -514,6 +570,7 @@ mod tests {
                     birth: 0,
                     unwritten: false,
                     sums: Vec::new(),
+                    table_sums: false,
                 },
             ]
         );

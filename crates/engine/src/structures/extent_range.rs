@@ -343,6 +343,7 @@ mod tests {
             birth: 0,
             unwritten,
             sums: Vec::new(),
+            table_sums: false,
         }
     }
 

@@ -41,6 +41,7 @@ const TAG_FLAGS: u8 = 11;
 const TAG_SUMS: u8 = 12;
 const TAG_SCRUB: u8 = 13;
 const TAG_DAMAGE: u8 = 14;
+const TAG_TABLE_SUMS: u8 = 15;
 
 /// The first number an ordinary inode may have (the backend's `FIRST_INO`).
 const FIRST_FILE_INO: u64 = 16;
@@ -64,6 +65,10 @@ pub fn inline_cost(n: usize) -> usize {
 /// carry checksums (attribute 12 takes 4 bytes a block); a larger file
 /// gets an extent tree.
 pub const INLINE_SUMMED_BLOCKS: u64 = 16;
+
+/// Bytes the `table sums` attribute (15) takes: its extents keep their
+/// checksums in the checksum table.
+pub const INLINE_TABLE_SUMS_COST: usize = 4;
 
 /// Bytes the `sums` attribute takes for extents covering `blocks` blocks
 /// with checksums (0 when none).
@@ -229,6 +234,17 @@ impl InodeAttrs {
                     w.u32(s);
                 }
             }
+            let table = self
+                .inline
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.table_sums)
+                .fold(0u8, |m, (k, _)| m | (1u8 << (k & 7)));
+            if table != 0 {
+                w.u8(TAG_TABLE_SUMS);
+                w.u16(1);
+                w.u8(table);
+            }
         }
         if self.xattr_file != 0 {
             w.u8(TAG_XATTR_FILE);
@@ -276,6 +292,7 @@ impl InodeAttrs {
         let mut r = Reader::new(b, block);
         let mut seen_mode = false;
         let mut sums: Vec<u32> = Vec::new();
+        let mut table_mask = 0u8;
         let bad = |what: String| Error::corrupt(block, format!("inode {ino}: {what}"));
         while r.remaining() > 0 {
             let tag = r.u8("attribute tag")?;
@@ -427,6 +444,17 @@ impl InodeAttrs {
                         sums.push(br.u32("block checksum")?);
                     }
                 }
+                TAG_TABLE_SUMS => {
+                    let m = match body {
+                        [m] if *m != 0 && *m < 1 << INLINE_EXTENTS => *m,
+                        _ => {
+                            return Err(bad(format!(
+                                "table sums attribute has length {len} or a bad mask"
+                            )))
+                        }
+                    };
+                    table_mask = m;
+                }
                 TAG_SCRUB => {
                     a.scrub = Some(ScrubState::decode(body, ino, block, bounds.block_count)?);
                 }
@@ -436,8 +464,18 @@ impl InodeAttrs {
                 _ => return Err(bad(format!("unknown attribute tag {tag}"))),
             }
         }
+        if table_mask != 0 {
+            if usize::from(8 - table_mask.leading_zeros() as u8) > a.inline.len() {
+                return Err(bad(format!(
+                    "table sums mask {table_mask:#x} names extents the record does not hold"
+                )));
+            }
+            for (k, e) in a.inline.iter_mut().enumerate() {
+                e.table_sums = table_mask & (1 << k) != 0;
+            }
+        }
         if !sums.is_empty() {
-            let blocks: u64 = a.inline.iter().map(|e| e.count).sum();
+            let blocks: u64 = a.inline.iter().filter(|e| !e.table_sums).map(|e| e.count).sum();
             if blocks != sums.len() as u64 {
                 return Err(bad(format!(
                     "{} block checksums for {blocks} blocks of extents in the record",
@@ -445,7 +483,7 @@ impl InodeAttrs {
                 )));
             }
             let mut rest = sums.as_slice();
-            for e in &mut a.inline {
+            for e in a.inline.iter_mut().filter(|e| !e.table_sums) {
                 let (mine, more) = rest.split_at(e.count as usize);
                 e.sums = mine.to_vec();
                 rest = more;

@@ -32,7 +32,10 @@
 //! mkfs, and by a resize) sets flag bit 3 (`SPARSE_BITMAP`) and version 5.
 //! A volume where a clone or a dedupe has shared blocks between files (the
 //! snapshot table may hold shared-extent runs, the log `Share` records)
-//! sets flag bit 4 (`SHARED_EXTENTS`) and version 6, and keeps it.
+//! sets flag bit 4 (`SHARED_EXTENTS`) and version 6, and keeps it. A
+//! volume whose checksum table holds checksums (extents may say theirs are
+//! there, the log may hold `Sums` records) sets flag bit 5 (`TABLE_SUMS`)
+//! and version 7, and keeps it.
 
 use crate::codec::{Reader, Writer};
 use crate::device::Device;
@@ -63,13 +66,19 @@ pub const FLAG_SPARSE_BITMAP: u32 = 8;
 pub const VERSION_SHARED_EXTENTS: u32 = 6;
 /// Flag bit: blocks may be shared between files (the shared-extent table).
 pub const FLAG_SHARED_EXTENTS: u32 = 16;
+/// Format version of a volume with the `TABLE_SUMS` flag.
+pub const VERSION_TABLE_SUMS: u32 = 7;
+/// Flag bit: extents may keep their blocks' checksums in the checksum table.
+pub const FLAG_TABLE_SUMS: u32 = 32;
 /// Smallest and largest supported block sizes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 
 /// The format version that goes with `flags`.
 fn flags_version(flags: u32) -> u32 {
-    if flags & FLAG_SHARED_EXTENTS != 0 {
+    if flags & FLAG_TABLE_SUMS != 0 {
+        VERSION_TABLE_SUMS
+    } else if flags & FLAG_SHARED_EXTENTS != 0 {
         VERSION_SHARED_EXTENTS
     } else if flags & FLAG_SPARSE_BITMAP != 0 {
         VERSION_SPARSE_BITMAP
@@ -124,6 +133,9 @@ pub struct Superblock {
     pub sparse_bitmap: bool,
     /// Blocks may be shared between files (flag `SHARED_EXTENTS`).
     pub shared_extents: bool,
+    /// Extents may keep their checksums in the checksum table (flag
+    /// `TABLE_SUMS`).
+    pub table_sums: bool,
 }
 
 impl Superblock {
@@ -185,10 +197,10 @@ impl Superblock {
             ));
         }
         let version = r.u32("version")?;
-        if !(VERSION..=VERSION_SHARED_EXTENTS).contains(&version) {
+        if !(VERSION..=VERSION_TABLE_SUMS).contains(&version) {
             return Err(Error::corrupt(
                 addr,
-                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_SHARED_EXTENTS}"),
+                format!("superblock: format version {version}, this program reads {VERSION} to {VERSION_TABLE_SUMS}"),
             ));
         }
         let block_size = r.u32("block size")?;
@@ -208,8 +220,12 @@ impl Superblock {
             ));
         }
         let flags = r.u32("flags")?;
-        let known =
-            FLAG_SNAPSHOTS | FLAG_INLINE_MAPS | FLAG_DATA_SUMS | FLAG_SPARSE_BITMAP | FLAG_SHARED_EXTENTS;
+        let known = FLAG_SNAPSHOTS
+            | FLAG_INLINE_MAPS
+            | FLAG_DATA_SUMS
+            | FLAG_SPARSE_BITMAP
+            | FLAG_SHARED_EXTENTS
+            | FLAG_TABLE_SUMS;
         if flags & !known != 0 || flags_version(flags) != version {
             return Err(Error::corrupt(
                 addr,
@@ -255,6 +271,7 @@ impl Superblock {
             data_sums: flags & FLAG_DATA_SUMS != 0,
             sparse_bitmap: flags & FLAG_SPARSE_BITMAP != 0,
             shared_extents: flags & FLAG_SHARED_EXTENTS != 0,
+            table_sums: flags & FLAG_TABLE_SUMS != 0,
         };
         let mut sb = sb;
         if flags & FLAG_SNAPSHOTS != 0 {
@@ -339,6 +356,9 @@ impl Superblock {
         }
         if self.shared_extents {
             flags |= FLAG_SHARED_EXTENTS;
+        }
+        if self.table_sums {
+            flags |= FLAG_TABLE_SUMS;
         }
         (flags_version(flags), flags)
     }
@@ -465,6 +485,7 @@ mod tests {
             data_sums: false,
             sparse_bitmap: false,
             shared_extents: false,
+            table_sums: false,
         }
     }
 

@@ -15,12 +15,18 @@
 //! still fail with EIO, and later checks name it as a note, not a problem,
 //! while the block is mapped with that checksum.
 //!
+//! An extent that keeps its checksums in the checksum table (a clone's) is
+//! checked the same way with the table's, each of its blocks must have
+//! one there (repair computes what is missing from the data), and the
+//! table holds no block that is free (repair drops those).
+//!
 //! Calls the device and the extent checksum helper; the names come from
 //! the entries `scan` collected (reads no directory itself).
 
 use super::names::Entry;
 use super::{Findings, Fix};
 use std::collections::{BTreeMap, HashMap};
+use tux3::backend::alloc::sums::Sums;
 use tux3::device::Device;
 use tux3::structures::extent::{self, Extent};
 use tux3::structures::inode::InodeAttrs;
@@ -75,7 +81,25 @@ pub(super) fn check_form(e: &Extent, data_sums: bool, at: &str, ino: u64, live: 
     if e.unwritten {
         return;
     }
-    if data_sums && !e.is_summed() {
+    if data_sums && e.table_sums {
+        let missing = f.sum_table.as_ref().map_or(0, |t| t.missing(e.pblock, e.count));
+        if missing == 0 {
+            return;
+        }
+        let line = format!("{at}: {missing} of its blocks have no checksum in the checksum table");
+        if live {
+            f.fixable(
+                "data sums",
+                Fix::Sums { ino },
+                format!("{line} (repair computes them from the data on disk)"),
+            );
+        } else {
+            f.problem(
+                "data sums",
+                format!("{line} (a snapshot never changes: not repaired)"),
+            );
+        }
+    } else if data_sums && !e.is_summed() {
         let line = format!("{at}: no data checksums on a volume with DATA_SUMS");
         if live {
             f.fixable(
@@ -89,7 +113,7 @@ pub(super) fn check_form(e: &Extent, data_sums: bool, at: &str, ino: u64, live: 
                 format!("{line} (a snapshot never changes: not repaired)"),
             );
         }
-    } else if !data_sums && e.is_summed() {
+    } else if !data_sums && e.has_sums() {
         f.problem(
             "data sums",
             format!("{at}: data checksums on a volume without DATA_SUMS"),
@@ -111,7 +135,16 @@ pub(super) fn verify<'a>(
         return;
     };
     let (bs, count) = (dev.block_size() as usize, dev.block_count());
+    let table = f.sum_table.clone();
     for e in extents {
+        // Checksums kept in the checksum table are checked as the extent's.
+        let resolved = match &table {
+            Some(t) if e.table_sums && e.pblock.checked_add(e.count).is_some_and(|end| end <= count) => {
+                t.resolve(e)
+            }
+            _ => e.clone(),
+        };
+        let e = &resolved;
         // Extents outside the volume or with the wrong number of checksums
         // are reported by the structure checks.
         let inside = e.pblock.checked_add(e.count).is_some_and(|end| end <= count);
@@ -146,6 +179,32 @@ pub(super) fn verify<'a>(
         }
     }
     f.data = Some(scan);
+}
+
+/// The checksum table (`alloc/sums.rs`) holds checksums of blocks in use
+/// only: an entry on a free block is a leftover no extent may reach, and
+/// repair drops it (a block allocated again would be checked against it).
+pub(super) fn check_table(t: &Sums, is_used: &dyn Fn(u64) -> bool, f: &mut Findings) {
+    let mut free: Vec<(u64, u64)> = Vec::new();
+    for (start, c) in t.iter() {
+        for k in 0..64u64 {
+            let b = start.saturating_add(k);
+            if c.mask & (1 << k) == 0 || is_used(b) {
+                continue;
+            }
+            match free.last_mut() {
+                Some((s, n)) if s.saturating_add(*n) == b => *n += 1,
+                _ => free.push((b, 1)),
+            }
+        }
+    }
+    for (start, count) in free {
+        f.fixable(
+            "data sums",
+            Fix::DropSums { start, count },
+            format!("checksum table: blocks {start}+{count} are free but have checksums (repair drops them)"),
+        );
+    }
 }
 
 /// Each mismatch found as a problem, naming the file by every path the

@@ -61,6 +61,7 @@ pub(super) fn apply(dev: Arc<dyn Device>, fixes: &[(Fix, String)]) -> Result<Vec
             Fix::Blocks { ino, blocks } => v.repair_blocks(ino, blocks)?,
             Fix::Free { start, count } => v.repair_free(start, count)?,
             Fix::SharedRefs { start, count, refs } => v.repair_shared(start, count, refs)?,
+            Fix::DropSums { start, count } => v.repair_drop_sums(start, count)?,
             Fix::Bury { start, count, birth } => v.repair_bury(start, count, birth)?,
             Fix::Unbury { start } => v.repair_unbury(start)?,
             Fix::MarkUsed { start, count } => v.repair_mark_used(start, count)?,

@@ -87,6 +87,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
         }
         Err(e) => return Err(e),
     };
+    f.sum_table = Some(be.alloc.sums.handle());
     let dev = be.dev.clone();
     let dev = dev.as_ref();
     let mut refs: Vec<Ref> = vec![
@@ -388,6 +389,7 @@ pub(super) fn pass(dev: Arc<dyn Device>, opts: &super::FsckOptions) -> Result<Pa
     }
     keyfixes.extend(children);
     let shared = super::shared::check(&refs, &alloc.shared, complete, &mut f);
+    super::datasums::check_table(&alloc.sums.read(), &|b| alloc.is_used(b), &mut f);
     refs::check(
         &refs,
         &shared,

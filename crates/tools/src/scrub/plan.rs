@@ -152,6 +152,8 @@ impl Plan {
 
 struct Collect<'a> {
     dev: &'a dyn Device,
+    /// The volume's checksum table: a clone's extents keep theirs there.
+    sums: tux3::backend::alloc::SumsHandle,
     items: Vec<Item>,
     unwalked: Vec<(u64, String)>,
     prune: HashSet<u64>,
@@ -203,6 +205,7 @@ impl Collect<'_> {
 
     fn extents(&mut self, ino: u64, es: &[Extent]) {
         for e in es.iter().filter(|e| !e.unwritten) {
+            let e = &self.sums.resolve(e);
             self.items.push(Item {
                 start: e.pblock,
                 count: e.count,
@@ -269,6 +272,7 @@ pub fn collect(dev: Arc<dyn Device>) -> Result<Plan> {
     let d = dev.as_ref();
     let mut c = Collect {
         dev: d,
+        sums: be.alloc.sums.handle(),
         items: Vec::new(),
         unwalked: Vec::new(),
         prune: HashSet::new(),

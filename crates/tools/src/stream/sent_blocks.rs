@@ -251,6 +251,7 @@ mod tests {
             birth: 1,
             unwritten: false,
             sums: Vec::new(),
+            table_sums: false,
         }
     }
 

@@ -33,6 +33,7 @@
 
 mod group;
 pub mod shared;
+pub mod sums;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ use crate::structures::bitmap;
 use group::{set, Group};
 pub use shared::{SharedExtents, SharedRun};
 use std::collections::{BTreeSet, VecDeque};
+pub use sums::{SumChunk, SumTable, SumsHandle};
 
 pub struct Allocator {
     groups: Vec<Group>,
@@ -82,6 +84,9 @@ pub struct Allocator {
     pub dying: Vec<(u64, u64, u32)>,
     /// Blocks two or more references of the live volume map (`shared.rs`).
     pub shared: SharedExtents,
+    /// Checksums of data blocks kept by device block (`sums.rs`): an entry
+    /// goes when its block is freed for reuse ([`Allocator::free_range`]).
+    pub sums: SumTable,
     /// Where the data streams of the last `ROOM_DELTAS` deltas ended, and
     /// the delta (counted by `age_rooms`) of each (`keep_room`): the free
     /// run from each, up to `ROOM` blocks, is kept for the stream's next
@@ -126,6 +131,7 @@ impl Allocator {
             held_upto: None,
             dying: Vec::new(),
             shared: SharedExtents::default(),
+            sums: SumTable::default(),
             rooms: Vec::new(),
             room_clock: 0,
             writing: Vec::new(),
@@ -774,6 +780,7 @@ impl Allocator {
         }
         // Log only what lies inside the volume: replay rejects anything else.
         if start < end {
+            self.sums.forget(start, end - start);
             self.touch(start, end - start);
             self.delta_frees.push((start, end - start));
         }

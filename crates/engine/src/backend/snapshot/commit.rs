@@ -14,13 +14,19 @@ impl Backend {
     /// list (they died in the current generation), with their `Dead`
     /// records.
     /// The shared-extent table's changes go into the table's tree too,
-    /// with their `Share` records.
+    /// with their `Share` records, and the checksum table's with their
+    /// `Sums` records.
     pub(in crate::backend) fn bury(&mut self, records: &mut Vec<Record>) -> Result<()> {
         let dev = self.dev.clone();
         let shared = self.alloc.shared.take_dirty();
         if !shared.is_empty() {
             self.sb.shared_extents = true;
             self.snaps.sync_shared(dev.as_ref(), shared, Some(records))?;
+        }
+        let sums = self.alloc.sums.take_dirty();
+        if !sums.is_empty() {
+            self.sb.table_sums = true;
+            self.snaps.sync_sums(dev.as_ref(), sums, Some(records))?;
         }
         let dying = std::mem::take(&mut self.alloc.dying);
         if dying.is_empty() {

@@ -26,7 +26,8 @@
 //!
 //! Calls the btree (scan, node decoding, leaf salvage) and the device.
 
-use super::{decode_shared, DeadExtent, SnapRecord, Snapshots, RECORD_KEY, SHARED_KEY, SNAP_INO};
+use super::{decode_shared, DeadExtent, SnapRecord, Snapshots, RECORD_KEY, SHARED_KEY, SNAP_INO, SUMS_KEY};
+use crate::backend::alloc::sums::{decode_chunk, encode_chunk};
 use crate::codec::MAX_DEPTH;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -67,6 +68,8 @@ impl Snapshots {
             deleting: 0,
             shared_runs: 0,
             loaded_shared: Vec::new(),
+            sum_chunks: 0,
+            loaded_sums: Vec::new(),
             passed_over: Vec::new(),
         };
         if root.addr == 0 {
@@ -102,7 +105,7 @@ impl Snapshots {
         for (key, value, leaf) in entries {
             // A record whose id is not below the generation: its key is
             // damaged, or the generation is (then the id is right).
-            if (RECORD_KEY..SHARED_KEY).contains(&key) && key - RECORD_KEY >= u64::from(generation) {
+            if (RECORD_KEY..SUMS_KEY).contains(&key) && key - RECORD_KEY >= u64::from(generation) {
                 stray.push((key, value, leaf));
                 continue;
             }
@@ -201,6 +204,11 @@ impl Snapshots {
             self.loaded_shared.push((start, count, refs));
             self.shared_runs += 1;
             Ok(None)
+        } else if key >= SUMS_KEY {
+            let chunk = decode_chunk(key - SUMS_KEY, value, leaf, n)?;
+            self.loaded_sums.push((key - SUMS_KEY, chunk));
+            self.sum_chunks += 1;
+            Ok(None)
         } else if key >= RECORD_KEY {
             let id = key - RECORD_KEY;
             let (rec, note) = match SnapRecord::decode(id, value, leaf, n) {
@@ -267,6 +275,9 @@ impl Snapshots {
         for &(start, count, refs) in &self.loaded_shared {
             t.insert(dev, SHARED_KEY + start, super::encode_shared(count, refs))?;
         }
+        for (start, c) in &self.loaded_sums {
+            t.insert(dev, SUMS_KEY + start, encode_chunk(c))?;
+        }
         t.freed = old;
         self.tree = t;
         Ok(())
@@ -277,6 +288,8 @@ impl Snapshots {
 fn valid(key: u64, v: &[u8], leaf: u64, n: u64) -> bool {
     if key >= SHARED_KEY {
         decode_shared(key - SHARED_KEY, v, leaf, n).is_ok()
+    } else if key >= SUMS_KEY {
+        decode_chunk(key - SUMS_KEY, v, leaf, n).is_ok()
     } else if key >= RECORD_KEY {
         SnapRecord::decode(key - RECORD_KEY, v, leaf, n).is_ok()
     } else {
