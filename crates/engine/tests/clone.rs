@@ -4,6 +4,7 @@
 //! survives replay and unify, and fsck counts every reference.
 
 use std::sync::Arc;
+mod sums;
 use tux3::device::{Device, MemDevice};
 use tux3::{FormatOptions, Fs, Ino, OpenOptions, ROOT_INO};
 
@@ -92,25 +93,94 @@ fn a_clone_takes_no_data_blocks_and_diverges_correctly() {
     assert!(dump.contains(": 2 references"), "{dump}");
 }
 
-/// A clone of a file of many summed extents (64 blocks each at most) maps
-/// them into leaves filled in order, so its map takes about half the
-/// blocks that mapping them one by one (each split halving a leaf) did,
-/// and replay after a crash gives the same map and reference counts.
+/// A clone of a file of many summed extents (64 blocks each at most)
+/// keeps their checksums once, in the checksum table, and maps each
+/// physically contiguous run with one entry: its map fits the inode
+/// record. The first clone costs one copy of the checksums (the table's
+/// leaves); every further clone costs no block at all once unified (each
+/// took a copy of the source's 19 leaves of summed extents before).
+/// Replay after a crash gives the same map, table and reference counts.
 #[test]
-fn a_clone_of_many_summed_extents_fills_its_leaves() {
+fn a_clone_of_many_summed_extents_keeps_their_checksums_once() {
     let (mem, fs) = volume(40_000);
     let len = 16_384 * BS as usize;
     let data = pattern(7, len);
-    let (_, b, used) = write_and_clone(&fs, &data);
-    // 256 extents of 273-byte entries, 14 to a full leaf: 19 leaves, and
-    // the log and the directory. Leaves half full would be over 32.
-    assert!(used <= 25, "the clone's map took {used} blocks");
+    let (a, b, used) = write_and_clone(&fs, &data);
+    // 256 chunks of checksums, 15 to a leaf, in the log.
+    assert!(used <= 25, "the first clone took {used} blocks");
     assert_eq!(fs.sharing().saved_blocks, 16_384);
-    // Not closed: the clone is replayed from the log.
+    assert_eq!(fs.sharing().table_sums, 16_384);
+    fs.unify().unwrap();
+    let before = free(&fs);
+    let clones: Vec<Ino> = (0..8)
+        .map(|i| {
+            let c = file(&fs, &format!("c{i}"));
+            fs.clone_range(a, 0, c, 0, u64::MAX).unwrap();
+            c
+        })
+        .collect();
+    fs.unify().unwrap();
+    let more = before - free(&fs);
+    assert!(more <= 1, "8 more clones took {more} blocks");
+    assert_eq!(fs.sharing().table_sums, 16_384);
+    let c = clones[3];
+    fs.clone_range(a, 0, c, 0, u64::MAX).unwrap();
+    // Not closed: the last clone is replayed from the log.
     drop(fs);
     let fs = reopen(&mem);
     assert_eq!(fs.read(b, 0, len).unwrap(), data);
-    assert_eq!(fs.sharing().saved_blocks, 16_384);
+    assert_eq!(fs.read(c, 0, len).unwrap(), data);
+    assert_eq!(fs.sharing().saved_blocks, 9 * 16_384);
+    assert_eq!(fs.sharing().table_sums, 16_384);
+    fs.close().unwrap();
+    fsck(&mem);
+    for ino in [b, c] {
+        let map = sums::extents(&mem, ino);
+        assert_eq!(map.len(), 1, "{map:?}");
+        assert!(map[0].table_sums && map[0].sums.is_empty(), "{map:?}");
+    }
+}
+
+/// A damaged block that clones share fails the reads of every file that
+/// maps it, the source (checksum in its extent) and the clones (checksum
+/// in the table) alike; the other blocks read back. Once every file that
+/// maps the blocks is gone, so are their checksums, and fsck finds the
+/// table clean.
+#[test]
+fn a_clones_damaged_block_fails_its_reads_and_its_checksums_go_with_the_blocks() {
+    let (mem, fs) = volume(16384);
+    let len = 300 * BS as usize;
+    let data = pattern(9, len);
+    let (a, b, _) = write_and_clone(&fs, &data);
+    fs.unify().unwrap();
+    let map = sums::extents(&mem, b);
+    let e = map.iter().find(|e| e.lblock <= 100 && 100 < e.end()).unwrap();
+    assert!(e.table_sums);
+    let pblock = e.physical(100);
+    fs.close().unwrap();
+    let mut buf = vec![0u8; BS as usize];
+    mem.read(pblock, &mut buf).unwrap();
+    buf[17] ^= 0xff;
+    mem.write(pblock, &buf).unwrap();
+    let fs = reopen(&mem);
+    for ino in [a, b] {
+        let err = fs.read(ino, 100 * BS, BS as usize).unwrap_err();
+        assert_eq!(err.errno(), tux3::Errno::EIO, "inode {ino}: {err}");
+        assert_eq!(
+            fs.read(ino, 0, 100 * BS as usize).unwrap(),
+            data[..100 * BS as usize]
+        );
+        assert_eq!(fs.read(ino, 101 * BS, len).unwrap(), data[101 * BS as usize..]);
+    }
+    // A write into part of the damaged block fails rather than sum it anew.
+    assert!(fs.write(b, 100 * BS + 5, b"x").is_err());
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.sharing().table_sums, 300);
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    fs.sync().unwrap();
+    fs.unify().unwrap();
+    assert_eq!(fs.sharing().table_sums, 0);
     fs.close().unwrap();
     fsck(&mem);
 }

@@ -83,6 +83,8 @@ pub struct Sharing {
     /// References beyond the first, summed over those blocks: the blocks
     /// that sharing saves.
     pub saved_blocks: u64,
+    /// Blocks whose checksums the checksum table holds (a clone's).
+    pub table_sums: u64,
 }
 
 /// How a clone of `n` bytes splits: the bytes copied before and after,
@@ -411,6 +413,7 @@ impl Volume {
             extents: t.len() as u64,
             blocks: t.blocks(),
             saved_blocks: t.saved(),
+            table_sums: self.be.alloc.sums.read().blocks(),
         }
     }
 }

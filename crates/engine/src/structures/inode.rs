@@ -465,7 +465,7 @@ impl InodeAttrs {
             }
         }
         if table_mask != 0 {
-            if usize::from(8 - table_mask.leading_zeros() as u8) > a.inline.len() {
+            if 8usize.saturating_sub(table_mask.leading_zeros() as usize) > a.inline.len() {
                 return Err(bad(format!(
                     "table sums mask {table_mask:#x} names extents the record does not hold"
                 )));

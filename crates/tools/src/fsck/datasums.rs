@@ -43,8 +43,12 @@ const MAX_PATH_DEPTH: usize = 4096;
 pub(crate) struct DataScan {
     /// Blocks read and compared with their checksums.
     pub checked: u64,
-    /// One bit per device block read already.
+    /// One bit per device block read already, against a checksum in an
+    /// extent; and against the checksum table's (a block a source maps
+    /// with its own checksum and its clones with the table's is compared
+    /// with both).
     seen: Vec<u64>,
+    seen_table: Vec<u64>,
     bad: Vec<Mismatch>,
     /// The known-damage list the volume holds (attribute 14).
     pub known: Vec<KnownDamage>,
@@ -52,13 +56,18 @@ pub(crate) struct DataScan {
 
 impl DataScan {
     /// Mark device block `b` read; false if it was already.
-    fn first_time(&mut self, b: u64) -> bool {
+    fn first_time(&mut self, b: u64, table: bool) -> bool {
+        let seen = if table {
+            &mut self.seen_table
+        } else {
+            &mut self.seen
+        };
         let (word, bit) = ((b / 64) as usize, b % 64);
-        if self.seen.len() <= word {
-            self.seen.resize(word + 1, 0);
+        if seen.len() <= word {
+            seen.resize(word + 1, 0);
         }
-        let fresh = self.seen[word] & (1 << bit) == 0;
-        self.seen[word] |= 1 << bit;
+        let fresh = seen[word] & (1 << bit) == 0;
+        seen[word] |= 1 << bit;
         fresh
     }
 }
@@ -144,6 +153,7 @@ pub(super) fn verify<'a>(
             }
             _ => e.clone(),
         };
+        let from_table = e.table_sums;
         let e = &resolved;
         // Extents outside the volume or with the wrong number of checksums
         // are reported by the structure checks.
@@ -161,7 +171,7 @@ pub(super) fn verify<'a>(
         }
         for ((k, block), &expected) in buf.chunks(bs).enumerate().zip(&e.sums) {
             let pblock = e.pblock.saturating_add(k as u64);
-            if !scan.first_time(pblock) {
+            if !scan.first_time(pblock, from_table) {
                 continue;
             }
             scan.checked += 1;

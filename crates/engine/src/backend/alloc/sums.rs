@@ -217,9 +217,33 @@ impl Sums {
             let b = start.saturating_add(k as u64);
             let at = b - b % CHUNK;
             let n = ((at + CHUNK - b) as usize).min(sums.len() - k);
-            let c = self.chunks.entry(at).or_default();
+            let (lo, part) = (b - at, &sums[k..k + n]);
+            let bits = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << lo
+            };
+            // A chunk new, or holding just these blocks with these sums
+            // already (a second clone): no work per block.
+            let c = match self.chunks.entry(at) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(SumChunk {
+                        mask: bits,
+                        sums: part.to_vec(),
+                    });
+                    self.blocks += n as u64;
+                    self.dirty.insert(at);
+                    k += n;
+                    continue;
+                }
+                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            };
+            if c.mask == bits && c.sums == part {
+                k += n;
+                continue;
+            }
             let mut changed = false;
-            for (j, &s) in sums[k..k + n].iter().enumerate() {
+            for (j, &s) in part.iter().enumerate() {
                 let bit = b - at + j as u64;
                 if c.get(bit) == Some(s) {
                     continue;
