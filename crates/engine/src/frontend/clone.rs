@@ -439,15 +439,28 @@ fn sums_to_table(
             raw.push((out.len(), k, v));
             continue;
         }
-        let mut e = extent::decode(k, &v, 0, &bounds)?;
-        if e.is_summed() {
-            table.put(e.pblock, &e.sums);
-            e.sums = Vec::new();
-            e.table_sums = true;
+        let e = Extent {
+            lblock: k,
+            pblock: head.pblock,
+            count: head.count,
+            birth: head.birth,
+            unwritten: false,
+            sums: Vec::new(),
+            table_sums: true,
+        };
+        if head.summed {
+            // The checksums straight from the value (decode_head checked
+            // its length), with no vector of their own.
+            let mut sums = [0u32; extent::MAX_SUMMED as usize];
+            let raw = v.get(extent::SUMS_AT..).unwrap_or_default();
+            for (s, c) in sums.iter_mut().zip(raw.chunks_exact(4)) {
+                *s = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            table.put(head.pblock, &sums[..(head.count as usize).min(sums.len())]);
         }
         if let Some(last) = out.last_mut() {
-            if let Some((head, rest)) = extent::join(last, &e) {
-                *last = head;
+            if let Some((joined, rest)) = extent::join(last, &e) {
+                *last = joined;
                 out.extend(rest);
                 continue;
             }

@@ -4,7 +4,9 @@
 //! were allocated in (absent means 0); a preallocated (unwritten) extent
 //! adds a `flags u8` after the birth, and on a volume with data checksums a
 //! written extent adds the flags byte `SUMMED` and the CRC32C of each of its
-//! blocks. Extents never overlap. Operations here keep that true, carry each
+//! blocks, or the flags byte `TABLE_SUMS` alone when those are kept in the
+//! volume's checksum table (a clone's, `backend/alloc/sums.rs`). Extents
+//! never overlap. Operations here keep that true, carry each
 //! block's checksum with it through splits, merges and shifts, and report
 //! the physical blocks they free, each with its birth (snapshots keep a
 //! freed block its birth says they hold).

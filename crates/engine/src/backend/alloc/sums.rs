@@ -238,7 +238,20 @@ impl Sums {
                 }
                 std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             };
-            if c.mask == bits && c.sums == part {
+            // All these blocks there already with these sums (a clone of
+            // blocks cloned before): their sums are one slice.
+            let below = (c.mask & ((1u64 << lo) - 1)).count_ones() as usize;
+            if c.mask & bits == bits && c.sums.get(below..below + n) == Some(part) {
+                k += n;
+                continue;
+            }
+            // None of these blocks nor any above them (the rest of a chunk an
+            // extent before began): appended whole.
+            if c.mask >> lo == 0 {
+                c.mask |= bits;
+                c.sums.extend_from_slice(part);
+                self.blocks += n as u64;
+                self.dirty.insert(at);
                 k += n;
                 continue;
             }
