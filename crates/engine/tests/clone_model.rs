@@ -6,9 +6,11 @@
 //! and crashes after a sync run against a plain model of every file's
 //! bytes, compared after every step. At the end every snapshot reads as
 //! the model's copy of it, fsck is clean (every block's references counted
-//! exactly against the shared-extent table, nothing leaked), and once every
-//! file and snapshot is deleted and a unify has run the volume has the free
-//! blocks of a freshly formatted one and `Fs::sharing()` is all zero.
+//! exactly against the shared-extent table, nothing leaked, every block
+//! read matching its checksum, a clone's in the checksum table), and once
+//! every file and snapshot is deleted and a unify has run the volume has
+//! the free blocks of a freshly formatted one and `Fs::sharing()` is all
+//! zero (the checksum table empty too).
 //!
 //! Cases: 16 by default; `PROPTEST_CASES=N` runs N.
 //!
@@ -379,7 +381,13 @@ impl Harness {
 }
 
 fn fsck(mem: &Arc<MemDevice>, when: &str) -> R<()> {
-    let r = e("fsck", tux3_tools::fsck::check(mem.clone(), &Default::default()))?;
+    // Every block read and compared with its checksum, the extent's or,
+    // for a clone's, the checksum table's.
+    let opts = tux3_tools::fsck::FsckOptions {
+        data: true,
+        ..Default::default()
+    };
+    let r = e("fsck", tux3_tools::fsck::check(mem.clone(), &opts))?;
     if r.problems.is_empty() {
         Ok(())
     } else {
