@@ -159,15 +159,15 @@ impl Volume {
         self.may_commit_early() && self.dirty_bytes.load(Relaxed) >= bound / 2
     }
 
-    /// Whether a commit thread woken by [`Volume::wants_commit`] still has
-    /// a delta to take: none in flight, and at least half the stream bound
-    /// dirty (less means a commit took the delta since the wake-up).
     /// Whether the open delta holds a change the periodic commit writes:
     /// anything but access times alone.
     pub fn changed_eagerly(&self) -> bool {
         self.changed.load(Relaxed)
     }
 
+    /// Whether a commit thread woken by [`Volume::wants_commit`] still has
+    /// a delta to take: none in flight, and at least half the stream bound
+    /// dirty (less means a commit took the delta since the wake-up).
     pub fn may_commit_early(&self) -> bool {
         let dirty = self.dirty_bytes.load(Relaxed);
         !self.pipeline.delta_in_flight() && dirty > 0 && dirty >= self.stream_bound() / 2
