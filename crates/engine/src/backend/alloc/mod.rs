@@ -32,6 +32,8 @@
 //! Calls structures (bitmap block geometry).
 
 mod group;
+mod frees;
+mod rooms;
 pub mod shared;
 pub mod sums;
 #[cfg(test)]
@@ -42,6 +44,7 @@ use crate::structures::bitmap;
 use group::{set, Group};
 pub use shared::{SharedExtents, SharedRun};
 use std::collections::{BTreeSet, VecDeque};
+pub use rooms::ROOM;
 pub use sums::{SumChunk, SumTable, SumsHandle};
 
 pub struct Allocator {
@@ -99,14 +102,6 @@ pub struct Allocator {
     writing: Vec<u64>,
 }
 
-/// The most blocks a stream's room holds (128 MiB of 4 KiB blocks; at most
-/// a sixteenth of the volume): a stream crosses metadata at most once per
-/// this many blocks.
-pub const ROOM: u64 = 1 << 15;
-/// The most rooms kept (the newest).
-const MAX_ROOMS: usize = 16;
-/// A room lasts this many deltas after its stream's last data.
-const ROOM_DELTAS: u64 = 8;
 
 impl Allocator {
     /// An allocator for `blocks` blocks, all free.
@@ -646,222 +641,6 @@ impl Allocator {
     /// Allocate one block near `goal`.
     pub fn alloc_one(&mut self, goal: u64) -> Result<u64> {
         self.alloc_meta(goal, true)
-    }
-
-    /// Allocate one block of metadata (a leaf, a branch, a log or bitmap
-    /// block) near `goal`, outside the rooms kept for data streams.
-    pub fn alloc_meta(&mut self, goal: u64, logged: bool) -> Result<u64> {
-        Ok(self.alloc_avoiding(goal, 1, logged, None, false)?.0)
-    }
-
-    /// Allocate data: as [`Allocator::alloc`], but outside the rooms kept
-    /// for data streams (`keep_room`), except the one starting at `own`
-    /// (a stream's next data), while any run of the size asked for is free
-    /// elsewhere: so a file written over several deltas lies in one run,
-    /// not one per delta with the delta's leaves, log blocks and other
-    /// files between. Rooms kept in this delta do not count here, nor, for
-    /// a new file's data, rooms whose streams write nothing in it (every
-    /// room keeps metadata out): a stream may be done, and a file written
-    /// after it then follows it, where a file placed after its room would
-    /// leave the room as a gap between them.
-    pub fn alloc_outside_rooms(
-        &mut self,
-        goal: u64,
-        want: u64,
-        logged: bool,
-        own: Option<u64>,
-    ) -> Result<(u64, u64)> {
-        self.alloc_avoiding(goal, want, logged, own, true)
-    }
-
-    /// [`Allocator::alloc_outside_rooms`] for data, else for metadata
-    /// (every room counts).
-    fn alloc_avoiding(
-        &mut self,
-        goal: u64,
-        want: u64,
-        logged: bool,
-        own: Option<u64>,
-        data: bool,
-    ) -> Result<(u64, u64)> {
-        if self.rooms.is_empty() || self.available == 0 || want == 0 {
-            return self.alloc(goal, want, logged);
-        }
-        let goal = if goal >= self.limit { 2 } else { goal.max(2) };
-        let size = want.min(self.bits_per_block) as u32;
-        let Some((first, _)) = self.search(goal, size) else {
-            return self.alloc(goal, want, logged);
-        };
-        let mut at = first;
-        // Each room skipped moves past it; a search that comes back to the
-        // first run (the volume wrapped) gives up on them.
-        for _ in 0..=self.rooms.len() {
-            let Some(past) = self.room_end(at, own, data) else {
-                return self.alloc(at, want, logged);
-            };
-            match self.search(if past >= self.limit { 2 } else { past }, size) {
-                Some((next, _)) if next != first => at = next,
-                _ => break,
-            }
-        }
-        self.alloc(first, want, logged)
-    }
-
-    /// Keep the free run from `end` (up to `ROOM` blocks) for the data of
-    /// the stream that ends there, for `ROOM_DELTAS` deltas.
-    pub fn keep_room(&mut self, end: u64) {
-        self.rooms.retain(|r| r.0 != end);
-        if self.rooms.len() == MAX_ROOMS {
-            self.rooms.remove(0);
-        }
-        self.rooms.push((end, self.room_clock));
-        let rooms = &self.rooms;
-        self.writing
-            .retain(|e| *e != end && rooms.iter().any(|r| r.0 == *e));
-        self.writing.push(end);
-    }
-
-    /// A delta begins: rooms no stream renewed for `ROOM_DELTAS` deltas
-    /// go, and so do rooms data has filled.
-    pub fn age_rooms(&mut self) {
-        self.room_clock += 1;
-        let oldest = self.room_clock.saturating_sub(ROOM_DELTAS);
-        let mut rooms = std::mem::take(&mut self.rooms);
-        rooms.retain(|&(end, at)| at >= oldest && self.run_from(end, 1) == 1);
-        self.rooms = rooms;
-    }
-
-    /// The delta being committed writes data after the blocks `ends`
-    /// (its files' goals): the rooms starting there keep new files' data
-    /// out in it; the others keep out only metadata and the data of files
-    /// written before, as their streams may be done (a file written after
-    /// one in the next delta then follows it, instead of leaving its room
-    /// as a gap).
-    pub fn streams_writing(&mut self, mut ends: Vec<u64>) {
-        // Only room ends matter: at most MAX_ROOMS, so the check each
-        // allocation makes stays short however many files the delta has.
-        ends.retain(|e| self.rooms.iter().any(|r| r.0 == *e));
-        self.writing = ends;
-    }
-
-    /// Whether `room` keeps out the data of another file (`new`: one with
-    /// no data of this mount before it): not if kept in this delta, nor,
-    /// for a new file, if its stream writes nothing in this delta.
-    fn keeps_out(&self, room: &(u64, u64), new: bool) -> bool {
-        room.1 != self.room_clock && (!new || self.writing.contains(&room.0))
-    }
-
-    /// If block `b` (allocatable) lies in a stream's room (but the one at
-    /// `own`), the block past that room's free run (at most `ROOM` from
-    /// the stream's end).
-    fn room_end(&self, b: u64, own: Option<u64>, data: bool) -> Option<u64> {
-        let room = ROOM.min(self.blocks / 16);
-        self.rooms
-            .iter()
-            .filter(|r| Some(r.0) != own && (!data || self.keeps_out(r, own.is_none())))
-            .find_map(|&(end, _)| {
-                let run = (b >= end && b - end < room).then(|| self.run_from(end, room))?;
-                (b < end + run).then_some(end + run)
-            })
-    }
-
-    /// Free `[start, start+count)`: clear the bits now, pin them until the
-    /// current delta is durable (A2).
-    /// Blocks outside the volume or already free are ignored (they can only
-    /// come from corrupt metadata, which fsck reports).
-    pub fn free_range(&mut self, start: u64, count: u64) {
-        let end = start.saturating_add(count).min(self.blocks);
-        for b in start.min(end)..end {
-            if self.is_used(b) {
-                self.set_pinned(b, true);
-                self.set_used(b, false);
-                self.free += 1;
-            }
-        }
-        // Log only what lies inside the volume: replay rejects anything else.
-        if start < end {
-            self.sums.forget(start, end - start);
-            self.touch(start, end - start);
-            self.delta_frees.push((start, end - start));
-        }
-    }
-
-    /// Free `[start, start+count)`, blocks of the live volume's trees born
-    /// in generation `birth`: as [`Allocator::free_range`], unless a
-    /// snapshot holds them (born at or below the newest snapshot), when
-    /// they stay in use and go to `dying`.
-    /// A shared block (`shared.rs`) loses one reference instead.
-    pub fn free_born(&mut self, start: u64, count: u64, birth: u32) {
-        if !self.shared.is_empty() && self.shared.any_shared(start, count) {
-            for (s, c) in self.shared.drop_ref(start, count) {
-                self.free_unshared(s, c, birth);
-            }
-        } else {
-            self.free_unshared(start, count, birth);
-        }
-    }
-
-    fn free_unshared(&mut self, start: u64, count: u64, birth: u32) {
-        if self.held_upto.is_some_and(|s| birth <= s) {
-            let end = start.saturating_add(count).min(self.blocks);
-            if start < end {
-                self.dying.push((start, end - start, birth));
-            }
-        } else {
-            self.free_range(start, count);
-        }
-    }
-
-    /// Take this delta's changes as coalesced (allocs, frees) for the log
-    /// of delta `delta`; the frees stay pinned until
-    /// [`Allocator::unpin_committed`] names a durable delta at least as new.
-    pub fn take_delta(&mut self, delta: u64) -> DeltaChanges {
-        let allocs = coalesce(std::mem::take(&mut self.delta_allocs));
-        let frees = coalesce(std::mem::take(&mut self.delta_frees));
-        self.committing_frees.extend_from_slice(&frees);
-        self.committing_delta = Some(delta);
-        (allocs, frees)
-    }
-
-    /// The commit that took the last delta is durable: release its pins
-    /// once the reads of `epoch` and before are done (`drained`), since
-    /// they may have mapped the blocks before they were freed
-    /// (`backend/readers.rs`); and release those held back before whose
-    /// reads are done now.
-    /// `durable`: the delta whose commit's final flush returned (None if
-    /// it did not), at least the delta that took the frees (A2, asserted
-    /// in debug builds).
-    pub fn unpin_committed(&mut self, durable: Option<u64>, epoch: u64, drained: impl Fn(u64) -> bool) {
-        if let Some(d) = self.committing_delta {
-            debug_assert!(
-                durable.is_some_and(|n| d <= n),
-                "A2: pins of delta {d}'s frees released when the durable delta is {durable:?}"
-            );
-        }
-        let frees = std::mem::take(&mut self.committing_frees);
-        if !frees.is_empty() {
-            self.held_for_reads.push_back((epoch, frees));
-        }
-        while self.held_for_reads.front().is_some_and(|(e, _)| drained(*e)) {
-            if let Some((_, frees)) = self.held_for_reads.pop_front() {
-                self.unpin(frees);
-            }
-        }
-    }
-
-    fn unpin(&mut self, frees: Vec<(u64, u64)>) {
-        for &(s, c) in &frees {
-            for b in s..s + c {
-                if self.is_pinned(b) {
-                    self.set_pinned(b, false);
-                    if !self.is_used(b) {
-                        self.available += 1;
-                    }
-                }
-            }
-            self.raise_hints(s, c);
-        }
-        self.released.extend(frees);
     }
 
     /// Bitmap block holding block `b`'s bit.

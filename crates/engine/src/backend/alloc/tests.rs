@@ -1,5 +1,6 @@
 //! Tests of the allocator: pins (A1, A2), groups, runs of the right size.
 
+use super::rooms::ROOM_DELTAS;
 use super::*;
 
 #[test]
