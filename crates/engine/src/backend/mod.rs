@@ -13,6 +13,7 @@
 pub mod alloc;
 pub(crate) mod checks;
 pub mod commit;
+mod commit_files;
 pub mod discard;
 pub mod free_space;
 mod leafcheck;
@@ -21,6 +22,7 @@ pub mod logwriter;
 pub mod mkfs;
 pub mod readers;
 pub mod snapshot;
+mod unify;
 mod writeout;
 pub use writeout::WriteEpoch;
 

@@ -31,8 +31,8 @@
 //!
 //! Calls structures (bitmap block geometry).
 
-mod group;
 mod frees;
+mod group;
 mod rooms;
 pub mod shared;
 pub mod sums;
@@ -42,9 +42,9 @@ mod tests;
 use crate::error::{err, Errno, Result};
 use crate::structures::bitmap;
 use group::{set, Group};
+pub use rooms::ROOM;
 pub use shared::{SharedExtents, SharedRun};
 use std::collections::{BTreeSet, VecDeque};
-pub use rooms::ROOM;
 pub use sums::{SumChunk, SumTable, SumsHandle};
 
 pub struct Allocator {
@@ -101,7 +101,6 @@ pub struct Allocator {
     /// (`streams_writing`): only those keep other files' data out.
     writing: Vec<u64>,
 }
-
 
 impl Allocator {
     /// An allocator for `blocks` blocks, all free.
