@@ -96,36 +96,31 @@ pub(super) fn check_form(e: &Extent, data_sums: bool, at: &str, ino: u64, live: 
             return;
         }
         let line = format!("{at}: {missing} of its blocks have no checksum in the checksum table");
-        if live {
-            f.fixable(
-                "data sums",
-                Fix::Sums { ino },
-                format!("{line} (repair computes them from the data on disk)"),
-            );
-        } else {
-            f.problem(
-                "data sums",
-                format!("{line} (a snapshot never changes: not repaired)"),
-            );
-        }
+        lacking_sums(line, ino, live, f);
     } else if data_sums && !e.is_summed() {
         let line = format!("{at}: no data checksums on a volume with DATA_SUMS");
-        if live {
-            f.fixable(
-                "data sums",
-                Fix::Sums { ino },
-                format!("{line} (repair computes them from the data on disk)"),
-            );
-        } else {
-            f.problem(
-                "data sums",
-                format!("{line} (a snapshot never changes: not repaired)"),
-            );
-        }
+        lacking_sums(line, ino, live, f);
     } else if !data_sums && e.has_sums() {
         f.problem(
             "data sums",
             format!("{at}: data checksums on a volume without DATA_SUMS"),
+        );
+    }
+}
+
+/// Report checksums a block lacks: a live file's are computed by repair
+/// from the data on disk; a snapshot's are not (a snapshot never changes).
+fn lacking_sums(line: String, ino: u64, live: bool, f: &mut Findings) {
+    if live {
+        f.fixable(
+            "data sums",
+            Fix::Sums { ino },
+            format!("{line} (repair computes them from the data on disk)"),
+        );
+    } else {
+        f.problem(
+            "data sums",
+            format!("{line} (a snapshot never changes: not repaired)"),
         );
     }
 }
