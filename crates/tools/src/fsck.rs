@@ -299,9 +299,16 @@ impl Findings {
 
 /// One line for an engine error: corrupt blocks lead with "block N".
 pub(crate) fn describe(context: &str, e: &Error) -> String {
+    // An error that already begins with the context ("inode 17: ...")
+    // does not name it twice.
+    let named = |what: &str| {
+        what.strip_prefix(context)
+            .and_then(|rest| rest.strip_prefix(": "))
+            .map_or_else(|| format!("{context}: {what}"), |_| what.to_string())
+    };
     match e {
-        Error::Corrupt { block, what } => format!("block {block}: {context}: {what}"),
-        other => format!("{context}: {other}"),
+        Error::Corrupt { block, what } => format!("block {block}: {}", named(what)),
+        other => named(&other.to_string()),
     }
 }
 
@@ -530,4 +537,24 @@ pub fn metadata_blocks(dev: Arc<dyn Device>) -> Result<Vec<u64>> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+    use tux3::Error;
+
+    #[test]
+    fn a_problem_names_its_context_once() {
+        let named = Error::corrupt(5, "inode 17: mode 0 names no file type".to_string());
+        assert_eq!(
+            describe("inode 17", &named),
+            "block 5: inode 17: mode 0 names no file type"
+        );
+        let bare = Error::corrupt(5, "bad length".to_string());
+        assert_eq!(describe("inode 17", &bare), "block 5: inode 17: bad length");
+        // Another inode's name is not this one's.
+        let other = Error::corrupt(5, "inode 170: bad".to_string());
+        assert_eq!(describe("inode 17", &other), "block 5: inode 17: inode 170: bad");
+    }
 }

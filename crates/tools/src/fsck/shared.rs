@@ -76,7 +76,7 @@ pub(super) fn check(refs: &[Ref], t: &SharedExtents, complete: bool, f: &mut Fin
                 count: e - s,
                 refs,
             },
-            format!("blocks {s}-{}: mapped {by_files} times by files, {what}", e - 1),
+            format!("blocks {s}-{}: {}, {what}", e - 1, mapped(by_files)),
         );
     }
     let mut covered: Vec<(u64, u64)> = Vec::new();
@@ -89,6 +89,15 @@ pub(super) fn check(refs: &[Ref], t: &SharedExtents, complete: bool, f: &mut Fin
     covered
 }
 
+/// How many times files map a run, in words.
+fn mapped(by_files: u32) -> String {
+    match by_files {
+        0 => "mapped by no file".to_string(),
+        1 => "mapped once, by one file".to_string(),
+        n => format!("mapped {n} times by files"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +108,13 @@ mod tests {
             count,
             owner: Owner::Data { ino: 16, lblock: 0 },
         }
+    }
+
+    #[test]
+    fn the_count_reads_as_words() {
+        assert_eq!(mapped(0), "mapped by no file");
+        assert_eq!(mapped(1), "mapped once, by one file");
+        assert_eq!(mapped(3), "mapped 3 times by files");
     }
 
     #[test]
