@@ -181,12 +181,16 @@ pub(super) fn remove_rec(
                 b.dirty = true;
                 removed = true;
             }
+            let merged = !removed && v.is_some() && level == 0 && merge_leaves(b, i, cx.dev.block_size() as usize, ev);
+            if merged {
+                b.dirty = true;
+            }
             let first_changed = if i == 0 && (removed || first.is_some()) {
                 b.children.first().map(|c| c.sep)
             } else {
                 None
             };
-            if removed || first.is_some() {
+            if removed || merged || first.is_some() {
                 check::branch(b);
             }
             debug_assert!(
@@ -196,6 +200,63 @@ pub(super) fn remove_rec(
             Ok((v, first_changed))
         }
     }
+}
+
+/// The size of child `i` of `b` if it is a leaf in memory.
+fn leaf_size(b: &Branch, i: usize) -> Option<usize> {
+    match &b.children.get(i)?.slot {
+        Slot::Mem(n) => match n.as_ref() {
+            Node::Leaf(l) => Some(l.size()),
+            Node::Branch(_) => None,
+        },
+        Slot::Disk(_) => None,
+    }
+}
+
+/// After a removal from leaf `i` of `b` (whose children are leaves): when
+/// that leaf holds less than half a block, and it and a neighbour loaded in
+/// memory fit together in seven eighths of one (room left for an insert or
+/// two before a split), the right one's entries move into the left one and
+/// the right one leaves the leaf list as an emptied leaf does (unmapped,
+/// its block freed). Keys from the right one's separator on then route to
+/// the left one, whose separator stays: invariant T1 holds, child 0 never
+/// goes, and nothing is read from the device. Without it, deletes leave
+/// leaves half-empty for good (an aged inode table held half the records a
+/// leaf of a fresh one does). Returns whether it merged.
+fn merge_leaves(b: &mut Branch, i: usize, bs: usize, ev: &mut Events) -> bool {
+    let Some(size) = leaf_size(b, i) else {
+        return false;
+    };
+    if size >= bs / 2 {
+        return false;
+    }
+    let fits = |l: usize, r: usize| match (leaf_size(b, l), leaf_size(b, r)) {
+        (Some(a), Some(c)) => a.saturating_add(c).saturating_sub(NODE_HEADER) <= (bs / 8).saturating_mul(7),
+        _ => false,
+    };
+    let pair = match i.checked_sub(1) {
+        Some(l) if fits(l, i) => (l, i),
+        _ if fits(i, i.saturating_add(1)) => (i, i.saturating_add(1)),
+        _ => return false,
+    };
+    let (lefts, rights) = b.children.split_at_mut(pair.1);
+    let (Some(l), Some(r)) = (lefts.last_mut(), rights.first_mut()) else {
+        return false;
+    };
+    let (Slot::Mem(ln), Slot::Mem(rn)) = (&mut l.slot, &mut r.slot) else {
+        return false;
+    };
+    let (Node::Leaf(left), Node::Leaf(right)) = (ln.as_mut(), rn.as_mut()) else {
+        return false;
+    };
+    left.entries.append(&mut right.entries);
+    left.dirty = true;
+    let gone = b.children.remove(pair.1);
+    ev.unmaps.push(gone.sep);
+    if gone.slot.addr() != 0 {
+        ev.freed.push(gone.slot.freed());
+    }
+    true
 }
 
 pub(super) fn visit_rec(

@@ -587,3 +587,28 @@ fn a_scan_in_batches_reads_leaves_in_runs_and_at_random_one() {
         |t, dev, k| t.range(dev, k, k + 1, 1).unwrap().pop().map(|(_, v)| v),
     );
 }
+
+#[test]
+fn removals_merge_half_empty_leaves() {
+    let dev = MemDevice::new(1024, 4096);
+    let mut t = Tree::new_empty(1, TreeKind::Itable);
+    for k in 0..2000u64 {
+        t.insert(&dev, k, vec![1; 40]).unwrap();
+    }
+    let full = t.loaded_leaves();
+    // Three keys of four go: no leaf empties, every one falls to a
+    // quarter of what it held.
+    for k in (0..2000u64).filter(|k| k % 4 != 0) {
+        assert!(t.remove(&dev, k).unwrap().is_some());
+    }
+    let left = t.loaded_leaves();
+    // 500 entries of 50 bytes: 25,000 bytes, in leaves filled to more
+    // than half (a merge stops at 7/8 of a block) once merged.
+    assert!(
+        left * 2 <= full && left <= 25_000 / 512 + 1,
+        "{full} leaves before, {left} after"
+    );
+    assert!(!t.unmaps.is_empty(), "merged leaves leave the list");
+    let want: BTreeMap<u64, Vec<u8>> = (0..2000u64).step_by(4).map(|k| (k, vec![1; 40])).collect();
+    assert_eq!(contents(&mut t, &dev), want);
+}
