@@ -181,7 +181,8 @@ pub(super) fn remove_rec(
                 b.dirty = true;
                 removed = true;
             }
-            let merged = !removed && v.is_some() && level == 0 && merge_leaves(b, i, cx.dev.block_size() as usize, ev);
+            let merged =
+                !removed && v.is_some() && level == 0 && merge_leaves(b, i, cx.dev.block_size() as usize, ev);
             if merged {
                 b.dirty = true;
             }
