@@ -173,11 +173,7 @@ pub(super) fn remove_rec(
             }
             let mut removed = false;
             if empty_leaf && b.children.len() > 1 && i < b.children.len() && !(leftmost && i == 0) {
-                let gone = b.children.remove(i);
-                ev.unmaps.push(gone.sep);
-                if gone.slot.addr() != 0 {
-                    ev.freed.push(gone.slot.freed());
-                }
+                unlist(b, i, ev);
                 b.dirty = true;
                 removed = true;
             }
@@ -231,13 +227,13 @@ fn merge_leaves(b: &mut Branch, i: usize, bs: usize, ev: &mut Events) -> bool {
     if size >= bs / 2 {
         return false;
     }
-    let fits = |l: usize, r: usize| match (leaf_size(b, l), leaf_size(b, r)) {
-        (Some(a), Some(c)) => a.saturating_add(c).saturating_sub(NODE_HEADER) <= (bs / 8).saturating_mul(7),
-        _ => false,
+    let limit = (bs / 8).saturating_mul(7);
+    let fits = |n: usize| {
+        leaf_size(b, n).is_some_and(|c| size.saturating_add(c).saturating_sub(NODE_HEADER) <= limit)
     };
     let pair = match i.checked_sub(1) {
-        Some(l) if fits(l, i) => (l, i),
-        _ if fits(i, i.saturating_add(1)) => (i, i.saturating_add(1)),
+        Some(l) if fits(l) => (l, i),
+        _ if fits(i.saturating_add(1)) => (i, i.saturating_add(1)),
         _ => return false,
     };
     let (lefts, rights) = b.children.split_at_mut(pair.1);
@@ -252,12 +248,18 @@ fn merge_leaves(b: &mut Branch, i: usize, bs: usize, ev: &mut Events) -> bool {
     };
     left.entries.append(&mut right.entries);
     left.dirty = true;
-    let gone = b.children.remove(pair.1);
+    unlist(b, pair.1, ev);
+    true
+}
+
+/// Take child `i` out of `b` and out of the leaf list: its separator is
+/// unmapped and its block, if it had one, freed.
+fn unlist(b: &mut Branch, i: usize, ev: &mut Events) {
+    let gone = b.children.remove(i);
     ev.unmaps.push(gone.sep);
     if gone.slot.addr() != 0 {
         ev.freed.push(gone.slot.freed());
     }
-    true
 }
 
 pub(super) fn visit_rec(
