@@ -14,6 +14,11 @@
 //!      (as a mount's commit thread ends a delta every `commit=` seconds)
 //!      and times each: the latency of every periodic delta commit.
 //!
+//! With `CLONEDEL_TIMELINE` set, the deletes' commits and every fsync over
+//! 4 ms go to stderr with their start (seconds since the load began), to
+//! tell the fsyncs that waited for a commit from the others. The threads
+//! are named (`committer`, `fsyncer`) for `perf`.
+//!
 //! Prints one JSON object a phase, then a summary: fsync p50/p99/max idle
 //! and under deletes and their ratio, the commits' p50/p99/max and count,
 //! the shared-extent table (`Fs::sharing`) before and after, the engine's
@@ -90,23 +95,29 @@ fn sharing(fs: &Fs, when: &str) -> String {
 struct Looper {
     stop: Arc<AtomicBool>,
     out: Arc<Mutex<Vec<f64>>>,
+    /// (start since the load began, latency) of each turn, in seconds.
+    times: Arc<Mutex<Vec<(f64, f64)>>>,
     th: JoinHandle<()>,
 }
 
 impl Looper {
-    fn start(f: impl FnMut() -> Option<f64> + Send + 'static) -> Looper {
+    fn start(name: &str, f: impl FnMut() -> Option<f64> + Send + 'static) -> Looper {
         let stop = Arc::new(AtomicBool::new(false));
         let out = Arc::new(Mutex::new(Vec::new()));
-        let (s, o) = (stop.clone(), out.clone());
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let (s, o, tm) = (stop.clone(), out.clone(), times.clone());
         let mut f = f;
-        let th = std::thread::spawn(move || {
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 if let Some(t) = f() {
+                    let end = epoch().elapsed().as_secs_f64();
                     o.lock().unwrap().push(t);
+                    tm.lock().unwrap().push((end - t, t));
                 }
             }
         });
-        Looper { stop, out, th }
+        let th = spawned.unwrap_or_else(|e| die(format!("no thread: {e}")));
+        Looper { stop, out, times, th }
     }
     /// Stop it and take what it measured since the last `take`.
     fn finish(self) -> Vec<f64> {
@@ -116,15 +127,24 @@ impl Looper {
             .unwrap_or_else(|_| die("a measuring thread panicked".into()));
         std::mem::take(&mut *self.out.lock().unwrap())
     }
+    fn timeline(&self) -> Vec<(f64, f64)> {
+        std::mem::take(&mut *self.times.lock().unwrap())
+    }
     fn take(&self) -> Vec<f64> {
         std::mem::take(&mut *self.out.lock().unwrap())
     }
 }
 
+/// When the load began: the timelines' zero.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// The commit thread: `Fs::sync` every `every`, each timed.
 fn committer(fs: Arc<Fs>, every: Duration) -> Looper {
     let mut next = Instant::now() + every;
-    Looper::start(move || {
+    Looper::start("committer", move || {
         let now = Instant::now();
         if now < next {
             std::thread::sleep((next - now).min(Duration::from_millis(50)));
@@ -141,7 +161,7 @@ fn committer(fs: Arc<Fs>, every: Duration) -> Looper {
 fn fsyncer(fs: Arc<Fs>, ino: Ino, gap: Duration) -> Looper {
     let block = [0x5au8; 4096];
     let mut i = 0u64;
-    Looper::start(move || {
+    Looper::start("fsyncer", move || {
         std::thread::sleep(gap);
         fs.write(ino, (i % 256) * 4096, &block)
             .unwrap_or_else(|e| die(format!("fsyncer write: {e}")));
@@ -174,6 +194,7 @@ fn name(i: u64) -> Vec<u8> {
 
 /// Run the load on `fs`; returns the summary line.
 pub fn run(fs: Arc<Fs>, o: &Opts) -> String {
+    epoch();
     let bs = 4096u64;
     let src_len = o.src_kib * 1024 / bs * bs;
     let per_dir = o.files.div_ceil(o.dirs.max(1));
@@ -270,6 +291,17 @@ pub fn run(fs: Arc<Fs>, o: &Opts) -> String {
         }
     }
     let del_s = t0.elapsed().as_secs_f64();
+    if std::env::var_os("CLONEDEL_TIMELINE").is_some() {
+        let mut ev: Vec<(f64, f64, &str)> = Vec::new();
+        ev.extend(syncs.timeline().into_iter().map(|(a, b)| (a, b, "fsync")));
+        ev.extend(commits.timeline().into_iter().map(|(a, b)| (a, b, "commit")));
+        ev.sort_by(|x, y| x.0.total_cmp(&y.0));
+        for (a, b, what) in ev {
+            if what == "commit" || b > 0.004 {
+                eprintln!("{what} at {:.4} s for {:.2} ms", a, b * 1e3);
+            }
+        }
+    }
     let busy = syncs.take();
     let mut del_commits = commits.take();
     // The last periodic commit of the deletes, timed as the others.

@@ -116,6 +116,13 @@ impl Shared {
         v
     }
 
+    /// [`Shared::vol`] if no other operation holds the guard now.
+    pub(super) fn try_vol(&self) -> Option<Exclusive<'_, Volume>> {
+        let mut v = Exclusive::new(self.volume.try_write()?);
+        v.settle();
+        Some(v)
+    }
+
     /// The volume, shared with other operations of the delta.
     pub(super) fn shared_vol(&self) -> guard::Shared<'_, Volume> {
         guard::Shared::new(self.volume.read())

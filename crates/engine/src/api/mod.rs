@@ -64,6 +64,12 @@ pub use trim::TrimReport;
 /// in memory or staged); a walk that needs more runs exclusively.
 const COLD_ROUNDS: usize = 64;
 
+/// Records that shared unlinks leave for exclusive access (`Volume::settle`)
+/// before the thread that made them tries to settle them itself (about
+/// 50 µs of work), and the count past which it waits to.
+const SETTLE_BATCH: u64 = 64;
+const SETTLE_MAX: u64 = 1024;
+
 /// A mounted tux3 volume.
 ///
 /// `Fs` is `Send + Sync`; operations run in cache, most of them in
@@ -147,7 +153,13 @@ impl Fs {
     fn warming<T>(&self, op: impl Fn(&Volume, &Staged) -> MayLoad<T>) -> Option<Result<T>> {
         let mut staged = Staged::default();
         for _ in 0..COLD_ROUNDS {
-            let r = op(&self.shared_vol(), &staged);
+            let (r, debt) = {
+                let v = self.shared_vol();
+                (op(&v, &staged), v.unsettled_len())
+            };
+            if debt >= SETTLE_BATCH {
+                self.settle_debt(debt);
+            }
             match r? {
                 Ok(Ok(v)) => return Some(Ok(v)),
                 Ok(Err(cold)) => self.read_cold(cold, &mut staged),
@@ -155,6 +167,17 @@ impl Fs {
             }
         }
         None
+    }
+
+    /// Settle what shared unlinks left for exclusive access (`debt`
+    /// records, `Volume::settle`) on this thread, at once if the guard is
+    /// free, else once they reach [`SETTLE_MAX`]: the next exclusive holder
+    /// — an fsync, a freeze — then finds at most that much to do, rather
+    /// than a whole run of unlinks.
+    fn settle_debt(&self, debt: u64) {
+        if self.shared.try_vol().is_none() && debt >= SETTLE_MAX {
+            drop(self.vol());
+        }
     }
 
     /// Load inode `ino` into the cache if it is not there, reading the

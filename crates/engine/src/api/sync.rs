@@ -113,6 +113,13 @@ impl Fs {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Records that shared unlinks left for the next exclusive holder
+    /// (for tests).
+    #[doc(hidden)]
+    pub fn unsettled_records(&self) -> u64 {
+        self.shared_vol().unsettled_len()
+    }
+
     /// Syncs waiting for a commit to serve them (for tests).
     #[doc(hidden)]
     pub fn pending_syncs(&self) -> usize {

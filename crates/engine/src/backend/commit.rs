@@ -113,9 +113,19 @@ pub struct CommitJob {
     chain_crc: Option<u32>,
     /// What L1, U1 and O1 need of the job (debug builds).
     checks: JobChecks,
+    /// What the frontend let go of at freeze (the delta's books), dropped
+    /// with the job: after finish, with the volume released.
+    kept: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl CommitJob {
+    /// Drop `what` with the job, not now: freeing a delta's books (hundreds
+    /// of thousands of entries after a run of unlinks, made by other
+    /// threads) takes milliseconds that writers should not wait for.
+    pub fn keep_until_dropped(&mut self, what: Box<dyn std::any::Any + Send>) {
+        self.kept.push(what);
+    }
+
     /// All the I/O of a job whose log is encoded already (an fsync commit or
     /// a unify; a delta commit's log is encoded between its two phases).
     pub fn write(&mut self) -> Result<()> {
@@ -342,6 +352,7 @@ impl Backend {
             inodes,
             flushed: false,
             handed_on: false,
+            kept: Vec::new(),
             layout: None,
             chain_crc: None,
             checks,
@@ -386,6 +397,7 @@ impl Backend {
             inodes: Vec::new(),
             flushed: false,
             handed_on: false,
+            kept: Vec::new(),
             layout: Some(layout),
             chain_crc: None,
             checks: JobChecks::default(),

@@ -16,6 +16,7 @@ use super::{evict, Volume};
 use crate::backend::commit::CommitJob;
 use crate::error::{err, Errno, Error, Result};
 use crate::types::Ino;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -77,7 +78,7 @@ impl Volume {
         // of it logs them, and replay keeps the inode table's root instead.)
         let frozen = self.frozen_state();
         match self.be.prepare(&mut self.cache, unify) {
-            Ok(job) => {
+            Ok(mut job) => {
                 // Nothing may go ahead of a job that holds the log.
                 self.pipeline.freeze((!job.holds_log()).then_some(frozen));
                 self.in_flight_bytes += job.data_bytes();
@@ -88,13 +89,22 @@ impl Volume {
                 // Reclaim goes on in the next delta while it has work.
                 *self.changed.get_mut() = self.be.snaps.reclaiming();
                 *self.lazy_changed.get_mut() = false;
+                // The delta's books go with the job, freed once the volume
+                // is let go; the next delta's start with room for as many
+                // entries (no rehash midway through a run of unlinks).
                 let books = self.books.get_mut();
-                books.ns_touched.clear();
-                books.names.clear();
-                books.freed_images.clear();
-                books.xattr_files.clear();
-                self.data_changed.get_mut().clear();
-                self.fsync_logged.clear();
+                let touched = HashSet::with_capacity(books.ns_touched.len());
+                let names = books.names.sized_like();
+                let images = books.freed_images.sized_like();
+                let cleared = (
+                    std::mem::replace(&mut books.ns_touched, touched),
+                    std::mem::replace(&mut books.names, names),
+                    std::mem::replace(&mut books.freed_images, images),
+                    std::mem::take(&mut books.xattr_files),
+                    std::mem::take(self.data_changed.get_mut()),
+                    std::mem::take(&mut self.fsync_logged),
+                );
+                job.keep_until_dropped(Box::new(cleared));
                 Ok(Some(job))
             }
             Err(e) => {

@@ -373,7 +373,10 @@ impl Volume {
             self.inode_records(ino, &mut out)?;
         }
         for ino in &c.freed {
-            let attrs = self.books.get_mut().freed_images[ino].clone();
+            let Some(image) = self.books.get_mut().freed_images.get(*ino) else {
+                continue;
+            };
+            let attrs = image.to_vec();
             out.records.push(Record::InodeImage { ino: *ino, attrs });
             out.records.push(Record::Orphan { ino: *ino });
         }

@@ -138,6 +138,11 @@ pub struct Volume {
     /// sync, an unmount or the next real change writes them, the
     /// periodic commit does not on their account alone.
     lazy_changed: AtomicBool,
+    /// Records waiting in `Books::unsettled` (read without the books'
+    /// lock): the API settles them itself once there are
+    /// `SETTLE_BATCH`, so that no other exclusive holder — an fsync, a
+    /// freeze — pays for a long run of shared unlinks.
+    unsettled_len: AtomicU64,
     /// The open delta's namespace books (`Books`): their own short lock,
     /// since creates and unlinks under the shared guard change them too.
     books: Mutex<Books>,
@@ -162,12 +167,14 @@ struct Books {
     /// Inodes freed in the open delta: their last image with link count 0
     /// (files and symlinks without tree changes only), which an fsync
     /// commit logs when it makes the removal of their name durable.
-    freed_images: HashMap<Ino, Vec<u8>>,
+    freed_images: FreedImages,
     /// Inode numbers freed since open: never handed out again in this
     /// session, because a FUSE kernel may still know the old inode by that
     /// number until it forgets it (nodeids must not be reused meanwhile).
     /// (Kept across deltas.)
-    freed_inos: std::collections::HashSet<Ino>,
+    /// (Ordered: a hash set of a million numbers would stop the unlink
+    /// that grows it for tens of milliseconds while it rehashes.)
+    freed_inos: std::collections::BTreeSet<Ino>,
     /// Files made without a name (`Volume::tmpfile`) that a link may still
     /// name, once. (Kept across deltas.)
     linkable: std::collections::HashSet<Ino>,
@@ -177,6 +184,54 @@ struct Books {
     /// Inodes whose xattr file changed (made, written or freed) in the
     /// open delta: an fsync of one takes a full commit (`xattr.rs`).
     xattr_files: std::collections::HashSet<Ino>,
+}
+
+/// The last images of the inodes freed in the open delta, packed in
+/// chunks: a run of unlinks frees hundreds of thousands of inodes a delta,
+/// and one allocation each would cost the freeze (which lets go of them)
+/// more than the unlinks took to make them, while one growing buffer would
+/// stop an unlink for as long as it takes to copy it.
+#[derive(Default)]
+struct FreedImages {
+    chunks: Vec<Vec<u8>>,
+    /// Where each image is: (chunk, start, length).
+    at: HashMap<Ino, (usize, usize, usize)>,
+}
+
+/// Bytes of one chunk of [`FreedImages`] (an image is about 100).
+const IMAGE_CHUNK: usize = 64 << 10;
+
+impl FreedImages {
+    fn insert(&mut self, ino: Ino, image: &[u8]) {
+        let room = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.capacity() - c.len() >= image.len());
+        if !room {
+            self.chunks.push(Vec::with_capacity(IMAGE_CHUNK.max(image.len())));
+        }
+        let n = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[n];
+        self.at.insert(ino, (n, chunk.len(), image.len()));
+        chunk.extend_from_slice(image);
+    }
+
+    fn contains_key(&self, ino: &Ino) -> bool {
+        self.at.contains_key(ino)
+    }
+
+    fn get(&self, ino: Ino) -> Option<&[u8]> {
+        let &(chunk, start, len) = self.at.get(&ino)?;
+        self.chunks.get(chunk)?.get(start..start.checked_add(len)?)
+    }
+
+    /// Empty books with room for as many images as these hold.
+    fn sized_like(&self) -> FreedImages {
+        FreedImages {
+            chunks: Vec::with_capacity(self.chunks.len()),
+            at: HashMap::with_capacity(self.at.len()),
+        }
+    }
 }
 
 /// Changes of shared unlinks that only exclusive access may make: to the
@@ -234,6 +289,7 @@ impl Volume {
             fsync_logged: HashMap::new(),
             changed: AtomicBool::new(false),
             lazy_changed: AtomicBool::new(false),
+            unsettled_len: AtomicU64::new(0),
             books: Default::default(),
             data_changed: Default::default(),
             handles: Default::default(),

@@ -83,6 +83,15 @@ impl Positions {
 }
 
 impl PendingNames {
+    /// Empty books with room for as many inodes as these hold: the next
+    /// delta is likely as large, and grows without rehashing.
+    pub fn sized_like(&self) -> PendingNames {
+        PendingNames {
+            dirs: HashMap::with_capacity_and_hasher(self.dirs.len(), Seeded::default()),
+            by_ino: HashMap::with_capacity_and_hasher(self.by_ino.len(), Seeded::default()),
+        }
+    }
+
     /// An entry naming `ino` filled `pos`.
     pub fn add(&mut self, pos: Pos, ino: Ino) {
         self.dirs.entry(pos.0).or_default().added.insert(pos.1, ino);
@@ -179,12 +188,6 @@ impl PendingNames {
                 .map(|(_, &i)| i)
                 .collect()
         })
-    }
-
-    /// Everything is durable (a delta commit holds it).
-    pub fn clear(&mut self) {
-        // New maps: the old ones' memory goes with them.
-        *self = PendingNames::default();
     }
 }
 
@@ -295,7 +298,8 @@ mod tests {
                         };
                     }
                     Step::Commit => {
-                        n.clear();
+                        // As a freeze takes the books: fresh ones.
+                        n = PendingNames::default();
                         durable = now.clone();
                     }
                 }

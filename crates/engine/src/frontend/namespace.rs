@@ -370,7 +370,7 @@ impl Volume {
         }
         let books = self.books.get_mut();
         if let Some(image) = freed.image {
-            books.freed_images.insert(ino, image);
+            books.freed_images.insert(ino, &image);
         }
         books.freed_inos.insert(ino);
         books.linkable.remove(&ino);

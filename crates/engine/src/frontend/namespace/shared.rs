@@ -579,6 +579,7 @@ impl Volume {
             let mut books = self.books.lock();
             books.unsettled.orphans.insert(ino);
             books.unsettled.records.push(Record::Orphan { ino });
+            self.unsettled_len.fetch_add(1, Relaxed);
             return Ok(());
         }
         self.free_shared(i)
@@ -593,12 +594,18 @@ impl Volume {
         drop(i);
         let mut books = self.books.lock();
         if let Some(image) = freed.image {
-            books.freed_images.insert(ino, image);
+            books.freed_images.insert(ino, &image);
         }
         books.freed_inos.insert(ino);
         books.unsettled.frees.extend(freed.blocks);
         books.unsettled.records.push(Record::Drop { tree: ino });
+        self.unsettled_len.fetch_add(1, Relaxed);
         Ok(())
+    }
+
+    /// Records shared unlinks left for the next exclusive holder.
+    pub fn unsettled_len(&self) -> u64 {
+        self.unsettled_len.load(Relaxed)
     }
 
     /// Whether `ino` became an orphan in a shared unlink not settled yet.
@@ -617,6 +624,7 @@ impl Volume {
             return;
         }
         let u = std::mem::take(u);
+        *self.unsettled_len.get_mut() = 0;
         for (s, c, born) in u.frees {
             self.be.alloc.free_born(s, c, born);
         }
