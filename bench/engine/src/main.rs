@@ -41,10 +41,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// As `tux3_cli::tune_allocator` does for the `tux3` command: freed memory
 /// goes back to the system after 60 s unused, not sooner (option 15 is
 /// mimalloc's `purge_delay`), so page buffers are not faulted in and zeroed
-/// again and again.
+/// again and again; and no huge pages (option 43, `allow_thp`), whose
+/// first touch zeroes 2 MiB at once under whatever lock the toucher holds.
 fn tune_allocator() {
     // SAFETY: mimalloc's options may be set at any time, from any thread.
-    unsafe { libmimalloc_sys::mi_option_set(15, 60_000) }
+    unsafe {
+        libmimalloc_sys::mi_option_set(15, 60_000);
+        libmimalloc_sys::mi_option_set(43, 0);
+    }
 }
 
 use std::path::{Path, PathBuf};

@@ -259,6 +259,11 @@ pub(crate) fn parse_helper<P: Parser>(usage: u8) -> Result<P, ExitCode> {
 /// own constants follow an older list).
 pub const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
+/// mimalloc's option number of `allow_thp` (version 3's `mimalloc.h`):
+/// whether it asks the kernel for transparent huge pages
+/// (`MADV_HUGEPAGE`) on the memory it maps.
+pub const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
 /// How long memory freed stays with mimalloc before it goes back to the
 /// system, in ms ([`tune_allocator`]).
 pub const PURGE_DELAY_MS: std::os::raw::c_long = 60_000;
@@ -274,12 +279,22 @@ pub const PURGE_DELAY_MS: std::os::raw::c_long = 60_000;
 /// freed memory just long enough: 20 s of the engine's dbench at 8 clients
 /// made 4,030 `madvise(MADV_DONTNEED)` calls and 62,851 page faults, a
 /// delay of 10 s 6,910 faults, 60 s 413 (bench/fsync-floor.md, "Memory
-/// given back"). Memory a burst freed still goes back, a minute later. Call it
-/// first thing in `main` of a binary whose global allocator is mimalloc.
+/// given back"). Memory a burst freed still goes back, a minute later.
+///
+/// Nor does it ask for huge pages: the first touch of a huge page zeroes
+/// 2 MiB at once, under whatever lock the toucher holds. Beside a million
+/// unlinks, whose books grow by tables of megabytes each delta, those
+/// faults were most of the unlinks' long holds of the delta guard, and
+/// another process's fsync p99 was 5-13x its idle p99 with them, 2-4.6x
+/// without (six runs each, bench/clone-delete.md). Call it first thing in
+/// `main` of a binary whose global allocator is mimalloc.
 pub fn tune_allocator() {
     // SAFETY: mimalloc's options are plain integers it reads atomically;
     // setting one is allowed at any time, from any thread.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS);
+        libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0);
+    }
 }
 
 pub fn main() -> ExitCode {
