@@ -118,9 +118,18 @@ impl Volume {
     /// through its fsync commits: not logged by one, or changed since (their
     /// image differs, they have unlogged pages or tree changes, or their
     /// names changed).
-    pub(super) fn uncovered(&self) -> std::collections::HashSet<Ino> {
-        let dirty: Vec<Ino> = self.cache.dirty.lock().iter().copied().collect();
-        dirty.into_iter().filter(|i| !self.fsync_covered(*i)).collect()
+    pub(super) fn uncovered(&self) -> HashSet<Ino> {
+        let dirty = self.cache.dirty.lock();
+        let mut out = HashSet::with_capacity(dirty.len());
+        // Only an inode an fsync commit logged can be covered: the others
+        // (all of them, most often) are not looked up in the cache.
+        out.extend(
+            dirty
+                .iter()
+                .copied()
+                .filter(|i| !self.fsync_logged.contains_key(i) || !self.fsync_covered(*i)),
+        );
+        out
     }
 
     /// Whether an fsync commit of the open delta made `ino` durable as it

@@ -350,15 +350,20 @@ impl Volume {
     pub(super) fn frozen_state(&self) -> Frozen {
         let uncovered = self.uncovered();
         let books = self.books.lock();
+        // The books first: a delta of new files (each with its name
+        // pending) then looks none of them up in the cache.
         let data_only = |ino: &&Ino| {
+            if books.ns_touched.contains(*ino)
+                || books.xattr_files.contains(*ino)
+                || books.names.pending(**ino)
+                || self.be.orphans.contains(*ino)
+            {
+                return false;
+            }
             let Some(i) = self.cache.lock(**ino) else {
                 return false;
             };
             matches!(i.kind(), FileType::Regular | FileType::Symlink)
-                && !books.ns_touched.contains(*ino)
-                && !books.xattr_files.contains(*ino)
-                && !books.names.pending(**ino)
-                && !self.be.orphans.contains(*ino)
                 && !i.tree.has_dirty_leaves()
                 && !i.pages.dropped_fsynced()
         };
