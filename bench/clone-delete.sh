@@ -14,7 +14,9 @@
 # Usage: bench/clone-delete.sh [FILES] [DIRS] [COMMIT_MS] [SCRATCH]
 #        (1000000, 1000, 1000, /var/tmp)
 # SRC_KIB (64), GAP_MS (10: the fsync loop's pause), IDLE_S (20),
-# IMG_GIB (16). The binary: $BENCH, else
+# IMG_GIB (16), VOLUME_COMMIT_MS (unset: the volume has no commit thread
+# of its own; set: it has one, as a mount does, ending a delta every that
+# many ms and early under pressure — a long log among it). The binary: $BENCH, else
 # $CARGO_TARGET_DIR/release/tux3-bench-engine (cargo build --release in
 # bench/engine).
 set -u
@@ -43,6 +45,6 @@ STAT=/sys/block/$(basename "$LOOP")/stat
 w0=$(awk '{print $7}' "$STAT")
 timeout 7200 "$BENCH" clonedel --engine "$LOOP" --files "$FILES" --dirs "$DIRS" \
     --commit-ms "$COMMIT_MS" --src-kib "${SRC_KIB:-64}" --gap-ms "${GAP_MS:-10}" \
-    --idle-s "${IDLE_S:-20}" || die "the load failed"
+    --idle-s "${IDLE_S:-20}" ${VOLUME_COMMIT_MS:+--volume-commit-ms "$VOLUME_COMMIT_MS"} || die "the load failed"
 w1=$(awk '{print $7}' "$STAT")
 echo "loop device: $(( (w1 - w0) / 2048 )) MiB written in all; image $(du -h "$DIR/img" | cut -f1) allocated"

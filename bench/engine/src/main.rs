@@ -12,6 +12,8 @@
 //!   tux3-bench-engine clonedel --engine DEV [--files N] [--dirs D]
 //!                            [--src-kib K] [--commit-ms MS] [--gap-ms MS]
 //!                            [--idle-s S]
+//!   any load with --engine also takes [--volume-commit-ms MS]: the volume
+//!   gets a commit thread of its own, as `tux3 mount`'s `commit=` does.
 //!
 //! With --engine, DEV (an image file or block device) is formatted first.
 //! syncs and dbench print one JSON object; meta prints one per phase (flat
@@ -75,6 +77,9 @@ struct Args {
     tree: u64,
     threads: usize,
     cap: f64,
+    /// `--volume-commit-ms`: the volume's own commit thread (as `tux3
+    /// mount`'s `commit=`), which also commits early under pressure.
+    volume_commit_ms: Option<u64>,
     clonedel: clonedel::Opts,
 }
 
@@ -83,7 +88,8 @@ fn usage() -> ! {
         "usage: tux3-bench-engine syncs (--engine DEV | --posix DIR) --tasks T --steps N\n       \
          tux3-bench-engine dbench (--engine DEV | --posix DIR) --loadfile FILE --clients N --seconds S [--sync] [--skip-flush]\n       \
          tux3-bench-engine meta (--engine DEV | --posix DIR) [--flat N] [--tree N] [--threads T] [--cap S]\n       \
-         tux3-bench-engine clonedel --engine DEV [--files N] [--dirs D] [--src-kib K] [--commit-ms MS] [--gap-ms MS] [--idle-s S]"
+         tux3-bench-engine clonedel --engine DEV [--files N] [--dirs D] [--src-kib K] [--commit-ms MS] [--gap-ms MS] [--idle-s S]\n       \
+         (any load with --engine: [--volume-commit-ms MS])"
     );
     std::process::exit(2)
 }
@@ -105,6 +111,7 @@ fn parse_args() -> Args {
         tree: 100_000,
         threads: 1,
         cap: 0.0,
+        volume_commit_ms: None,
         clonedel: clonedel::Opts {
             files: 1_000_000,
             dirs: 1_000,
@@ -136,6 +143,7 @@ fn parse_args() -> Args {
             "--commit-ms" => a.clonedel.commit_ms = num(val()) as u64,
             "--gap-ms" => a.clonedel.gap_ms = num(val()) as u64,
             "--idle-s" => a.clonedel.idle_s = num(val()),
+            "--volume-commit-ms" => a.volume_commit_ms = Some(num(val()) as u64),
             "--sync" | "--skip-flush" => {
                 match argv[i].as_str() {
                     "--sync" => a.sync = true,
@@ -160,7 +168,7 @@ fn die(msg: String) -> ! {
 }
 
 /// Format `path` and open the new volume.
-fn open_engine(path: &Path) -> Arc<Fs> {
+fn open_engine(path: &Path, volume_commit_ms: Option<u64>) -> Arc<Fs> {
     // Measured as the `tux3` command runs it, or not at all.
     if !tux3::device::file::BATCHED_WRITES {
         die("the engine is built without its `uring` feature (batched device writes), unlike the tux3 command".into());
@@ -169,7 +177,11 @@ fn open_engine(path: &Path) -> Arc<Fs> {
     let dev: Arc<dyn Device> = Arc::new(dev);
     Fs::format(dev, &FormatOptions::default()).unwrap_or_else(|e| die(format!("format: {e}")));
     let dev = open_path(path, true).unwrap_or_else(|e| die(format!("open: {e}")));
-    Arc::new(Fs::open(dev, OpenOptions::default()).unwrap_or_else(|e| die(format!("mount: {e}"))))
+    let opts = OpenOptions {
+        commit_interval: volume_commit_ms.map(std::time::Duration::from_millis),
+        ..OpenOptions::default()
+    };
+    Arc::new(Fs::open(dev, opts).unwrap_or_else(|e| die(format!("mount: {e}"))))
 }
 
 /// The syncs load: `tasks` threads each append 1 KiB to their own file and
@@ -325,7 +337,7 @@ fn main() {
     let a = parse_args();
     let (fs, target): (Option<Arc<Fs>>, Arc<dyn Target>) = match (&a.engine, &a.posix) {
         (Some(dev), _) => {
-            let fs = open_engine(dev);
+            let fs = open_engine(dev, a.volume_commit_ms);
             (Some(fs.clone()), Arc::new(Engine { fs }))
         }
         (_, Some(dir)) => (None, Arc::new(Posix { root: dir.clone() })),
