@@ -174,18 +174,9 @@ impl Fs {
     /// free, else once they reach [`SETTLE_MAX`]: the next exclusive holder
     /// — an fsync, a freeze — then finds at most that much to do, rather
     /// than a whole run of unlinks.
-    ///
-    /// Settled, the records may make the open delta's log long enough for
-    /// the commit thread to take it early (`Volume::log_is_long`): it is
-    /// woken then.
     fn settle_debt(&self, debt: u64) {
-        let long = match self.shared.try_vol() {
-            Some(v) => v.log_is_long(),
-            None if debt >= SETTLE_MAX => self.vol().log_is_long(),
-            None => false,
-        };
-        if let (true, Some(wake)) = (long, &self.wake_committer) {
-            let _ = wake.try_send(());
+        if self.shared.try_vol().is_none() && debt >= SETTLE_MAX {
+            drop(self.vol());
         }
     }
 

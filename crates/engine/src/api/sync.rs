@@ -120,12 +120,6 @@ impl Fs {
         self.shared_vol().unsettled_len()
     }
 
-    /// Records in the open delta's log (for tests).
-    #[doc(hidden)]
-    pub fn log_records(&self) -> usize {
-        self.shared_vol().log_records()
-    }
-
     /// Syncs waiting for a commit to serve them (for tests).
     #[doc(hidden)]
     pub fn pending_syncs(&self) -> usize {

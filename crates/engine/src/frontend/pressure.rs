@@ -13,10 +13,6 @@ use crate::cache::PageMap;
 use crate::types::Ino;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Log records past which the open delta is committed early when the
-/// volume has a commit thread ([`Volume::log_is_long`]).
-pub const EARLY_LOG_RECORDS: usize = 1 << 16;
-
 /// Answer of [`Volume::write_pressure`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pressure {
@@ -174,20 +170,6 @@ impl Volume {
     /// dirty (less means a commit took the delta since the wake-up).
     pub fn may_commit_early(&self) -> bool {
         let dirty = self.dirty_bytes.load(Relaxed);
-        !self.pipeline.delta_in_flight()
-            && (dirty > 0 && dirty >= self.stream_bound() / 2 || self.log_is_long())
-    }
-
-    /// The open delta's log holds [`EARLY_LOG_RECORDS`] records or more
-    /// (a run of unlinks): a commit thread takes it early, since the log
-    /// write of a delta commit is what an fsync meanwhile waits for, and
-    /// it grows with the delta.
-    pub fn log_is_long(&self) -> bool {
-        self.be.records.len() >= EARLY_LOG_RECORDS
-    }
-
-    /// Records in the open delta's log (for tests).
-    pub fn log_records(&self) -> usize {
-        self.be.records.len()
+        !self.pipeline.delta_in_flight() && dirty > 0 && dirty >= self.stream_bound() / 2
     }
 }
