@@ -177,8 +177,15 @@ impl InodeAttrs {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        // The usual record (mode, size, times, parent) in one allocation.
-        let mut w = Writer::with_capacity(96);
+        // The usual record (mode, size, times, parent), its inline extents
+        // and their checksums in one allocation.
+        let sums = self
+            .inline
+            .iter()
+            .map(|e| e.sums.len())
+            .fold(0usize, usize::saturating_add);
+        let extents = self.inline.len().saturating_mul(INLINE_EXTENT_BYTES);
+        let mut w = Writer::with_capacity(sums.saturating_mul(4).saturating_add(extents).saturating_add(112));
         w.u8(TAG_MODE);
         w.u16(16);
         w.u32(self.mode);
@@ -226,12 +233,11 @@ impl InodeAttrs {
                 w.u32(u32::try_from(e.count).unwrap_or(u32::MAX));
                 w.u32(e.birth);
             }
-            let sums: Vec<u32> = self.inline.iter().flat_map(|e| e.sums.iter().copied()).collect();
-            if !sums.is_empty() {
+            if sums != 0 {
                 w.u8(TAG_SUMS);
-                w.u16(u16::try_from(sums.len().saturating_mul(4)).unwrap_or(u16::MAX));
-                for s in sums {
-                    w.u32(s);
+                w.u16(u16::try_from(sums.saturating_mul(4)).unwrap_or(u16::MAX));
+                for s in self.inline.iter().flat_map(|e| e.sums.iter()) {
+                    w.u32(*s);
                 }
             }
             let table = self
