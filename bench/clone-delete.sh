@@ -16,7 +16,7 @@
 # SRC_KIB (64), GAP_MS (10: the fsync loop's pause), IDLE_S (20),
 # IMG_GIB (16), VOLUME_COMMIT_MS (unset: the volume has no commit thread
 # of its own; set: it has one, as a mount does, ending a delta every that
-# many ms and early under pressure — a long log among it). The binary: $BENCH, else
+# many ms and early under dirty-data pressure). The binary: $BENCH, else
 # $CARGO_TARGET_DIR/release/tux3-bench-engine (cargo build --release in
 # bench/engine).
 set -u

@@ -78,7 +78,7 @@ struct Args {
     threads: usize,
     cap: f64,
     /// `--volume-commit-ms`: the volume's own commit thread (as `tux3
-    /// mount`'s `commit=`), which also commits early under pressure.
+    /// mount`'s `commit=`), which also commits early under dirty-data pressure.
     volume_commit_ms: Option<u64>,
     clonedel: clonedel::Opts,
 }

@@ -121,14 +121,7 @@ impl Volume {
     pub(super) fn uncovered(&self) -> HashSet<Ino> {
         let dirty = self.cache.dirty.lock();
         let mut out = HashSet::with_capacity(dirty.len());
-        // Only an inode an fsync commit logged can be covered: the others
-        // (all of them, most often) are not looked up in the cache.
-        out.extend(
-            dirty
-                .iter()
-                .copied()
-                .filter(|i| !self.fsync_logged.contains_key(i) || !self.fsync_covered(*i)),
-        );
+        out.extend(dirty.iter().copied().filter(|i| !self.fsync_covered(*i)));
         out
     }
 
@@ -136,7 +129,12 @@ impl Volume {
     /// is now: logged there and not changed since (same image, every page
     /// logged, no tree or name change).
     pub(crate) fn fsync_covered(&self, ino: Ino) -> bool {
-        let (Some(image), Some(i)) = (self.fsync_logged.get(&ino), self.cache.lock(ino)) else {
+        // Only an inode an fsync commit logged can be covered: the others
+        // (most often all of them) are not looked up in the cache.
+        let Some(image) = self.fsync_logged.get(&ino) else {
+            return false;
+        };
+        let Some(i) = self.cache.lock(ino) else {
             return false;
         };
         let books = self.books.lock();

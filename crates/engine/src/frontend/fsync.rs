@@ -378,6 +378,7 @@ impl Volume {
             self.inode_records(ino, &mut out)?;
         }
         for ino in &c.freed {
+            // (Always there: the closure took `ino` from these books.)
             let Some(image) = self.books.get_mut().freed_images.get(*ino) else {
                 continue;
             };
