@@ -273,7 +273,7 @@ fn libc_fifo() -> u32 {
 }
 
 /// Many small entries in one delta: a delta spanning several log blocks.
-fn many_entries(fs: &Fs) {
+fn many_entries(fs: &Fs) -> u64 {
     let big = fs.mkdir(ROOT_INO, b"many", 0o755, 0, 0).unwrap();
     for i in 0..60u32 {
         fs.mknod(
@@ -286,6 +286,7 @@ fn many_entries(fs: &Fs) {
         )
         .unwrap();
     }
+    big.ino
 }
 
 /// The seed images, by name. Images "crash-*" and "unified-log" end with a
@@ -329,8 +330,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         fs.write(f.ino, 0, &vec![round as u8; 1500]).unwrap();
         fs.sync().unwrap();
     }
-    many_entries(&fs);
+    let many = many_entries(&fs);
     fs.unlink(ROOT_INO, b"late1").unwrap();
+    // Inodes made together and freed in a row: one `DropRun` record.
+    for i in 10..20u32 {
+        fs.unlink(many, format!("entry-{i}").as_bytes()).unwrap();
+    }
     fs.sync().unwrap();
     drop(fs);
     out.push(("unified-log", mem.image()));

@@ -15,7 +15,7 @@
 //!      and times each: the latency of every periodic delta commit.
 //!
 //! With `CLONEDEL_TIMELINE` set, the deletes' commits and every fsync over
-//! 4 ms go to stderr with their start (seconds since the load began), to
+//! its value in ms (4 if it is not a number) go to stderr with their start (seconds since the load began), to
 //! tell the fsyncs that waited for a commit from the others. The threads
 //! are named (`committer`, `fsyncer`) for `perf`.
 //!
@@ -291,13 +291,15 @@ pub fn run(fs: Arc<Fs>, o: &Opts) -> String {
         }
     }
     let del_s = t0.elapsed().as_secs_f64();
-    if std::env::var_os("CLONEDEL_TIMELINE").is_some() {
+    if let Some(over) = std::env::var_os("CLONEDEL_TIMELINE") {
+        // The value, if a number, is the threshold in ms (default 4).
+        let over = over.to_str().and_then(|s| s.parse::<f64>().ok()).unwrap_or(4.0) / 1e3;
         let mut ev: Vec<(f64, f64, &str)> = Vec::new();
         ev.extend(syncs.timeline().into_iter().map(|(a, b)| (a, b, "fsync")));
         ev.extend(commits.timeline().into_iter().map(|(a, b)| (a, b, "commit")));
         ev.sort_by(|x, y| x.0.total_cmp(&y.0));
         for (a, b, what) in ev {
-            if what == "commit" || b > 0.004 {
+            if what == "commit" || b > over {
                 eprintln!("{what} at {:.4} s for {:.2} ms", a, b * 1e3);
             }
         }

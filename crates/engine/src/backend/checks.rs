@@ -257,11 +257,13 @@ impl DurableOrphans {
             None => OrphanChange::Records(
                 records
                     .iter()
-                    .filter_map(|r| match *r {
-                        Record::Orphan { ino } => Some((ino, true)),
-                        Record::Drop { tree } => Some((tree, false)),
-                        Record::Named { ino } => Some((ino, false)),
-                        _ => None,
+                    .flat_map(|r| match *r {
+                        Record::Orphan { ino } => vec![(ino, true)],
+                        Record::Drop { .. } | Record::DropRun { .. } => {
+                            r.dropped().into_iter().flatten().map(|t| (t, false)).collect()
+                        }
+                        Record::Named { ino } => vec![(ino, false)],
+                        _ => Vec::new(),
                     })
                     .collect(),
             ),

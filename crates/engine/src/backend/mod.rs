@@ -477,15 +477,17 @@ impl Backend {
                     }
                     // Checked by the chain reader (the last delta only).
                     Record::BlockSum { .. } => {}
-                    Record::Drop { tree } => {
-                        orphans.remove(&tree);
-                        trees.insert(
-                            tree,
-                            TreeReplay {
-                                reset: true,
-                                ..TreeReplay::default()
-                            },
-                        );
+                    Record::Drop { .. } | Record::DropRun { .. } => {
+                        for tree in r.dropped().into_iter().flatten() {
+                            orphans.remove(&tree);
+                            trees.insert(
+                                tree,
+                                TreeReplay {
+                                    reset: true,
+                                    ..TreeReplay::default()
+                                },
+                            );
+                        }
                     }
                 }
                 Ok(())

@@ -93,7 +93,8 @@ impl Volume {
                 // is let go; the next delta's start with room for as many
                 // entries (no rehash midway through a run of unlinks).
                 let books = self.books.get_mut();
-                let touched = HashSet::with_capacity(books.ns_touched.len());
+                let touched =
+                    super::GrowingSet::with_capacity_and_hasher(books.ns_touched.len(), Default::default());
                 let names = books.names.sized_like();
                 let images = books.freed_images.sized_like();
                 let cleared = (

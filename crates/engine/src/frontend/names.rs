@@ -8,14 +8,17 @@
 //! Every create, link, unlink and rename changes it, so its maps are hash
 //! maps with a cheap hash (a folded multiply, seeded per map so that names
 //! chosen to collide cannot make them slow): a change costs a few probes,
-//! not a walk down ordered trees. What must be ordered is: the removed
-//! durable entries of a directory (found by name hash), and the answers
-//! handed to fsync (sorted).
+//! not a walk down ordered trees. They grow a few entries per insert
+//! (`GrowingMap`), so no create or unlink waits for a whole map to
+//! rehash. What must be ordered is: the removed durable entries of a
+//! directory (found by name hash), and the answers handed to fsync
+//! (sorted).
 //!
 //! Pure bookkeeping: calls nothing.
 
+use super::GrowingMap;
 use crate::types::Ino;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A directory position: (directory, key).
 pub type Pos = (Ino, u64);
@@ -24,16 +27,16 @@ pub type Pos = (Ino, u64);
 #[derive(Default)]
 pub struct PendingNames {
     /// Per directory, its changed positions.
-    dirs: HashMap<Ino, DirNames, Seeded>,
+    dirs: GrowingMap<Ino, DirNames>,
     /// Per inode, its positions in `added` or `removed` of a directory.
-    by_ino: HashMap<Ino, Positions, Seeded>,
+    by_ino: GrowingMap<Ino, Positions>,
 }
 
 /// The changed positions of one directory, by key.
 #[derive(Default)]
 struct DirNames {
     /// Filled, entry not durable: the inode it names.
-    added: HashMap<u64, Ino, Seeded>,
+    added: GrowingMap<u64, Ino>,
     /// Emptied of a durable entry (maybe filled again since): the inode
     /// that entry named. Ordered, to find the entries of one name hash.
     removed: BTreeMap<u64, Ino>,
@@ -87,8 +90,8 @@ impl PendingNames {
     /// delta is likely as large, and grows without rehashing.
     pub fn sized_like(&self) -> PendingNames {
         PendingNames {
-            dirs: HashMap::with_capacity_and_hasher(self.dirs.len(), Seeded::default()),
-            by_ino: HashMap::with_capacity_and_hasher(self.by_ino.len(), Seeded::default()),
+            dirs: GrowingMap::with_capacity_and_hasher(self.dirs.len(), Default::default()),
+            by_ino: GrowingMap::with_capacity_and_hasher(self.by_ino.len(), Default::default()),
         }
     }
 
@@ -190,10 +193,6 @@ impl PendingNames {
         })
     }
 }
-
-/// Seeded fast hashing for the maps above (their keys are inode numbers
-/// and positions).
-type Seeded = foldhash::fast::RandomState;
 
 #[cfg(test)]
 mod tests {

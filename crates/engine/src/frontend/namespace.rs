@@ -374,7 +374,7 @@ impl Volume {
         }
         books.freed_inos.insert(ino);
         books.linkable.remove(&ino);
-        self.be.records.push(Record::Drop { tree: ino });
+        crate::log::push_drop(&mut self.be.records, ino);
         self.be.orphans.remove(&ino);
         self.be.named.remove(&ino);
         self.be.itable.get_mut().remove(dev.as_ref(), ino)?;

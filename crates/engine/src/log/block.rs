@@ -139,6 +139,7 @@ mod tests {
                 },
                 Record::LeafUnmap { tree: 4, sep: 99 },
                 Record::Drop { tree: 4 },
+                Record::DropRun { first: 16, count: 3 },
                 Record::Orphan { ino: 17 },
                 Record::Named { ino: 17 },
                 Record::Bfree { start: 3, count: 2 },
@@ -173,6 +174,12 @@ mod tests {
                 addr: 12,
             },
             Record::Drop { tree: 1 << 48 },
+            Record::DropRun { first: 16, count: 1 },
+            Record::DropRun { first: 1, count: 4 },
+            Record::DropRun {
+                first: (1 << 48) - 2,
+                count: 3,
+            },
             Record::InodeImage {
                 ino: 0,
                 attrs: vec![],

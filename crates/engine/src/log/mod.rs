@@ -18,8 +18,10 @@
 
 pub mod block;
 pub mod chain;
+pub mod drop_run;
 pub mod record;
 
 pub use block::LogBlock;
 pub use chain::{read_chain, read_chain_with, Chain, Tail};
+pub use drop_run::push_drop;
 pub use record::Record;

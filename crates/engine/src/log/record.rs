@@ -22,6 +22,7 @@
 //! | 16 | Named     | ino u64 | `ino` left the orphan list with a name: a file made without one (`O_TMPFILE`) was linked |
 //! | 17 | Share     | start u64, count u32, refs u32 | the shared-extent run at `start` is `count` blocks with `refs` (≥ 2) references each; refs 0 (count 0): no run starts at `start` any more |
 //! | 18 | Sums      | start u64, mask u64, crc u32 per bit set | the checksum table's chunk at `start` (a multiple of 64) holds the checksums of blocks `start + k` for each bit `k` of `mask`, in order; mask 0: the chunk holds none |
+//! | 19 | DropRun   | first u64, count u32 | a Drop of each tree `first..first+count` (count ≥ 2; Drops of distinct trees commute): a run of freed inodes in one record |
 //!
 //! Types 6-8 and 11 appear only in fsync commits (log blocks flagged FSYNC).
 //! Replay applies them unless a later full commit in the chain carries a
@@ -121,6 +122,12 @@ pub enum Record {
     Drop {
         tree: u64,
     },
+    /// A [`Record::Drop`] of each of `count` consecutive trees from
+    /// `first` ([`push_drop`] makes them).
+    DropRun {
+        first: u64,
+        count: u32,
+    },
     InodeImage {
         ino: u64,
         attrs: Vec<u8>,
@@ -182,7 +189,7 @@ pub enum Record {
 }
 
 /// Names of the record types, indexed by [`Record::kind`].
-pub const KINDS: [&str; 18] = [
+pub const KINDS: [&str; 19] = [
     "balloc",
     "bfree",
     "leafmap",
@@ -201,13 +208,17 @@ pub const KINDS: [&str; 18] = [
     "named",
     "share",
     "sums",
+    "droprun",
 ];
 
 impl Record {
     /// Encoded size in bytes, by type (the self-describing size table).
     pub fn size(&self) -> usize {
         match self {
-            Record::Balloc { .. } | Record::Bfree { .. } | Record::Reclaim { .. } => 13,
+            Record::Balloc { .. }
+            | Record::Bfree { .. }
+            | Record::Reclaim { .. }
+            | Record::DropRun { .. } => 13,
             Record::Dead { .. } | Record::Share { .. } => 17,
             Record::SnapDelete { .. } | Record::SnapGone { .. } => 9,
             Record::LeafMap { .. } => 25,
@@ -242,6 +253,7 @@ impl Record {
             Record::Named { .. } => 15,
             Record::Share { .. } => 16,
             Record::Sums { .. } => 17,
+            Record::DropRun { .. } => 18,
         }
     }
 
@@ -302,6 +314,11 @@ impl Record {
             Record::Drop { tree } => {
                 w.u8(5);
                 w.u64(tree);
+            }
+            Record::DropRun { first, count } => {
+                w.u8(19);
+                w.u64(first);
+                w.u32(count);
             }
             Record::Orphan { ino } => {
                 w.u8(9);
@@ -458,6 +475,10 @@ impl Record {
                 }
                 Record::Sums { start, mask, sums }
             }
+            19 => Record::DropRun {
+                first: r.u64("droprun first")?,
+                count: r.u32("droprun count")?,
+            },
             _ => return Err(r.bad(format!("unknown log record type {t}"))),
         };
         rec.check(r, bounds)?;
@@ -506,6 +527,12 @@ impl Record {
             Record::LeafMap { tree, .. } | Record::LeafUnmap { tree, .. } | Record::Drop { tree } => {
                 if tree == BITMAP_INO || tree >= INO_LIMIT {
                     return bad(format!("tree {tree} is not a logged tree"));
+                }
+            }
+            Record::DropRun { first, count } => {
+                let end = first.saturating_add(u64::from(count));
+                if count < 2 || first <= BITMAP_INO && BITMAP_INO < end || end > INO_LIMIT {
+                    return bad(format!("trees {first}+{count} are not a run of logged trees"));
                 }
             }
             Record::InodeImage { ino, .. } => {

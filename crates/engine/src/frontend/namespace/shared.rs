@@ -39,7 +39,7 @@ use crate::cache::{Inode, InodeGuard};
 use crate::error::{err, Errno, Result};
 use crate::frontend::load::{ColdNode, MayLoad, Staged, Warm};
 use crate::frontend::Volume;
-use crate::log::Record;
+use crate::log::{push_drop, Record};
 use crate::structures::btree::Spot;
 use crate::structures::dirent::{self, Lookup};
 use crate::types::*;
@@ -640,6 +640,9 @@ impl Volume {
                     if let Err(e) = self.be.itable.get_mut().remove(dev.as_ref(), tree) {
                         self.fail(&format!("removing freed inode {tree} from the inode table"), &e);
                     }
+                    // Consecutive inodes freed in a row: one record.
+                    push_drop(&mut self.be.records, tree);
+                    continue;
                 }
                 _ => {}
             }
