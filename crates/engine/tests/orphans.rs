@@ -7,15 +7,14 @@
 //! a clear error).
 
 use std::sync::Arc;
-use tux3::backend::Backend;
 use tux3::device::{Device, MemDevice};
-use tux3::log::{LogBlock, Record};
+use tux3::log::Record;
 use tux3::{Errno, Error, Fs, OpenOptions, ROOT_INO};
 use tux3_tools::fsck::FsckReport;
 
 mod volume;
 
-use volume::{fsck, open, volume};
+use volume::{append_log, fsck, open, volume};
 
 /// Create `/name` with `len` bytes, open it and unlink it; returns its ino.
 fn make_orphan(fs: &Fs, name: &[u8], len: usize) -> u64 {
@@ -258,32 +257,6 @@ fn an_orphan_cannot_be_linked_again() {
         fs.link(ino, ROOT_INO, b"g"),
         Err(Error::Posix(Errno::ENOENT))
     ));
-}
-
-/// Append one committed log block holding `records` at the end of the log.
-fn append_log(mem: &Arc<MemDevice>, records: Vec<Record>) -> u64 {
-    let dev: Arc<dyn Device> = mem.clone();
-    let (be, _) = Backend::open(dev.clone(), true).unwrap();
-    let tail = be.log.tail;
-    let mut records = records;
-    records.push(Record::Balloc {
-        start: tail.next + 1,
-        count: 1,
-    });
-    let lb = LogBlock {
-        addr: tail.next,
-        seq: tail.seq,
-        next: tail.next + 1,
-        delta: be.delta,
-        prev_crc: tail.prev_crc,
-        commit: true,
-        fsync: false,
-        nonce: 1,
-        records,
-        crc: 0,
-    };
-    dev.write(tail.next, &lb.encode(4096)).unwrap();
-    tail.next
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod load;
 pub mod logwriter;
 pub mod mkfs;
 pub mod readers;
+mod replay_trees;
 pub mod snapshot;
 mod unify;
 mod writeout;
@@ -315,7 +316,7 @@ impl Backend {
             // commit, which nothing can tell apart from it: say which.
             tracing::warn!("replay: {why} (or the device damaged that block since)");
         }
-        let mut trees: HashMap<u64, TreeReplay> = HashMap::new();
+        let mut trees = replay_trees::ReplayTrees::default();
         let mut pages: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
         let mut orphans = BTreeSet::new();
         let mut itable_replayed = false;
@@ -349,16 +350,12 @@ impl Backend {
                     Record::DirentSet { dir, key, ref entry } => {
                         if live_fsync {
                             crate::structures::dirent::Dirent::decode(entry, key, at)?;
-                            trees
-                                .entry(dir)
-                                .or_default()
-                                .inserts
-                                .push((key, Some(entry.clone())));
+                            trees.entry(dir).inserts.push((key, Some(entry.clone())));
                         }
                     }
                     Record::DirentRemove { dir, key } => {
                         if live_fsync {
-                            trees.entry(dir).or_default().inserts.push((key, None));
+                            trees.entry(dir).inserts.push((key, None));
                         }
                     }
                     Record::DataInline {
@@ -450,7 +447,7 @@ impl Backend {
                             itable_replayed = true;
                             itable.map_leaf(dev.as_ref(), sep, addr)?;
                         } else {
-                            trees.entry(tree).or_default().ops.push((sep, Some(addr)));
+                            trees.entry(tree).ops.push((sep, Some(addr)));
                         }
                     }
                     Record::LeafUnmap { tree, sep } => {
@@ -458,7 +455,7 @@ impl Backend {
                             itable_replayed = true;
                             itable.unmap_leaf(dev.as_ref(), sep)?;
                         } else {
-                            trees.entry(tree).or_default().ops.push((sep, None));
+                            trees.entry(tree).ops.push((sep, None));
                         }
                     }
                     // Orphans count in every committed delta, fsync or full:
@@ -478,16 +475,10 @@ impl Backend {
                     // Checked by the chain reader (the last delta only).
                     Record::BlockSum { .. } => {}
                     Record::Drop { .. } | Record::DropRun { .. } => {
-                        for tree in r.dropped().into_iter().flatten() {
-                            orphans.remove(&tree);
-                            trees.insert(
-                                tree,
-                                TreeReplay {
-                                    reset: true,
-                                    ..TreeReplay::default()
-                                },
-                            );
-                        }
+                        let range = r.dropped().unwrap_or_default();
+                        let mut after = orphans.split_off(&range.start);
+                        orphans.append(&mut after.split_off(&range.end));
+                        trees.drop_range(range);
                     }
                 }
                 Ok(())
@@ -588,6 +579,7 @@ impl Backend {
             mended,
             itable_replayed,
         };
+        let trees = trees.into_map();
         be.recount_replayed(&replayed_images, &trees);
         #[cfg(debug_assertions)]
         {
