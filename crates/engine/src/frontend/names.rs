@@ -38,14 +38,97 @@ struct DirNames {
     /// Filled, entry not durable: the inode it names.
     added: GrowingMap<u64, Ino>,
     /// Emptied of a durable entry (maybe filled again since): the inode
-    /// that entry named. Ordered, to find the entries of one name hash.
-    removed: BTreeMap<u64, Ino>,
+    /// that entry named, grouped by name hash.
+    removed: Removed,
+}
+
+/// Removed durable entries of one directory by key, grouped by name hash
+/// (a key's upper 48 bits) to find those of one hash; nearly every group
+/// holds one. (An ordered map of them took the commit thread 5-8 ms to
+/// free after a delta of 400,000 unlinks; this is one table.)
+#[derive(Default)]
+struct Removed {
+    groups: GrowingMap<u64, Group>,
+}
+
+/// The removed entries of one name hash: key and inode.
+enum Group {
+    One(u64, Ino),
+    Many(BTreeMap<u64, Ino>),
+}
+
+impl Removed {
+    fn get(&self, key: u64) -> Option<Ino> {
+        match self.groups.get(&(key >> 16))? {
+            Group::One(k, ino) => (*k == key).then_some(*ino),
+            Group::Many(m) => m.get(&key).copied(),
+        }
+    }
+
+    fn insert(&mut self, key: u64, ino: Ino) {
+        let hash = key >> 16;
+        match self.groups.get_mut(&hash) {
+            None => {
+                self.groups.insert(hash, Group::One(key, ino));
+            }
+            Some(Group::One(k, i)) if *k == key => *i = ino,
+            Some(g @ Group::One(..)) => {
+                if let Group::One(k, i) = *g {
+                    *g = Group::Many(BTreeMap::from([(k, i), (key, ino)]));
+                }
+            }
+            Some(Group::Many(m)) => {
+                m.insert(key, ino);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Ino> {
+        let hash = key >> 16;
+        let (gone, empty) = match self.groups.get_mut(&hash)? {
+            Group::One(k, i) => ((*k == key).then_some(*i), *k == key),
+            Group::Many(m) => {
+                let gone = m.remove(&key);
+                (gone, m.is_empty())
+            }
+        };
+        if empty {
+            self.groups.remove(&hash);
+        }
+        gone
+    }
+
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Every key, in order.
+    fn keys(&self) -> Vec<u64> {
+        let mut keys: Vec<u64> = Vec::with_capacity(self.groups.len());
+        for g in self.groups.values() {
+            match g {
+                Group::One(k, _) => keys.push(*k),
+                Group::Many(m) => keys.extend(m.keys()),
+            }
+        }
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The inodes of the entries under `key`'s name hash, in key order.
+    fn same_hash(&self, key: u64) -> Vec<Ino> {
+        match self.groups.get(&(key >> 16)) {
+            None => Vec::new(),
+            Some(Group::One(_, ino)) => vec![*ino],
+            Some(Group::Many(m)) => m.values().copied().collect(),
+        }
+    }
 }
 
 impl DirNames {
     /// Whether `key` still involves `ino`.
     fn involves(&self, key: u64, ino: Ino) -> bool {
-        self.added.get(&key) == Some(&ino) || self.removed.get(&key) == Some(&ino)
+        self.added.get(&key) == Some(&ino) || self.removed.get(key) == Some(ino)
     }
 }
 
@@ -121,7 +204,7 @@ impl PendingNames {
             return;
         };
         let added = d.added.remove(&pos.1);
-        let removed = d.removed.remove(&pos.1);
+        let removed = d.removed.remove(pos.1);
         for ino in added.into_iter().chain(removed) {
             self.forget(ino, pos);
         }
@@ -157,7 +240,7 @@ impl PendingNames {
     /// removed durable entry named.
     pub fn inos_at(&self, pos: Pos) -> (Option<Ino>, Option<Ino>) {
         match self.dirs.get(&pos.0) {
-            Some(d) => (d.added.get(&pos.1).copied(), d.removed.get(&pos.1).copied()),
+            Some(d) => (d.added.get(&pos.1).copied(), d.removed.get(pos.1)),
             None => (None, None),
         }
     }
@@ -177,20 +260,16 @@ impl PendingNames {
         };
         let mut v: Vec<Pos> = d.added.keys().map(|&k| (dir, k)).collect();
         v.sort_unstable();
-        v.extend(d.removed.keys().map(|&k| (dir, k)));
+        v.extend(d.removed.keys().into_iter().map(|k| (dir, k)));
         v
     }
 
     /// Removed durable entries of directory `dir` under the name hash of
     /// position `key` (one of them may have carried the name now at `key`).
     pub fn removed_same_hash(&self, dir: Ino, key: u64) -> Vec<Ino> {
-        let base = key >> 16 << 16;
-        self.dirs.get(&dir).map_or_else(Vec::new, |d| {
-            d.removed
-                .range(base..base.saturating_add(1 << 16))
-                .map(|(_, &i)| i)
-                .collect()
-        })
+        self.dirs
+            .get(&dir)
+            .map_or_else(Vec::new, |d| d.removed.same_hash(key))
     }
 }
 
@@ -257,7 +336,9 @@ mod tests {
     }
 
     fn step() -> impl Strategy<Value = Step> {
-        let pos = (1u64..3, 0u64..4);
+        // Keys of one name hash (several entries in a group) and of others.
+        let key = prop_oneof![0u64..3, (5u64 << 16)..(5 << 16) + 2, Just(9u64 << 16)];
+        let pos = (1u64..3, key);
         prop_oneof![
             4 => (pos.clone(), 10u64..15).prop_map(|(p, i)| Step::Fill(p, i)),
             3 => pos.clone().prop_map(Step::Empty),
