@@ -43,8 +43,10 @@ truncate -s "${IMG_GIB:-16}G" "$DIR/img" || die "truncate"
 LOOP=$(losetup --direct-io=on -f --show "$DIR/img") || die "losetup"
 STAT=/sys/block/$(basename "$LOOP")/stat
 w0=$(awk '{print $7}' "$STAT")
+r0=$(awk '{print $3}' "$STAT")
 timeout 7200 "$BENCH" clonedel --engine "$LOOP" --files "$FILES" --dirs "$DIRS" \
     --commit-ms "$COMMIT_MS" --src-kib "${SRC_KIB:-64}" --gap-ms "${GAP_MS:-10}" \
     --idle-s "${IDLE_S:-20}" ${VOLUME_COMMIT_MS:+--volume-commit-ms "$VOLUME_COMMIT_MS"} || die "the load failed"
 w1=$(awk '{print $7}' "$STAT")
-echo "loop device: $(( (w1 - w0) / 2048 )) MiB written in all; image $(du -h "$DIR/img" | cut -f1) allocated"
+r1=$(awk '{print $3}' "$STAT")
+echo "loop device: $(( (w1 - w0) / 2048 )) MiB written, $(( (r1 - r0) / 2048 )) MiB read in all; image $(du -h "$DIR/img" | cut -f1) allocated"
