@@ -16,6 +16,7 @@ use tux3::types::{Ino, OpenOptions, RenameFlags, SetAttr, ROOT_INO};
 
 mod churn;
 mod discard;
+mod drops;
 mod falloc;
 mod full;
 mod names;
@@ -47,6 +48,7 @@ pub const NAMES: &[&str] = &[
     "full_volume",
     "clone",
     "dedupe",
+    "drop_runs",
 ];
 
 const BS: u32 = 4096;
@@ -115,6 +117,7 @@ pub fn drive(name: &str, rec: &mut Recorder, rng: &mut Rng) -> Result<()> {
         "full_volume" => full::full_volume(rec, rng)?,
         "clone" => share::clone_files(rec, rng)?,
         "dedupe" => share::dedupe_files(rec, rng)?,
+        "drop_runs" => drops::drop_runs(rec, rng)?,
         _ => return Err(Error::BadImage(format!("unknown crash workload {name:?}"))),
     }
     Ok(())

@@ -263,6 +263,15 @@ fn dedupe() {
 }
 
 #[test]
+fn drop_runs() {
+    // Files made together, unlinked in runs up and down (some while open)
+    // across syncs, directory fsyncs and a unify: `DropRun` records in the
+    // log at every crash point.
+    check("drop_runs", 1, 1500, &opts());
+    check("drop_runs", 2, 1500, &opts());
+}
+
+#[test]
 fn every_workload_is_tested() {
     let here = include_str!("crash_consistency.rs");
     for w in crash::workloads() {
