@@ -8,8 +8,10 @@
 # COMMIT_MS and times each. Prints the load's JSON lines (see
 # bench/engine/src/clonedel.rs) and the loop device's sectors written.
 #
-# The volume: a sparse image of IMG_GIB GiB on SCRATCH, on a loop device
-# with direct I/O. Detached and removed on every path. Root only.
+# The volume: a sparse image of IMG_GIB GiB on SCRATCH (FULL_IMAGE set:
+# an image written in full first, so that no write of the load allocates
+# in SCRATCH's filesystem), on a loop device with direct I/O. Detached
+# and removed on every path. Root only.
 #
 # Usage: bench/clone-delete.sh [FILES] [DIRS] [COMMIT_MS] [SCRATCH]
 #        (1000000, 1000, 1000, /var/tmp)
@@ -39,7 +41,14 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 die() { echo "clone-delete: $*" >&2; exit 1; }
 
-truncate -s "${IMG_GIB:-16}G" "$DIR/img" || die "truncate"
+if [ -n "${FULL_IMAGE:-}" ]; then
+    # Every block of the image written first: no write of the load
+    # allocates in the scratch filesystem (whose journal commit an fsync
+    # through a sparse image would otherwise wait for).
+    dd if=/dev/zero of="$DIR/img" bs=16M count=$(( ${IMG_GIB:-16} * 64 )) oflag=direct status=none || die "writing the image"
+else
+    truncate -s "${IMG_GIB:-16}G" "$DIR/img" || die "truncate"
+fi
 LOOP=$(losetup --direct-io=on -f --show "$DIR/img") || die "losetup"
 STAT=/sys/block/$(basename "$LOOP")/stat
 w0=$(awk '{print $7}' "$STAT")
